@@ -1,0 +1,38 @@
+// Exact codecs for the storage formats of the goldens and caches (fixtures/SCHEMA.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace mla {
+
+// bfloat16 <-> float. Rounding is round-to-nearest-even from float32; NaN stays a quiet NaN
+// with its sign. A double is rounded to float32 first, then to bf16 (the schema's definition).
+uint16_t bf16_from_float(float x);
+uint16_t bf16_from_double(double x);
+float bf16_to_float(uint16_t bits);
+
+// float8 e4m3fn (OCP): bias 7, no infinities, 0x7F/0xFF NaN, max finite ±448, subnormals down
+// to 2^-9. Encoding rounds to nearest even and saturates finite overflow to ±448 (NaN -> 0x7F).
+uint8_t e4m3_from_double(double x);
+double e4m3_to_double(uint8_t bits);
+
+// The 656-byte FP8 cache token (V3.2 layout): [512 e4m3 | 4 float32 scales | 64 bf16 rope].
+inline constexpr std::size_t kFp8TokenBytes = 656;
+inline constexpr std::size_t kLatentDim = 512;
+inline constexpr std::size_t kRopeDim = 64;
+inline constexpr std::size_t kQkDim = 576;
+inline constexpr std::size_t kFp8BlockSize = 128;
+
+enum class ScaleFmt { fp32, ue8m0 };
+
+// Quantizes one token: latent (512 values) and rope (64 values, rounded to bf16) into `out`
+// (656 bytes). Scale per 128-value block = max(amax, 1e-4)/448 in float32, rounded up to a
+// power of two for ue8m0.
+void fp8_quantize_token(std::span<const double> latent, std::span<const double> rope, ScaleFmt fmt,
+                        std::span<uint8_t> out);
+// Dequantizes one 656-byte token into 576 doubles (exact: e4m3 value * float32 scale).
+void fp8_dequantize_token(std::span<const uint8_t> token, std::span<double> out);
+
+}  // namespace mla

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One entry point for people and CI.
+#   ./mla.sh certify   install what is missing, build, certify every implementation that can run
+#                      here over the whole golden catalog, write reports/out/<machine>/
+#   ./mla.sh test      install what is missing, build, run every test (CTest, pytest included)
+#   ./mla.sh deps | build | goldens | check-goldens | bench
+set -euo pipefail
+cd "$(dirname "$(readlink -f "$0")")"
+
+PRESET=${MLA_PRESET:-ci}
+BUILD_DIR=build/${PRESET}
+PY=/usr/bin/python3
+JOBS=${MLA_JOBS:-$(nproc)}
+
+# Debian 12 packages; python3-torch is the reference's torch 1.13.
+APT_PACKAGES=(
+  build-essential cmake pkg-config git
+  libhdf5-dev hdf5-tools libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev nlohmann-json3-dev libfmt-dev libssl-dev
+  python3 python3-torch python3-h5py python3-numpy python3-pytest python3-matplotlib
+)
+
+log() { echo "[mla] $*" >&2; }
+
+deps() {
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    log "installing: ${missing[*]}"
+    local sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  fi
+}
+
+build() {
+  cmake --preset "$PRESET" >&2
+  cmake --build --preset "$PRESET" -j "$JOBS" >&2
+}
+
+case "${1:-help}" in
+  deps) deps ;;
+  build) deps; build ;;
+  test)
+    deps; build
+    ctest --preset "$PRESET" -j "$JOBS" -L cpu
+    ;;
+  certify)
+    deps; build
+    out=${MLA_REPORT_DIR:-reports/out/cpu}
+    "$BUILD_DIR/suites/certify/mla-certify" --goldens fixtures/goldens --out "$out" "${@:2}"
+    ;;
+  bench)
+    deps; build
+    "$BUILD_DIR/suites/bench/mla-bench" "${@:2}"
+    ;;
+  goldens) deps; $PY -m mla_ref.goldens write --out fixtures/goldens ;;
+  check-goldens) deps; $PY -m mla_ref.goldens check --dir fixtures/goldens ;;
+  *) sed -n '2,8p' "$0"; exit 2 ;;
+esac

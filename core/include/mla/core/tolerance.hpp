@@ -1,0 +1,71 @@
+// The tolerance engine. Every judgement in the suite goes through `judge`, with a tolerance
+// looked up by name from the one table in core/src/tolerance_table.cpp (no literal tolerance
+// anywhere else).
+//
+// The contract per comparison (FIELD-NOTES: FlashMLA's and FlashAttention's methods, combined,
+// against an fp64 truth that neither of them has):
+//  1. equal shapes; 2. equal NaN / +Inf / -Inf masks;
+//  3. every finite element within atol OR rtol of the truth (the worst one is reported with its
+//     multi-index, so a rare mismatch cannot hide behind a good global score);
+//  4. global cosine difference 1 - 2Σxy/Σ(x²+y²), in fp64, within `cos_diff`;
+//  5. error ratio: max|impl - truth| <= k * max|same_dtype - truth| + floor, where same_dtype is
+//     the deployed-precision reference (skipped when no such reference is given, e.g. fp64 impls).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace mla::tol {
+
+struct Tolerance {
+  std::string name;
+  std::string why;        // one line: where the numbers come from
+  double atol = 0;
+  double rtol = 0;
+  double cos_diff = 0;    // max allowed 1 - 2Σxy/Σ(x²+y²)
+  double ratio_k = 0;     // 0 disables the error-ratio rule
+  double ratio_floor = 0; // absolute rounding floor added to k * same-dtype error
+  double min_pass_fraction = 1.0;  // fraction of elements that must satisfy atol-or-rtol
+};
+
+// Throws mla::Error naming the unknown tolerance.
+const Tolerance& lookup(std::string_view name);
+const std::vector<Tolerance>& table();
+
+enum class Verdict { pass, fail, unsupported, error, skipped };
+const char* to_string(Verdict v);
+
+struct Comparison {
+  std::string what;  // "out", "lse", ...
+  std::string tolerance;
+  Verdict verdict = Verdict::fail;
+  std::vector<std::string> reasons;  // every failed rule, human readable
+  int64_t numel = 0;
+  double max_abs_err = 0;
+  std::vector<int64_t> max_abs_index;
+  double max_rel_err = 0;
+  std::vector<int64_t> max_rel_index;
+  double p50_abs_err = 0, p99_abs_err = 0;
+  double pass_fraction = 0;
+  double cos_diff = 0;
+  std::optional<double> same_dtype_max_abs_err;  // the reference's own error vs truth
+  std::optional<double> error_ratio;             // max_abs_err / same_dtype_max_abs_err
+  int64_t nan_mismatch = 0, inf_mismatch = 0;
+};
+
+// `impl`, `truth` (and `same_dtype` when given) have `shape` in C order. Never throws on bad
+// numbers (they become a FAIL with reasons); throws mla::Error only on a size mismatch between
+// a buffer and `shape`... which is reported as FAIL too when `impl` is the culprit.
+Comparison judge(std::string what, std::span<const double> impl, std::span<const double> truth,
+                 std::span<const int64_t> shape, const Tolerance& tol,
+                 std::optional<std::span<const double>> same_dtype = std::nullopt);
+
+nlohmann::json to_json(const Comparison& c);
+
+}  // namespace mla::tol

@@ -1,0 +1,169 @@
+#include "mla/core/numeric.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "mla/core/error.hpp"
+
+// The byte layouts in fixtures/SCHEMA.md are little endian; memcpy of host values is only right
+// on a little-endian host, which is every target this suite builds for.
+static_assert(std::endian::native == std::endian::little, "the golden byte layouts are little endian");
+
+namespace mla {
+
+uint16_t bf16_from_float(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  if (std::isnan(x)) {
+    // Keep sign and the top payload bits, force the quiet bit: a signalling NaN truncated to
+    // 16 bits could otherwise become an infinity.
+    return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  }
+  // Round to nearest even on the 16 discarded bits; a carry into the exponent is the correct
+  // result (including overflow to infinity).
+  const uint32_t rounding = 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>((u + rounding) >> 16);
+}
+
+uint16_t bf16_from_double(double x) {
+  // The schema rounds twice on purpose (double -> float32 -> bf16, each nearest-even), as torch
+  // does when a float64 tensor is cast through float32; a direct double -> bf16 rounding differs
+  // on rare double-rounding ties. A NaN goes through float32 too, keeping its sign and top
+  // payload bits as numpy's astype does, so the Python reference and this agree bit for bit.
+  return bf16_from_float(static_cast<float>(x));
+}
+
+float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+
+namespace {
+
+constexpr uint8_t kE4m3MaxCode = 0x7E;  // 1.75 * 2^8 = 448
+constexpr double kE4m3Max = 448.0;
+constexpr uint8_t kE4m3NaN = 0x7F;
+constexpr int kE4m3Bias = 7;
+
+}  // namespace
+
+uint8_t e4m3_from_double(double x) {
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  if (std::isnan(x)) return static_cast<uint8_t>(kE4m3NaN | sign);
+  const double a = std::fabs(x);
+  // e4m3fn has no infinity: overflow, infinities included, saturates (the schema's rule and
+  // reference/python's), where a plain torch cast would give NaN.
+  if (a > kE4m3Max) return static_cast<uint8_t>(kE4m3MaxCode | sign);
+
+  constexpr double kMinNormal = 0x1p-6;
+  if (a < kMinNormal) {
+    // Subnormal grid: multiples of 2^-9. Scaling by a power of two is exact, and nearbyint in
+    // the default rounding mode is round-half-to-even. q == 8 lands exactly on the smallest
+    // normal, whose code is also 8.
+    const double q = std::nearbyint(a * 0x1p9);
+    return static_cast<uint8_t>(static_cast<uint8_t>(q) | sign);
+  }
+  int e2 = 0;
+  const double m = std::frexp(a, &e2);  // a = m * 2^e2, m in [0.5, 1)
+  int exponent = e2 - 1;                // a = (2m) * 2^exponent, 2m in [1, 2)
+  // (2m - 1) * 8 is exact in double; rounding it picks the 3-bit mantissa.
+  double q = std::nearbyint((2.0 * m - 1.0) * 8.0);
+  if (q == 8.0) {
+    q = 0.0;
+    ++exponent;
+  }
+  // a <= 448 guarantees exponent <= 8 and, at exponent 8, q <= 6: never the NaN code.
+  const int code = ((exponent + kE4m3Bias) << 3) | static_cast<int>(q);
+  return static_cast<uint8_t>(code | sign);
+}
+
+double e4m3_to_double(uint8_t bits) {
+  const bool negative = (bits & 0x80) != 0;
+  const int exp_field = (bits >> 3) & 0xF;
+  const int mant = bits & 0x7;
+  double v;
+  if (exp_field == 0xF && mant == 0x7) {
+    v = std::numeric_limits<double>::quiet_NaN();
+  } else if (exp_field == 0) {
+    v = std::ldexp(static_cast<double>(mant), -9);
+  } else {
+    v = std::ldexp(1.0 + mant / 8.0, exp_field - kE4m3Bias);
+  }
+  return negative ? -v : v;
+}
+
+namespace {
+
+float block_scale(std::span<const double> block, ScaleFmt fmt) {
+  double amax = 0.0;
+  bool any_nan = false;
+  for (double v : block) {
+    if (std::isnan(v)) any_nan = true;
+    amax = std::max(amax, std::fabs(v));
+  }
+  if (any_nan) return std::numeric_limits<float>::quiet_NaN();
+  // The schema does this in float32: the cast is exact for bf16 inputs and, max being
+  // monotone, equal to the max of the float32-rounded values otherwise.
+  const float scale = std::max(static_cast<float>(amax), 1e-4f) / 448.0f;
+  if (fmt == ScaleFmt::fp32 || std::isinf(scale)) return scale;
+  // ue8m0: the smallest power of two >= scale, exactly (no log2/pow rounding): scale is a
+  // positive normal float32 here (>= 1e-4/448).
+  int e2 = 0;
+  const float m = std::frexp(scale, &e2);  // scale = m * 2^e2, m in [0.5, 1)
+  return m == 0.5f ? scale : std::ldexp(1.0f, e2);
+}
+
+}  // namespace
+
+void fp8_quantize_token(std::span<const double> latent, std::span<const double> rope, ScaleFmt fmt,
+                        std::span<uint8_t> out) {
+  if (latent.size() != kLatentDim || rope.size() != kRopeDim || out.size() != kFp8TokenBytes) {
+    throw Error(fmt::format(
+        "fp8_quantize_token: expected latent {} / rope {} / out {} elements, got {} / {} / {}",
+        kLatentDim, kRopeDim, kFp8TokenBytes, latent.size(), rope.size(), out.size()));
+  }
+  constexpr std::size_t kBlocks = kLatentDim / kFp8BlockSize;
+  for (std::size_t t = 0; t < kBlocks; ++t) {
+    const auto block = latent.subspan(t * kFp8BlockSize, kFp8BlockSize);
+    const float scale = block_scale(block, fmt);
+    for (std::size_t j = 0; j < kFp8BlockSize; ++j) {
+      // As deployed (and in reference/python): the value is a float32 and the quotient is a
+      // correctly rounded float32 division, then encoded. Dividing in float64 instead would
+      // differ whenever float32 rounding lands the quotient exactly on an e4m3 tie. A NaN
+      // quotient is stored as the positive NaN code so the bytes do not depend on the sign of
+      // the host's default NaN.
+      const float v = static_cast<float>(block[j]) / scale;
+      out[t * kFp8BlockSize + j] = std::isnan(v) ? kE4m3NaN : e4m3_from_double(v);
+    }
+    std::memcpy(out.data() + kLatentDim + 4 * t, &scale, sizeof(float));
+  }
+  for (std::size_t j = 0; j < kRopeDim; ++j) {
+    const uint16_t b = bf16_from_double(rope[j]);
+    std::memcpy(out.data() + kLatentDim + 4 * kBlocks + 2 * j, &b, sizeof(uint16_t));
+  }
+}
+
+void fp8_dequantize_token(std::span<const uint8_t> token, std::span<double> out) {
+  if (token.size() != kFp8TokenBytes || out.size() != kQkDim) {
+    throw Error(fmt::format("fp8_dequantize_token: expected {} bytes -> {} values, got {} -> {}",
+                            kFp8TokenBytes, kQkDim, token.size(), out.size()));
+  }
+  constexpr std::size_t kBlocks = kLatentDim / kFp8BlockSize;
+  for (std::size_t t = 0; t < kBlocks; ++t) {
+    float scale = 0;
+    std::memcpy(&scale, token.data() + kLatentDim + 4 * t, sizeof(float));
+    // e4m3 (4 significant bits) times a float32 (24 bits) is exact in float64.
+    for (std::size_t j = 0; j < kFp8BlockSize; ++j) {
+      const std::size_t i = t * kFp8BlockSize + j;
+      out[i] = e4m3_to_double(token[i]) * static_cast<double>(scale);
+    }
+  }
+  for (std::size_t j = 0; j < kRopeDim; ++j) {
+    uint16_t b = 0;
+    std::memcpy(&b, token.data() + kLatentDim + 4 * kBlocks + 2 * j, sizeof(uint16_t));
+    out[kLatentDim + j] = bf16_to_float(b);
+  }
+}
+
+}  // namespace mla

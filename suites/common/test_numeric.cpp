@@ -1,0 +1,262 @@
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "mla/core/error.hpp"
+#include "mla/core/generator.hpp"
+#include "mla/core/numeric.hpp"
+
+namespace {
+
+using mla::e4m3_from_double;
+using mla::e4m3_to_double;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// ---------------------------------------------------------------------------------- bf16
+
+uint16_t bf16_of_bits(uint32_t f32_bits) { return mla::bf16_from_float(std::bit_cast<float>(f32_bits)); }
+
+TEST(Bf16, KnownBits) {
+  EXPECT_EQ(mla::bf16_from_float(1.0f), 0x3F80);
+  EXPECT_EQ(mla::bf16_from_float(-2.0f), 0xC000);
+  EXPECT_EQ(mla::bf16_from_float(0.0f), 0x0000);
+  EXPECT_EQ(mla::bf16_from_float(-0.0f), 0x8000);
+  EXPECT_EQ(mla::bf16_from_float(std::numeric_limits<float>::infinity()), 0x7F80);
+  EXPECT_EQ(mla::bf16_from_float(-std::numeric_limits<float>::infinity()), 0xFF80);
+  EXPECT_EQ(mla::bf16_to_float(0x3F80), 1.0f);
+  EXPECT_EQ(mla::bf16_to_float(0x4049), 3.140625f);
+}
+
+TEST(Bf16, RoundToNearestEven) {
+  // 0x3F80'8000 lies exactly between 0x3F80 (even) and 0x3F81: ties go to even.
+  EXPECT_EQ(bf16_of_bits(0x3F808000u), 0x3F80);
+  EXPECT_EQ(bf16_of_bits(0x3F818000u), 0x3F82);  // between 0x3F81 (odd) and 0x3F82
+  EXPECT_EQ(bf16_of_bits(0x3F808001u), 0x3F81);  // just above the tie
+  EXPECT_EQ(bf16_of_bits(0x3F807FFFu), 0x3F80);  // just below it
+  EXPECT_EQ(bf16_of_bits(0xBF808000u), 0xBF80);  // sign-symmetric
+  // The largest finite float rounds up into the exponent: infinity, as RNE demands.
+  EXPECT_EQ(mla::bf16_from_float(std::numeric_limits<float>::max()), 0x7F80);
+  // Subnormals round like everything else.
+  EXPECT_EQ(bf16_of_bits(0x00008000u), 0x0000);
+  EXPECT_EQ(bf16_of_bits(0x00018000u), 0x0002);
+}
+
+TEST(Bf16, NaNStaysQuietWithSign) {
+  EXPECT_EQ(bf16_of_bits(0x7FC00000u), 0x7FC0);
+  EXPECT_EQ(bf16_of_bits(0xFFC00000u), 0xFFC0);
+  // A signalling NaN whose payload sits only in the low bits would truncate to infinity.
+  EXPECT_EQ(bf16_of_bits(0x7F800001u), 0x7FC0);
+  EXPECT_EQ(bf16_of_bits(0xFF800001u), 0xFFC0);
+  EXPECT_EQ(mla::bf16_from_double(kNaN), 0x7FC0);
+  EXPECT_EQ(mla::bf16_from_double(-kNaN), 0xFFC0);
+  EXPECT_TRUE(std::isnan(mla::bf16_to_float(0x7FC0)));
+}
+
+TEST(Bf16, DoubleRoundsThroughFloat32) {
+  // 1 + 2^-8 + 2^-30: float32 drops the 2^-30, leaving an exact bf16 tie that goes to even
+  // (0x3F80); rounding the double directly would give 0x3F81. The schema mandates the former.
+  EXPECT_EQ(mla::bf16_from_double(1.0 + 0x1p-8 + 0x1p-30), 0x3F80);
+  EXPECT_EQ(mla::bf16_from_double(1.0 + 0x1p-8 + 0x1p-22), 0x3F81);
+}
+
+TEST(Bf16, EveryBf16ValueRoundTrips) {
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const float f = mla::bf16_to_float(static_cast<uint16_t>(b));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(mla::bf16_to_float(mla::bf16_from_float(f))));
+      continue;
+    }
+    ASSERT_EQ(mla::bf16_from_float(f), b) << std::hex << b;
+    ASSERT_EQ(mla::bf16_from_double(f), b) << std::hex << b;
+  }
+}
+
+// ---------------------------------------------------------------------------------- e4m3fn
+
+struct Known {
+  double x;
+  uint8_t code;
+};
+
+TEST(E4m3, KnownEncodings) {
+  const Known table[] = {
+      {448.0, 0x7E},        {-448.0, 0xFE},        {0x1p-9, 0x01},        {0x1p-6, 0x08},
+      {1.0, 0x38},          {0.5, 0x30},           {1.125, 0x39},         {240.0, 0x77},
+      {1.0625, 0x38},       // tie between 1.0 (mantissa 0, even) and 1.125: even
+      {1.1875, 0x3A},       // tie between 1.125 (odd) and 1.25: even
+      {464.0, 0x7E},        // tie between 448 and 480 (not representable): saturates
+      {1e9, 0x7E},          {-1e9, 0xFE},          {kInf, 0x7E},          {-kInf, 0xFE},
+      {0x1p-10, 0x00},      // half the smallest subnormal: tie to even (zero)
+      {3 * 0x1p-11, 0x01},  // 0.75 of the smallest subnormal
+      {3 * 0x1p-10, 0x02},  // 1.5 subnormal quanta: tie to even (2)
+      {7.5 * 0x1p-9, 0x08}, // between the largest subnormal (7, odd) and 2^-6: even, the normal
+      {-0x1p-11, 0x80},     // rounds to zero, keeps its sign
+      {0.0, 0x00},          {-0.0, 0x80},          {kNaN, 0x7F},          {-kNaN, 0xFF},
+  };
+  for (const auto& k : table) {
+    EXPECT_EQ(e4m3_from_double(k.x), k.code) << "x = " << k.x;
+  }
+}
+
+TEST(E4m3, DecodeKnownCodes) {
+  EXPECT_EQ(e4m3_to_double(0x7E), 448.0);
+  EXPECT_EQ(e4m3_to_double(0xFE), -448.0);
+  EXPECT_EQ(e4m3_to_double(0x01), 0x1p-9);
+  EXPECT_EQ(e4m3_to_double(0x07), 7 * 0x1p-9);
+  EXPECT_EQ(e4m3_to_double(0x08), 0x1p-6);
+  EXPECT_EQ(e4m3_to_double(0x38), 1.0);
+  EXPECT_EQ(e4m3_to_double(0x00), 0.0);
+  EXPECT_TRUE(std::signbit(e4m3_to_double(0x80)));
+  EXPECT_TRUE(std::isnan(e4m3_to_double(0x7F)));
+  EXPECT_TRUE(std::isnan(e4m3_to_double(0xFF)));
+}
+
+TEST(E4m3, AllCodesRoundTripAndAreOrdered) {
+  for (int c = 0; c < 256; ++c) {
+    const double v = e4m3_to_double(static_cast<uint8_t>(c));
+    EXPECT_EQ(e4m3_from_double(v), c) << "code " << c;
+  }
+  for (int c = 1; c <= 0x7E; ++c) {
+    EXPECT_LT(e4m3_to_double(static_cast<uint8_t>(c - 1)), e4m3_to_double(static_cast<uint8_t>(c)));
+  }
+}
+
+// Every midpoint between neighbouring finite codes (and one ulp either side of it) against a
+// brute-force nearest search: round-to-nearest-even over the whole format, both signs.
+TEST(E4m3, EveryMidpointRoundsToNearestEven) {
+  for (int c = 0; c < 0x7E; ++c) {
+    const double lo = e4m3_to_double(static_cast<uint8_t>(c));
+    const double hi = e4m3_to_double(static_cast<uint8_t>(c + 1));
+    const double mid = (lo + hi) / 2;  // exact: both are short binary fractions
+    const int even = (c % 2 == 0) ? c : c + 1;
+    for (double sign : {1.0, -1.0}) {
+      const uint8_t s = sign < 0 ? 0x80 : 0x00;
+      EXPECT_EQ(e4m3_from_double(sign * mid), even | s) << "mid " << sign * mid;
+      EXPECT_EQ(e4m3_from_double(sign * std::nextafter(mid, 0.0)), c | s) << sign * mid;
+      EXPECT_EQ(e4m3_from_double(sign * std::nextafter(mid, kInf)), (c + 1) | s) << sign * mid;
+    }
+  }
+  // Above the largest finite value everything saturates (no rounding to NaN).
+  EXPECT_EQ(e4m3_from_double(std::nextafter(448.0, kInf)), 0x7E);
+  EXPECT_EQ(e4m3_from_double(479.9), 0x7E);
+  EXPECT_EQ(e4m3_from_double(480.0), 0x7E);
+}
+
+// ---------------------------------------------------------------------------------- FP8 token
+
+float scale_of(const std::vector<uint8_t>& tok, int t) {
+  float s;
+  std::memcpy(&s, tok.data() + mla::kLatentDim + 4 * t, sizeof s);
+  return s;
+}
+
+std::vector<double> generated(uint64_t seed, uint64_t stream, std::size_t n, double std) {
+  std::vector<double> v(n);
+  mla::gen::fill_f64(seed, stream, 0.0, std, v);
+  return v;
+}
+
+TEST(Fp8Token, ScalesFollowTheSchema) {
+  std::vector<double> lat = generated(5, 0, mla::kLatentDim, 2.0);
+  const std::vector<double> rope = generated(5, 1, mla::kRopeDim, 1.0);
+  for (int i = 128; i < 256; ++i) lat[i] *= 1e-6;  // amax below the 1e-4 clamp
+  for (int i = 256; i < 384; ++i) lat[i] = 0.0;    // all zero
+  for (auto fmt : {mla::ScaleFmt::fp32, mla::ScaleFmt::ue8m0}) {
+    std::vector<uint8_t> tok(mla::kFp8TokenBytes);
+    mla::fp8_quantize_token(lat, rope, fmt, tok);
+    for (int t = 0; t < 4; ++t) {
+      double amax = 0;
+      for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(lat[128 * t + j]));
+      const float fp32_scale = std::max(static_cast<float>(amax), 1e-4f) / 448.0f;
+      const float s = scale_of(tok, t);
+      if (fmt == mla::ScaleFmt::fp32) {
+        EXPECT_EQ(s, fp32_scale) << "block " << t;
+      } else {
+        int e = 0;
+        EXPECT_EQ(std::frexp(s, &e), 0.5f) << "ue8m0 scale is a power of two, block " << t;
+        EXPECT_GE(s, fp32_scale);
+        EXPECT_LT(s, 2 * fp32_scale);
+      }
+    }
+    for (int j = 256; j < 384; ++j) EXPECT_EQ(tok[j], 0x00);
+    // Rope: bf16 little endian after the scales.
+    for (std::size_t j = 0; j < mla::kRopeDim; ++j) {
+      uint16_t b;
+      std::memcpy(&b, tok.data() + 528 + 2 * j, 2);
+      EXPECT_EQ(b, mla::bf16_from_double(rope[j]));
+    }
+  }
+}
+
+// Values placed exactly on the e4m3 grid of a power-of-two scale come back bit-exact, and the
+// codes are the ones they were built from: quantize and dequantize are inverse on the grid.
+TEST(Fp8Token, GridValuesRoundTripExactly) {
+  constexpr double kScale = 0x1p-8;  // amax 1.75 -> 1.75 / 448 = 2^-8 exactly, in both formats
+  std::vector<double> lat(mla::kLatentDim);
+  std::vector<uint8_t> want(mla::kLatentDim);
+  for (std::size_t i = 0; i < lat.size(); ++i) {
+    // Every block holds the code 0x7E (448) so its amax is 1.75; the rest cycle over all codes.
+    const uint8_t code = (i % 128 == 0) ? 0x7E : static_cast<uint8_t>((i * 37) % 256);
+    const uint8_t c = (code & 0x7F) == 0x7F ? 0x00 : code;  // skip the NaN codes
+    want[i] = c;
+    lat[i] = e4m3_to_double(c) * kScale;
+  }
+  const std::vector<double> rope(mla::kRopeDim, 0.25);
+  for (auto fmt : {mla::ScaleFmt::fp32, mla::ScaleFmt::ue8m0}) {
+    std::vector<uint8_t> tok(mla::kFp8TokenBytes);
+    mla::fp8_quantize_token(lat, rope, fmt, tok);
+    std::vector<double> back(mla::kQkDim);
+    mla::fp8_dequantize_token(tok, back);
+    for (std::size_t i = 0; i < lat.size(); ++i) {
+      ASSERT_EQ(tok[i], want[i]) << i;
+      ASSERT_EQ(back[i], lat[i]) << i;
+      ASSERT_EQ(std::signbit(back[i]), std::signbit(lat[i])) << i;
+    }
+    for (std::size_t j = 0; j < mla::kRopeDim; ++j) EXPECT_EQ(back[mla::kLatentDim + j], 0.25);
+  }
+}
+
+// x is rounded to float32 and divided in float32 (schema, reference/python): a value whose
+// float64 quotient lies just above an e4m3 tie but whose float32 one is the tie rounds to even.
+TEST(Fp8Token, QuotientIsFloat32) {
+  std::vector<double> lat(mla::kLatentDim, 0.0);
+  const std::vector<double> rope(mla::kRopeDim, 0.0);
+  for (int t = 0; t < 4; ++t) lat[128 * t] = 1.75;  // scale 2^-8 in every block
+  // x / 2^-8 = 1.0625 + 2^-40: float64 keeps the excess (-> 1.125, code 0x39), float32 does
+  // not (-> tie -> 1.0, code 0x38).
+  lat[1] = (1.0625 + 0x1p-40) * 0x1p-8;
+  std::vector<uint8_t> tok(mla::kFp8TokenBytes);
+  mla::fp8_quantize_token(lat, rope, mla::ScaleFmt::fp32, tok);
+  EXPECT_EQ(tok[1], 0x38);
+  EXPECT_EQ(e4m3_from_double(1.0625 + 0x1p-40), 0x39);
+}
+
+TEST(Fp8Token, NaNBlockAndBadSizes) {
+  std::vector<double> lat(mla::kLatentDim, 1.0);
+  lat[130] = kNaN;
+  const std::vector<double> rope(mla::kRopeDim, 0.0);
+  std::vector<uint8_t> tok(mla::kFp8TokenBytes);
+  mla::fp8_quantize_token(lat, rope, mla::ScaleFmt::ue8m0, tok);
+  EXPECT_TRUE(std::isnan(scale_of(tok, 1)));
+  for (int j = 128; j < 256; ++j) EXPECT_EQ(tok[j], 0x7F) << j;
+  std::vector<double> back(mla::kQkDim);
+  mla::fp8_dequantize_token(tok, back);
+  EXPECT_TRUE(std::isnan(back[200]));
+  EXPECT_EQ(back[0], 1.0);  // other blocks unaffected (1.0 is on the grid of a power-of-two scale)
+  EXPECT_EQ(back[300], 1.0);
+
+  std::vector<uint8_t> short_tok(mla::kFp8TokenBytes - 1);
+  EXPECT_THROW(mla::fp8_quantize_token(lat, rope, mla::ScaleFmt::fp32, short_tok), mla::Error);
+  EXPECT_THROW(mla::fp8_quantize_token(std::span(lat).first(511), rope, mla::ScaleFmt::fp32, tok), mla::Error);
+  EXPECT_THROW(mla::fp8_dequantize_token(short_tok, back), mla::Error);
+  std::vector<double> short_out(mla::kQkDim - 1);
+  EXPECT_THROW(mla::fp8_dequantize_token(tok, short_out), mla::Error);
+}
+
+}  // namespace

@@ -3,6 +3,9 @@
 #   ./mla.sh certify   install what is missing, build, certify every implementation that can run
 #                      here over the whole golden catalog, write reports/out/<machine>/
 #   ./mla.sh test      install what is missing, build, run every test (CTest, pytest included)
+#   ./mla.sh report    build, run mla-bench --mla_quick (extra args passed on), write bench.json,
+#                      report.md, roofline.png, bandwidth.png to reports/out/bench/
+#   ./mla.sh gate BASELINE.json RUN.json   regression gate (exit 1 on a significant slowdown)
 #   ./mla.sh deps | build | goldens | check-goldens | bench
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")"
@@ -56,7 +59,17 @@ case "${1:-help}" in
     deps; build
     "$BUILD_DIR/suites/bench/mla-bench" "${@:2}"
     ;;
-  goldens) deps; $PY -m mla_ref.goldens write --out fixtures/goldens ;;
-  check-goldens) deps; $PY -m mla_ref.goldens check --dir fixtures/goldens ;;
-  *) sed -n '2,8p' "$0"; exit 2 ;;
+  report)
+    deps; build
+    out=${MLA_BENCH_DIR:-reports/out/bench}
+    mkdir -p "$out"
+    "$BUILD_DIR/suites/bench/mla-bench" --mla_quick --benchmark_out="$out/bench.json" \
+      --benchmark_out_format=json "${@:2}" >&2
+    $PY reports/tools/bench_report.py "$out/bench.json" --out "$out"
+    log "wrote $out/report.md"
+    ;;
+  gate) $PY reports/tools/bench_gate.py "${@:2}" ;;
+  goldens) deps; PYTHONPATH=reference/python $PY -m mla_ref.goldens write --out fixtures/goldens ;;
+  check-goldens) deps; PYTHONPATH=reference/python $PY -m mla_ref.goldens check --dir fixtures/goldens ;;
+  *) sed -n '2,11p' "$0"; exit 2 ;;
 esac

@@ -1,0 +1,198 @@
+"""The catalog on disk: manifest, schema attributes, dtypes and shapes, and spot checks that the
+stored results are what the reference computes from the stored (or regenerated) inputs."""
+import hashlib
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import GOLDENS
+from mla_ref import attention as A
+from mla_ref import config, generator, goldens, layer, numerics
+from mla_ref import tolerances as T
+
+pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(GOLDENS, "MANIFEST.sha256")),
+                                reason="no golden catalog (run: ./mla.sh goldens)")
+
+STORAGE = {"float64": ("f", 8), "float32": ("f", 4), "bfloat16": ("u", 2), "int32": ("i", 4),
+           "fp8_kv_v32": ("u", 1), "uint8": ("u", 1)}
+
+
+def _files():
+    return [f + ".h5" for f in goldens.FAMILIES]
+
+
+def test_manifest_matches_files():
+    m = goldens.read_manifest(GOLDENS)
+    assert sorted(m) == sorted(_files())
+    lines = open(os.path.join(GOLDENS, "MANIFEST.sha256")).read().splitlines()
+    assert [l.split("  ")[1] for l in lines] == sorted(m)  # sorted by name, sha256sum format
+    for name, digest in m.items():
+        h = hashlib.sha256(open(os.path.join(GOLDENS, name), "rb").read()).hexdigest()
+        assert h == digest, name
+    total = sum(os.path.getsize(os.path.join(GOLDENS, n)) for n in m)
+    assert total <= 30 * 2 ** 20
+
+
+def _datasets(f):
+    out = []
+    f.visititems(lambda n, o: out.append((n, o)) if isinstance(o, h5py.Dataset) else None)
+    return out
+
+
+@pytest.mark.parametrize("name", _files())
+def test_schema_attrs_and_dtypes(name):
+    with h5py.File(os.path.join(GOLDENS, name), "r") as f:
+        a = f.attrs
+        assert a["schema_version"] == 1 and a["family"] == name[:-3]
+        for k in ("generator_version", "torch_version", "numpy_version", "h5py_version", "python_version", "command"):
+            assert isinstance(a[k], str) and a[k]
+        assert a["seed"] == goldens.FAMILY_SEEDS[name[:-3]]
+        assert len(f["cases"]) > 0
+        for cname, case in f["cases"].items():
+            assert all(c.isalnum() and c == c.lower() or c == "_" for c in cname)
+            assert isinstance(case.attrs["description"], str)
+            assert case.attrs["inputs_stored"] in (0, 1)
+        for n, d in _datasets(f):
+            kind, size = STORAGE[d.attrs["dtype"]]
+            assert d.dtype.kind == kind and d.dtype.itemsize == size, n
+            assert d.dtype.byteorder in ("<", "|", "="), n
+
+
+ATTN_FAMILIES = ("attn_core.h5", "attn_fp8.h5", "attn_sparse.h5", "attn_stress.h5")
+
+
+@pytest.mark.parametrize("name", ATTN_FAMILIES)
+def test_attn_cases_shapes_and_poison(name):
+    with h5py.File(os.path.join(GOLDENS, name), "r") as f:
+        for cname, c in f["cases"].items():
+            at = c.attrs
+            b, s_q, h, ps, nb, mb = (int(at[k]) for k in ("batch", "s_q", "heads", "page_size", "num_blocks", "max_blocks"))
+            assert at["kind"] == "attn_core" and at["d_qk"] == 576 and at["d_v"] == 512
+            assert at["sentinel_block_id"] == 2147483647
+            assert at["causal"] == (0 if at["topk"] else 1)
+            bt, sl = c["inputs/block_table"][()], c["inputs/cache_seqlens"][()]
+            assert bt.shape == (b, mb) and sl.shape == (b,)
+            for i in range(b):
+                n = -(-int(sl[i]) // ps)
+                assert (bt[i, n:] == 2147483647).all() and (bt[i, :n] >= 0).all() and (bt[i, :n] < nb).all()
+            assert c["truth/out"].shape == (b, s_q, h, 512) and c["truth/lse"].shape == (b, h, s_q)
+            assert c["same_dtype/out"].shape == (b, s_q, h, 512) and c["same_dtype/lse"].shape == (b, h, s_q)
+            if at["inputs_stored"]:
+                assert c["inputs/q"].shape == (b, s_q, h, 576)
+                fmt = at["cache_format"]
+                kv = c["inputs/kv_cache"][()]
+                assert kv.shape == (nb, ps, 576 if fmt == "bf16" else 656)
+                used = np.zeros((nb, ps), bool)
+                for i in range(b):
+                    for t in range(int(sl[i])):
+                        used[bt[i, t // ps], t % ps] = True
+                if fmt == "bf16":
+                    assert (kv[~used] == 0x7FC0).all()
+                    assert not np.isnan(numerics.bf16_bits_to_f64(kv[used])).any()
+                else:
+                    assert (kv[~used] == numerics.fp8_poison_token()).all()
+                    assert np.array_equal(c["inputs/kv_cache_dequant"][()], numerics.fp8_dequantize(kv), equal_nan=True)
+            else:
+                for g in ("q", "kv_cache"):
+                    ga = c["generated"][g].attrs
+                    assert ga["algorithm"] == "splitmix64-uniform-v1" and len(ga["sha256"]) == 64
+            if at["topk"]:
+                assert c["inputs/indices"].shape == (b, s_q, int(at["topk"]))
+
+
+def _load_attn(c):
+    at = c.attrs
+    if at["inputs_stored"]:
+        q = numerics.bf16_bits_to_f64(c["inputs/q"][()])
+        if at["cache_format"] == "bf16":
+            cache = numerics.bf16_bits_to_f64(c["inputs/kv_cache"][()])
+        else:
+            cache = numerics.fp8_dequantize(c["inputs/kv_cache"][()])
+    else:
+        gt = {}
+        for g in ("q", "kv_cache"):
+            ga = c["generated"][g].attrs
+            t = generator.GeneratedTensor(ga["seed"], ga["stream"], ga["shape"], ga["dtype"], ga["mean"], ga["std"])
+            assert t.sha256() == ga["sha256"]
+            gt[g] = t.values()
+        q, cache = gt["q"], gt["kv_cache"]
+    idx = c["inputs/indices"][()] if at["topk"] else None
+    return q, cache, c["inputs/block_table"][()], c["inputs/cache_seqlens"][()], idx
+
+
+@pytest.mark.parametrize("name", ATTN_FAMILIES)
+def test_attn_truth_recomputes(name):
+    """Recompute the fp64 truth (and the same-dtype reference) of every small case from the file."""
+    with h5py.File(os.path.join(GOLDENS, name), "r") as f:
+        for cname, c in f["cases"].items():
+            if c.attrs["batch"] * max(c["inputs/cache_seqlens"][()]) > 20000:
+                continue  # long context: covered by `goldens check` (L1)
+            q, cache, bt, sl, idx = _load_attn(c)
+            sc = float(c.attrs["softmax_scale"])
+            out, lse = A.attention(q, cache, bt, sl, sc, True, idx, "truth")
+            t_out, t_lse = c["truth/out"][()], c["truth/lse"][()]
+            assert np.abs(out - t_out).max() <= T.CHECK_FP64_REL * max(np.abs(t_out).max(), 1e-300), cname
+            fin = np.isfinite(t_lse)
+            assert np.array_equal(np.isfinite(lse), fin) and np.array_equal(lse[~fin], t_lse[~fin])
+            assert np.abs(lse[fin] - t_lse[fin]).max(initial=0) <= T.CHECK_FP64_REL * np.abs(t_lse[fin]).max(initial=1)
+
+
+def test_full_layer_cases():
+    with h5py.File(os.path.join(GOLDENS, "full_layer.h5"), "r") as f:
+        names = set(f["cases"])
+        assert {"tiny_qlora_yarn", "tiny_noqlora_yarn", "tiny_qlora_noyarn", "tiny_noqlora_noyarn", "v2_lite", "v3_tp8"} <= names
+        for cname, c in f["cases"].items():
+            at = c.attrs
+            a = config.ModelArgs(**{k: (int(at[k]) if k in config.INT_FIELDS else float(at[k])) for k in config.FIELDS})
+            assert abs(at["softmax_scale"] - a.softmax_scale) == 0 and at["yarn"] == int(a.yarn)
+            assert np.array_equal(c["rope/inv_freq"][()], __import__("mla_ref").rope.inv_freq(a))
+            assert at["n_steps"] >= 5 and len(c["steps"]) == at["n_steps"]
+            for k in range(int(at["n_steps"])):
+                st = c["steps"][str(k)]
+                s = st["x"].shape[1]
+                assert (s > 1) == (k == 0) and st["x"].attrs["start_pos"] == (0 if k == 0 else c["steps/0/x"].shape[1] + k - 1)
+                for p in layer.PIPELINES:
+                    for fm in layer.FORMS:
+                        assert st[p][fm]["out"].shape == st["x"].shape
+            if at["inputs_stored"] == 0:
+                assert "generated" in c and "weights" not in c
+
+
+def test_full_layer_tiny_recomputes():
+    with h5py.File(os.path.join(GOLDENS, "full_layer.h5"), "r") as f:
+        c = f["cases/tiny_qlora_yarn"]
+        a = config.preset(c.attrs["preset"])
+        w = {k: numerics.bf16_bits_to_f64(v[()]) for k, v in c["weights"].items()}
+        steps = [(numerics.bf16_bits_to_f64(c["steps"][str(k)]["x"][()]), int(c["steps"][str(k)]["x"].attrs["start_pos"]))
+                 for k in range(int(c.attrs["n_steps"]))]
+        out, inter, caches = layer.run_steps(a, w, steps)
+        for k in range(len(steps)):
+            for fm in layer.FORMS:
+                t = c["steps"][str(k)]["fp64"][fm]["out"][()]
+                assert np.abs(out[(k, "fp64", fm)] - t).max() <= T.CHECK_FP64_REL * np.abs(t).max()
+                b16 = numerics.bf16_bits_to_f64(c["steps"][str(k)]["bf16"][fm]["out"][()])
+                assert np.abs(out[(k, "bf16", fm)] - b16).max() <= T.CHECK_BF16_REL * np.abs(b16).max()
+        for fm in layer.FORMS:
+            for n, v in caches[("fp64", fm)].items():
+                assert np.allclose(c["final_cache/fp64"][fm][n][()], v, rtol=1e-12, atol=1e-14)
+
+
+def test_generated_weights_sha256():
+    with h5py.File(os.path.join(GOLDENS, "full_layer.h5"), "r") as f:
+        g = f["cases/v2_lite/generated"]
+        ga = g["weights_wkv_b"].attrs
+        t = generator.GeneratedTensor(ga["seed"], ga["stream"], ga["shape"], ga["dtype"], ga["mean"], ga["std"])
+        assert t.sha256() == ga["sha256"]
+        assert sorted(g) == sorted("weights_" + n for n in layer.weight_names(config.preset("v2-lite")))
+
+
+def test_cache_boundary_file():
+    with h5py.File(os.path.join(GOLDENS, "cache_boundary.h5"), "r") as f:
+        for cname, c in f["cases"].items():
+            M = int(c.attrs["max_seq_len"])
+            assert c.attrs["kind"] == "cache_boundary" and c.attrs["expected_error"] == "cache capacity exceeded"
+            assert c["steps/0/x"].shape[1] == M - 1 and c["steps/0/x"].attrs["start_pos"] == 0
+            assert c["accept/x"].attrs["start_pos"] == M - 1 and c["reject/x"].attrs["start_pos"] == M
+            assert c["accept/fp64/absorbed/out"].shape == c["accept/x"].shape

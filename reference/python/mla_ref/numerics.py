@@ -69,7 +69,7 @@ def e4m3_decode(codes: np.ndarray) -> np.ndarray:
     sub = np.ldexp(m.astype(np.float64), -9)
     norm = np.ldexp(1.0 + m / 8.0, (e - 7).astype(np.int64))
     v = sign * np.where(e == 0, sub, norm)
-    v = np.where((e == 15) & (m == 7), np.nan, v)
+    v = np.where((e == 15) & (m == 7), np.copysign(np.nan, sign), v)
     return v
 
 
@@ -104,7 +104,9 @@ def e4m3_encode(x: np.ndarray) -> np.ndarray:
     norm_code = (ex2 + 7) * 8 + mant
     code = np.where(is_sub, sub_code, norm_code).astype(np.int64)
     code = np.where(neg, code | 0x80, code)
-    code = np.where(nan, E4M3_NAN, code)
+    # A NaN keeps its sign (0x7F / 0xFF), as a float8 cast does; the cache quantizer stores
+    # every NaN quotient as 0x7F (SCHEMA.md) so its bytes never depend on a NaN's sign.
+    code = np.where(nan, np.where(neg, E4M3_NAN | 0x80, E4M3_NAN), code)
     return code.astype(np.uint8)
 
 
@@ -143,7 +145,8 @@ def fp8_quantize(latent: np.ndarray, rope: np.ndarray, scale_fmt: str) -> np.nda
     amax = np.max(np.abs(blocks), axis=-1)
     scale = fp8_block_scale(amax, scale_fmt)  # [..., 4] float32
     q = (blocks / scale[..., None]).astype(np.float32)
-    codes = e4m3_encode(q.astype(np.float64)).reshape(lead + (LATENT,))
+    q64 = q.astype(np.float64)
+    codes = np.where(np.isnan(q64), E4M3_NAN, e4m3_encode(q64)).astype(np.uint8).reshape(lead + (LATENT,))
     out = np.empty(lead + (FP8_TOKEN_BYTES,), dtype=np.uint8)
     out[..., :LATENT] = codes
     out[..., LATENT:LATENT + 16] = np.ascontiguousarray(scale.astype("<f4")).view(np.uint8).reshape(lead + (16,))

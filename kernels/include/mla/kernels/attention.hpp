@@ -109,7 +109,23 @@ class AttentionImpl {
 
 // Capability check shared by the default `check` and by callers that want the reason.
 std::optional<std::string> check_capabilities(const Capabilities& caps, const AttnShape& shape);
-// The MLA byte/FLOP model (fixtures/SCHEMA.md; FIELD-NOTES byte counts).
+// The MLA byte/FLOP model (fixtures/SCHEMA.md; FIELD-NOTES byte counts), with bf16 outputs
+// (what deployed kernels write).
 CostModel mla_cost_model(const AttnInputs& in);
+// The same with outputs of `out_dtype` (AttentionImpl::cost uses the implementation's own).
+CostModel mla_cost_model(const AttnInputs& in, OutDType out_dtype);
+
+// Bytes of one output value: 8, 4 or 2.
+std::size_t out_bytes_per_value(OutDType d);
+
+// What a call must touch, the basis of both models. tokens: cache tokens read (dense: the
+// tokens some query attends; sparse: the distinct valid indices of each sequence); pairs:
+// attended (query, key) pairs, causal-aware. Throws mla::Error when the spans are too short.
+struct AttnTraffic {
+  int64_t tokens = 0;
+  int64_t pairs = 0;
+  std::vector<int64_t> per_sequence_tokens;
+};
+AttnTraffic attention_traffic(const AttnInputs& in);
 
 }  // namespace mla

@@ -1,0 +1,199 @@
+// cpu_naive_mha_fp64 / cpu_naive_mha_fp32: MLA attention computed the way a plain multi-head
+// attention kernel would be fed it. The latent cache is first "decompressed": the paged tokens
+// of a sequence are gathered into contiguous K = [c | k_pe] (576) and a separately materialised
+// V = c (512), shared by every head exactly as an MHA kernel's per-head K/V would hold the same
+// values; then the full score matrix softmax(QKᵀ·scale) is formed row by row with the maximum
+// subtracted and normalised before P·V. Everything after decoding is in T (double or float),
+// so the fp32 variant shows what an fp32 MHA implementation loses against the fp64 truth.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <Eigen/Dense>
+#include <fmt/format.h>
+
+#include "cpu_kernels.hpp"
+#include "mla/core/error.hpp"
+#include "mla/core/numeric.hpp"
+#include "mla/ref/attention.hpp"
+
+namespace mla::cpu {
+
+namespace {
+
+// Scores held at once per row block: bounds memory at 128 MB (fp64) for long sequences while a
+// decode step of 128 heads over 128K tokens still fits one block (K and V are read once).
+constexpr int64_t kScoreBudget = int64_t{1} << 24;
+
+template <class T>
+struct Traits;
+template <>
+struct Traits<double> {
+  static constexpr const char* name = "cpu_naive_mha_fp64";
+  static constexpr OutDType dtype = OutDType::f64;
+};
+template <>
+struct Traits<float> {
+  static constexpr const char* name = "cpu_naive_mha_fp32";
+  static constexpr OutDType dtype = OutDType::f32;
+};
+
+// Pairwise (tree) summation, as a GPU block reduction or a vectorised softmax sums: its error
+// grows with log n, where a running sum over 128K fp32 terms drifts by ~1e-4 relative — an
+// artefact of the loop, not of fp32 MHA, which would hide the precision this kernel measures.
+template <class T>
+T pairwise_sum(const T* x, int64_t n) {
+  if (n <= 32) {
+    T s = 0;
+    for (int64_t i = 0; i < n; ++i) s += x[i];
+    return s;
+  }
+  const int64_t h = n / 2;
+  return pairwise_sum(x, h) + pairwise_sum(x + h, n - h);
+}
+
+template <class T>
+class PreparedNaive final : public PreparedAttention {
+  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+ public:
+  explicit PreparedNaive(const AttnInputs& in) : in_(in), cache_(in_.view()) {}
+
+  void run() override {
+    const AttnInputs& in = in_.view();
+    const AttnShape& sh = in.shape;
+    const int64_t B = sh.batch, SQ = sh.s_q, H = sh.heads, R = SQ * H;
+    out_.assign(static_cast<std::size_t>(B * R * ref::kDv), 0.0);
+    lse_.assign(static_cast<std::size_t>(B * H * SQ), std::numeric_limits<double>::infinity());
+    Mat Q(R, ref::kDqk);
+    std::vector<int64_t> lim;
+    for (int64_t b = 0; b < B; ++b) {
+      const uint16_t* qb = in.q.data() + b * R * ref::kDqk;
+      for (int64_t r = 0; r < R; ++r) {
+        for (int64_t d = 0; d < ref::kDqk; ++d) Q(r, d) = static_cast<T>(bf16_to_float(qb[r * ref::kDqk + d]));
+      }
+      const int64_t L = cache_.seqlen(b);
+      if (sh.topk == 0) {
+        lim.resize(static_cast<std::size_t>(SQ));
+        for (int64_t s = 0; s < SQ; ++s) lim[static_cast<std::size_t>(s)] = ref::dense_last_position(sh, L, s);
+        std::vector<int64_t> pos(static_cast<std::size_t>(std::max<int64_t>(lim.back() + 1, 0)));
+        for (std::size_t t = 0; t < pos.size(); ++t) pos[t] = static_cast<int64_t>(t);
+        decompress(b, pos);
+        attend(b, Q, 0, SQ, lim);
+      } else {
+        for (int64_t s = 0; s < SQ; ++s) {
+          const std::vector<int64_t> pos = ref::sparse_row_positions(in, b, s);
+          decompress(b, pos);
+          lim.assign(1, static_cast<int64_t>(pos.size()) - 1);  // every gathered token is attended
+          attend(b, Q, s, 1, lim);
+        }
+      }
+    }
+    ran_ = true;
+  }
+
+  AttnOutputs results() override {
+    if (!ran_) throw Error(fmt::format("{}: results() called before run()", Traits<T>::name));
+    AttnOutputs o;
+    o.dtype = Traits<T>::dtype;
+    o.out = out_;
+    o.lse = lse_;
+    return o;
+  }
+
+ private:
+  void decompress(int64_t b, const std::vector<int64_t>& pos) {
+    const int64_t n = static_cast<int64_t>(pos.size());
+    k_.resize(n, ref::kDqk);
+    for (int64_t j = 0; j < n; ++j) cache_.token(b, pos[static_cast<std::size_t>(j)], k_.row(j).data());
+    v_ = k_.leftCols(ref::kDv);
+  }
+
+  // Query groups [g0, g0+ng) of sequence b (a group = the H head rows of one query token)
+  // against the decompressed K/V; group g sees gathered tokens 0..lim[g] (none when < 0).
+  void attend(int64_t b, const Mat& Q, int64_t g0, int64_t ng, const std::vector<int64_t>& lim) {
+    const AttnShape& sh = in_.view().shape;
+    const int64_t H = sh.heads, SQ = sh.s_q, n = k_.rows();
+    const T scale = static_cast<T>(in_.view().softmax_scale);
+    const int64_t groups_per_block = std::max<int64_t>(1, kScoreBudget / std::max<int64_t>(n, 1) / H);
+    for (int64_t gb = 0; gb < ng; gb += groups_per_block) {
+      const int64_t gn = std::min(groups_per_block, ng - gb);
+      const int64_t r0 = (g0 + gb) * H, rn = gn * H;
+      Mat S = Q.middleRows(r0, rn) * k_.transpose();
+      S *= scale;
+      for (int64_t rr = 0; rr < rn; ++rr) {
+        const int64_t last = lim[static_cast<std::size_t>(gb + rr / H)];
+        T* srow = S.data() + rr * n;
+        if (last < 0) {  // attends nothing: out 0 (P row 0), lse stays +inf
+          std::fill_n(srow, n, T(0));
+          continue;
+        }
+        T mx = srow[0];
+        for (int64_t j = 1; j <= last; ++j) mx = std::max(mx, srow[j]);
+        for (int64_t j = 0; j <= last; ++j) srow[j] = std::exp(srow[j] - mx);
+        const T sum = pairwise_sum(srow, last + 1);
+        for (int64_t j = 0; j <= last; ++j) srow[j] /= sum;
+        std::fill(srow + last + 1, srow + n, T(0));  // causal mask
+        const int64_t r = r0 + rr, s = r / H, hh = r % H;
+        lse_[static_cast<std::size_t>((b * H + hh) * SQ + s)] = static_cast<double>(mx + std::log(sum));
+      }
+      const Mat O = S * v_;
+      for (int64_t rr = 0; rr < rn; ++rr) {
+        double* dst = out_.data() + (b * SQ * H + r0 + rr) * ref::kDv;
+        for (int64_t d = 0; d < ref::kDv; ++d) dst[d] = static_cast<double>(O(rr, d));
+      }
+    }
+  }
+
+  OwnedInputs in_;
+  ref::PagedCache cache_;
+  Mat k_, v_;
+  std::vector<double> out_, lse_;
+  bool ran_ = false;
+};
+
+template <class T>
+class NaiveMha final : public AttentionImpl {
+ public:
+  NaiveMha() {
+    info_.name = Traits<T>::name;
+    info_.backend = "cpu";
+    info_.description = fmt::format(
+        "naive MHA in {}: latent cache decompressed to per-sequence K (576) / V (512), full softmax(QK^T)V",
+        sizeof(T) == 8 ? "float64" : "float32");
+    info_.out_dtype = Traits<T>::dtype;
+    info_.caps = host_capabilities();
+  }
+  const KernelInfo& info() const override { return info_; }
+
+  // What a naive MHA moves: q, the latent cache read once to decompress, the per-head K (576)
+  // and V (512) in T written by the decompression and read back by the attention, out and lse
+  // in T. Sparse rows gather their own tokens, so they count per row, not per sequence.
+  CostModel cost(const AttnInputs& in) const override {
+    const AttnShape& sh = in.shape;
+    const AttnTraffic t = attention_traffic(in);
+    const double gathered = static_cast<double>(sh.topk > 0 ? t.pairs : t.tokens);
+    const double rows = static_cast<double>(sh.batch) * sh.s_q * sh.heads;
+    CostModel c;
+    c.bytes = rows * sh.d_qk * 2 + gathered * cache_bytes_per_token(sh.cache_format) +
+              2.0 * gathered * sh.heads * (sh.d_qk + sh.d_v) * sizeof(T) + rows * sh.d_v * sizeof(T) +
+              rows * sizeof(T);
+    c.flops = 2.0 * static_cast<double>(t.pairs) * sh.heads * (sh.d_qk + sh.d_v);
+    return c;
+  }
+
+  std::unique_ptr<PreparedAttention> prepare(const AttnInputs& in) const override {
+    if (auto why = check(in.shape)) throw UnsupportedError(fmt::format("{}: {}", info_.name, *why));
+    return std::make_unique<PreparedNaive<T>>(in);
+  }
+
+ private:
+  KernelInfo info_;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionImpl> make_cpu_naive_mha_fp64() { return std::make_unique<NaiveMha<double>>(); }
+std::unique_ptr<AttentionImpl> make_cpu_naive_mha_fp32() { return std::make_unique<NaiveMha<float>>(); }
+
+}  // namespace mla::cpu

@@ -6,7 +6,8 @@
 // against an fp64 truth that neither of them has):
 //  1. equal shapes; 2. equal NaN / +Inf / -Inf masks;
 //  3. every finite element within atol OR rtol of the truth (the worst one is reported with its
-//     multi-index, so a rare mismatch cannot hide behind a good global score);
+//     multi-index, so a rare mismatch cannot hide behind a good global score); atol may scale
+//     with the tensor's largest magnitude (`atol_rel_max`);
 //  4. global cosine difference 1 - 2Σxy/Σ(x²+y²), in fp64, within `cos_diff`;
 //  5. error ratio: max|impl - truth| <= k * max|same_dtype - truth| + floor, where same_dtype is
 //     the deployed-precision reference (skipped when no such reference is given, e.g. fp64 impls).
@@ -21,6 +22,11 @@
 
 #include <nlohmann/json.hpp>
 
+namespace mla {
+enum class CacheFormat;  // mla/kernels/attention.hpp
+enum class OutDType;
+}  // namespace mla
+
 namespace mla::tol {
 
 struct Tolerance {
@@ -32,14 +38,36 @@ struct Tolerance {
   double ratio_k = 0;     // 0 disables the error-ratio rule
   double ratio_floor = 0; // absolute rounding floor added to k * same-dtype error
   double min_pass_fraction = 1.0;  // fraction of elements that must satisfy atol-or-rtol
+  // A floor proportional to the data: the error-ratio bound is
+  //   k * same_dtype_err + ratio_floor + ratio_floor_rel * max|truth|
+  // because one rounding of the output (FlashAttention's floor) scales with its magnitude.
+  double ratio_floor_rel = 0;
+  // The element rule's absolute bound grows with the tensor's magnitude:
+  //   atol_used = max(atol, atol_rel_max * max|truth|).
+  // Why: in P·V every element accumulates terms as large as the largest values, so a near-zero
+  // output inherits rounding errors of that size; a fixed atol tuned on O(1) data (FlashMLA's)
+  // fails a correct kernel on data of magnitude 1e3 (the FP8 edge blocks) and is meaningless on
+  // data of magnitude 1e-3.
+  double atol_rel_max = 0;
 };
+
+// max(t.atol, t.atol_rel_max * max_abs_truth): the element rule's absolute bound for a tensor.
+double effective_atol(const Tolerance& t, double max_abs_truth);
 
 // Throws mla::Error naming the unknown tolerance.
 const Tolerance& lookup(std::string_view name);
 const std::vector<Tolerance>& table();
 
+// The table entry for an attention-core result: `what` is "out" or "lse"; the cache format
+// matters only for bf16 outputs (an FP8 cache adds its dequantization path). Throws mla::Error
+// on another `what`.
+const Tolerance& tolerance_for(OutDType dtype, CacheFormat format, std::string_view what);
+nlohmann::json to_json(const Tolerance& t);
+
 enum class Verdict { pass, fail, unsupported, error, skipped };
 const char* to_string(Verdict v);
+// Inverse of to_string; throws mla::Error on an unknown word.
+Verdict verdict_from_string(std::string_view s);
 
 struct Comparison {
   std::string what;  // "out", "lse", ...
@@ -57,6 +85,13 @@ struct Comparison {
   std::optional<double> same_dtype_max_abs_err;  // the reference's own error vs truth
   std::optional<double> error_ratio;             // max_abs_err / same_dtype_max_abs_err
   int64_t nan_mismatch = 0, inf_mismatch = 0;
+  int64_t elements_failed = 0;                   // outside atol-or-rtol, or a mask mismatch
+  // max over finite elements of |d| / max(atol_used, rtol·|truth|): below 1 every element passes,
+  // and how far below says how much headroom the worst element has.
+  double max_bound_use = 0;
+  double max_abs_truth = 0;  // over finite truth elements
+  double atol_used = 0;      // effective_atol(tolerance, max_abs_truth)
+  std::optional<double> error_ratio_limit;       // k * same_dtype_max_abs_err + floor, when gated
 };
 
 // `impl`, `truth` (and `same_dtype` when given) have `shape` in C order. Never throws on bad
@@ -66,6 +101,12 @@ Comparison judge(std::string what, std::span<const double> impl, std::span<const
                  std::span<const int64_t> shape, const Tolerance& tol,
                  std::optional<std::span<const double>> same_dtype = std::nullopt);
 
+// Non-finite metrics (an infinite relative error) are written as the strings "inf", "-inf",
+// "nan", since JSON has no such numbers; comparison_from_json reads them back.
 nlohmann::json to_json(const Comparison& c);
+Comparison comparison_from_json(const nlohmann::json& j);
+
+// "[0,0,5,17]"
+std::string format_index(std::span<const int64_t> index);
 
 }  // namespace mla::tol

@@ -1,0 +1,102 @@
+// The certification report: what mla-certify found, per implementation and golden case, as a
+// machine-readable JSON (the record) and a Markdown rendering (for people), plus the
+// one-screen summary the certifier prints.
+//
+// The JSON is the source of truth; certificate_from_json reads it back so that tools and tests
+// can consume a certificate without re-running anything.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mla/core/tolerance.hpp"
+
+namespace mla::reports {
+
+inline constexpr int kCertificateFormat = 1;
+
+struct MachineInfo {
+  std::string hostname;
+  std::string cpu_model;  // /proc/cpuinfo "model name"
+  int threads = 0;        // hardware threads
+  std::string os;         // /etc/os-release PRETTY_NAME
+  std::vector<std::string> gpus;  // NVIDIA driver's /proc entries; empty without a driver
+  std::optional<std::string> git_commit;
+};
+
+// Reads what it can; a field it cannot read stays empty (a report is still useful without it).
+// The git commit is that of the repository containing `inside` (walking up), read from .git
+// without running git.
+MachineInfo detect_machine(const std::filesystem::path& inside);
+std::optional<std::string> git_commit_of(const std::filesystem::path& inside);
+
+// One (implementation, case) cell.
+struct CaseResult {
+  std::string family, file, name, description;
+  nlohmann::json shape;  // batch, s_q, heads, cache format, lengths ...: whatever the caller records
+  tol::Verdict verdict = tol::Verdict::error;
+  // Every reason the verdict is not PASS: failed rules ("out: ..."), the skip or unsupported
+  // reason, or an error message.
+  std::vector<std::string> reasons;
+  std::optional<tol::Comparison> out, lse;
+  // FP8 cases: the result against the fp64 result on the unquantized cache (information only,
+  // never part of the verdict).
+  std::optional<tol::Comparison> out_vs_unquantized, lse_vs_unquantized;
+  // Wall time of run() + synchronize(), the fastest of the certifier's repeats (inputs are
+  // prepared and results copied outside it).
+  std::optional<double> run_seconds;
+  std::optional<double> bytes, flops;  // the implementation's cost model for this call
+};
+
+struct KernelReport {
+  std::string name, backend, description, out_dtype;
+  std::optional<std::string> unavailable;
+  std::vector<CaseResult> cases;
+};
+
+struct Counts {
+  int pass = 0, fail = 0, unsupported = 0, error = 0, skipped = 0;
+  int total() const { return pass + fail + unsupported + error + skipped; }
+};
+Counts count(const KernelReport& k);
+
+struct Certificate {
+  std::string tool = "mla-certify";
+  std::string tool_version;
+  std::string started_utc, finished_utc;  // ISO 8601
+  bool complete = false;                  // false while the run is still going (or crashed)
+  MachineInfo machine;
+  nlohmann::json build;    // compiler, build type ...
+  nlohmann::json options;  // filters the run used
+  std::string goldens_dir;
+  std::map<std::string, std::string> manifest;  // file -> sha256, as verified
+  std::vector<std::string> notes;                // catalog remarks (missing family, ...)
+  std::vector<KernelReport> kernels;
+  double wall_seconds = 0;
+};
+
+// FAIL or ERROR anywhere: the certificate is red.
+bool is_red(const Certificate& c);
+
+nlohmann::json to_json(const Certificate& c);
+// Throws mla::Error naming what is missing or malformed.
+Certificate certificate_from_json(const nlohmann::json& j);
+std::string to_markdown(const Certificate& c);
+// At most ~`max_lines` lines: per kernel the verdict counts and its worst cases.
+std::string summary(const Certificate& c, std::size_t max_lines = 40);
+
+// Writes `text` to `path` through a temporary file in the same folder and a rename, so a reader
+// (or a crash) never sees half a file. Throws mla::Error naming the path on failure.
+void write_file_atomically(const std::filesystem::path& path, std::string_view text);
+// <dir>/certificate.json and <dir>/certificate.md, each atomically; creates `dir`.
+void write_certificate(const Certificate& c, const std::filesystem::path& dir);
+
+std::string utc_now_iso8601();
+
+}  // namespace mla::reports

@@ -1,0 +1,255 @@
+// Renderings of a certificate for people: Markdown (the full record, one table per
+// implementation) and the one-screen summary.
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "mla/reports/certificate.hpp"
+
+namespace mla::reports {
+namespace {
+
+std::string sci(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  if (x == 0) return "0";
+  return fmt::format("{:.2e}", x);
+}
+
+// Markdown table cells must not contain a bare '|' or a newline.
+std::string cell(std::string s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '|') out += "\\|";
+    else if (ch == '\n') out += ' ';
+    else out += ch;
+  }
+  return out;
+}
+
+std::string shorten(const std::string& s, std::size_t n) {
+  return s.size() <= n ? s : s.substr(0, n - 3) + "...";
+}
+
+// The summary is for a terminal: no line longer than this.
+constexpr std::size_t kSummaryWidth = 150;
+
+bool ran(const CaseResult& r) { return r.out.has_value() || r.lse.has_value(); }
+
+// How close a case came to failing: the larger bound use of its out and lse.
+double bound_use(const CaseResult& r) {
+  double u = 0;
+  if (r.out) u = std::max(u, r.out->max_bound_use);
+  if (r.lse) u = std::max(u, r.lse->max_bound_use);
+  return u;
+}
+
+std::string first_reason(const CaseResult& r) {
+  return r.reasons.empty() ? std::string("(no reason recorded)") : r.reasons.front();
+}
+
+// One line per red case for the summary: where it went wrong and by how much, from the
+// structured metrics (a full reason is too long for a screen; the certificate has it).
+std::string compact_reason(const CaseResult& r) {
+  std::vector<std::string> parts;
+  for (const auto* c : {&r.out, &r.lse}) {
+    if (!*c || (*c)->verdict == tol::Verdict::pass) continue;
+    const auto& m = **c;
+    std::string p = fmt::format("{} {}/{} bad", m.what, m.elements_failed, m.numel);
+    if (m.nan_mismatch + m.inf_mismatch > 0) p += fmt::format(" ({} NaN/Inf mask)", m.nan_mismatch + m.inf_mismatch);
+    if (!m.max_abs_index.empty()) p += fmt::format(", max err {} @ {}", sci(m.max_abs_err), tol::format_index(m.max_abs_index));
+    if (m.elements_failed == 0) p += fmt::format(", cos diff {}", sci(m.cos_diff));
+    parts.push_back(p);
+  }
+  // Reasons that are not about out/lse (repeatability, a dtype lie) are kept in full.
+  for (const auto& why : r.reasons) {
+    if (why.rfind("out: ", 0) != 0 && why.rfind("lse: ", 0) != 0) parts.push_back(why);
+  }
+  if (parts.empty()) return first_reason(r);
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+void kernel_section(std::string& md, const KernelReport& k) {
+  const auto n = count(k);
+  md += fmt::format("\n## {}\n\n{} backend, {} output. {}\n\n", k.name, k.backend, k.out_dtype,
+                    cell(k.description));
+  md += fmt::format("PASS {} · FAIL {} · UNSUPPORTED {} · SKIPPED {} · ERROR {}\n", n.pass, n.fail,
+                    n.unsupported, n.skipped, n.error);
+  if (k.unavailable) md += fmt::format("\nUnavailable on this machine: {}\n", cell(*k.unavailable));
+
+  if (std::any_of(k.cases.begin(), k.cases.end(), ran)) {
+    md += "\n| case | family | verdict | out max abs err @ index | out max rel err | out p99 abs err "
+          "| out cos diff | out error ratio | out pass % | lse max abs err | bound use | run ms |\n";
+    md += "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& r : k.cases) {
+      if (!ran(r)) continue;
+      std::string abs = "-", rel = "-", p99 = "-", cos = "-", ratio = "-", pass = "-", lse = "-";
+      if (r.out) {
+        abs = sci(r.out->max_abs_err) + " @ " + tol::format_index(r.out->max_abs_index);
+        rel = sci(r.out->max_rel_err);
+        p99 = sci(r.out->p99_abs_err);
+        cos = sci(r.out->cos_diff);
+        if (r.out->error_ratio) ratio = fmt::format("{:.3g}", *r.out->error_ratio);
+        pass = fmt::format("{:.4f}", 100.0 * r.out->pass_fraction);
+      }
+      if (r.lse) lse = sci(r.lse->max_abs_err);
+      md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.3g} | {} |\n", r.name,
+                        r.family, tol::to_string(r.verdict), abs, rel, p99, cos, ratio, pass, lse,
+                        bound_use(r), r.run_seconds ? fmt::format("{:.3f}", *r.run_seconds * 1e3) : "-");
+    }
+  }
+
+  std::vector<const CaseResult*> not_pass;
+  for (const auto& r : k.cases) {
+    if (r.verdict != tol::Verdict::pass) not_pass.push_back(&r);
+  }
+  if (!not_pass.empty()) {
+    md += "\n### Not passed\n\n";
+    for (const auto* r : not_pass) {
+      md += fmt::format("- `{}/{}` **{}**", r->family, r->name, tol::to_string(r->verdict));
+      if (r->reasons.size() == 1) {
+        md += ": " + r->reasons.front() + "\n";
+      } else {
+        md += "\n";
+        for (const auto& why : r->reasons) md += "  - " + why + "\n";
+      }
+    }
+  }
+
+  if (std::any_of(k.cases.begin(), k.cases.end(), [](const CaseResult& r) { return r.out_vs_unquantized.has_value(); })) {
+    md += "\n### FP8: distance from the unquantized result (information only)\n\n"
+          "| case | out max abs err | out p99 abs err | out cos diff | lse max abs err |\n"
+          "|---|---|---|---|---|\n";
+    for (const auto& r : k.cases) {
+      if (!r.out_vs_unquantized) continue;
+      md += fmt::format("| {} | {} | {} | {} | {} |\n", r.name, sci(r.out_vs_unquantized->max_abs_err),
+                        sci(r.out_vs_unquantized->p99_abs_err), sci(r.out_vs_unquantized->cos_diff),
+                        r.lse_vs_unquantized ? sci(r.lse_vs_unquantized->max_abs_err) : "-");
+    }
+  }
+}
+
+}  // namespace
+
+std::string to_markdown(const Certificate& c) {
+  std::string md;
+  md += fmt::format("# MLA attention certificate: {}\n\n", is_red(c) ? "FAIL" : "PASS");
+  if (!c.complete) md += "**Incomplete: the run was still going or stopped early.**\n\n";
+  md += fmt::format("- Run: {} to {} ({:.1f} s), {} {}\n", c.started_utc,
+                    c.finished_utc.empty() ? "?" : c.finished_utc, c.wall_seconds, c.tool, c.tool_version);
+  md += fmt::format("- Machine: {} — {} ({} threads), {}\n", c.machine.hostname,
+                    c.machine.cpu_model.empty() ? "unknown CPU" : c.machine.cpu_model, c.machine.threads,
+                    c.machine.os.empty() ? "unknown OS" : c.machine.os);
+  if (!c.machine.gpus.empty()) md += fmt::format("- GPUs: {}\n", fmt::join(c.machine.gpus, "; "));
+  md += fmt::format("- Commit: {}\n", c.machine.git_commit.value_or("unknown"));
+  if (!c.build.is_null()) md += fmt::format("- Build: `{}`\n", c.build.dump());
+  if (!c.options.is_null()) md += fmt::format("- Options: `{}`\n", c.options.dump());
+  md += fmt::format("- Catalog: `{}`\n", c.goldens_dir);
+  for (const auto& [file, sha] : c.manifest) md += fmt::format("  - `{}` sha256 `{}`\n", file, sha);
+  for (const auto& note : c.notes) md += fmt::format("- Note: {}\n", note);
+
+  md += "\n| implementation | backend | output | PASS | FAIL | UNSUPPORTED | SKIPPED | ERROR |\n"
+        "|---|---|---|---|---|---|---|---|\n";
+  for (const auto& k : c.kernels) {
+    const auto n = count(k);
+    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", k.name, k.backend, k.out_dtype,
+                      n.pass, n.fail, n.unsupported, n.skipped, n.error);
+  }
+  md += "\n\"bound use\" is the worst element's |error| / its bound max(atol_used, rtol·|truth|) over out and lse: "
+        "below 1 every element is inside its bound.\n";
+
+  for (const auto& k : c.kernels) kernel_section(md, k);
+
+  std::set<std::string> used;
+  for (const auto& k : c.kernels) {
+    for (const auto& r : k.cases) {
+      for (const auto* cmp : {&r.out, &r.lse, &r.out_vs_unquantized, &r.lse_vs_unquantized}) {
+        if (*cmp) used.insert((*cmp)->tolerance);
+      }
+    }
+  }
+  if (!used.empty()) {
+    md += "\n## Tolerances applied\n\nElement rule: \\|error\\| <= max(atol, atol_rel_max·max\\|truth\\|) or "
+          "<= rtol·\\|truth\\|.\n\n| name | atol | atol_rel_max | rtol | cos diff | ratio k | ratio floor | why |\n"
+          "|---|---|---|---|---|---|---|---|\n";
+    for (const auto& t : tol::table()) {
+      if (!used.count(t.name)) continue;
+      std::string floor = "-";
+      if (t.ratio_k > 0) {
+        floor = t.ratio_floor_rel > 0 ? fmt::format("{} + {}·max\\|truth\\|", sci(t.ratio_floor), sci(t.ratio_floor_rel))
+                                      : sci(t.ratio_floor);
+      }
+      md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", t.name, sci(t.atol),
+                        t.atol_rel_max > 0 ? sci(t.atol_rel_max) : "-", sci(t.rtol), sci(t.cos_diff),
+                        t.ratio_k > 0 ? fmt::format("{:g}", t.ratio_k) : "-", floor, cell(t.why));
+    }
+  }
+  return md;
+}
+
+std::string summary(const Certificate& c, std::size_t max_lines) {
+  std::vector<std::string> lines;
+  int cases = 0;
+  for (const auto& k : c.kernels) cases = std::max(cases, static_cast<int>(k.cases.size()));
+  lines.push_back(fmt::format("mla-certify: {} - {} implementations x {} cases in {:.1f} s{}",
+                              is_red(c) ? "FAIL" : "PASS", c.kernels.size(), cases, c.wall_seconds,
+                              c.complete ? "" : " (INCOMPLETE)"));
+  std::size_t width = std::string_view("implementation").size();
+  for (const auto& k : c.kernels) width = std::max(width, k.name.size());
+  width = std::min<std::size_t>(width, 48);
+  lines.push_back(fmt::format("{:<{}} {:>5} {:>5} {:>6} {:>5} {:>6}  {}", "implementation", width, "PASS", "FAIL",
+                              "UNSUP", "SKIP", "ERROR", "worst"));
+  std::vector<std::vector<std::string>> details(c.kernels.size());
+  for (std::size_t ki = 0; ki < c.kernels.size(); ++ki) {
+    const auto& k = c.kernels[ki];
+    const auto n = count(k);
+    std::string worst;
+    std::vector<const CaseResult*> bad;
+    for (const auto& r : k.cases) {
+      if (r.verdict == tol::Verdict::fail || r.verdict == tol::Verdict::error) bad.push_back(&r);
+    }
+    if (!bad.empty()) {
+      worst = fmt::format("{} cases red, e.g. {}/{}", bad.size(), bad.front()->family, bad.front()->name);
+      for (const auto* r : bad) {
+        details[ki].push_back(shorten(fmt::format("  {:<5} {}/{}: {}", tol::to_string(r->verdict), r->family,
+                                                  r->name, compact_reason(*r)),
+                                      kSummaryWidth));
+      }
+    } else {
+      const CaseResult* closest = nullptr;
+      for (const auto& r : k.cases) {
+        if (ran(r) && (!closest || bound_use(r) > bound_use(*closest))) closest = &r;
+      }
+      if (closest) {
+        worst = fmt::format("closest to its bound: {}/{} at {:.2g} of it", closest->family, closest->name,
+                            bound_use(*closest));
+      } else if (n.skipped == n.total() && k.unavailable) {
+        worst = shorten("skipped: " + *k.unavailable, 60);
+      } else if (n.unsupported > 0) {
+        worst = "nothing it supports in the selection";
+      }
+    }
+    lines.push_back(shorten(fmt::format("{:<{}} {:>5} {:>5} {:>6} {:>5} {:>6}  {}", shorten(k.name, width), width,
+                                        n.pass, n.fail, n.unsupported, n.skipped, n.error, worst),
+                            kSummaryWidth));
+  }
+  // Red cases fill what is left of the screen, shared fairly between implementations.
+  std::size_t room = max_lines > lines.size() ? max_lines - lines.size() : 0;
+  std::size_t red_kernels = std::count_if(details.begin(), details.end(), [](const auto& d) { return !d.empty(); });
+  for (const auto& d : details) {
+    if (d.empty() || room == 0) continue;
+    const std::size_t share = std::max<std::size_t>(1, room / std::max<std::size_t>(1, red_kernels));
+    const std::size_t show = std::min(d.size(), d.size() > share ? share - 1 : share);
+    for (std::size_t i = 0; i < show; ++i) lines.push_back(d[i]);
+    if (show < d.size()) lines.push_back(fmt::format("  ... and {} more (see the certificate)", d.size() - show));
+    room = max_lines > lines.size() ? max_lines - lines.size() : 0;
+    --red_kernels;
+  }
+  std::string s;
+  for (const auto& l : lines) s += l + "\n";
+  return s;
+}
+
+}  // namespace mla::reports

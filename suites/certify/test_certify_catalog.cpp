@@ -1,0 +1,390 @@
+// L1: mla-certify on the real golden catalog.
+//  * Every registered implementation certifies green (exit 0); the fp64 ones PASS every case
+//    they support, and the certificate lists every selected case.
+//  * A kernel that drops each sequence's last token certifies red, and exactly on the cases
+//    where dropping that token must change the answer beyond the tolerance: the test predicts
+//    that set from the case data itself (the dropped token's softmax weight), independently of
+//    the kernel and of the certifier.
+// Skipped (with the reason) when the catalog has not been generated.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "case_index.hpp"
+#include "certifier.hpp"
+#include "mla/core/numeric.hpp"
+#include "mla/core/tolerance.hpp"
+#include "mla/fixtures/golden.hpp"
+#include "mla/kernels/perturbed.hpp"
+#include "mla/reports/certificate.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using mla::certify::testing::quote;
+using mla::certify::testing::run_command;
+using mla::certify::testing::slurp;
+using mla::certify::testing::TempDir;
+using mla::tol::Verdict;
+
+// L1 leaves out the generated long-context cases (32K and 128K tokens: most of the catalog's
+// compute); the same tests built as test_certify_long (L2) run them (MLA_CERTIFY_MAX_TOKENS 0).
+#ifndef MLA_CERTIFY_MAX_TOKENS
+#define MLA_CERTIFY_MAX_TOKENS 16384
+#endif
+constexpr int64_t kMaxTokens = MLA_CERTIFY_MAX_TOKENS;
+// CTest names tests by their gtest names: the two builds need different suite names.
+#if MLA_CERTIFY_MAX_TOKENS == 0
+#define CertifyCatalog CertifyFullCatalog
+#endif
+
+const fs::path kGoldens = mla::fixtures::default_goldens_dir();
+
+bool catalog_present() { return fs::exists(kGoldens / "MANIFEST.sha256"); }
+
+struct CaseId {
+  std::string family, name;
+  auto operator<=>(const CaseId&) const = default;
+};
+
+// Every attention case in the catalog with its header, in certification order.
+std::vector<std::pair<CaseId, mla::certify::CaseHeader>> catalog_cases() {
+  const auto catalog = mla::fixtures::open_catalog(kGoldens, /*verify_files=*/false);
+  std::vector<std::pair<CaseId, mla::certify::CaseHeader>> out;
+  for (const auto& family : mla::certify::attention_families()) {
+    const auto file = catalog.file(family + ".h5");
+    for (const auto& name : mla::fixtures::read_file_info(file).cases) {
+      out.push_back({{family, name}, mla::certify::read_case_header(file, name)});
+    }
+  }
+  return out;
+}
+
+struct Certified {
+  int status = -1;
+  std::string stdout_text;
+  nlohmann::json json;
+  mla::reports::Certificate cert;
+};
+
+Certified certify(const std::string& args, const fs::path& out) {
+  Certified c;
+  const auto p = run_command(std::string(MLA_CERTIFY_EXE) + " --goldens " + quote(kGoldens) + " --out " + quote(out) +
+                             " " + args);
+  c.status = p.status;
+  c.stdout_text = p.out;
+  if (fs::exists(out / "certificate.json")) {
+    c.json = nlohmann::json::parse(slurp(out / "certificate.json"));
+    c.cert = mla::reports::certificate_from_json(c.json);
+  }
+  return c;
+}
+
+const mla::reports::KernelReport* kernel(const mla::reports::Certificate& c, const std::string& name) {
+  for (const auto& k : c.kernels) {
+    if (k.name == name) return &k;
+  }
+  return nullptr;
+}
+
+std::string max_tokens_arg() { return kMaxTokens > 0 ? "--max-tokens " + std::to_string(kMaxTokens) : ""; }
+bool over_limit(const mla::certify::CaseHeader& h) { return kMaxTokens > 0 && h.cache_tokens() > kMaxTokens; }
+
+// Each certification runs once per process, on first use: ctest runs every test in a process
+// of its own, so a suite-wide setup would repeat both runs for every test.
+class CertifyCatalog : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!catalog_present()) GTEST_SKIP() << "no golden catalog at " << kGoldens << " (generate it: ./mla.sh goldens)";
+  }
+  static const Certified& registered() {
+    static TempDir dir;
+    static const Certified c = certify(max_tokens_arg(), dir.path());
+    return c;
+  }
+  static const std::string& dropped_name() {
+    static const std::string name = mla::make_dropped_last_token_kernel()->info().name;
+    return name;
+  }
+  static const Certified& dropped() {
+    static TempDir dir;
+    static const Certified c =
+        certify(max_tokens_arg() + " --kernel-extra dropped_last --kernel " + dropped_name(), dir.path());
+    return c;
+  }
+};
+
+TEST_F(CertifyCatalog, RegisteredImplementationsCertifyGreenOnEveryCase) {
+  const auto& r = registered();
+  EXPECT_EQ(r.status, 0) << r.stdout_text;
+  ASSERT_FALSE(r.json.is_null()) << "no certificate written";
+  EXPECT_TRUE(r.cert.complete);
+  EXPECT_EQ(r.json["verdict"], "PASS");
+  EXPECT_EQ(r.stdout_text.rfind("mla-certify: PASS", 0), 0u) << r.stdout_text;
+
+  // Every catalog case appears for every implementation; the large ones as SKIPPED saying why.
+  const auto cases = catalog_cases();
+  for (const auto& k : r.cert.kernels) {
+    SCOPED_TRACE(k.name);
+    ASSERT_EQ(k.cases.size(), cases.size());
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      const auto& got = k.cases[i];
+      EXPECT_EQ(got.family, cases[i].first.family);
+      EXPECT_EQ(got.name, cases[i].first.name);
+      if (k.unavailable) {
+        EXPECT_EQ(got.verdict, Verdict::skipped);
+      } else if (over_limit(cases[i].second)) {
+        EXPECT_EQ(got.verdict, Verdict::skipped);
+        ASSERT_FALSE(got.reasons.empty());
+        EXPECT_NE(got.reasons.front().find("--max-tokens"), std::string::npos);
+      }
+      if (got.verdict != Verdict::pass) {
+        EXPECT_FALSE(got.reasons.empty()) << got.name << " has no reason";
+      }
+    }
+  }
+
+  // The fp64 implementations pass every case they support, and support every family.
+  for (const std::string name : {"cpu_mla_fp64", "cpu_naive_mha_fp64"}) {
+    SCOPED_TRACE(name);
+    const auto* k = kernel(r.cert, name);
+    ASSERT_NE(k, nullptr) << name << " is not registered";
+    std::set<std::string> families_passed;
+    for (const auto& c : k->cases) {
+      EXPECT_TRUE(c.verdict == Verdict::pass || c.verdict == Verdict::unsupported || c.verdict == Verdict::skipped)
+          << c.family << "/" << c.name << ": " << (c.reasons.empty() ? "" : c.reasons.front());
+      if (c.verdict == Verdict::pass) {
+        families_passed.insert(c.family);
+        ASSERT_TRUE(c.out && c.lse);
+        EXPECT_EQ(c.out->tolerance, "attn.out.f64");
+        EXPECT_LE(c.out->max_bound_use, 1.0);
+        EXPECT_FALSE(c.out->error_ratio.has_value()) << "fp64 judged against the bf16 reference";
+      }
+      if (c.family == "attn_fp8" && c.verdict == Verdict::pass) {
+        EXPECT_TRUE(c.out_vs_unquantized.has_value()) << "FP8 quantization error not recorded for " << c.name;
+      }
+    }
+    for (const auto& f : mla::certify::attention_families()) EXPECT_TRUE(families_passed.count(f)) << f;
+  }
+
+  // The table's why lines promise headroom over what these implementations measure (fp64:
+  // 25x, fp32: 4x); hold them to at least 10x and 2x so a regression or a catalog change that
+  // eats the margin shows up here, before it turns into a flaky verdict.
+  const std::map<std::string, double> required_headroom{{"f64", 10.0}, {"f32", 2.0}};
+  for (const auto& k : r.cert.kernels) {
+    const auto need = required_headroom.find(k.out_dtype);
+    if (need == required_headroom.end()) continue;
+    for (const auto& c : k.cases) {
+      if (c.verdict != Verdict::pass) continue;
+      for (const auto* cmp : {&*c.out, &*c.lse}) {
+        const auto& tol = mla::tol::lookup(cmp->tolerance);
+        EXPECT_LE(cmp->max_bound_use * need->second, 1.0)
+            << k.name << " " << c.family << "/" << c.name << " " << cmp->what << " uses " << cmp->max_bound_use
+            << " of " << tol.name;
+        EXPECT_LE(cmp->cos_diff * need->second * need->second, tol.cos_diff)
+            << k.name << " " << c.family << "/" << c.name << " " << cmp->what << " cos diff " << cmp->cos_diff;
+      }
+    }
+  }
+}
+
+TEST_F(CertifyCatalog, BadSelectionsAreUsageErrors) {
+  if (kMaxTokens == 0) GTEST_SKIP() << "independent of the case sizes: run by the L1 build";
+  TempDir tmp;
+  const auto base = std::string(MLA_CERTIFY_EXE) + " --goldens " + quote(kGoldens) + " --out " + quote(tmp.path()) + " ";
+  EXPECT_EQ(run_command(base + "--kernel no_such_kernel 2>/dev/null").status, 2);
+  EXPECT_EQ(run_command(base + "--family attn_nope 2>/dev/null").status, 2);
+  EXPECT_EQ(run_command(base + "--case '^no/such$' 2>/dev/null").status, 2);
+  EXPECT_EQ(run_command(base + "--case '(' 2>/dev/null").status, 2);
+  EXPECT_EQ(run_command(base + "--kernel-extra no_such 2>/dev/null").status, 2);
+}
+
+// Each verdict path of the certifier, taken by a kernel built to take it; the run goes on
+// through every case regardless.
+TEST_F(CertifyCatalog, SelfTestKernelsTakeTheirPaths) {
+  if (kMaxTokens == 0) GTEST_SKIP() << "independent of the case sizes: run by the L1 build";
+  TempDir tmp;
+  const auto r = certify(
+      "--family attn_core --family attn_fp8 --repeat 2 --kernel-extra throws --kernel-extra leaky "
+      "--kernel-extra bf16_only --kernel selftest_throws --kernel selftest_leaky --kernel selftest_bf16_only",
+      tmp.path());
+  EXPECT_EQ(r.status, 1) << r.stdout_text;
+  ASSERT_FALSE(r.json.is_null());
+  EXPECT_TRUE(r.cert.complete) << "an exception stopped the run";
+  const auto* throws = kernel(r.cert, "selftest_throws");
+  const auto* leaky = kernel(r.cert, "selftest_leaky");
+  const auto* bf16_only = kernel(r.cert, "selftest_bf16_only");
+  ASSERT_TRUE(throws && leaky && bf16_only);
+  ASSERT_FALSE(throws->cases.empty());
+  for (const auto& c : throws->cases) {
+    EXPECT_EQ(c.verdict, Verdict::error) << c.name;
+    ASSERT_FALSE(c.reasons.empty());
+    EXPECT_NE(c.reasons.front().find("injected failure in run()"), std::string::npos) << c.reasons.front();
+  }
+  for (const auto& c : leaky->cases) {
+    EXPECT_EQ(c.verdict, Verdict::fail) << c.name;
+    const bool says = std::any_of(c.reasons.begin(), c.reasons.end(), [](const std::string& why) {
+      return why.find("differs between repeated runs") != std::string::npos;
+    });
+    EXPECT_TRUE(says) << c.name;
+  }
+  int fp8 = 0;
+  for (const auto& c : bf16_only->cases) {
+    if (c.family == "attn_fp8") {
+      ++fp8;
+      EXPECT_EQ(c.verdict, Verdict::unsupported) << c.name;
+      ASSERT_FALSE(c.reasons.empty());
+      EXPECT_NE(c.reasons.front().find("fp8"), std::string::npos) << c.reasons.front();
+    } else {
+      EXPECT_EQ(c.verdict, Verdict::pass) << c.name;
+    }
+  }
+  EXPECT_GT(fp8, 0);
+}
+
+// ---- the dropped-last-token kernel: predicted red set -------------------------------------
+
+struct Prediction {
+  bool must_fail = false;  // clearly beyond the tolerance (or a row becomes empty)
+  bool must_pass = false;  // clearly within it (nothing the kernel drops carries weight)
+  std::string why;
+};
+
+// Dropping token L-1 from a row whose softmax gives it weight p turns out into
+// (out - p·v)/(1 - p), i.e. moves it by p·(out - v)/(1 - p), and lse by log(1 - p); a row whose
+// only token it was becomes empty (out 0, lse +inf). p = exp(scale·q·k - lse) from the truth.
+Prediction predict_dropped_last(const mla::fixtures::AttnCase& c) {
+  const auto& s = c.shape;
+  const auto& out_tol = mla::tol::tolerance_for(mla::OutDType::f64, s.cache_format, "out");
+  const auto& lse_tol = mla::tol::tolerance_for(mla::OutDType::f64, s.cache_format, "lse");
+  const int64_t D = 576, Dv = 512;
+  double max_use = 0, sum_d2 = 0, sum_sq = 0;
+  int64_t emptied = 0, dominated = 0, affected_rows = 0;
+  // Weight of the dropped token above which its row is treated as replaced, not perturbed.
+  constexpr double kDominant = 1e-6;
+  for (double x : c.truth_out) sum_sq += 2 * x * x;
+
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int64_t L = c.cache_seqlens[b];
+    if (L == 0) continue;
+    const int64_t t = L - 1;
+    const int64_t blk = c.block_table[b * s.max_blocks + t / s.page_size];
+    const int64_t slot = blk * s.page_size + t % s.page_size;
+    std::vector<double> k(D);
+    if (s.cache_format == mla::CacheFormat::fp8) {
+      for (int64_t d = 0; d < D; ++d) k[d] = c.kv_cache_dequant[slot * D + d];
+    } else {
+      for (int64_t d = 0; d < D; ++d) {
+        uint16_t bits;
+        std::memcpy(&bits, c.kv_cache.data() + (slot * D + d) * 2, 2);
+        k[d] = mla::bf16_to_float(bits);
+      }
+    }
+    for (int64_t sq = 0; sq < s.s_q; ++sq) {
+      int64_t attended = 0;  // tokens row (b, sq) attends
+      bool has_last = false;
+      if (s.topk == 0) {
+        const int64_t last = s.causal ? std::min(L - s.s_q + sq, L - 1) : L - 1;
+        attended = std::max<int64_t>(last + 1, 0);
+        has_last = last == t;
+      } else {
+        for (int64_t j = 0; j < s.topk; ++j) {
+          const int32_t idx = c.indices[(b * s.s_q + sq) * s.topk + j];
+          if (idx >= 0 && idx < L) {
+            ++attended;
+            has_last = has_last || idx == t;
+          }
+        }
+      }
+      if (!has_last) continue;
+      ++affected_rows;
+      if (attended == 1) {
+        emptied += s.heads;
+        continue;
+      }
+      for (int64_t h = 0; h < s.heads; ++h) {
+        const uint16_t* q = c.q.data() + ((b * s.s_q + sq) * s.heads + h) * D;
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(mla::bf16_to_float(q[d])) * k[d];
+        const double lse = c.truth_lse[(b * s.heads + h) * s.s_q + sq];
+        const double p = std::exp(c.softmax_scale * dot - lse);
+        if (1 - p < kDominant) {
+          // The dropped token carries (almost) all the weight: the row's answer becomes another
+          // token's value, and the formula below would divide by ~0.
+          ++dominated;
+          continue;
+        }
+        const double* out = c.truth_out.data() + ((b * s.s_q + sq) * s.heads + h) * Dv;
+        for (int64_t d = 0; d < Dv; ++d) {
+          const double delta = p * (out[d] - k[d]) / (1 - p);
+          sum_d2 += delta * delta;
+          max_use = std::max(max_use, std::fabs(delta) / std::max(out_tol.atol, out_tol.rtol * std::fabs(out[d])));
+        }
+        const double dlse = std::log1p(-p);
+        max_use = std::max(max_use, std::fabs(dlse) / std::max(lse_tol.atol, lse_tol.rtol * std::fabs(lse)));
+      }
+    }
+  }
+  const double cos = sum_sq > 0 ? sum_d2 / sum_sq : (sum_d2 > 0 ? 1.0 : 0.0);
+  Prediction p;
+  // Factor-2 bands keep the prediction's own rounding from deciding a borderline case.
+  p.must_fail = emptied > 0 || dominated > 0 || max_use > 2 || cos > 2 * out_tol.cos_diff;
+  p.must_pass = emptied == 0 && dominated == 0 && max_use < 0.5 && cos < 0.5 * out_tol.cos_diff;
+  p.why = fmt::format("{} affected rows, {} heads emptied, {} dominated by the dropped token, predicted bound use "
+                      "{:.3g}, cos diff {:.3g}",
+                      affected_rows, emptied, dominated, max_use, cos);
+  return p;
+}
+
+TEST_F(CertifyCatalog, DroppedLastTokenKernelFailsExactlyWhereTheTokenMatters) {
+  const auto& r = dropped();
+  EXPECT_EQ(r.status, 1) << "a broken kernel certified green:\n" << r.stdout_text;
+  ASSERT_FALSE(r.json.is_null());
+  EXPECT_EQ(r.json["verdict"], "FAIL");
+  const auto* k = kernel(r.cert, dropped_name());
+  ASSERT_NE(k, nullptr);
+  EXPECT_NE(r.stdout_text.find(dropped_name()), std::string::npos) << r.stdout_text;
+
+  const auto catalog = mla::fixtures::open_catalog(kGoldens, /*verify_files=*/false);
+  int predicted_fail = 0, predicted_pass = 0;
+  std::map<std::string, int> fails_per_family;
+  for (const auto& got : k->cases) {
+    SCOPED_TRACE(got.family + "/" + got.name);
+    if (got.verdict == Verdict::skipped) {
+      EXPECT_NE(got.reasons.front().find("--max-tokens"), std::string::npos);
+      continue;
+    }
+    const auto c = mla::fixtures::load_attn_case(catalog.file(got.file), got.name);
+    const auto p = predict_dropped_last(c);
+    if (p.must_fail) {
+      ++predicted_fail;
+      EXPECT_EQ(got.verdict, Verdict::fail) << p.why;
+      // The certificate says where: a failed rule with an element index, or a mask count.
+      ASSERT_FALSE(got.reasons.empty());
+      const bool located = std::any_of(got.reasons.begin(), got.reasons.end(), [](const std::string& why) {
+        return why.find("worst at [") != std::string::npos || why.find("mask differs") != std::string::npos;
+      });
+      EXPECT_TRUE(located) << got.reasons.front();
+      if (got.verdict == Verdict::fail) ++fails_per_family[got.family];
+    } else if (p.must_pass) {
+      ++predicted_pass;
+      EXPECT_EQ(got.verdict, Verdict::pass) << p.why << "; " << (got.reasons.empty() ? "" : got.reasons.front());
+    }
+    std::cerr << "dropped_last " << got.family << "/" << got.name << ": " << mla::tol::to_string(got.verdict) << " ("
+              << p.why << ")\n";
+  }
+  EXPECT_GT(predicted_fail, 0);
+  // Every family with a non-empty sequence has a case the broken kernel gets wrong.
+  for (const auto& f : mla::certify::attention_families()) EXPECT_GT(fails_per_family[f], 0) << f;
+  std::cerr << "dropped_last: " << predicted_fail << " cases must fail, " << predicted_pass
+            << " cannot differ beyond tolerance\n";
+}
+
+}  // namespace

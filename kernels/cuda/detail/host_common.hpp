@@ -1,0 +1,34 @@
+// Internal host-side helpers shared by the CUDA AttentionImpls (C++20, never included by .cu).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mla/kernels/attention.hpp"
+
+namespace mla::cuda::detail {
+
+// The capabilities both CUDA attention kernels claim (dense, bf16 cache, heads 1..128,
+// s_q 1..kMaxSq, any page size, varlen).
+Capabilities dense_bf16_caps();
+
+// check_capabilities plus what the interface leaves open: d_qk 576, d_v 512, positive
+// batch/page_size/num_blocks/max_blocks. The reason names the kernel and the field.
+std::optional<std::string> check_dense_bf16_shape(std::string_view kernel, const Capabilities& caps,
+                                                  const AttnShape& shape);
+
+// Checks the buffers against the shape before anything reaches the device: span sizes,
+// 0 <= cache_seqlens[i] <= max_blocks·page_size, a finite softmax scale, and every block-table
+// entry a sequence uses (j < ceil(L/ps)) inside [0, num_blocks), so no kernel can be made to
+// read outside the cache. Entries past ceil(L/ps) are not looked at (sentinels live there).
+// Throws mla::Error naming the kernel, the field and the values.
+void validate_dense_bf16_inputs(std::string_view kernel, const AttnInputs& in);
+
+// Exact widening of bf16 bits / fp32 to double.
+std::vector<double> widen_bf16(const std::vector<uint16_t>& bits);
+std::vector<double> widen_f32(const std::vector<float>& v);
+
+}  // namespace mla::cuda::detail

@@ -1,0 +1,212 @@
+// Host side of `cuda_naive_mha_cublas`: the baseline a naive MHA implementation would run.
+//
+// Per sequence: gather the paged latent cache into per-head K [h, L, 576] and V [h, L, 512]
+// (what a per-head cache holds), S = Q·Kᵀ with cuBLAS (bf16 in, fp32 accumulate and out), an
+// fp32 softmax kernel (causal-aware, natural-log lse) writing bf16 probabilities, O = P·V with
+// cuBLAS (bf16 in, fp32 accumulate, bf16 out). That is exactly the deployed-precision recipe of
+// the goldens' `same_dtype` reference, so it is judged as a bf16 kernel (OutDType::bf16).
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <fmt/format.h>
+
+#include "detail/host_common.hpp"
+#include "detail/naive_gemm_plan.hpp"
+#include "detail/naive_mha_launch.hpp"
+#include "mla/core/error.hpp"
+#include "mla/cuda/attention.hpp"
+#include "mla/cuda/check.hpp"
+#include "mla/cuda/device.hpp"
+#include "mla/cuda/device_buffer.hpp"
+
+namespace mla::cuda {
+namespace {
+
+constexpr const char* kName = "cuda_naive_mha_cublas";
+
+// Bytes of the per-sequence workspace for the longest sequence: K, V (bf16), S (fp32), P (bf16).
+int64_t workspace_bytes(const AttnShape& s, int64_t max_len) {
+  const int64_t h = s.heads;
+  return h * max_len * (576 + 512) * 2 + h * s.s_q * max_len * (4 + 2);
+}
+
+class PreparedNaive final : public PreparedAttention {
+ public:
+  explicit PreparedNaive(const AttnInputs& in) : shape_(in.shape) {
+    const DeviceInfo& dev = current_device();
+    MLA_CUDA_CHECK(cudaSetDevice(dev.device));
+    const AttnShape& s = in.shape;
+    seqlens_.assign(in.cache_seqlens.begin(), in.cache_seqlens.end());
+    max_len_ = seqlens_.empty() ? 0 : *std::max_element(seqlens_.begin(), seqlens_.end());
+
+    // The per-head copies are the point of this baseline, and also what makes it run out of
+    // memory first: refuse up front, naming the size, instead of failing inside cudaMalloc.
+    const int64_t ws = workspace_bytes(s, max_len_);
+    std::size_t free_b = 0, total_b = 0;
+    MLA_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const int64_t inputs = static_cast<int64_t>(in.q.size_bytes() + in.kv_cache.size_bytes());
+    if (ws + inputs > static_cast<int64_t>(free_b) * 9 / 10)
+      throw UnsupportedError(fmt::format(
+          "{}: per-head K/V/S/P workspace of {:.2f} GB for the longest sequence ({} tokens, {} heads) "
+          "plus {:.2f} GB of inputs exceeds 90% of the {:.2f} GB free on the device",
+          kName, ws / 1e9, max_len_, s.heads, inputs / 1e9, free_b / 1e9));
+
+    q_ = DeviceBuffer(in.q.size_bytes());
+    q_.upload(in.q.data(), in.q.size_bytes());
+    cache_ = DeviceBuffer(in.kv_cache.size_bytes());
+    cache_.upload(in.kv_cache.data(), in.kv_cache.size_bytes());
+    block_table_ = DeviceBuffer(in.block_table.size_bytes());
+    block_table_.upload(in.block_table.data(), in.block_table.size_bytes());
+    const int64_t h = s.heads;
+    k_ = DeviceBuffer(static_cast<std::size_t>(h * max_len_ * 576 * 2));
+    v_ = DeviceBuffer(static_cast<std::size_t>(h * max_len_ * 512 * 2));
+    scores_ = DeviceBuffer(static_cast<std::size_t>(h * s.s_q * max_len_ * 4));
+    probs_ = DeviceBuffer(static_cast<std::size_t>(h * s.s_q * max_len_ * 2));
+    n_out_ = static_cast<std::size_t>(int64_t{s.batch} * s.s_q * h * 512);
+    n_lse_ = static_cast<std::size_t>(int64_t{s.batch} * h * s.s_q);
+    out_ = DeviceBuffer(n_out_ * sizeof(uint16_t), /*guarded=*/true);
+    out_.fill_bytes(0xFF);  // NaN until written
+    lse_ = DeviceBuffer(n_lse_ * sizeof(float), /*guarded=*/true);
+    lse_.fill_bytes(0xFF);
+    MLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    MLA_CUBLAS_CHECK(cublasCreate(&handle_));
+    MLA_CUBLAS_CHECK(cublasSetStream(handle_, stream_));
+    // No TF32 or reduced-precision shortcuts: the inputs are bf16 and accumulation is fp32.
+    MLA_CUBLAS_CHECK(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH));
+    // The copies and fills above ran on the legacy stream; finish them before run().
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());
+    scale_ = static_cast<float>(in.softmax_scale);
+  }
+
+  ~PreparedNaive() override {
+    if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+    if (handle_ != nullptr) (void)cublasDestroy(handle_);
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+    (void)cudaGetLastError();
+  }
+
+  // One strided-batched GEMM (bf16 inputs, fp32 accumulation) described by `g`.
+  void gemm(const detail::StridedGemm& g, const void* a, cudaDataType ta, const void* b, cudaDataType tb,
+            void* c, cudaDataType tc) {
+    const float one = 1.f, zero = 0.f;
+    auto at = [](const void* p, cudaDataType t, int64_t off) {
+      const std::size_t bytes = t == CUDA_R_32F ? 4 : 2;
+      return static_cast<const char*>(p) + off * static_cast<int64_t>(bytes);
+    };
+    MLA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+        handle_, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n,
+        g.k, &one, at(a, ta, g.a_offset), ta, g.lda, g.stride_a, at(b, tb, g.b_offset), tb, g.ldb,
+        g.stride_b, &zero, const_cast<char*>(at(c, tc, g.c_offset)), tc, g.ldc, g.stride_c, g.batch,
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+
+  void run() override {
+    const AttnShape& s = shape_;
+    const int h = s.heads, sq = s.s_q;
+    const auto* q = q_.as<const uint16_t>();
+    const auto* cache = cache_.as<const uint16_t>();
+    const auto* bt = block_table_.as<const int32_t>();
+    auto* k = k_.as<uint16_t>();
+    auto* v = v_.as<uint16_t>();
+    auto* sc = scores_.as<float>();
+    auto* pr = probs_.as<uint16_t>();
+    for (int b = 0; b < s.batch; ++b) {
+      const int L = seqlens_[static_cast<std::size_t>(b)];
+      uint16_t* out_b = out_.as<uint16_t>() + int64_t{b} * sq * h * 512;
+      float* lse_b = lse_.as<float>() + int64_t{b} * h * sq;
+      if (L == 0) {
+        detail::naive_empty(out_b, lse_b, sq, h, stream_);
+        continue;
+      }
+      detail::naive_gather(cache, bt + int64_t{b} * s.max_blocks, s.page_size, L, h, k, v, stream_);
+      gemm(detail::naive_score_gemm(b, sq, h, L), k, CUDA_R_16BF, q, CUDA_R_16BF, sc, CUDA_R_32F);
+      detail::naive_softmax(sc, pr, lse_b, L, sq, h, s.causal ? 1 : 0, scale_, stream_);
+      gemm(detail::naive_value_gemm(b, sq, h, L), v, CUDA_R_16BF, pr, CUDA_R_16BF,
+           out_.as<uint16_t>(), CUDA_R_16BF);
+    }
+    ran_ = true;
+  }
+
+  void synchronize() override { MLA_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  AttnOutputs results() override {
+    if (!ran_) throw Error(fmt::format("{}: results() before run()", kName));
+    synchronize();
+    std::vector<uint16_t> out(n_out_);
+    std::vector<float> lse(n_lse_);
+    out_.download(out.data(), out.size() * sizeof(uint16_t));
+    lse_.download(lse.data(), lse.size() * sizeof(float));
+    if (auto d = out_.guard_damage("out")) throw Error(fmt::format("{}: out-of-bounds write: {}", kName, *d));
+    if (auto d = lse_.guard_damage("lse")) throw Error(fmt::format("{}: out-of-bounds write: {}", kName, *d));
+    AttnOutputs r;
+    r.dtype = OutDType::bf16;
+    r.out = detail::widen_bf16(out);
+    r.lse = detail::widen_f32(lse);
+    return r;
+  }
+
+ private:
+  AttnShape shape_;
+  std::vector<int32_t> seqlens_;
+  int64_t max_len_ = 0;
+  float scale_ = 0.f;
+  std::size_t n_out_ = 0, n_lse_ = 0;
+  DeviceBuffer q_, cache_, block_table_, k_, v_, scores_, probs_, out_, lse_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t handle_ = nullptr;
+  bool ran_ = false;
+};
+
+class CudaNaiveMha final : public AttentionImpl {
+ public:
+  CudaNaiveMha() {
+    info_.name = kName;
+    info_.backend = "cuda";
+    info_.description =
+        "naive MHA baseline: per-head K/V materialised from the paged cache, cuBLAS bf16 GEMMs "
+        "(fp32 accumulate), fp32 softmax, bf16 probabilities and output";
+    info_.out_dtype = OutDType::bf16;
+    info_.caps = detail::dense_bf16_caps();
+  }
+
+  const KernelInfo& info() const override { return info_; }
+
+  std::optional<std::string> unavailable() const override { return unavailable_reason(); }
+
+  std::optional<std::string> check(const AttnShape& shape) const override {
+    return detail::check_dense_bf16_shape(info_.name, info_.caps, shape);
+  }
+
+  // A naive MHA reads a per-head K (576) and V (512) for every attended position of every
+  // head, where MLA reads one shared 576-wide latent row: bytes = q + Σ_b L_b·h·(576+512)·2
+  // + out + lse. The FLOPs are the same as MLA's.
+  CostModel cost(const AttnInputs& in) const override {
+    CostModel c = mla_cost_model(in);
+    const AttnShape& s = in.shape;
+    double tokens = 0;
+    for (int32_t L : in.cache_seqlens) tokens += L;
+    const double h = s.heads, rows = double(s.batch) * s.s_q * h;
+    c.bytes = rows * 576 * 2 + tokens * h * (576 + 512) * 2 + rows * 512 * 2 + rows * 4;
+    return c;
+  }
+
+  std::unique_ptr<PreparedAttention> prepare(const AttnInputs& in) const override {
+    if (auto why = check(in.shape)) throw UnsupportedError(*why);
+    detail::validate_dense_bf16_inputs(info_.name, in);
+    if (auto why = unavailable()) throw Error(fmt::format("{}: {}", info_.name, *why));
+    return std::make_unique<PreparedNaive>(in);
+  }
+
+ private:
+  KernelInfo info_;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionImpl> make_naive_mha_cublas() { return std::make_unique<CudaNaiveMha>(); }
+
+}  // namespace mla::cuda

@@ -36,7 +36,8 @@ std::optional<T> read_opt(const json& j, const char* key) {
 
 json machine_json(const MachineInfo& m) {
   return {{"hostname", m.hostname}, {"cpu_model", m.cpu_model}, {"threads", m.threads},
-          {"os", m.os},             {"gpus", m.gpus},           {"git_commit", opt(m.git_commit)}};
+          {"os", m.os},             {"gpus", m.gpus},           {"git_commit", opt(m.git_commit)},
+          {"driver", opt(m.driver)}};
 }
 
 MachineInfo machine_from(const json& j) {
@@ -47,6 +48,7 @@ MachineInfo machine_from(const json& j) {
   m.os = j.at("os").get<std::string>();
   m.gpus = j.at("gpus").get<std::vector<std::string>>();
   m.git_commit = read_opt<std::string>(j, "git_commit");
+  m.driver = read_opt<std::string>(j, "driver");
   return m;
 }
 
@@ -145,6 +147,9 @@ json to_json(const Certificate& c) {
                        {"backend", k.backend},
                        {"description", k.description},
                        {"out_dtype", k.out_dtype},
+                       {"version", k.version},
+                       {"origin", k.origin},
+                       {"notes", k.notes},
                        {"unavailable", opt(k.unavailable)},
                        {"counts", counts_json(count(k))},
                        {"cases", std::move(cases)}});
@@ -160,7 +165,7 @@ json to_json(const Certificate& c) {
           {"machine", machine_json(c.machine)},
           {"build", c.build},
           {"options", c.options},
-          {"catalog", {{"dir", c.goldens_dir}, {"manifest", c.manifest}}},
+          {"catalog", {{"dir", c.goldens_dir}, {"manifest", c.manifest}, {"manifest_sha256", c.manifest_sha256}}},
           {"notes", c.notes},
           {"tolerances", tolerances_used(c)},
           {"kernels", std::move(kernels)}};
@@ -184,6 +189,7 @@ Certificate certificate_from_json(const json& j) {
     c.options = j.at("options");
     c.goldens_dir = j.at("catalog").at("dir").get<std::string>();
     c.manifest = j.at("catalog").at("manifest").get<std::map<std::string, std::string>>();
+    c.manifest_sha256 = read_opt<std::string>(j.at("catalog"), "manifest_sha256").value_or("");
     c.notes = j.at("notes").get<std::vector<std::string>>();
     for (const auto& kj : j.at("kernels")) {
       KernelReport k;
@@ -191,6 +197,10 @@ Certificate certificate_from_json(const json& j) {
       k.backend = kj.at("backend").get<std::string>();
       k.description = kj.at("description").get<std::string>();
       k.out_dtype = kj.at("out_dtype").get<std::string>();
+      // Fields added after format 1 was first written: absent in older certificates.
+      k.version = read_opt<std::string>(kj, "version").value_or("");
+      if (kj.contains("origin")) k.origin = kj.at("origin");
+      k.notes = read_opt<std::vector<std::string>>(kj, "notes").value_or(std::vector<std::string>{});
       k.unavailable = read_opt<std::string>(kj, "unavailable");
       for (const auto& cj : kj.at("cases")) k.cases.push_back(case_from(cj));
       c.kernels.push_back(std::move(k));

@@ -114,6 +114,16 @@ MachineInfo detect_machine(const std::filesystem::path& inside) {
     }
     std::sort(m.gpus.begin(), m.gpus.end());
   }
+  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 ..." -> "550.54.15"
+  if (auto line = read_first_line("/proc/driver/nvidia/version")) {
+    const auto at = line->find("Kernel Module");
+    if (at != std::string::npos) {
+      std::istringstream ss(line->substr(at + std::string_view("Kernel Module").size()));
+      std::string version;
+      if (ss >> version) m.driver = version;
+    }
+    if (!m.driver) m.driver = *line;
+  }
   m.git_commit = git_commit_of(inside);
   return m;
 }

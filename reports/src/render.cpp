@@ -75,6 +75,9 @@ void kernel_section(std::string& md, const KernelReport& k) {
   const auto n = count(k);
   md += fmt::format("\n## {}\n\n{} backend, {} output. {}\n\n", k.name, k.backend, k.out_dtype,
                     cell(k.description));
+  if (!k.version.empty()) md += fmt::format("Version: {}\n", cell(k.version));
+  if (!k.origin.is_null()) md += fmt::format("Origin: `{}`\n\n", k.origin.dump());
+  for (const auto& note : k.notes) md += fmt::format("Note (information only): {}\n\n", cell(note));
   md += fmt::format("PASS {} · FAIL {} · UNSUPPORTED {} · SKIPPED {} · ERROR {}\n", n.pass, n.fail,
                     n.unsupported, n.skipped, n.error);
   if (k.unavailable) md += fmt::format("\nUnavailable on this machine: {}\n", cell(*k.unavailable));
@@ -143,10 +146,12 @@ std::string to_markdown(const Certificate& c) {
                     c.machine.cpu_model.empty() ? "unknown CPU" : c.machine.cpu_model, c.machine.threads,
                     c.machine.os.empty() ? "unknown OS" : c.machine.os);
   if (!c.machine.gpus.empty()) md += fmt::format("- GPUs: {}\n", fmt::join(c.machine.gpus, "; "));
+  md += fmt::format("- Driver: {}\n", c.machine.driver.value_or("n/a"));
   md += fmt::format("- Commit: {}\n", c.machine.git_commit.value_or("unknown"));
   if (!c.build.is_null()) md += fmt::format("- Build: `{}`\n", c.build.dump());
   if (!c.options.is_null()) md += fmt::format("- Options: `{}`\n", c.options.dump());
-  md += fmt::format("- Catalog: `{}`\n", c.goldens_dir);
+  md += fmt::format("- Catalog: `{}`{}\n", c.goldens_dir,
+                    c.manifest_sha256.empty() ? "" : fmt::format(", MANIFEST.sha256 sha256 `{}`", c.manifest_sha256));
   for (const auto& [file, sha] : c.manifest) md += fmt::format("  - `{}` sha256 `{}`\n", file, sha);
   for (const auto& note : c.notes) md += fmt::format("- Note: {}\n", note);
 

@@ -23,6 +23,7 @@
 #include "mla/fixtures/golden.hpp"
 #include "mla/kernels/perturbed.hpp"
 #include "mla/reports/certificate.hpp"
+#include "test_predict.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -207,12 +208,13 @@ TEST_F(CertifyCatalog, BadSelectionsAreUsageErrors) {
 }
 
 // Each verdict path of the certifier, taken by a kernel built to take it; the run goes on
-// through every case regardless.
+// through every case regardless. In this process (--in-process): the other tests cover the
+// child-process path, this one the direct one.
 TEST_F(CertifyCatalog, SelfTestKernelsTakeTheirPaths) {
   if (kMaxTokens == 0) GTEST_SKIP() << "independent of the case sizes: run by the L1 build";
   TempDir tmp;
   const auto r = certify(
-      "--family attn_core --family attn_fp8 --repeat 2 --kernel-extra throws --kernel-extra leaky "
+      "--in-process --family attn_core --family attn_fp8 --repeat 2 --kernel-extra throws --kernel-extra leaky "
       "--kernel-extra bf16_only --kernel selftest_throws --kernel selftest_leaky --kernel selftest_bf16_only",
       tmp.path());
   EXPECT_EQ(r.status, 1) << r.stdout_text;
@@ -249,99 +251,7 @@ TEST_F(CertifyCatalog, SelfTestKernelsTakeTheirPaths) {
   EXPECT_GT(fp8, 0);
 }
 
-// ---- the dropped-last-token kernel: predicted red set -------------------------------------
-
-struct Prediction {
-  bool must_fail = false;  // clearly beyond the tolerance (or a row becomes empty)
-  bool must_pass = false;  // clearly within it (nothing the kernel drops carries weight)
-  std::string why;
-};
-
-// Dropping token L-1 from a row whose softmax gives it weight p turns out into
-// (out - p·v)/(1 - p), i.e. moves it by p·(out - v)/(1 - p), and lse by log(1 - p); a row whose
-// only token it was becomes empty (out 0, lse +inf). p = exp(scale·q·k - lse) from the truth.
-Prediction predict_dropped_last(const mla::fixtures::AttnCase& c) {
-  const auto& s = c.shape;
-  const auto& out_tol = mla::tol::tolerance_for(mla::OutDType::f64, s.cache_format, "out");
-  const auto& lse_tol = mla::tol::tolerance_for(mla::OutDType::f64, s.cache_format, "lse");
-  const int64_t D = 576, Dv = 512;
-  double max_use = 0, sum_d2 = 0, sum_sq = 0;
-  int64_t emptied = 0, dominated = 0, affected_rows = 0;
-  // Weight of the dropped token above which its row is treated as replaced, not perturbed.
-  constexpr double kDominant = 1e-6;
-  for (double x : c.truth_out) sum_sq += 2 * x * x;
-
-  for (int64_t b = 0; b < s.batch; ++b) {
-    const int64_t L = c.cache_seqlens[b];
-    if (L == 0) continue;
-    const int64_t t = L - 1;
-    const int64_t blk = c.block_table[b * s.max_blocks + t / s.page_size];
-    const int64_t slot = blk * s.page_size + t % s.page_size;
-    std::vector<double> k(D);
-    if (s.cache_format == mla::CacheFormat::fp8) {
-      for (int64_t d = 0; d < D; ++d) k[d] = c.kv_cache_dequant[slot * D + d];
-    } else {
-      for (int64_t d = 0; d < D; ++d) {
-        uint16_t bits;
-        std::memcpy(&bits, c.kv_cache.data() + (slot * D + d) * 2, 2);
-        k[d] = mla::bf16_to_float(bits);
-      }
-    }
-    for (int64_t sq = 0; sq < s.s_q; ++sq) {
-      int64_t attended = 0;  // tokens row (b, sq) attends
-      bool has_last = false;
-      if (s.topk == 0) {
-        const int64_t last = s.causal ? std::min(L - s.s_q + sq, L - 1) : L - 1;
-        attended = std::max<int64_t>(last + 1, 0);
-        has_last = last == t;
-      } else {
-        for (int64_t j = 0; j < s.topk; ++j) {
-          const int32_t idx = c.indices[(b * s.s_q + sq) * s.topk + j];
-          if (idx >= 0 && idx < L) {
-            ++attended;
-            has_last = has_last || idx == t;
-          }
-        }
-      }
-      if (!has_last) continue;
-      ++affected_rows;
-      if (attended == 1) {
-        emptied += s.heads;
-        continue;
-      }
-      for (int64_t h = 0; h < s.heads; ++h) {
-        const uint16_t* q = c.q.data() + ((b * s.s_q + sq) * s.heads + h) * D;
-        double dot = 0;
-        for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(mla::bf16_to_float(q[d])) * k[d];
-        const double lse = c.truth_lse[(b * s.heads + h) * s.s_q + sq];
-        const double p = std::exp(c.softmax_scale * dot - lse);
-        if (1 - p < kDominant) {
-          // The dropped token carries (almost) all the weight: the row's answer becomes another
-          // token's value, and the formula below would divide by ~0.
-          ++dominated;
-          continue;
-        }
-        const double* out = c.truth_out.data() + ((b * s.s_q + sq) * s.heads + h) * Dv;
-        for (int64_t d = 0; d < Dv; ++d) {
-          const double delta = p * (out[d] - k[d]) / (1 - p);
-          sum_d2 += delta * delta;
-          max_use = std::max(max_use, std::fabs(delta) / std::max(out_tol.atol, out_tol.rtol * std::fabs(out[d])));
-        }
-        const double dlse = std::log1p(-p);
-        max_use = std::max(max_use, std::fabs(dlse) / std::max(lse_tol.atol, lse_tol.rtol * std::fabs(lse)));
-      }
-    }
-  }
-  const double cos = sum_sq > 0 ? sum_d2 / sum_sq : (sum_d2 > 0 ? 1.0 : 0.0);
-  Prediction p;
-  // Factor-2 bands keep the prediction's own rounding from deciding a borderline case.
-  p.must_fail = emptied > 0 || dominated > 0 || max_use > 2 || cos > 2 * out_tol.cos_diff;
-  p.must_pass = emptied == 0 && dominated == 0 && max_use < 0.5 && cos < 0.5 * out_tol.cos_diff;
-  p.why = fmt::format("{} affected rows, {} heads emptied, {} dominated by the dropped token, predicted bound use "
-                      "{:.3g}, cos diff {:.3g}",
-                      affected_rows, emptied, dominated, max_use, cos);
-  return p;
-}
+// ---- the dropped-last-token kernel: predicted red set (test_predict.hpp) -----------------
 
 TEST_F(CertifyCatalog, DroppedLastTokenKernelFailsExactlyWhereTheTokenMatters) {
   const auto& r = dropped();
@@ -362,7 +272,7 @@ TEST_F(CertifyCatalog, DroppedLastTokenKernelFailsExactlyWhereTheTokenMatters) {
       continue;
     }
     const auto c = mla::fixtures::load_attn_case(catalog.file(got.file), got.name);
-    const auto p = predict_dropped_last(c);
+    const auto p = mla::certify::testing::predict_dropped_last(c, mla::OutDType::f64);
     if (p.must_fail) {
       ++predicted_fail;
       EXPECT_EQ(got.verdict, Verdict::fail) << p.why;

@@ -11,6 +11,9 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace mla::certify::testing {
 
@@ -59,6 +62,29 @@ inline Proc run_command(const std::string& cmd) {
   return p;
 }
 
+// Runs a shell command in the background (its own process group), returning its pid, or -1.
+inline pid_t spawn_command(const std::string& cmd) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// Whether `pid` is a live process: a zombie (dead, not yet reaped by whoever inherited it —
+// in a container that can take a while) counts as dead.
+inline bool process_alive(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!in || !std::getline(in, stat)) return false;
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return false;
+  const char state = stat[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
 // Single-quoted for the shell (appended piecewise: GCC 12 misreports `"'" + string` under
 // -Wrestrict).
 inline std::string quote(const std::filesystem::path& p) {
@@ -66,6 +92,36 @@ inline std::string quote(const std::filesystem::path& p) {
   s += p.string();
   s += '\'';
   return s;
+}
+
+// A certificate without what legitimately differs between two runs of the same work: dates,
+// wall time and the measured run times.
+inline nlohmann::json without_timings(nlohmann::json j) {
+  for (const char* key : {"started_utc", "finished_utc", "wall_seconds"}) j.erase(key);
+  for (auto& k : j["kernels"]) {
+    for (auto& c : k["cases"]) c.erase("run_seconds");
+  }
+  return j;
+}
+
+// Every example plug-in path, by name (from the build: MLA_PLUGIN_<NAME>).
+inline std::string plugin_path(const std::string& name) {
+#define MLA_P(upper, lower) \
+  if (name == #lower) return upper;
+  MLA_P(MLA_PLUGIN_GOOD_PLUGIN, good_plugin)
+  MLA_P(MLA_PLUGIN_GOOD_PLUGIN_BF16, good_plugin_bf16)
+  MLA_P(MLA_PLUGIN_UNDERCLAIMS, underclaims)
+  MLA_P(MLA_PLUGIN_DROPS_LAST_TOKEN, drops_last_token)
+  MLA_P(MLA_PLUGIN_LSE_LOG2, lse_log2)
+  MLA_P(MLA_PLUGIN_READS_UNUSED_SLOT, reads_unused_slot)
+  MLA_P(MLA_PLUGIN_CRASHES, crashes)
+  MLA_P(MLA_PLUGIN_HANGS, hangs)
+  MLA_P(MLA_PLUGIN_WRITES_OUT_OF_BOUNDS, writes_out_of_bounds)
+  MLA_P(MLA_PLUGIN_MUTATES_INPUT, mutates_input)
+  MLA_P(MLA_PLUGIN_RETURNS_NAN, returns_nan)
+  MLA_P(MLA_PLUGIN_TAMPERS_WITH_GOLDENS, tampers_with_goldens)
+#undef MLA_P
+  throw std::runtime_error("no example plug-in named " + name);
 }
 
 }  // namespace mla::certify::testing

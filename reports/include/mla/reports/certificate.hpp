@@ -27,6 +27,7 @@ struct MachineInfo {
   int threads = 0;        // hardware threads
   std::string os;         // /etc/os-release PRETTY_NAME
   std::vector<std::string> gpus;  // NVIDIA driver's /proc entries; empty without a driver
+  std::optional<std::string> driver;  // NVIDIA kernel driver version; nullopt (n/a) without one
   std::optional<std::string> git_commit;
 };
 
@@ -56,6 +57,9 @@ struct CaseResult {
 
 struct KernelReport {
   std::string name, backend, description, out_dtype;
+  std::string version;     // what --resume compares: a result is reused only for the same version
+  nlohmann::json origin;   // where it came from: builtin, or a plug-in's path, sha256, ABI version
+  std::vector<std::string> notes;  // informational, never part of the verdict
   std::optional<std::string> unavailable;
   std::vector<CaseResult> cases;
 };
@@ -76,6 +80,7 @@ struct Certificate {
   nlohmann::json options;  // filters the run used
   std::string goldens_dir;
   std::map<std::string, std::string> manifest;  // file -> sha256, as verified
+  std::string manifest_sha256;                   // of MANIFEST.sha256 itself: the catalog's identity
   std::vector<std::string> notes;                // catalog remarks (missing family, ...)
   std::vector<KernelReport> kernels;
   double wall_seconds = 0;

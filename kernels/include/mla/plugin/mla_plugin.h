@@ -1,0 +1,131 @@
+/* mla_plugin.h — the C ABI of an external MLA attention-core decode kernel, version 1.
+ *
+ * A plug-in is a shared library that exports one function, mla_plugin_get_descriptor, returning
+ * a descriptor: who it is (name, version), what it claims to support (cache formats, head and
+ * s_q ranges, page sizes, dense/sparse, variable lengths, output dtype) and its decode entry
+ * point. `mla certify --plugin path/to/lib.so` runs it, in a separate process, on every golden
+ * case inside its claims and judges the results against float64 truth.
+ *
+ * Why C: a C ABI is the one every compiler and language can produce and load without sharing a
+ * C++ standard library, so a kernel built elsewhere (another compiler, CUDA, Rust) can be
+ * certified without rebuilding this suite. Everything crossing the boundary is plain data.
+ *
+ * Versioning: MLA_PLUGIN_ABI_VERSION changes whenever a field changes meaning or moves. A host
+ * refuses a descriptor of another version; `struct_size` fields let a later minor revision append
+ * fields without breaking older plug-ins (a reader never reads past the size the writer gave).
+ *
+ * Data layouts are those of fixtures/SCHEMA.md and of mla::AttnInputs: a bf16 absorbed query, a
+ * paged latent cache (bf16: 576 bf16 values per token; fp8: the 656-byte V3.2 token), a block
+ * table and per-sequence lengths. Positions at or past cache_seqlens[b] and block-table entries
+ * past ceil(L/page_size) are NOT part of the input: the goldens poison them (NaN, a sentinel
+ * block id) and a kernel that reads them fails.
+ */
+#ifndef MLA_PLUGIN_H
+#define MLA_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MLA_PLUGIN_ABI_VERSION 1u
+#define MLA_PLUGIN_ENTRY_SYMBOL "mla_plugin_get_descriptor"
+
+/* Cache formats (bit mask in capabilities, a single bit in decode arguments). */
+#define MLA_PLUGIN_CACHE_BF16 0x1u /* 576 bf16 values per token: latent 512 | rope 64 (1152 bytes) */
+#define MLA_PLUGIN_CACHE_FP8 0x2u  /* 656 bytes: 512 e4m3 | 4 float32 scales | 64 bf16 rope */
+
+/* Features (bit mask). */
+#define MLA_PLUGIN_DENSE 0x1u  /* topk == 0: attend every position a query may see */
+#define MLA_PLUGIN_SPARSE 0x2u /* topk > 0: attend the listed positions; invalid ones are skipped */
+#define MLA_PLUGIN_VARLEN 0x4u /* sequences of one batch may have different lengths */
+
+/* Output dtype of `out` (lse is always float32). */
+#define MLA_PLUGIN_OUT_F32 1
+#define MLA_PLUGIN_OUT_BF16 2
+
+/* Return codes of decode. */
+#define MLA_PLUGIN_OK 0
+#define MLA_PLUGIN_ERROR 1       /* failed: the host records ERROR with the message */
+#define MLA_PLUGIN_UNSUPPORTED 2 /* refuses this shape: the host records UNSUPPORTED (it should
+                                    have been excluded by the capabilities; the report says so) */
+
+#define MLA_PLUGIN_MAX_PAGE_SIZES 16
+
+typedef struct mla_plugin_capabilities {
+  uint32_t cache_formats; /* MLA_PLUGIN_CACHE_* bits, at least one */
+  uint32_t features;      /* MLA_PLUGIN_DENSE / _SPARSE / _VARLEN bits; DENSE or SPARSE at least */
+  int32_t min_heads, max_heads; /* 1 <= min <= max */
+  int32_t min_s_q, max_s_q;     /* 1 <= min <= max: query tokens per sequence per call */
+  int32_t num_page_sizes;       /* 0: any page size; else the first num_page_sizes entries */
+  int32_t page_sizes[MLA_PLUGIN_MAX_PAGE_SIZES];
+} mla_plugin_capabilities;
+
+/* One decode call. All pointers are HOST memory in ABI version 1 (a CUDA plug-in copies them to
+ * its device and back, and has finished all work, synchronized, before it returns). Inputs are
+ * read-only: the host checksums them before and after the call. Outputs are fresh buffers
+ * pre-filled with NaN and surrounded by guard bytes: every element must be written, nothing
+ * outside them. The call must be deterministic: the host calls twice and compares bit for bit. */
+typedef struct mla_plugin_decode_args {
+  uint32_t struct_size; /* sizeof(mla_plugin_decode_args) as the host compiled it */
+  int32_t batch, s_q, heads;
+  int32_t d_qk, d_v; /* 576 and 512 */
+  int32_t page_size, num_blocks, max_blocks;
+  int32_t topk;         /* 0: dense */
+  uint32_t cache_format; /* MLA_PLUGIN_CACHE_BF16 or MLA_PLUGIN_CACHE_FP8 */
+  int32_t causal;       /* dense, 1: query s (of s_q) sees positions <= L - s_q + s; 0: all < L */
+  double softmax_scale; /* scores = softmax_scale * (q . k) over all d_qk dims */
+
+  const uint16_t* q;             /* [batch, s_q, heads, d_qk] bf16 bits */
+  const uint8_t* kv_cache;       /* [num_blocks, page_size, bytes per token] */
+  const int32_t* block_table;    /* [batch, max_blocks] */
+  const int32_t* cache_seqlens;  /* [batch], 0 <= L <= max_blocks * page_size */
+  const int32_t* indices;        /* [batch, s_q, topk] positions; NULL when topk == 0 */
+
+  void* out;  /* [batch, s_q, heads, d_v]: float32, or bf16 bits (uint16_t), per out_dtype */
+  float* lse; /* [batch, heads, s_q]: natural-log sum of exp(scores); +inf for a row that
+                 attends nothing (whose out is 0) */
+
+  void* stream; /* CUDA plug-ins: a cudaStream_t to run on, or NULL for the plug-in's own
+                   choice; always NULL from a host built without CUDA and for CPU plug-ins */
+} mla_plugin_decode_args;
+
+/* Returns MLA_PLUGIN_OK, or another code with a NUL-terminated message in error[0..error_size). */
+typedef int32_t (*mla_plugin_decode_fn)(const mla_plugin_decode_args* args, char* error, size_t error_size);
+
+/* Optional: NULL when the plug-in can run here, else why not (e.g. "no CUDA device"); the host
+ * then records every case as SKIPPED with that reason. */
+typedef const char* (*mla_plugin_unavailable_fn)(void);
+
+typedef struct mla_plugin_descriptor {
+  uint32_t abi_version; /* MLA_PLUGIN_ABI_VERSION the plug-in was compiled against */
+  uint32_t struct_size; /* sizeof(mla_plugin_descriptor) as the plug-in compiled it */
+  const char* name;     /* [a-z0-9_]+, unique among the kernels certified together */
+  const char* version;  /* free text, e.g. "1.4.2+abc123"; part of the --resume identity */
+  const char* description; /* one line */
+  const char* backend;  /* "cpu" or "cuda" */
+  int32_t out_dtype;    /* MLA_PLUGIN_OUT_F32 or MLA_PLUGIN_OUT_BF16 */
+  mla_plugin_capabilities caps;
+  mla_plugin_decode_fn decode;           /* required */
+  mla_plugin_unavailable_fn unavailable; /* optional, may be NULL */
+} mla_plugin_descriptor;
+
+/* The one exported symbol. `host_abi_version` is the host's MLA_PLUGIN_ABI_VERSION; a plug-in
+ * that cannot serve it returns NULL. The descriptor must stay valid while the library is loaded. */
+typedef const mla_plugin_descriptor* (*mla_plugin_get_descriptor_fn)(uint32_t host_abi_version);
+
+#if defined(__GNUC__)
+#define MLA_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define MLA_PLUGIN_EXPORT
+#endif
+
+MLA_PLUGIN_EXPORT const mla_plugin_descriptor* mla_plugin_get_descriptor(uint32_t host_abi_version);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MLA_PLUGIN_H */

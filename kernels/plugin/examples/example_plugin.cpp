@@ -1,0 +1,304 @@
+// Example plug-ins for the MLA plug-in C ABI (kernels/include/mla/plugin/mla_plugin.h).
+//
+// One self-contained source — no library of this suite is linked — so it doubles as the
+// template for a kernel of your own: copy it, replace decode(), build it with
+//   g++ -O2 -shared -fPIC -fvisibility=hidden -I kernels/include my_kernel.cpp -o my_kernel.so
+// and run `mla certify --plugin ./my_kernel.so`.
+//
+// The kernel: MLA attention-core decode with float64 accumulation (scores, softmax and P·V) and
+// float32 (or bf16) output, so the only error is the final rounding. kernels/plugin/examples/
+// CMakeLists.txt compiles it once correct (good_plugin, good_plugin_bf16, underclaims) and once
+// per bug (MLA_EXAMPLE_FAULT): each bug is one a real decode kernel has shipped with
+// (FIELD-NOTES), and the certifier's tests check that each is caught with the right reason.
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "mla/plugin/mla_plugin.h"
+
+#define FAULT_NONE 0
+#define FAULT_DROPS_LAST_TOKEN 1     // tail tile off by one: never attends position L-1
+#define FAULT_LSE_LOG2 2             // returns lse in base 2 (FlashInfer's convention)
+#define FAULT_READS_UNUSED_SLOT 3    // dense: attends one slot past L when it lies in the same page
+#define FAULT_CRASHES 4              // zero-length sequence: reads token L-1 = -1 through the block table
+#define FAULT_HANGS 5                // s_q == 4: waits forever for a split that never arrives
+#define FAULT_WRITES_OUT_OF_BOUNDS 6 // s_q == 2: writes one extra output row past the end
+#define FAULT_MUTATES_INPUT 7        // pre-scales q in place and leaves it scaled
+#define FAULT_RETURNS_NAN 8          // never writes the last head's output
+#define FAULT_TAMPERS_WITH_GOLDENS 9 // correct results, but edits/deletes files named in $MLA_EXAMPLE_TAMPER
+
+#ifndef MLA_EXAMPLE_FAULT
+#define MLA_EXAMPLE_FAULT FAULT_NONE
+#endif
+#ifndef MLA_EXAMPLE_NAME
+#define MLA_EXAMPLE_NAME "good_plugin"
+#endif
+#ifndef MLA_EXAMPLE_OUT_BF16
+#define MLA_EXAMPLE_OUT_BF16 0
+#endif
+// Claims less than it implements (bf16 cache, dense, up to 64 heads): the certifier runs the
+// unclaimed cases for information and notes what it "handles without claiming".
+#ifndef MLA_EXAMPLE_UNDERCLAIM
+#define MLA_EXAMPLE_UNDERCLAIM 0
+#endif
+
+namespace {
+
+constexpr int kDqk = 576, kDv = 512, kLatent = 512, kRope = 64;
+constexpr int kBf16TokenBytes = 2 * kDqk, kFp8TokenBytes = 656;
+
+float bf16_to_float(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+[[maybe_unused]] uint16_t bf16_from_float(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7FFFu + ((u >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// float8 e4m3fn: bias 7, no infinities, S.1111.111 is NaN, subnormals m·2^-9.
+double e4m3_to_double(uint8_t b) {
+  const int sign = b >> 7, e = (b >> 3) & 0xF, m = b & 7;
+  double v;
+  if (e == 15 && m == 7) return std::numeric_limits<double>::quiet_NaN();
+  if (e == 0) v = std::ldexp(static_cast<double>(m), -9);
+  else v = std::ldexp(1.0 + m / 8.0, e - 7);
+  return sign ? -v : v;
+}
+
+uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// Token `t` of sequence `b` as 576 doubles (exact: bf16 values, or e4m3 · float32 scale).
+void load_token(const mla_plugin_decode_args& a, int64_t b, int64_t t, double* k) {
+  const int64_t block = a.block_table[b * a.max_blocks + t / a.page_size];
+  const int64_t slot = block * a.page_size + t % a.page_size;
+  if (a.cache_format == MLA_PLUGIN_CACHE_BF16) {
+    const uint8_t* p = a.kv_cache + slot * kBf16TokenBytes;
+    for (int d = 0; d < kDqk; ++d) k[d] = bf16_to_float(load_u16(p + 2 * d));
+  } else {
+    const uint8_t* p = a.kv_cache + slot * kFp8TokenBytes;
+    float scales[4];
+    std::memcpy(scales, p + kLatent, sizeof scales);
+    for (int d = 0; d < kLatent; ++d) k[d] = e4m3_to_double(p[d]) * static_cast<double>(scales[d / 128]);
+    const uint8_t* rope = p + kLatent + sizeof scales;
+    for (int j = 0; j < kRope; ++j) k[kLatent + j] = bf16_to_float(load_u16(rope + 2 * j));
+  }
+}
+
+#if MLA_EXAMPLE_FAULT == FAULT_TAMPERS_WITH_GOLDENS
+// $MLA_EXAMPLE_TAMPER = "change:PATH;delete:PATH;...": overwrite 8 bytes in the middle of PATH
+// (idempotent: every case runs in a fresh process) or delete it.
+void tamper() {
+  const char* spec = std::getenv("MLA_EXAMPLE_TAMPER");
+  if (!spec) return;
+  std::string s(spec);
+  std::size_t pos = 0;
+  while (pos <= s.size()) {
+    const std::size_t end = std::min(s.find(';', pos), s.size());
+    const std::string item = s.substr(pos, end - pos);
+    pos = end + 1;
+    const std::size_t colon = item.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string op = item.substr(0, colon), path = item.substr(colon + 1);
+    if (op == "delete") {
+      unlink(path.c_str());
+    } else if (op == "change") {
+      const int fd = open(path.c_str(), O_WRONLY);
+      if (fd < 0) continue;
+      const off_t size = lseek(fd, 0, SEEK_END);
+      if (size > 16 && pwrite(fd, "TAMPERED", 8, size / 2) != 8) std::perror("tamper");
+      close(fd);
+    }
+  }
+}
+#endif
+
+int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_size) {
+  if (!args || args->struct_size < sizeof(mla_plugin_decode_args)) {
+    std::snprintf(error, error_size, "decode arguments from an older host ABI");
+    return MLA_PLUGIN_ERROR;
+  }
+  const mla_plugin_decode_args& a = *args;
+  if (a.d_qk != kDqk || a.d_v != kDv) {
+    std::snprintf(error, error_size, "d_qk=%d d_v=%d: only 576/512", a.d_qk, a.d_v);
+    return MLA_PLUGIN_UNSUPPORTED;
+  }
+#if MLA_EXAMPLE_FAULT == FAULT_TAMPERS_WITH_GOLDENS
+  tamper();
+#endif
+#if MLA_EXAMPLE_FAULT == FAULT_HANGS
+  if (a.s_q == 4) {
+    for (;;) {
+      const timespec ts{1, 0};
+      nanosleep(&ts, nullptr);
+    }
+  }
+#endif
+  const int64_t B = a.batch, S = a.s_q, H = a.heads;
+  std::vector<double> q(static_cast<std::size_t>(H) * kDqk), k(kDqk), acc(static_cast<std::size_t>(H) * kDv), sum(H),
+      mx(H);
+  std::vector<int64_t> positions;
+  std::vector<double> scores;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t L = a.cache_seqlens[b];
+#if MLA_EXAMPLE_FAULT == FAULT_CRASHES
+    if (L == 0) {
+      // The unguarded tail path: "the last token" of an empty sequence is position -1, whose
+      // page index truncates to 0 — a block-table entry the sequence does not own.
+      const int64_t t = L - 1;
+      const int64_t block = a.block_table[b * a.max_blocks + t / a.page_size];
+      const volatile uint8_t* p = a.kv_cache + (block * a.page_size + t) * kBf16TokenBytes;
+      if (*p == 0x5A) std::snprintf(error, error_size, "unreachable");
+    }
+#endif
+    for (int64_t s = 0; s < S; ++s) {
+      positions.clear();
+      if (a.topk == 0) {
+        const int64_t last = a.causal ? std::min(L - S + s, L - 1) : L - 1;
+        int64_t end = last + 1;
+#if MLA_EXAMPLE_FAULT == FAULT_DROPS_LAST_TOKEN
+        if (end == L) end = L - 1;
+#endif
+#if MLA_EXAMPLE_FAULT == FAULT_READS_UNUSED_SLOT
+        if (end == L && L % a.page_size != 0) end = L + 1;  // the tile reads the whole page
+#endif
+        for (int64_t t = 0; t < end; ++t) positions.push_back(t);
+      } else {
+        const int32_t* row = a.indices + (b * S + s) * a.topk;
+        for (int64_t j = 0; j < a.topk; ++j) {
+          const int64_t t = row[j];
+          if (t < 0 || t >= L) continue;  // invalid indices are skipped, never clamped
+#if MLA_EXAMPLE_FAULT == FAULT_DROPS_LAST_TOKEN
+          if (t == L - 1) continue;
+#endif
+          positions.push_back(t);
+        }
+      }
+      const std::size_t n = positions.size();
+      for (int64_t h = 0; h < H; ++h) {
+        const uint16_t* qh = a.q + ((b * S + s) * H + h) * kDqk;
+        for (int d = 0; d < kDqk; ++d) q[h * kDqk + d] = bf16_to_float(qh[d]);
+      }
+      // Pass 1: every score, and each head's maximum.
+      scores.assign(static_cast<std::size_t>(H) * n, 0.0);
+      for (std::size_t j = 0; j < n; ++j) {
+        load_token(a, b, positions[j], k.data());
+        for (int64_t h = 0; h < H; ++h) {
+          double dot = 0;
+          for (int d = 0; d < kDqk; ++d) dot += q[h * kDqk + d] * k[d];
+          scores[h * n + j] = a.softmax_scale * dot;
+        }
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        double m = -std::numeric_limits<double>::infinity();
+        for (std::size_t j = 0; j < n; ++j) m = std::max(m, scores[h * n + j]);
+        mx[h] = m;
+        sum[h] = 0;
+      }
+      // Pass 2: P·V with the maximum subtracted.
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (std::size_t j = 0; j < n; ++j) {
+        load_token(a, b, positions[j], k.data());
+        for (int64_t h = 0; h < H; ++h) {
+          const double w = std::exp(scores[h * n + j] - mx[h]);
+          sum[h] += w;
+          double* o = acc.data() + h * kDv;
+          for (int d = 0; d < kDv; ++d) o[d] += w * k[d];
+        }
+      }
+      for (int64_t h = 0; h < H; ++h) {
+#if MLA_EXAMPLE_FAULT == FAULT_RETURNS_NAN
+        const bool write_out = h != H - 1;
+#else
+        const bool write_out = true;
+#endif
+        const int64_t row = (b * S + s) * H + h;
+        for (int d = 0; d < kDv && write_out; ++d) {
+          const double v = n == 0 ? 0.0 : acc[h * kDv + d] / sum[h];
+#if MLA_EXAMPLE_OUT_BF16
+          static_cast<uint16_t*>(a.out)[row * kDv + d] = bf16_from_float(static_cast<float>(v));
+#else
+          static_cast<float*>(a.out)[row * kDv + d] = static_cast<float>(v);
+#endif
+        }
+        double lse = n == 0 ? std::numeric_limits<double>::infinity() : mx[h] + std::log(sum[h]);
+#if MLA_EXAMPLE_FAULT == FAULT_LSE_LOG2
+        lse /= std::log(2.0);
+#endif
+        a.lse[(b * H + h) * S + s] = static_cast<float>(lse);
+      }
+    }
+  }
+#if MLA_EXAMPLE_FAULT == FAULT_WRITES_OUT_OF_BOUNDS
+  if (S == 2) {
+    // Multi-token decode indexes one row past the batch (FIELD-NOTES bug 6).
+    float* past = static_cast<float*>(a.out) + B * S * H * kDv;
+    for (int d = 0; d < kDv; ++d) past[d] = 0.0f;
+  }
+#endif
+#if MLA_EXAMPLE_FAULT == FAULT_MUTATES_INPUT
+  {
+    // Pre-scaling q in place "to save a multiply", left behind for the caller.
+    uint16_t* q_in = const_cast<uint16_t*>(a.q);
+    for (int64_t i = 0; i < B * S * H * kDqk; ++i) {
+      q_in[i] = bf16_from_float(static_cast<float>(bf16_to_float(q_in[i]) * a.softmax_scale));
+    }
+  }
+#endif
+  return MLA_PLUGIN_OK;
+}
+
+mla_plugin_descriptor make_descriptor() {
+  mla_plugin_descriptor d{};
+  d.abi_version = MLA_PLUGIN_ABI_VERSION;
+  d.struct_size = sizeof d;
+  d.name = MLA_EXAMPLE_NAME;
+  d.version = "1.0.0";
+  d.description = "example plug-in: float64 accumulation, " MLA_EXAMPLE_NAME;
+  d.backend = "cpu";
+  d.out_dtype = MLA_EXAMPLE_OUT_BF16 ? MLA_PLUGIN_OUT_BF16 : MLA_PLUGIN_OUT_F32;
+#if MLA_EXAMPLE_UNDERCLAIM
+  d.caps.cache_formats = MLA_PLUGIN_CACHE_BF16;
+  d.caps.features = MLA_PLUGIN_DENSE | MLA_PLUGIN_VARLEN;
+  d.caps.max_heads = 64;
+#else
+  d.caps.cache_formats = MLA_PLUGIN_CACHE_BF16 | MLA_PLUGIN_CACHE_FP8;
+  d.caps.features = MLA_PLUGIN_DENSE | MLA_PLUGIN_SPARSE | MLA_PLUGIN_VARLEN;
+  d.caps.max_heads = 128;
+#endif
+  d.caps.min_heads = 1;
+  d.caps.min_s_q = 1;
+  d.caps.max_s_q = 64;
+  d.caps.num_page_sizes = 0;  // any
+  d.decode = decode;
+  d.unavailable = nullptr;
+  return d;
+}
+
+const mla_plugin_descriptor kDescriptor = make_descriptor();
+
+}  // namespace
+
+extern "C" MLA_PLUGIN_EXPORT const mla_plugin_descriptor* mla_plugin_get_descriptor(uint32_t host_abi_version) {
+  return host_abi_version == MLA_PLUGIN_ABI_VERSION ? &kDescriptor : nullptr;
+}

@@ -1,0 +1,390 @@
+#include "mla/plugin/host.hpp"
+
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "mla/core/numeric.hpp"
+#include "mla/core/sha256.hpp"
+
+namespace mla::plugin {
+namespace {
+
+// Longest string accepted from a descriptor: a pointer to garbage must not make the host read
+// megabytes looking for a NUL.
+constexpr std::size_t kMaxString = 4096;
+
+std::string checked_string(const char* s, const char* field, bool allow_empty) {
+  if (!s) throw PluginError(fmt::format("descriptor field '{}' is NULL", field));
+  const std::size_t n = strnlen(s, kMaxString + 1);
+  if (n > kMaxString) throw PluginError(fmt::format("descriptor field '{}' is longer than {} bytes", field, kMaxString));
+  if (n == 0 && !allow_empty) throw PluginError(fmt::format("descriptor field '{}' is empty", field));
+  return std::string(s, n);
+}
+
+bool valid_name(const std::string& n) {
+  return !n.empty() && n.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos;
+}
+
+}  // namespace
+
+Capabilities capabilities_from(const mla_plugin_capabilities& c) {
+  Capabilities caps;
+  if (c.cache_formats & MLA_PLUGIN_CACHE_BF16) caps.cache_formats.push_back(CacheFormat::bf16);
+  if (c.cache_formats & MLA_PLUGIN_CACHE_FP8) caps.cache_formats.push_back(CacheFormat::fp8);
+  caps.min_heads = c.min_heads;
+  caps.max_heads = c.max_heads;
+  caps.min_s_q = c.min_s_q;
+  caps.max_s_q = c.max_s_q;
+  for (int32_t i = 0; i < c.num_page_sizes && i < MLA_PLUGIN_MAX_PAGE_SIZES; ++i) caps.page_sizes.push_back(c.page_sizes[i]);
+  caps.dense = (c.features & MLA_PLUGIN_DENSE) != 0;
+  caps.sparse = (c.features & MLA_PLUGIN_SPARSE) != 0;
+  caps.varlen = (c.features & MLA_PLUGIN_VARLEN) != 0;
+  return caps;
+}
+
+void validate_descriptor(const mla_plugin_descriptor& d) {
+  if (d.abi_version != MLA_PLUGIN_ABI_VERSION) {
+    throw PluginError(fmt::format("plug-in ABI version {} is not this host's {} (rebuild it against this "
+                                  "mla_plugin.h)",
+                                  d.abi_version, MLA_PLUGIN_ABI_VERSION));
+  }
+  if (d.struct_size < sizeof(mla_plugin_descriptor)) {
+    throw PluginError(fmt::format("descriptor struct_size {} is smaller than ABI {}'s {} bytes", d.struct_size,
+                                  MLA_PLUGIN_ABI_VERSION, sizeof(mla_plugin_descriptor)));
+  }
+  const auto name = checked_string(d.name, "name", false);
+  if (!valid_name(name)) throw PluginError(fmt::format("plug-in name '{}' is not [a-z0-9_]+", name));
+  checked_string(d.version, "version", false);
+  checked_string(d.description, "description", true);
+  const auto backend = checked_string(d.backend, "backend", false);
+  if (backend != "cpu" && backend != "cuda") {
+    throw PluginError(fmt::format("backend '{}' is neither 'cpu' nor 'cuda'", backend));
+  }
+  if (d.out_dtype != MLA_PLUGIN_OUT_F32 && d.out_dtype != MLA_PLUGIN_OUT_BF16) {
+    throw PluginError(fmt::format("out_dtype {} is neither MLA_PLUGIN_OUT_F32 ({}) nor MLA_PLUGIN_OUT_BF16 ({})",
+                                  d.out_dtype, MLA_PLUGIN_OUT_F32, MLA_PLUGIN_OUT_BF16));
+  }
+  const auto& c = d.caps;
+  const uint32_t known_formats = MLA_PLUGIN_CACHE_BF16 | MLA_PLUGIN_CACHE_FP8;
+  if (c.cache_formats == 0 || (c.cache_formats & ~known_formats) != 0) {
+    throw PluginError(fmt::format("caps.cache_formats 0x{:x} must be a non-empty set of MLA_PLUGIN_CACHE_* bits",
+                                  c.cache_formats));
+  }
+  const uint32_t known_features = MLA_PLUGIN_DENSE | MLA_PLUGIN_SPARSE | MLA_PLUGIN_VARLEN;
+  if ((c.features & ~known_features) != 0 || (c.features & (MLA_PLUGIN_DENSE | MLA_PLUGIN_SPARSE)) == 0) {
+    throw PluginError(fmt::format("caps.features 0x{:x} must be MLA_PLUGIN_* bits including DENSE or SPARSE",
+                                  c.features));
+  }
+  if (c.min_heads < 1 || c.max_heads < c.min_heads) {
+    throw PluginError(fmt::format("caps heads range [{}, {}] is empty or below 1", c.min_heads, c.max_heads));
+  }
+  if (c.min_s_q < 1 || c.max_s_q < c.min_s_q) {
+    throw PluginError(fmt::format("caps s_q range [{}, {}] is empty or below 1", c.min_s_q, c.max_s_q));
+  }
+  if (c.num_page_sizes < 0 || c.num_page_sizes > MLA_PLUGIN_MAX_PAGE_SIZES) {
+    throw PluginError(fmt::format("caps.num_page_sizes {} is outside [0, {}]", c.num_page_sizes,
+                                  MLA_PLUGIN_MAX_PAGE_SIZES));
+  }
+  for (int32_t i = 0; i < c.num_page_sizes; ++i) {
+    if (c.page_sizes[i] < 1) throw PluginError(fmt::format("caps.page_sizes[{}] = {} is not positive", i, c.page_sizes[i]));
+  }
+  if (!d.decode) throw PluginError("descriptor has no decode entry point");
+}
+
+// ---- Library --------------------------------------------------------------------------------
+
+std::shared_ptr<Library> Library::open(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    throw PluginError(fmt::format("plug-in {} is not a readable file", path.string()));
+  }
+  std::shared_ptr<Library> lib(new Library());
+  lib->path_ = std::filesystem::absolute(path, ec);
+  // RTLD_LOCAL: the plug-in's symbols never satisfy another library's references, so two
+  // plug-ins (or a plug-in and this host) may define the same internal names.
+  lib->handle_ = dlopen(lib->path_.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib->handle_) {
+    const char* err = dlerror();
+    throw PluginError(fmt::format("cannot load plug-in {}: {}", path.string(), err ? err : "unknown dlopen error"));
+  }
+  dlerror();
+  void* sym = dlsym(lib->handle_, MLA_PLUGIN_ENTRY_SYMBOL);
+  if (!sym) {
+    throw PluginError(fmt::format("plug-in {} does not export {} (declare it extern \"C\" with MLA_PLUGIN_EXPORT)",
+                                  path.string(), MLA_PLUGIN_ENTRY_SYMBOL));
+  }
+  mla_plugin_get_descriptor_fn get;
+  static_assert(sizeof(get) == sizeof(sym));
+  std::memcpy(&get, &sym, sizeof get);
+  lib->desc_ = get(MLA_PLUGIN_ABI_VERSION);
+  if (!lib->desc_) {
+    throw PluginError(fmt::format("plug-in {} returned no descriptor for host ABI version {}", path.string(),
+                                  MLA_PLUGIN_ABI_VERSION));
+  }
+  try {
+    validate_descriptor(*lib->desc_);
+  } catch (const PluginError& e) {
+    throw PluginError(fmt::format("plug-in {}: {}", path.string(), e.what()));
+  }
+  const auto& d = *lib->desc_;
+  lib->info_.name = d.name;
+  lib->info_.backend = d.backend;
+  lib->info_.description = d.description;
+  lib->info_.out_dtype = d.out_dtype == MLA_PLUGIN_OUT_BF16 ? OutDType::bf16 : OutDType::f32;
+  lib->info_.caps = capabilities_from(d.caps);
+  lib->version_ = d.version;
+  return lib;
+}
+
+Library::~Library() {
+  if (handle_) dlclose(handle_);
+}
+
+std::optional<std::string> Library::unavailable() const {
+  if (!desc_->unavailable) return std::nullopt;
+  const char* why = desc_->unavailable();
+  if (!why) return std::nullopt;
+  return checked_string(why, "unavailable()", false);
+}
+
+// ---- GuardedBuffer --------------------------------------------------------------------------
+
+uint8_t canary_byte(std::size_t i) {
+  // A byte of a 64-bit mix of the offset: no period a plug-in's write pattern could share.
+  uint64_t z = i + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<uint8_t>(z ^ (z >> 31));
+}
+
+GuardedBuffer::GuardedBuffer(std::size_t bytes) : size_(bytes) {
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  auto round_up = [&](std::size_t n) { return (n + page - 1) / page * page; };
+  const std::size_t body = round_up(kCanaryBytes + bytes + kCanaryBytes);
+  mapped_ = page + body + page;
+  void* m = mmap(nullptr, mapped_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) throw Error(fmt::format("cannot map a guarded buffer of {} bytes", mapped_));
+  base_ = static_cast<uint8_t*>(m);
+  if (mprotect(base_ + page, body, PROT_READ | PROT_WRITE) != 0) {
+    munmap(base_, mapped_);
+    throw Error("cannot make a guarded buffer writable");
+  }
+  front_ = base_ + page;
+  front_len_ = kCanaryBytes;
+  data_ = front_ + front_len_;
+  back_ = data_ + bytes;
+  back_len_ = body - kCanaryBytes - bytes;  // to the inaccessible page: at least kCanaryBytes
+  // The front canary is indexed backwards from the data, the back one forwards, so offset i
+  // means "i bytes away from the data" on both sides.
+  for (std::size_t i = 0; i < front_len_; ++i) data_[-1 - static_cast<std::ptrdiff_t>(i)] = canary_byte(i);
+  for (std::size_t i = 0; i < back_len_; ++i) back_[i] = canary_byte(i);
+}
+
+GuardedBuffer::~GuardedBuffer() {
+  if (base_) munmap(base_, mapped_);
+}
+
+GuardedBuffer::Overrun GuardedBuffer::check() const {
+  Overrun o;
+  for (std::size_t i = front_len_; i-- > 0;) {
+    if (data_[-1 - static_cast<std::ptrdiff_t>(i)] != canary_byte(i)) {
+      o.before = i + 1;
+      break;
+    }
+  }
+  for (std::size_t i = back_len_; i-- > 0;) {
+    if (back_[i] != canary_byte(i)) {
+      o.after = i + 1;
+      break;
+    }
+  }
+  return o;
+}
+
+// ---- the plug-in as an AttentionImpl --------------------------------------------------------
+
+namespace {
+
+// Bit patterns written into every output element before a call: quiet NaNs with a payload, so
+// an element the plug-in never wrote is a NaN the tolerance engine reports by position.
+constexpr uint32_t kF32Unwritten = 0x7FC0DEADu;
+constexpr uint16_t kBf16Unwritten = 0x7FC1u;
+
+template <class T>
+std::string digest(const std::vector<T>& v) {
+  return sha256_hex({reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T)});
+}
+
+class PreparedPlugin final : public PreparedAttention, public AuditedCall {
+ public:
+  PreparedPlugin(std::shared_ptr<Library> lib, const AttnInputs& in)
+      : lib_(std::move(lib)),
+        shape_(in.shape),
+        scale_(in.softmax_scale),
+        q_(in.q.begin(), in.q.end()),
+        kv_(in.kv_cache.begin(), in.kv_cache.end()),
+        bt_(in.block_table.begin(), in.block_table.end()),
+        sl_(in.cache_seqlens.begin(), in.cache_seqlens.end()),
+        idx_(in.indices.begin(), in.indices.end()) {
+    const auto& s = shape_;
+    const auto expect = [](const char* what, std::size_t have, int64_t want) {
+      if (want < 0 || have != static_cast<std::size_t>(want)) {
+        throw Error(fmt::format("{} has {} elements, the shape needs {}", what, have, want));
+      }
+    };
+    expect("q", q_.size(), int64_t{s.batch} * s.s_q * s.heads * s.d_qk);
+    expect("kv_cache", kv_.size(), int64_t{s.num_blocks} * s.page_size * static_cast<int64_t>(cache_bytes_per_token(s.cache_format)));
+    expect("block_table", bt_.size(), int64_t{s.batch} * s.max_blocks);
+    expect("cache_seqlens", sl_.size(), s.batch);
+    expect("indices", idx_.size(), s.topk > 0 ? int64_t{s.batch} * s.s_q * s.topk : 0);
+    n_out_ = static_cast<std::size_t>(s.batch) * s.s_q * s.heads * s.d_v;
+    n_lse_ = static_cast<std::size_t>(s.batch) * s.heads * s.s_q;
+    digests_ = current_digests();
+  }
+
+  void run() override {
+    ++calls_;
+    const bool bf16 = lib_->info().out_dtype == OutDType::bf16;
+    const std::size_t out_value = bf16 ? 2 : 4;
+    // Fresh buffers every call: nothing the previous call wrote can stand in for this one.
+    GuardedBuffer out(n_out_ * out_value), lse(n_lse_ * sizeof(float));
+    for (std::size_t i = 0; i < n_out_; ++i) {
+      if (bf16) std::memcpy(out.data() + 2 * i, &kBf16Unwritten, 2);
+      else std::memcpy(out.data() + 4 * i, &kF32Unwritten, 4);
+    }
+    for (std::size_t i = 0; i < n_lse_; ++i) std::memcpy(lse.data() + 4 * i, &kF32Unwritten, 4);
+
+    mla_plugin_decode_args a{};
+    a.struct_size = sizeof a;
+    a.batch = shape_.batch;
+    a.s_q = shape_.s_q;
+    a.heads = shape_.heads;
+    a.d_qk = shape_.d_qk;
+    a.d_v = shape_.d_v;
+    a.page_size = shape_.page_size;
+    a.num_blocks = shape_.num_blocks;
+    a.max_blocks = shape_.max_blocks;
+    a.topk = shape_.topk;
+    a.cache_format = shape_.cache_format == CacheFormat::fp8 ? MLA_PLUGIN_CACHE_FP8 : MLA_PLUGIN_CACHE_BF16;
+    a.causal = shape_.causal ? 1 : 0;
+    a.softmax_scale = scale_;
+    a.q = q_.data();
+    a.kv_cache = kv_.data();
+    a.block_table = bt_.data();
+    a.cache_seqlens = sl_.data();
+    a.indices = shape_.topk > 0 ? idx_.data() : nullptr;
+    a.out = out.data();
+    a.lse = reinterpret_cast<float*>(lse.data());
+    a.stream = nullptr;  // host memory ABI; this host has no stream to offer
+
+    char err[1024] = {};
+    const int32_t rc = lib_->descriptor().decode(&a, err, sizeof err);
+    err[sizeof err - 1] = '\0';
+
+    // Audit before interpreting anything: a failed call that wrote out of bounds is still a
+    // write out of bounds.
+    note_overrun(out.check(), "out");
+    note_overrun(lse.check(), "lse");
+    const auto now = current_digests();
+    static const char* const names[] = {"q", "kv_cache", "block_table", "cache_seqlens", "indices"};
+    for (std::size_t i = 0; i < now.size(); ++i) {
+      if (now[i] != digests_[i]) {
+        note(fmt::format("input {} changed by call {} (sha256 {}... became {}...)", names[i], calls_,
+                         digests_[i].substr(0, 12), now[i].substr(0, 12)));
+        digests_[i] = now[i];  // report each later change against the state it started from
+      }
+    }
+    if (rc == MLA_PLUGIN_UNSUPPORTED) throw UnsupportedError(fmt::format("plug-in refused the shape: {}", err));
+    if (rc != MLA_PLUGIN_OK) throw Error(fmt::format("plug-in decode returned {}: {}", rc, err));
+
+    out_.assign(n_out_, 0.0);
+    for (std::size_t i = 0; i < n_out_; ++i) {
+      if (bf16) {
+        uint16_t b;
+        std::memcpy(&b, out.data() + 2 * i, 2);
+        out_[i] = static_cast<double>(bf16_to_float(b));
+      } else {
+        float f;
+        std::memcpy(&f, out.data() + 4 * i, 4);
+        out_[i] = static_cast<double>(f);
+      }
+    }
+    lse_.assign(n_lse_, 0.0);
+    for (std::size_t i = 0; i < n_lse_; ++i) {
+      float f;
+      std::memcpy(&f, lse.data() + 4 * i, 4);
+      lse_[i] = static_cast<double>(f);
+    }
+    ran_ = true;
+  }
+
+  AttnOutputs results() override {
+    if (!ran_) throw Error("plug-in results() before a successful run()");
+    AttnOutputs o;
+    o.dtype = lib_->info().out_dtype;
+    o.out = out_;
+    o.lse = lse_;
+    return o;
+  }
+
+  const std::vector<std::string>& violations() const override { return violations_; }
+
+ private:
+  std::vector<std::string> current_digests() const {
+    return {digest(q_), digest(kv_), digest(bt_), digest(sl_), digest(idx_)};
+  }
+  void note(std::string v) {
+    if (std::find(violations_.begin(), violations_.end(), v) == violations_.end()) violations_.push_back(std::move(v));
+  }
+  void note_overrun(const GuardedBuffer::Overrun& o, const char* what) {
+    if (o.after) note(fmt::format("wrote {} bytes past {}", o.after, what));
+    if (o.before) note(fmt::format("wrote {} bytes before {}", o.before, what));
+  }
+
+  std::shared_ptr<Library> lib_;
+  AttnShape shape_;
+  double scale_;
+  std::vector<uint16_t> q_;
+  std::vector<uint8_t> kv_;
+  std::vector<int32_t> bt_, sl_, idx_;
+  std::size_t n_out_ = 0, n_lse_ = 0;
+  std::vector<std::string> digests_;
+  std::vector<std::string> violations_;
+  std::vector<double> out_, lse_;
+  int calls_ = 0;
+  bool ran_ = false;
+};
+
+class PluginKernel final : public AttentionImpl {
+ public:
+  PluginKernel(std::shared_ptr<Library> lib, bool enforce_caps) : lib_(std::move(lib)), enforce_(enforce_caps) {}
+  const KernelInfo& info() const override { return lib_->info(); }
+  std::optional<std::string> unavailable() const override { return lib_->unavailable(); }
+  std::unique_ptr<PreparedAttention> prepare(const AttnInputs& in) const override {
+    if (enforce_) {
+      if (auto why = check(in.shape)) throw UnsupportedError(fmt::format("{}: {}", info().name, *why));
+    }
+    return std::make_unique<PreparedPlugin>(lib_, in);
+  }
+
+ private:
+  std::shared_ptr<Library> lib_;
+  bool enforce_;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionImpl> make_plugin_kernel(std::shared_ptr<Library> library, bool enforce_caps) {
+  if (!library) throw Error("make_plugin_kernel: null library");
+  return std::make_unique<PluginKernel>(std::move(library), enforce_caps);
+}
+
+}  // namespace mla::plugin

@@ -1,0 +1,318 @@
+// L0: the `mla` command line besides the full certification — subcommand dispatch and the
+// mla-certify alias, `goldens` (on the tiny committed catalog fixtures/bad/good and broken
+// copies of it), `memory` (the byte model against FIELD-NOTES, the Python presets and the
+// allocations of the implementations), `report`, and a plug-in certified end to end on the tiny
+// catalog.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "memory.hpp"
+#include "mla/core/presets.hpp"
+#include "mla/plugin/mla_plugin.h"
+#include "mla/core/sha256.hpp"
+#include "mla/fixtures/golden.hpp"
+#include "mla/reports/certificate.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using mla::certify::testing::plugin_path;
+using mla::certify::testing::Proc;
+using mla::certify::testing::quote;
+using mla::certify::testing::run_command;
+using mla::certify::testing::slurp;
+using mla::certify::testing::TempDir;
+using nlohmann::json;
+
+const std::string kMla = MLA_CLI_EXE;
+const fs::path kTiny = fs::path(MLA_SOURCE_DIR) / "fixtures" / "bad" / "good";
+
+Proc mla(const std::string& args) { return run_command(kMla + " " + args); }
+
+TEST(MlaCli, SubcommandsAndTheAlias) {
+  EXPECT_EQ(mla("--help >/dev/null").status, 0);
+  EXPECT_EQ(mla("2>/dev/null").status, 2) << "a subcommand is required";
+  EXPECT_EQ(mla("frobnicate 2>/dev/null").status, 2);
+  const auto help = run_command(std::string(MLA_CERTIFY_EXE) + " --help");
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("--plugin"), std::string::npos) << "mla-certify is not `mla certify`: " << help.out;
+  EXPECT_NE(help.out.find("--resume"), std::string::npos);
+  EXPECT_EQ(help.out.find("__child"), std::string::npos);
+  EXPECT_EQ(mla("--help").out.find("__child"), std::string::npos) << "the child mode is internal";
+}
+
+// ---- goldens ---------------------------------------------------------------------------------
+
+TEST(MlaGoldens, ListValidateInspectTheTinyCatalog) {
+  const auto list = mla("goldens --dir " + quote(kTiny) + " list");
+  ASSERT_EQ(list.status, 0) << list.out;
+  const auto cat = mla::fixtures::open_catalog(kTiny);
+  for (const auto& [file, digest] : cat.sha256) {
+    EXPECT_NE(list.out.find(file + "  family="), std::string::npos) << list.out;
+    EXPECT_NE(list.out.find(digest), std::string::npos);
+    for (const auto& c : mla::fixtures::read_file_info(cat.file(file)).cases) EXPECT_NE(list.out.find(c), std::string::npos);
+  }
+  const auto valid = mla("goldens --dir " + quote(kTiny) + " validate");
+  EXPECT_EQ(valid.status, 0) << valid.out;
+  EXPECT_NE(valid.out.find("VALID: 2 files, 3 cases"), std::string::npos) << valid.out;
+
+  const auto c = mla::fixtures::load_attn_case(cat.file("attn_core.h5"), "dense_stored");
+  const auto inspect = mla("goldens --dir " + quote(kTiny) + " inspect attn_core.h5 dense_stored");
+  ASSERT_EQ(inspect.status, 0) << inspect.out;
+  EXPECT_NE(inspect.out.find(fmt::format("cache_seqlens [{}]", fmt::join(c.cache_seqlens, ", "))), std::string::npos)
+      << inspect.out;
+  EXPECT_NE(inspect.out.find(c.description), std::string::npos);
+  EXPECT_NE(inspect.out.find("truth lse"), std::string::npos);
+  // The sentinel in the unused block-table entry is shown as the file has it.
+  EXPECT_NE(inspect.out.find(std::to_string(c.sentinel_block_id)), std::string::npos) << inspect.out;
+
+  const auto missing = mla("goldens --dir " + quote(kTiny) + " inspect attn_core.h5 no_such_case 2>&1");
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.out.find("dense_generated"), std::string::npos) << "the error lists the cases: " << missing.out;
+  EXPECT_EQ(mla("goldens --dir " + quote(kTiny) + " 2>/dev/null").status, 2);
+}
+
+TEST(MlaGoldens, ValidateListsEveryProblem) {
+  TempDir tmp;
+  const auto dir = tmp.path() / "cat";
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(kTiny)) {
+    if (e.path().extension() == ".h5" || e.path().filename() == "MANIFEST.sha256") fs::copy(e.path(), dir / e.path().filename());
+  }
+  std::ofstream(dir / "attn_fp8.h5", std::ios::app) << "x";            // digest no longer matches
+  fs::copy(dir / "attn_core.h5", dir / "stowaway.h5");                  // not in the manifest
+  const auto p = mla("goldens --dir " + quote(dir) + " validate");
+  EXPECT_EQ(p.status, 1) << p.out;
+  EXPECT_NE(p.out.find("FAIL attn_fp8.h5:"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("sha256"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("FAIL stowaway.h5: not listed"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("ok   attn_core.h5"), std::string::npos) << "a good file is still checked: " << p.out;
+  EXPECT_NE(p.out.find("INVALID"), std::string::npos);
+
+  // A file whose digest is vouched for but whose content breaks a loader rule: the case is named.
+  const auto dir2 = tmp.path() / "cat2";
+  fs::create_directories(dir2);
+  fs::copy(fs::path(MLA_SOURCE_DIR) / "fixtures" / "bad" / "block_out_of_range.h5", dir2 / "attn_core.h5");
+  std::ofstream(dir2 / "MANIFEST.sha256") << mla::sha256_file(dir2 / "attn_core.h5") << "  attn_core.h5\n";
+  const auto q = mla("goldens --dir " + quote(dir2) + " validate");
+  EXPECT_EQ(q.status, 1) << q.out;
+  EXPECT_NE(q.out.find("FAIL attn_core.h5/"), std::string::npos) << q.out;
+  EXPECT_NE(q.out.find("block_table"), std::string::npos) << q.out;
+}
+
+// ---- memory ----------------------------------------------------------------------------------
+
+json memory_json(const std::string& args) {
+  const auto p = mla("memory --json " + args);
+  EXPECT_EQ(p.status, 0) << p.out;
+  return json::parse(p.out);
+}
+
+TEST(MlaMemory, ByteModelMatchesTheFieldNotes) {
+  // FIELD-NOTES, "KV-cache bytes per token per layer": naive MHA 81 920 B (128 heads) and
+  // 10 240 B (16 heads), MLA bf16 1 152, latent only 1 024, FP8 656, indexer +132.
+  const auto v3 = memory_json("--preset v3");
+  EXPECT_EQ(v3["layouts"]["naive_mha_bf16"]["bytes_per_token_per_layer"], 81920);
+  EXPECT_EQ(v3["layouts"]["mla_bf16"]["bytes_per_token_per_layer"], 1152);
+  EXPECT_EQ(v3["layouts"]["latent_bf16"]["bytes_per_token_per_layer"], 1024);
+  EXPECT_EQ(v3["layouts"]["mla_fp8_v32"]["bytes_per_token_per_layer"], 656);
+  EXPECT_EQ(v3["layouts"]["indexer_v32"]["bytes_per_token_per_layer"], 132);
+  EXPECT_EQ(memory_json("--preset v3-tp8")["layouts"]["naive_mha_bf16"]["bytes_per_token_per_layer"], 10240);
+  EXPECT_EQ(memory_json("--preset v2-lite")["layouts"]["naive_mha_bf16"]["bytes_per_token_per_layer"], 10240);
+
+  // Totals: bytes/token/layer x context x batch x layers, defaults from the preset.
+  const auto& p = mla::preset("v3");
+  EXPECT_EQ(v3["layers"], p.n_layers);
+  EXPECT_EQ(v3["context"], p.config.max_seq_len);
+  EXPECT_DOUBLE_EQ(v3["layouts"]["mla_bf16"]["total_bytes"].get<double>(),
+                   1152.0 * static_cast<double>(p.config.max_seq_len) * static_cast<double>(p.n_layers));
+  const auto custom = memory_json("--preset v3 --heads 20 --context 1000 --batch 3 --layers 2");
+  EXPECT_EQ(custom["layouts"]["naive_mha_bf16"]["bytes_per_token_per_layer"], 2 * 20 * (128 + 64 + 128));
+  EXPECT_DOUBLE_EQ(custom["layouts"]["naive_mha_bf16"]["total_bytes"].get<double>(), 2.0 * 20 * 320 * 1000 * 3 * 2);
+  EXPECT_EQ(custom["preset"], "v3 (modified)");
+
+  // Layouts that do not exist for a config say why instead of inventing a number.
+  const auto tiny = memory_json("--preset tiny");
+  EXPECT_TRUE(tiny["layouts"]["mla_fp8_v32"].contains("not_applicable"));
+  EXPECT_NE(tiny["layouts"]["mla_fp8_v32"]["not_applicable"].get<std::string>().find("multiple"), std::string::npos);
+
+  const auto bad = mla("memory --preset v4 2>&1");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.out.find("known: tiny"), std::string::npos) << bad.out;
+  const auto table = mla("memory --preset v3");
+  EXPECT_EQ(table.status, 0);
+  EXPECT_NE(table.out.find("81 920"), std::string::npos) << table.out;
+}
+
+TEST(MlaMemory, PresetTableAndByteModelAgreeWithThePythonReference) {
+  const std::string script =
+      "import json, sys\n"
+      "sys.path.insert(0, sys.argv[1])\n"
+      "from mla_ref.config import PRESETS, FIELDS, kv_bytes_per_token\n"
+      "out = {}\n"
+      "for name, a in PRESETS.items():\n"
+      "    d = {f: getattr(a, f) for f in FIELDS}\n"
+      "    kv = {}\n"
+      "    for layout in ('naive_bf16', 'mla_bf16', 'latent_bf16', 'fp8_v32'):\n"
+      "        try:\n"
+      "            kv[layout] = kv_bytes_per_token(a, layout)\n"
+      "        except AssertionError:\n"
+      "            kv[layout] = None\n"
+      "    d['kv'] = kv\n"
+      "    out[name] = d\n"
+      "print(json.dumps(out))\n";
+  TempDir tmp;
+  std::ofstream(tmp.path() / "dump.py") << script;
+  const auto p = run_command("/usr/bin/python3 " + quote(tmp.path() / "dump.py") + " " +
+                             quote(fs::path(MLA_SOURCE_DIR) / "reference" / "python") + " 2>&1");
+  if (p.status != 0) GTEST_SKIP() << "the Python reference cannot be imported here: " << p.out;
+  const auto py = json::parse(p.out);
+  std::set<std::string> cpp_names, py_names;
+  for (const auto& pr : mla::presets()) cpp_names.insert(pr.name);
+  for (const auto& [name, v] : py.items()) py_names.insert(name);
+  EXPECT_EQ(cpp_names, py_names);
+  const std::map<std::string, mla::KvLayout> layouts{{"naive_bf16", mla::KvLayout::naive_bf16},
+                                                     {"mla_bf16", mla::KvLayout::mla_bf16},
+                                                     {"latent_bf16", mla::KvLayout::latent_bf16},
+                                                     {"fp8_v32", mla::KvLayout::fp8_v32}};
+  for (const auto& pr : mla::presets()) {
+    if (!py.contains(pr.name)) continue;
+    SCOPED_TRACE(pr.name);
+    const auto& j = py[pr.name];
+    const auto& c = pr.config;
+    EXPECT_EQ(j["dim"], c.dim);
+    EXPECT_EQ(j["n_heads"], c.n_heads);
+    EXPECT_EQ(j["q_lora_rank"], c.q_lora_rank);
+    EXPECT_EQ(j["kv_lora_rank"], c.kv_lora_rank);
+    EXPECT_EQ(j["qk_nope_head_dim"], c.qk_nope_head_dim);
+    EXPECT_EQ(j["qk_rope_head_dim"], c.qk_rope_head_dim);
+    EXPECT_EQ(j["v_head_dim"], c.v_head_dim);
+    EXPECT_EQ(j["max_seq_len"], c.max_seq_len);
+    EXPECT_EQ(j["original_seq_len"], c.original_seq_len);
+    EXPECT_EQ(j["rope_theta"].get<double>(), c.rope_theta);
+    EXPECT_EQ(j["rope_factor"].get<double>(), c.rope_factor);
+    EXPECT_EQ(j["beta_fast"].get<double>(), c.beta_fast);
+    EXPECT_EQ(j["beta_slow"].get<double>(), c.beta_slow);
+    EXPECT_EQ(j["mscale"].get<double>(), c.mscale);
+    EXPECT_EQ(j["max_batch_size"], c.max_batch_size);
+    for (const auto& [py_name, layout] : layouts) {
+      const auto cpp = mla::kv_bytes_per_token(c, layout);
+      if (j["kv"][py_name].is_null()) {
+        EXPECT_FALSE(cpp.has_value()) << py_name;
+      } else {
+        ASSERT_TRUE(cpp.has_value()) << py_name;
+        EXPECT_EQ(j["kv"][py_name].get<int64_t>(), *cpp) << py_name;
+      }
+    }
+  }
+}
+
+TEST(MlaMemory, CheckConfirmsTheModelAgainstRealAllocations) {
+  const auto j = memory_json("--preset v2-lite --context 2048 --check");
+  int checked = 0;
+  for (const auto& c : j["checks"]) {
+    SCOPED_TRACE(c.dump());
+    if (!c["checked"].get<bool>()) {
+      EXPECT_EQ(c["layout"], "indexer_v32");  // the one layout nothing here allocates
+      continue;
+    }
+    ++checked;
+    EXPECT_TRUE(c["ok"].get<bool>());
+    EXPECT_EQ(c["measured"], c["model"]);
+    EXPECT_EQ(c["model"], j["layouts"][c["layout"].get<std::string>()]["bytes_per_token_per_layer"]);
+  }
+  // naive and both absorbed caches of the reference layer, and the paged bf16 and FP8 caches
+  // held by a kernel's prepare().
+  EXPECT_EQ(checked, 5);
+  const auto text = mla("memory --preset v2-lite --context 2048 --check");
+  EXPECT_EQ(text.status, 0);
+  EXPECT_NE(text.out.find("cpu_mla_fp64 prepare()"), std::string::npos) << text.out;
+  EXPECT_EQ(mla("memory --check --kernel no_such_kernel 2>/dev/null").status, 2);
+}
+
+TEST(MlaMemory, CheckReportsADifference) {
+  // A probe that reports one byte per cached token slot more than the kernel really keeps
+  // stands in for a kernel that stores more than the model: the check must say so.
+  mla::certify::MemoryQuery q;
+  q.config = mla::preset("v3-tp8").config;
+  q.context = 1024;
+  // The probe's readings, in the order memory_check takes them (before/after prepare() of the
+  // small and then the large synthetic cache, bf16 then FP8): one byte per slot too many.
+  std::size_t calls = 0;
+  const int64_t bf16 = *mla::kv_bytes_per_token(q.config, mla::KvLayout::mla_bf16);
+  const int64_t fp8 = *mla::kv_bytes_per_token(q.config, mla::KvLayout::fp8_v32);
+  const int64_t slots_small = 4 * 64, slots_large = 16 * 64;  // 1024 tokens -> 16 pages
+  const std::vector<int64_t> script{0, slots_small * (bf16 + 1), 0, slots_large * (bf16 + 1),
+                                    0, slots_small * (fp8 + 1), 0, slots_large * (fp8 + 1)};
+  const auto checks = mla::certify::memory_check(q, [&] { return script.at(calls++); },
+                                                 "cpu_mla_fp64");
+  int differs = 0;
+  for (const auto& c : checks) {
+    if (c.method.find("prepare()") == std::string::npos) continue;
+    EXPECT_TRUE(c.checked());
+    EXPECT_FALSE(c.ok);
+    EXPECT_EQ(*c.measured, *c.model + 1);
+    ++differs;
+  }
+  EXPECT_EQ(differs, 2);
+  EXPECT_EQ(calls, script.size());
+  EXPECT_NE(mla::certify::render_checks(checks).find("DIFFERS"), std::string::npos);
+}
+
+// ---- report ----------------------------------------------------------------------------------
+
+TEST(MlaReport, DelegatesToTheBenchReportScript) {
+  const auto missing = run_command("MLA_SOURCE_DIR=/nonexistent " + kMla + " report x.json --out y 2>&1");
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.out.find("/nonexistent/reports/tools/bench_report.py not found"), std::string::npos) << missing.out;
+  const auto help = mla("report --help 2>&1");
+  if (help.out.find("No module named") != std::string::npos) GTEST_SKIP() << help.out;
+  EXPECT_EQ(help.status, 0) << help.out;
+  EXPECT_NE(help.out.find("bench_report.py"), std::string::npos) << "the script's own usage: " << help.out;
+}
+
+// ---- a plug-in certified end to end on the tiny catalog --------------------------------------
+
+TEST(MlaCertifyPlugin, TinyCatalogCertificateCarriesItsProvenance) {
+  TempDir tmp;
+  const auto out = tmp.path() / "out";
+  const auto p = run_command(std::string(MLA_CERTIFY_EXE) + " --goldens " + quote(kTiny) + " --out " + quote(out) +
+                             " --plugin " + plugin_path("good_plugin") + " 2>/dev/null");
+  EXPECT_EQ(p.status, 0) << p.out;
+  const auto j = json::parse(slurp(out / "certificate.json"));
+  ASSERT_EQ(j["kernels"].size(), 1u) << "--plugin alone certifies only the plug-in";
+  const auto& k = j["kernels"][0];
+  EXPECT_EQ(k["name"], "good_plugin");
+  EXPECT_EQ(k["version"], "1.0.0");
+  EXPECT_EQ(k["origin"]["kind"], "plugin");
+  EXPECT_EQ(k["origin"]["sha256"], mla::sha256_file(plugin_path("good_plugin")));
+  EXPECT_EQ(k["origin"]["abi_version"], MLA_PLUGIN_ABI_VERSION);
+  EXPECT_EQ(k["counts"]["PASS"], 3);
+  EXPECT_EQ(j["catalog"]["manifest_sha256"], mla::sha256_file(kTiny / "MANIFEST.sha256"));
+  EXPECT_FALSE(j["machine"]["cpu_model"].get<std::string>().empty());
+  EXPECT_TRUE(j["machine"].contains("driver"));
+  EXPECT_TRUE(j["machine"].contains("git_commit"));
+  const auto junit = slurp(out / "certificate.junit.xml");
+  int testcases = 0;
+  for (std::size_t at = junit.find("<testcase"); at != std::string::npos; at = junit.find("<testcase", at + 1)) ++testcases;
+  EXPECT_EQ(testcases, 3);
+  EXPECT_NE(slurp(out / "certificate.md").find("Origin: `"), std::string::npos);
+
+  const auto bad = run_command(kMla + " certify --goldens " + quote(kTiny) + " --out " + quote(out) + " --plugin " +
+                               MLA_BAD_PLUGIN_ABI_VERSION + " 2>&1");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("ABI version 99"), std::string::npos) << bad.out;
+  const auto collide = run_command(kMla + " certify --goldens " + quote(kTiny) + " --out " + quote(out) + " --plugin " +
+                                   plugin_path("good_plugin") + " --plugin " + plugin_path("good_plugin") + " 2>&1");
+  EXPECT_EQ(collide.status, 2);
+  EXPECT_NE(collide.out.find("two implementations are named 'good_plugin'"), std::string::npos) << collide.out;
+}
+
+}  // namespace

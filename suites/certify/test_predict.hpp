@@ -1,0 +1,126 @@
+// Predictions computed from a case's own data, independently of any kernel and of the
+// certifier, so a test can say which verdict a deliberately broken kernel must get.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "mla/core/numeric.hpp"
+#include "mla/core/tolerance.hpp"
+#include "mla/fixtures/golden.hpp"
+
+namespace mla::certify::testing {
+
+struct Prediction {
+  bool must_fail = false;  // clearly beyond the tolerance (or a row becomes empty)
+  bool must_pass = false;  // clearly within it (nothing the kernel drops carries weight)
+  std::string why;
+};
+
+// Dropping token L-1 from a row whose softmax gives it weight p turns out into
+// (out - p·v)/(1 - p), i.e. moves it by p·(out - v)/(1 - p), and lse by log(1 - p); a row whose
+// only token it was becomes empty (out 0, lse +inf). p = exp(scale·q·k - lse) from the truth.
+inline Prediction predict_dropped_last(const mla::fixtures::AttnCase& c, mla::OutDType dtype) {
+  const auto& s = c.shape;
+  const auto& out_tol = mla::tol::tolerance_for(dtype, s.cache_format, "out");
+  const auto& lse_tol = mla::tol::tolerance_for(dtype, s.cache_format, "lse");
+  const int64_t D = 576, Dv = 512;
+  double max_use = 0, sum_d2 = 0, sum_sq = 0;
+  int64_t emptied = 0, dominated = 0, affected_rows = 0;
+  // Weight of the dropped token above which its row is treated as replaced, not perturbed.
+  constexpr double kDominant = 1e-6;
+  for (double x : c.truth_out) sum_sq += 2 * x * x;
+
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int64_t L = c.cache_seqlens[b];
+    if (L == 0) continue;
+    const int64_t t = L - 1;
+    const int64_t blk = c.block_table[b * s.max_blocks + t / s.page_size];
+    const int64_t slot = blk * s.page_size + t % s.page_size;
+    std::vector<double> k(D);
+    if (s.cache_format == mla::CacheFormat::fp8) {
+      for (int64_t d = 0; d < D; ++d) k[d] = c.kv_cache_dequant[slot * D + d];
+    } else {
+      for (int64_t d = 0; d < D; ++d) {
+        uint16_t bits;
+        std::memcpy(&bits, c.kv_cache.data() + (slot * D + d) * 2, 2);
+        k[d] = mla::bf16_to_float(bits);
+      }
+    }
+    for (int64_t sq = 0; sq < s.s_q; ++sq) {
+      int64_t attended = 0;  // tokens row (b, sq) attends
+      bool has_last = false;
+      if (s.topk == 0) {
+        const int64_t last = s.causal ? std::min(L - s.s_q + sq, L - 1) : L - 1;
+        attended = std::max<int64_t>(last + 1, 0);
+        has_last = last == t;
+      } else {
+        for (int64_t j = 0; j < s.topk; ++j) {
+          const int32_t idx = c.indices[(b * s.s_q + sq) * s.topk + j];
+          if (idx >= 0 && idx < L) {
+            ++attended;
+            has_last = has_last || idx == t;
+          }
+        }
+      }
+      if (!has_last) continue;
+      ++affected_rows;
+      if (attended == 1) {
+        emptied += s.heads;
+        continue;
+      }
+      for (int64_t h = 0; h < s.heads; ++h) {
+        const uint16_t* q = c.q.data() + ((b * s.s_q + sq) * s.heads + h) * D;
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(mla::bf16_to_float(q[d])) * k[d];
+        const double lse = c.truth_lse[(b * s.heads + h) * s.s_q + sq];
+        const double p = std::exp(c.softmax_scale * dot - lse);
+        if (1 - p < kDominant) {
+          // The dropped token carries (almost) all the weight: the row's answer becomes another
+          // token's value, and the formula below would divide by ~0.
+          ++dominated;
+          continue;
+        }
+        const double* out = c.truth_out.data() + ((b * s.s_q + sq) * s.heads + h) * Dv;
+        for (int64_t d = 0; d < Dv; ++d) {
+          const double delta = p * (out[d] - k[d]) / (1 - p);
+          sum_d2 += delta * delta;
+          max_use = std::max(max_use, std::fabs(delta) / std::max(out_tol.atol, out_tol.rtol * std::fabs(out[d])));
+        }
+        const double dlse = std::log1p(-p);
+        max_use = std::max(max_use, std::fabs(dlse) / std::max(lse_tol.atol, lse_tol.rtol * std::fabs(lse)));
+      }
+    }
+  }
+  const double cos = sum_sq > 0 ? sum_d2 / sum_sq : (sum_d2 > 0 ? 1.0 : 0.0);
+  Prediction p;
+  // Factor-2 bands keep the prediction's own rounding from deciding a borderline case.
+  p.must_fail = emptied > 0 || dominated > 0 || max_use > 2 || cos > 2 * out_tol.cos_diff;
+  p.must_pass = emptied == 0 && dominated == 0 && max_use < 0.5 && cos < 0.5 * out_tol.cos_diff;
+  p.why = fmt::format("{} affected rows, {} heads emptied, {} dominated by the dropped token, predicted bound use "
+                      "{:.3g}, cos diff {:.3g}",
+                      affected_rows, emptied, dominated, max_use, cos);
+  return p;
+}
+
+// A dense case where some sequence has L > 0 and L % page_size != 0: a kernel that also reads
+// slot L (in a page the sequence owns) reads a NaN-poisoned slot (fixtures/SCHEMA.md) into the
+// last query's softmax, so its row becomes NaN.
+inline bool has_poisoned_slot_in_owned_page(const mla::fixtures::AttnCase& c) {
+  if (c.shape.topk > 0) return false;
+  for (int32_t L : c.cache_seqlens) {
+    if (L > 0 && L % c.shape.page_size != 0) return true;
+  }
+  return false;
+}
+
+inline bool has_empty_sequence(const mla::fixtures::AttnCase& c) {
+  return std::any_of(c.cache_seqlens.begin(), c.cache_seqlens.end(), [](int32_t L) { return L == 0; });
+}
+
+}  // namespace mla::certify::testing

@@ -14,12 +14,14 @@
 #include "mla/cuda/check.hpp"
 #include "mla/cuda/device.hpp"
 #include "mla/cuda/device_buffer.hpp"
+#include "mla/cuda/timing.hpp"
 #include "mla/cuda/split_plan.hpp"
 
 namespace mla::cuda {
 namespace {
 
-class PreparedMlaDecode final : public PreparedAttention {
+// StreamBound: run() enqueues all of its work on stream_, so benchmarks can time it with events.
+class PreparedMlaDecode final : public PreparedAttention, public StreamBound {
  public:
   PreparedMlaDecode(const AttnInputs& in, const MlaDecodeOptions& opt, std::string name)
       : name_(std::move(name)), shape_(in.shape) {
@@ -112,6 +114,8 @@ class PreparedMlaDecode final : public PreparedAttention {
   }
 
   void synchronize() override { MLA_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  cudaStream_t stream() const override { return stream_; }
 
   AttnOutputs results() override {
     if (!ran_) throw Error(fmt::format("{}: results() before run()", name_));

@@ -22,6 +22,7 @@
 #include "mla/cuda/check.hpp"
 #include "mla/cuda/device.hpp"
 #include "mla/cuda/device_buffer.hpp"
+#include "mla/cuda/timing.hpp"
 
 namespace mla::cuda {
 namespace {
@@ -34,7 +35,8 @@ int64_t workspace_bytes(const AttnShape& s, int64_t max_len) {
   return h * max_len * (576 + 512) * 2 + h * s.s_q * max_len * (4 + 2);
 }
 
-class PreparedNaive final : public PreparedAttention {
+// StreamBound: run() enqueues all of its work on stream_, so benchmarks can time it with events.
+class PreparedNaive final : public PreparedAttention, public StreamBound {
  public:
   explicit PreparedNaive(const AttnInputs& in) : shape_(in.shape) {
     const DeviceInfo& dev = current_device();
@@ -132,6 +134,8 @@ class PreparedNaive final : public PreparedAttention {
   }
 
   void synchronize() override { MLA_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  cudaStream_t stream() const override { return stream_; }
 
   AttnOutputs results() override {
     if (!ran_) throw Error(fmt::format("{}: results() before run()", kName));

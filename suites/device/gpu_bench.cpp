@@ -1,0 +1,339 @@
+#include "gpu_bench.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include "mla/core/error.hpp"
+#include "mla/cuda/check.hpp"
+
+namespace mla::device {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One axis point's inputs and one implementation's prepared state, kept across Google Benchmark's
+// calls of the same benchmark (once per trial and repetition); replaced when the point or the
+// implementation changes, so at most one point's inputs live on the host and the device.
+struct CaseCache {
+  std::string point;
+  std::optional<axes::SyntheticInputs> inputs;
+  std::string prepared_key;
+  std::unique_ptr<PreparedAttention> prepared;
+
+  void clear() {
+    prepared.reset();  // device buffers first: they are the scarce ones
+    prepared_key.clear();
+    inputs.reset();
+    point.clear();
+  }
+  const axes::SyntheticInputs& get_inputs(const axes::AxisPoint& p) {
+    if (point != p.name || !inputs) {
+      clear();
+      const auto t0 = Clock::now();
+      inputs.emplace(axes::build_inputs(p));
+      point = p.name;
+      std::cerr << fmt::format("[mla-gpu-bench] built inputs of {} ({:.1f} MiB) in {:.2f} s\n", p.name,
+                               static_cast<double>(axes::footprint(p).total()) / (1 << 20),
+                               std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    return *inputs;
+  }
+  PreparedAttention& get_prepared(const AttentionImpl& impl, const axes::AxisPoint& p) {
+    const std::string key = impl.info().name + "/" + p.name;
+    if (prepared_key != key || !prepared) {
+      prepared.reset();
+      prepared_key.clear();
+      prepared = impl.prepare(get_inputs(p).view());
+      prepared_key = key;
+    }
+    return *prepared;
+  }
+};
+
+CaseCache& cache() {
+  static CaseCache c;
+  return c;
+}
+
+// The flusher and the host-clock fallback's stream sync are shared by every kernel benchmark.
+cuda::L2Flusher& flusher() {
+  static cuda::L2Flusher f;  // 2x the device's L2
+  return f;
+}
+
+struct KernelCase {
+  const GpuBenchSetup* setup;
+  const AttentionImpl* impl;
+  const axes::AxisPoint* point;
+};
+
+void bench_kernel(benchmark::State& st, KernelCase kc) {
+  const AttentionImpl& impl = *kc.impl;
+  const axes::AxisPoint& p = *kc.point;
+  const GpuBenchOptions& o = kc.setup->options;
+  if (auto why = impl.unavailable()) {
+    st.SkipWithError(("unavailable: " + *why).c_str());
+    return;
+  }
+  if (auto why = impl.check(p.shape)) {
+    st.SkipWithError(("unsupported: " + *why).c_str());
+    return;
+  }
+  const auto fp = axes::footprint(p);
+  if (o.host_budget_bytes && fp.peak() > o.host_budget_bytes / 4) {
+    st.SkipWithError(fmt::format("too large for this machine: inputs {:.2f} GiB > a quarter of the {:.2f} GiB host budget",
+                                 static_cast<double>(fp.peak()) / (1 << 30),
+                                 static_cast<double>(o.host_budget_bytes) / (1 << 30))
+                         .c_str());
+    return;
+  }
+  try {
+    const AttnInputs in = cache().get_inputs(p).view();
+    PreparedAttention& run = cache().get_prepared(impl, p);
+    const CostModel cost = impl.cost(in);
+    // Events bracket exactly the implementation's work when it tells us its stream; otherwise
+    // the only honest measurement is a host clock around run() + synchronize().
+    const auto* bound = dynamic_cast<const cuda::StreamBound*>(&run);
+    cuda::L2Flusher* fl = o.flush_l2 ? &flusher() : nullptr;
+    std::optional<cuda::EventTimer> timer;
+    if (bound) timer.emplace();
+    double seconds = 0;
+    for (auto _ : st) {
+      double dt = 0;
+      try {
+        if (bound) {
+          const cudaStream_t s = bound->stream();
+          if (fl) fl->flush(s);
+          timer->start(s);
+          run.run();
+          timer->stop(s);
+          dt = 1e-3 * timer->elapsed_ms();
+        } else {
+          if (fl) {
+            fl->flush(nullptr);
+            MLA_CUDA_CHECK(cudaDeviceSynchronize());  // the implementation's stream is not ordered after ours
+          }
+          const auto t0 = Clock::now();
+          run.run();
+          run.synchronize();
+          dt = std::chrono::duration<double>(Clock::now() - t0).count();
+        }
+      } catch (const std::exception& e) {
+        st.SkipWithError((std::string("error in run(): ") + e.what()).c_str());
+        break;
+      }
+      st.SetIterationTime(dt);
+      seconds += dt;
+    }
+    if (st.error_occurred()) return;
+    using C = benchmark::Counter;
+    const double iters = static_cast<double>(st.iterations());
+    st.SetBytesProcessed(static_cast<int64_t>(cost.bytes) * st.iterations());
+    st.counters["flop_per_second"] = C(cost.flops, C::kIsIterationInvariantRate);
+    st.counters["model_bytes"] = C(cost.bytes);
+    st.counters["model_flops"] = C(cost.flops);
+    const double ai = cost.bytes > 0 ? cost.flops / cost.bytes : 0.0;
+    st.counters["ai_flop_per_byte"] = C(ai);
+    st.counters["cold_cache"] = C(fl ? 1.0 : 0.0);
+    st.counters["event_timed"] = C(bound ? 1.0 : 0.0);
+    const double bw = kc.setup->ceiling(kRoofBw), peak = kc.setup->ceiling(kRoofPeak);
+    std::string label;
+    if (bw > 0 && peak > 0 && seconds > 0) {
+      const double bps = cost.bytes * iters / seconds, fps = cost.flops * iters / seconds;
+      const double ridge = peak / bw;
+      const bool mem = ai < ridge;
+      st.counters["pct_of_bw_ceiling"] = C(100.0 * bps / bw);
+      st.counters["pct_of_flop_ceiling"] = C(100.0 * fps / peak);
+      st.counters["pct_of_ceiling"] = C(100.0 * (mem ? bps / bw : fps / peak));
+      st.counters["memory_bound"] = C(mem ? 1.0 : 0.0);
+      st.counters["ridge_flop_per_byte"] = C(ridge);
+      label = fmt::format("{}; roof {}+{}", mem ? "memory-bound" : "compute-bound", kRoofBw, kRoofPeak);
+    } else {
+      label = "no ceiling measured";
+    }
+    label += bound ? "; CUDA events" : "; host clock incl. launch (implementation does not expose its stream)";
+    label += fl ? "; L2 flushed" : "; warm L2";
+    st.SetLabel(label);
+  } catch (const UnsupportedError& e) {
+    st.SkipWithError((std::string("unsupported: ") + e.what()).c_str());
+  } catch (const std::exception& e) {
+    st.SkipWithError((std::string("error: ") + e.what()).c_str());
+  }
+}
+
+// A ceiling probe as a benchmark: manual time from events, one probe call per iteration.
+template <class Probe, class Make>
+void bench_probe(benchmark::State& st, Make make, bool bytes) {
+  try {
+    Probe p = make();
+    cudaStream_t s = nullptr;
+    MLA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cuda::EventTimer t;
+    p.run(s);  // warm-up: first-call costs (cuBLAS heuristics, module load) stay out of the rows
+    MLA_CUDA_CHECK(cudaStreamSynchronize(s));
+    for (auto _ : st) {
+      t.start(s);
+      p.run(s);
+      t.stop(s);
+      st.SetIterationTime(1e-3 * t.elapsed_ms());
+    }
+    (void)cudaStreamDestroy(s);
+    using C = benchmark::Counter;
+    if (bytes) {
+      st.SetBytesProcessed(static_cast<int64_t>(p.bytes_moved()) * st.iterations());
+    } else {
+      st.counters["flop_per_second"] = C(p.flops(), C::kIsIterationInvariantRate);
+    }
+  } catch (const std::exception& e) {
+    st.SkipWithError((std::string("error: ") + e.what()).c_str());
+  }
+}
+
+// Wraps the probes so bench_probe can construct them by value.
+struct ReadP {
+  std::unique_ptr<cuda::ReadProbe> p;
+  void run(cudaStream_t s) { p->run(s); }
+  double bytes_moved() const { return p->bytes_moved(); }
+  double flops() const { return 0; }
+};
+struct CopyP {
+  std::unique_ptr<cuda::CopyProbe> p;
+  void run(cudaStream_t s) { p->run(s); }
+  double bytes_moved() const { return p->bytes_moved(); }
+  double flops() const { return 0; }
+};
+struct GemmP {
+  std::unique_ptr<cuda::GemmProbe> p;
+  void run(cudaStream_t s) { p->run(s); }
+  double bytes_moved() const { return 0; }
+  double flops() const { return p->flops(); }
+};
+
+}  // namespace
+
+double GpuBenchSetup::ceiling(const std::string& key) const {
+  for (const auto& c : ceilings)
+    if (c.key == key) return c.value;
+  return 0;
+}
+
+GpuBenchSetup prepare_gpu_bench(const GpuBenchOptions& o) {
+  cuda::validate(o.ceilings);
+  cuda::require_device("mla-gpu-bench");
+  GpuBenchSetup s;
+  s.options = o;
+  s.gpu = cuda::snapshot_gpu();
+  const auto t0 = Clock::now();
+  s.ceilings = cuda::measure_gpu_ceilings(o.ceilings);
+  std::cerr << fmt::format("[mla-gpu-bench] {}: ceilings in {:.2f} s:", s.gpu.name,
+                           std::chrono::duration<double>(Clock::now() - t0).count());
+  for (const auto& c : s.ceilings) std::cerr << fmt::format(" {} {:.4g} {}", c.key, c.value, c.unit);
+  std::cerr << "\n";
+  return s;
+}
+
+void add_gpu_context(const GpuBenchSetup& s) {
+  benchmark::AddCustomContext("mla_gpu", cuda::to_json(s.gpu));
+  benchmark::AddCustomContext("mla_gpu_name", s.gpu.name);
+  benchmark::AddCustomContext("mla_gpu_driver", s.gpu.driver_version.empty() ? "unknown (" + s.gpu.nvml_status + ")"
+                                                                              : s.gpu.driver_version);
+  benchmark::AddCustomContext("mla_gpu_clocks_mhz",
+                              fmt::format("sm {} (max {}), mem {} (max {}) before the run", s.gpu.sm_clock_mhz,
+                                          s.gpu.nvml_max_sm_clock_mhz, s.gpu.mem_clock_mhz, s.gpu.nvml_max_mem_clock_mhz));
+  benchmark::AddCustomContext(
+      "mla_gpu_timing",
+      "manual time: CUDA events around run() on the implementation's stream (host clock around run()+synchronize() "
+      "when it does not expose one; the row's label says which); L2 flush enqueued before each call, untimed");
+  benchmark::AddCustomContext("mla_gpu_l2_flush_bytes", s.options.flush_l2 ? std::to_string(flusher().bytes()) : "0");
+}
+
+nlohmann::ordered_json ceilings_json(const GpuBenchSetup& s) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& c : s.ceilings)
+    j[c.key] = {{"value", c.value}, {"unit", c.unit}, {"method", c.method},
+                {"median", c.median}, {"best_ms", c.best_ms}, {"reps", c.reps}};
+  return j;
+}
+
+nlohmann::ordered_json kernel_json(const AttentionImpl& impl) {
+  const auto why = impl.unavailable();
+  return {{"name", impl.info().name},
+          {"backend", impl.info().backend},
+          {"description", impl.info().description},
+          {"out_dtype", to_string(impl.info().out_dtype)},
+          {"unavailable", why ? *why : ""},
+          {"roof_bw", kRoofBw},
+          {"roof_peak", kRoofPeak}};
+}
+
+nlohmann::ordered_json point_json(const axes::AxisPoint& p) {
+  int32_t mx = 0;
+  for (int32_t l : p.seqlens) mx = std::max(mx, l);
+  return {{"axis", axes::to_string(p.axis)},
+          {"why", p.why},
+          {"scaled_from", p.scaled_from},
+          {"batch", p.shape.batch},
+          {"s_q", p.shape.s_q},
+          {"heads", p.shape.heads},
+          {"page_size", p.shape.page_size},
+          {"topk", p.shape.topk},
+          {"cache_format", to_string(p.shape.cache_format)},
+          {"scale_fmt", p.shape.cache_format != CacheFormat::fp8 ? ""
+                        : p.scale_fmt == ScaleFmt::ue8m0   ? "ue8m0"
+                                                           : "fp32"},
+          {"seqlen_max", mx},
+          {"seqlen_mean", p.shape.batch ? static_cast<double>(p.total_tokens()) / p.shape.batch : 0.0},
+          {"total_tokens", p.total_tokens()},
+          {"seed", p.seed}};
+}
+
+void register_gpu_ceiling_benchmarks(const GpuBenchSetup& s) {
+  const auto& c = s.options.ceilings;
+  const std::size_t sb = c.stream_bytes;
+  const int n = c.gemm_n;
+  benchmark::RegisterBenchmark("ceiling/gpu_read_bw", [sb](benchmark::State& st) {
+    bench_probe<ReadP>(st, [sb] { return ReadP{std::make_unique<cuda::ReadProbe>(sb)}; }, true);
+  })->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.1);
+  benchmark::RegisterBenchmark("ceiling/gpu_copy_bw", [sb](benchmark::State& st) {
+    bench_probe<CopyP>(st, [sb] { return CopyP{std::make_unique<cuda::CopyProbe>(sb / 2)}; }, true);
+  })->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.1);
+  benchmark::RegisterBenchmark(fmt::format("ceiling/gpu_gemm_bf16/{}", n).c_str(), [n](benchmark::State& st) {
+    bench_probe<GemmP>(st, [n] { return GemmP{std::make_unique<cuda::GemmProbe>(n, n, n)}; }, false);
+  })->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.1);
+}
+
+void register_gpu_kernel_benchmarks(const GpuBenchSetup& s, const std::vector<const AttentionImpl*>& impls,
+                                    const std::vector<const axes::AxisPoint*>& points) {
+  // Point-major, so each point's inputs are built once for all implementations.
+  for (const auto* p : points)
+    for (const auto* k : impls)
+      benchmark::RegisterBenchmark(fmt::format("mla/{}/{}", k->info().name, p->name).c_str(), bench_kernel,
+                                   KernelCase{&s, k, p})
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+}
+
+void register_gpu_clock_row() {
+  benchmark::RegisterBenchmark("gpu/clocks_after", [](benchmark::State& st) {
+    cuda::GpuSnapshot g;
+    for (auto _ : st) g = cuda::snapshot_gpu();
+    using C = benchmark::Counter;
+    st.counters["sm_clock_mhz"] = C(g.sm_clock_mhz);
+    st.counters["mem_clock_mhz"] = C(g.mem_clock_mhz);
+    st.counters["power_w"] = C(g.power_w);
+    st.counters["temperature_c"] = C(g.temperature_c);
+    st.SetLabel("NVML: " + g.nvml_status);
+  })->Iterations(1)->Repetitions(1);
+}
+
+void release_gpu_bench_cache() { cache().clear(); }
+
+}  // namespace mla::device

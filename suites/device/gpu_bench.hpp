@@ -1,0 +1,71 @@
+// GPU half of the benchmarks: device ceilings and the CUDA implementations over the shared axes,
+// timed with CUDA events and an L2 flush between calls, registered into Google Benchmark.
+//
+// Why a library apart from mla-bench: it was written while suites/bench (mla-bench) was not yet
+// committed and belonged to another author. It is used by the standalone `mla-gpu-bench`
+// (mla_gpu_bench.cpp) and is shaped so mla-bench can link it and call the same functions
+// (suites/device/README.md, "Integration into mla-bench").
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mla/cuda/ceilings.hpp"
+#include "mla/cuda/timing.hpp"
+#include "mla/kernels/attention.hpp"
+#include "mla/kernels/axes.hpp"
+
+namespace mla::device {
+
+struct GpuBenchOptions {
+  bool flush_l2 = true;                // evict L2 before every timed call
+  cuda::GpuCeilingOptions ceilings;    // sizes and repetitions of the context ceilings
+  std::size_t host_budget_bytes = 0;   // refuse points whose host inputs exceed a quarter of this (0: no limit)
+};
+
+// The measured state of the device, taken once before the benchmarks are registered.
+struct GpuBenchSetup {
+  GpuBenchOptions options;
+  cuda::GpuSnapshot gpu;                   // identity, driver, clocks before the run
+  std::vector<cuda::GpuCeiling> ceilings;  // gpu_read_bw, gpu_copy_bw, gpu_gemm_bf16
+  double ceiling(const std::string& key) const;  // 0 when absent
+};
+
+// Key names of the ceilings that judge a CUDA attention kernel: the decode kernels mostly read, so
+// the read stream is their bandwidth roof; their arithmetic runs on bf16 tensor cores.
+inline constexpr const char* kRoofBw = "gpu_read_bw";
+inline constexpr const char* kRoofPeak = "gpu_gemm_bf16";
+
+// Snapshot + ceilings. Throws mla::Error when no device is usable or a probe fails.
+GpuBenchSetup prepare_gpu_bench(const GpuBenchOptions& o);
+
+// Context for the JSON: mla_gpu (the snapshot), mla_gpu_name, mla_gpu_driver, mla_gpu_timing,
+// mla_gpu_l2_flush_bytes. mla_ceilings / mla_kernels / mla_points are the caller's (mla-bench
+// merges several sources into them); the helpers below give the GPU entries.
+void add_gpu_context(const GpuBenchSetup& s);
+// {key: {value, unit, method, median, best_ms, reps}} for merging into mla_ceilings.
+nlohmann::ordered_json ceilings_json(const GpuBenchSetup& s);
+// One mla_kernels entry (same fields as mla-bench's) with the GPU roofs.
+nlohmann::ordered_json kernel_json(const AttentionImpl& impl);
+// One mla_points entry (same fields as mla-bench's point_json, so the report reads both).
+nlohmann::ordered_json point_json(const axes::AxisPoint& p);
+
+// `ceiling/gpu_read_bw`, `ceiling/gpu_copy_bw`, `ceiling/gpu_gemm_bf16/<n>` as manual-time
+// benchmarks (CUDA events), so the ceilings sit in the same JSON and are tracked run to run.
+void register_gpu_ceiling_benchmarks(const GpuBenchSetup& s);
+// `mla/<kernel>/<point>` for each pair, manual time. Unavailable or unsupported pairs become
+// SkipWithError rows with the reason. The setup must outlive the benchmark run.
+void register_gpu_kernel_benchmarks(const GpuBenchSetup& s, const std::vector<const AttentionImpl*>& impls,
+                                    const std::vector<const axes::AxisPoint*>& points);
+// `gpu/clocks_after`: one iteration recording the clocks, power and temperature after the run
+// (register it last; a clock that dropped during the run explains slow rows).
+void register_gpu_clock_row();
+
+// Frees the cached inputs and prepared implementation (call after RunSpecifiedBenchmarks, before
+// the CUDA runtime is torn down at exit).
+void release_gpu_bench_cache();
+
+}  // namespace mla::device

@@ -1,0 +1,255 @@
+// mla-gpu-bench: the GPU ceilings and every registered CUDA implementation over the shared axes
+// (tier `gpu` by default), timed with CUDA events and an L2 flush between calls.
+//
+//   mla-gpu-bench --mla_quick --benchmark_out=gpu.json --benchmark_out_format=json
+//
+// Own flags (removed before Google Benchmark sees the command line):
+//   --mla_tier=gpu|cpu_quick|cpu_full   which axis points (default gpu)
+//   --mla_points=a,b                    only these axis points (any tier)
+//   --mla_kernels=a,b                   only these implementations (default: every backend "cuda" one)
+//   --mla_quick                         unless given: --benchmark_repetitions=5 --benchmark_min_time=0.05
+//   --mla_no_flush                      do not flush L2 between timed calls
+//   --mla_ceiling_reps=N                timed repetitions of each context ceiling (default 10)
+//   --mla_stream_mib=N                  read-probe buffer (the copy moves N/2 MiB each way; default 2048)
+//   --mla_gemm_n=N                      m = n = k of the bf16 GEMM ceiling (default 8192)
+//   --mla_max_mem_gib=X                 refuse points whose host inputs exceed X/4 GiB (default: half of
+//                                       MemAvailable)
+//   --mla_list                          print the selected points (TSV, the columns torch_side_by_side.py
+//                                       reads) and exit; needs no GPU
+//   --mla_probe                         print the GPU snapshot (JSON: name, driver, clocks, or why there
+//                                       is no usable GPU) and exit 0, or 77 without a usable GPU
+//
+// Exit status: 0 ran; 2 bad usage; 77 no usable CUDA device (the reason on stderr; the
+// conventional "skipped" status, so CTest and suites/device/check.sh record a skip).
+//
+// The JSON has the layout mla-bench writes (reports/tools reads both): context mla_ceilings,
+// mla_kernels (roof_bw / roof_peak name GPU ceilings), mla_points, plus mla_gpu* entries.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "gpu_bench.hpp"
+#include "mla/core/error.hpp"
+#include "mla/cuda/device.hpp"
+#include "mla/kernels/axes.hpp"
+#include "mla/kernels/registry.hpp"
+
+namespace {
+
+constexpr int kExitNoGpu = 77;
+
+struct Options {
+  mla::axes::Tier tier = mla::axes::gpu;
+  bool quick = false, flush = true, list = false, probe = false;
+  std::vector<std::string> kernels, points;
+  int ceiling_reps = 10;
+  std::size_t stream_mib = 2048;
+  int gemm_n = 8192;
+  double max_mem_gib = 0;
+};
+
+std::vector<std::string> split_csv(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+Options take_options(int& argc, char** argv) {
+  Options o;
+  int w = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--mla_", 0) != 0) {
+      argv[w++] = argv[i];
+      continue;
+    }
+    const auto eq = a.find('=');
+    const std::string key = a.substr(0, eq), val = eq == std::string::npos ? "" : a.substr(eq + 1);
+    auto need = [&] {
+      if (eq == std::string::npos || val.empty()) throw mla::Error(key + " needs a value (" + key + "=...)");
+    };
+    auto num = [&](double lo) {
+      need();
+      std::size_t pos = 0;
+      double v = 0;
+      try {
+        v = std::stod(val, &pos);
+      } catch (const std::exception&) {
+        pos = 0;
+      }
+      if (pos != val.size() || v < lo) throw mla::Error(fmt::format("{}: bad value '{}'", key, val));
+      return v;
+    };
+    if (key == "--mla_tier") need(), o.tier = mla::axes::tier_from_string(val);
+    else if (key == "--mla_points") need(), o.points = split_csv(val);
+    else if (key == "--mla_kernels") need(), o.kernels = split_csv(val);
+    else if (key == "--mla_quick") o.quick = true;
+    else if (key == "--mla_no_flush") o.flush = false;
+    else if (key == "--mla_ceiling_reps") o.ceiling_reps = static_cast<int>(num(1));
+    else if (key == "--mla_stream_mib") o.stream_mib = static_cast<std::size_t>(num(1));
+    else if (key == "--mla_gemm_n") o.gemm_n = static_cast<int>(num(8));
+    else if (key == "--mla_max_mem_gib") o.max_mem_gib = num(0.001);
+    else if (key == "--mla_list") o.list = true;
+    else if (key == "--mla_probe") o.probe = true;
+    else throw mla::Error("unknown flag " + key);
+  }
+  argc = w;
+  argv[argc] = nullptr;
+  return o;
+}
+
+bool has_flag(int argc, char** argv, const char* prefix) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], prefix, std::strlen(prefix)) == 0) return true;
+  return false;
+}
+
+std::size_t mem_available_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  std::size_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) {
+      const auto c = line.find(':');
+      if (c != std::string::npos) return line.substr(line.find_first_not_of(' ', c + 1));
+    }
+  return "unknown";
+}
+
+void print_list(const std::vector<const mla::axes::AxisPoint*>& points) {
+  std::cout << "name\taxis\tbatch\ts_q\theads\tpage_size\ttopk\tcache\tseqlen_max\tseqlen_mean\tcausal\n";
+  for (const auto* p : points) {
+    const auto j = mla::device::point_json(*p);
+    std::cout << fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n", p->name, j["axis"].get<std::string>(),
+                             p->shape.batch, p->shape.s_q, p->shape.heads, p->shape.page_size, p->shape.topk,
+                             j["cache_format"].get<std::string>(), j["seqlen_max"].get<int>(),
+                             j["seqlen_mean"].get<double>(), p->shape.causal ? 1 : 0);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  std::vector<const mla::axes::AxisPoint*> points;
+  try {
+    o = take_options(argc, argv);
+    if (!o.points.empty()) {
+      for (const auto& name : o.points) {
+        const auto* p = mla::axes::find(name);
+        if (!p) throw mla::Error("no axis point named '" + name + "'");
+        points.push_back(p);
+      }
+    } else {
+      points = mla::axes::select(o.tier);
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "mla-gpu-bench: " << e.what() << "\n";
+    return 2;
+  }
+  if (o.list) {
+    print_list(points);
+    return 0;
+  }
+  if (o.probe) {
+    const auto snap = mla::cuda::snapshot_gpu();
+    std::cout << mla::cuda::to_json(snap) << "\n";
+    return snap.available ? 0 : kExitNoGpu;
+  }
+
+  std::vector<char*> args(argv, argv + argc);
+  std::string reps = "--benchmark_repetitions=5", min_time = "--benchmark_min_time=0.05";
+  if (o.quick) {
+    if (!has_flag(argc, argv, "--benchmark_repetitions")) args.insert(args.begin() + 1, reps.data());
+    if (!has_flag(argc, argv, "--benchmark_min_time")) args.insert(args.begin() + 1, min_time.data());
+  }
+  int gargc = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  benchmark::Initialize(&gargc, args.data());
+  if (benchmark::ReportUnrecognizedArguments(gargc, args.data())) return 2;
+
+  try {
+    mla::register_builtin_kernels();
+  } catch (const std::exception& e) {
+    std::cerr << "mla-gpu-bench: registering kernels failed: " << e.what() << "\n";
+    return 1;
+  }
+  std::vector<const mla::AttentionImpl*> impls;
+  for (const auto& name : o.kernels) {
+    const auto* k = mla::Registry::instance().find(name);
+    if (!k) {
+      std::cerr << "mla-gpu-bench: no implementation named '" << name << "'\n";
+      return 2;
+    }
+    impls.push_back(k);
+  }
+  if (o.kernels.empty())
+    for (const auto& k : mla::Registry::instance().attention())
+      if (k->info().backend == "cuda") impls.push_back(k.get());
+
+  if (auto why = mla::cuda::unavailable_reason()) {
+    std::cerr << "mla-gpu-bench: skipped: " << *why << "\n";
+    return kExitNoGpu;
+  }
+
+  mla::device::GpuBenchOptions go;
+  go.flush_l2 = o.flush;
+  go.ceilings.reps = o.ceiling_reps;
+  go.ceilings.stream_bytes = o.stream_mib << 20;
+  go.ceilings.gemm_n = o.gemm_n;
+  const std::size_t avail = mem_available_bytes();
+  go.host_budget_bytes = o.max_mem_gib > 0 ? static_cast<std::size_t>(o.max_mem_gib * (1u << 30)) : avail / 2;
+  mla::device::GpuBenchSetup setup;
+  try {
+    setup = mla::device::prepare_gpu_bench(go);
+  } catch (const std::exception& e) {
+    std::cerr << "mla-gpu-bench: " << e.what() << "\n";
+    return 1;
+  }
+
+  benchmark::AddCustomContext("mla_bench_format", "1");
+  // mla_cpu_model keeps its meaning (the host) because the regression gate keys machines on it;
+  // the GPU is named by mla_gpu_name.
+  benchmark::AddCustomContext("mla_cpu_model", cpu_model());
+  benchmark::AddCustomContext("mla_threads", "1");
+  benchmark::AddCustomContext("mla_hardware_threads", std::to_string(std::thread::hardware_concurrency()));
+  benchmark::AddCustomContext("mla_tier", o.points.empty() ? mla::axes::to_string(o.tier) : "explicit points");
+  mla::device::add_gpu_context(setup);
+  benchmark::AddCustomContext("mla_ceilings", mla::device::ceilings_json(setup).dump());
+  nlohmann::ordered_json pj = nlohmann::ordered_json::object();
+  for (const auto* p : points) pj[p->name] = mla::device::point_json(*p);
+  benchmark::AddCustomContext("mla_points", pj.dump());
+  nlohmann::ordered_json kj = nlohmann::ordered_json::array();
+  for (const auto* k : impls) kj.push_back(mla::device::kernel_json(*k));
+  benchmark::AddCustomContext("mla_kernels", kj.dump());
+
+  mla::device::register_gpu_ceiling_benchmarks(setup);
+  mla::device::register_gpu_kernel_benchmarks(setup, impls, points);
+  mla::device::register_gpu_clock_row();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  mla::device::release_gpu_bench_cache();
+  return 0;
+}

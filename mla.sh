@@ -6,6 +6,9 @@
 #   ./mla.sh report    build, run mla-bench --mla_quick (extra args passed on), write bench.json,
 #                      report.md, roofline.png, bandwidth.png to reports/out/bench/
 #   ./mla.sh gate BASELINE.json RUN.json   regression gate (exit 1 on a significant slowdown)
+#   ./mla.sh sanitize  build every host target with ASan+UBSan (preset asan), run every CPU test
+#   ./mla.sh fuzz [S]  build the libFuzzer targets (preset fuzz, clang), replay suites/fuzz/corpus,
+#                      fuzz the golden loader for S seconds (default 90); suites/fuzz/README.md
 #   ./mla.sh deps | build | goldens | check-goldens | bench
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")"
@@ -27,7 +30,7 @@ log() { echo "[mla] $*" >&2; }
 
 deps() {
   local missing=()
-  for p in "${APT_PACKAGES[@]}"; do
+  for p in "${APT_PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if ((${#missing[@]})); then
@@ -53,7 +56,7 @@ case "${1:-help}" in
   certify)
     deps; build
     out=${MLA_REPORT_DIR:-reports/out/cpu}
-    "$BUILD_DIR/suites/certify/mla-certify" --goldens fixtures/goldens --out "$out" "${@:2}"
+    "$BUILD_DIR/suites/certify/mla" certify --goldens fixtures/goldens --out "$out" "${@:2}"
     ;;
   bench)
     deps; build
@@ -69,7 +72,14 @@ case "${1:-help}" in
     log "wrote $out/report.md"
     ;;
   gate) $PY reports/tools/bench_gate.py "${@:2}" ;;
+  sanitize)
+    deps
+    cmake --preset asan >&2
+    cmake --build --preset asan -j "$JOBS" >&2
+    ctest --preset asan -j "$JOBS" -L cpu "${@:2}"
+    ;;
+  fuzz) deps clang libclang-rt-14-dev; suites/fuzz/run_ci.sh "${@:2}" ;;
   goldens) deps; PYTHONPATH=reference/python $PY -m mla_ref.goldens write --out fixtures/goldens ;;
   check-goldens) deps; PYTHONPATH=reference/python $PY -m mla_ref.goldens check --dir fixtures/goldens ;;
-  *) sed -n '2,11p' "$0"; exit 2 ;;
+  *) sed -n '2,12p' "$0"; exit 2 ;;
 esac

@@ -1,0 +1,1 @@
+"""Tools over mla-bench output: the report generator and the regression gate."""

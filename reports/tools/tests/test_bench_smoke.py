@@ -1,0 +1,103 @@
+"""End to end: the real mla-bench on the smallest axis points, then the report and the gate on its JSON.
+
+Needs the built binary: CTest passes it as MLA_BENCH (suites/bench/CMakeLists.txt, test
+`bench_smoke`); without it the module is skipped.
+"""
+import json
+import os
+import subprocess
+
+import pytest
+
+from mla_benchtools import benchjson, gate, report
+
+BENCH = os.environ.get("MLA_BENCH")
+pytestmark = pytest.mark.skipif(not BENCH, reason="MLA_BENCH (path of mla-bench) not set")
+
+POINTS = "edge_len0_mixed,edge_page_boundaries,edge_heads7,edge_sparse_invalid,edge_fp8_tiny_values"
+FAST = ["--mla_stream_mib=64", "--mla_ceiling_reps=1", "--mla_no_flush", "--benchmark_min_time=0.001"]
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bench")
+    out = d / "run.json"
+    p = subprocess.run([BENCH, f"--mla_points={POINTS}", *FAST, "--benchmark_repetitions=3",
+                        "--benchmark_filter=^mla/|^ceiling/read_bw",
+                        f"--benchmark_out={out}", "--benchmark_out_format=json"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return out
+
+
+def test_json_carries_ceilings_points_and_kernels(bench_run):
+    run = benchjson.load(bench_run)
+    for key in ("read_bw", "triad_bw", "fma_f64", "fma_f32", "gemm_f64"):
+        assert run.ceiling_value(key) > 0, key
+    assert set(run.points) == set(POINTS.split(","))
+    assert run.context["mla_threads"] == "1" and run.context["mla_cpu_model"]
+    cpu = [k for k, v in run.kernels.items() if v["backend"] == "cpu"]
+    assert cpu, "no CPU implementation registered"
+    for k in cpu:
+        for p in POINTS.split(","):
+            c = run.cases.get(f"mla/{k}/{p}/manual_time")
+            assert c is not None, (k, p)
+            assert c.error or len(c.times_s) == 3, (k, p, c.error)
+
+
+def test_bench_counters_agree_with_the_report_math(bench_run):
+    run = benchjson.load(bench_run)
+    doc = json.loads(bench_run.read_text())
+    checked = 0
+    for row in doc["benchmarks"]:
+        if row.get("run_type") != "iteration" or not row["name"].startswith("mla/") or row.get("error_occurred"):
+            continue
+        k = run.kernels[row["run_name"].split("/")[1]]
+        if not k["roof_bw"]:
+            continue
+        t = row["real_time"] * {"ms": 1e-3, "us": 1e-6, "ns": 1e-9, "s": 1.0}[row["time_unit"]]
+        bw, peak = run.ceiling_value(k["roof_bw"]), run.ceiling_value(k["roof_peak"])
+        ai = row["model_flops"] / row["model_bytes"]
+        mem = ai < peak / bw
+        want = 100 * (row["model_bytes"] / t / bw if mem else row["model_flops"] / t / peak)
+        assert row["pct_of_ceiling"] == pytest.approx(want, rel=1e-6)
+        assert row["memory_bound"] == (1.0 if mem else 0.0)
+        assert row["label"].startswith("memory-bound" if mem else "compute-bound")
+        # Single-threaded implementations: at most one core's worth of CPU per wall second
+        # (plus clock granularity on microsecond calls).
+        assert 0.0 <= row["cpu_share"] <= 1.5
+        assert row["cold_cache"] == 0.0  # edges are below the eviction threshold
+        checked += 1
+    assert checked > 0
+
+
+def test_report_and_gate_run_on_real_output(bench_run, tmp_path, capsys):
+    assert report.main([str(bench_run), "--out", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Measured ceilings" in md and "edge_page_boundaries" in md
+    assert gate.main([str(bench_run), str(bench_run)]) == 0  # a run against itself is SAME
+    assert "SLOWER" not in capsys.readouterr().out
+
+
+def test_points_over_the_memory_budget_are_skipped_with_the_reason(tmp_path):
+    out = tmp_path / "small.json"
+    p = subprocess.run([BENCH, "--mla_points=edge_len1", "--mla_max_mem_gib=0.001", *FAST,
+                        "--benchmark_filter=^mla/", f"--benchmark_out={out}", "--benchmark_out_format=json"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    run = benchjson.load(out)
+    cases = run.kernel_cases()
+    assert cases and all(c.error and c.error.startswith("too large for this machine") for c in cases)
+
+
+def test_list_and_flag_errors():
+    p = subprocess.run([BENCH, "--mla_list"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("name\taxis\ttiers")
+    assert any(line.startswith("decode_b128_h16_sq1_sk65536\t") for line in lines)
+    for bad in (["--mla_points=no_such_point"], ["--mla_tier=tpu"], ["--mla_threads=0"], ["--mla_bogus=1"],
+                ["--mla_kernels=no_such_kernel"]):
+        q = subprocess.run([BENCH, *bad, *FAST, "--benchmark_filter=^$"], capture_output=True, text=True, timeout=120)
+        assert q.returncode == 2, (bad, q.stderr)
+        assert q.stderr.strip(), bad

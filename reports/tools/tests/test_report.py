@@ -1,0 +1,197 @@
+"""The report generator: metrics from model bytes/FLOPs and measured ceilings, the Markdown, the plots."""
+import json
+from pathlib import Path
+
+import pytest
+from conftest import CEILINGS, bench_json, kernel, point
+
+from mla_benchtools import benchjson, report
+
+MLA, NAIVE, GPU = "cpu_mla_fp64", "cpu_naive_mha_fp32", "cuda_flash"
+
+
+def name(k, p):
+    return f"mla/{k}/{p}/manual_time"
+
+
+def sample_run():
+    pts = {
+        "cpu_decode_sk1024": point(seqlen=1024),
+        "cpu_decode_sk4096": point(seqlen=4096),
+        "cpu_fp8_sk4096": point(axis="fp8", seqlen=4096, fmt="fp8"),
+        "cpu_varlen": point(axis="varlen", seqlen=4000, mean=2000.0),
+        "cpu_compute_h128": point(axis="decode_compute", heads=128, seqlen=1024),
+        "cpu_fp8_ue8m0_sk4096": dict(point(axis="fp8", seqlen=4096, fmt="fp8"), scale_fmt="ue8m0"),
+    }
+    # MLA: AI = 1e9/1e7 = 100 FLOP/B (above the fp64 ridge 40e9/20e9 = 2): compute-bound.
+    # Naive: AI = 1e8/1e9 = 0.1 (below the fp32 ridge 4): memory-bound.
+    mla_c = {"model_bytes": 1e7, "model_flops": 1e9}
+    naive_c = {"model_bytes": 1e9, "model_flops": 1e8}
+    cases = {}
+    for i, p in enumerate(pts):
+        cases[name(MLA, p)] = ([100.0 + i, 90.0 + i, 110.0 + i], mla_c)       # median 100+i ms
+        cases[name(NAIVE, p)] = ([200.0 + i, 210.0 + i, 190.0 + i], naive_c)  # median 200+i ms
+    cases[name(GPU, "cpu_decode_sk1024")] = ([1.0, 1.0, 1.0], mla_c)
+    cases["ceiling/read_bw/real_time/threads:1"] = ([10.0, 10.0, 10.0], {"bytes_per_second": 19e9})
+    kernels = [kernel(MLA, "f64"), kernel(NAIVE, "f32"), kernel(GPU, "bf16", backend="cuda")]
+    return bench_json(cases, points=pts, kernels=kernels,
+                      errors={name(MLA, "cpu_huge"): "too large for this machine: inputs 9 GiB"})
+
+
+@pytest.fixture
+def run(write_json):
+    return benchjson.load(write_json(sample_run()))
+
+
+def test_metrics_use_model_median_and_the_kernels_roofs(run):
+    m = report.metrics_for(run, run.cases[name(MLA, "cpu_decode_sk4096")])
+    assert m.median_s == pytest.approx(0.101)
+    assert m.bps == pytest.approx(1e7 / 0.101)
+    assert m.fps == pytest.approx(1e9 / 0.101)
+    assert m.ai == pytest.approx(100.0)
+    assert m.ridge == pytest.approx(CEILINGS["fma_f64"]["value"] / CEILINGS["read_bw"]["value"])
+    assert m.bound == "compute"
+    assert m.pct == pytest.approx(100.0 * (1e9 / 0.101) / CEILINGS["fma_f64"]["value"])
+    n = report.metrics_for(run, run.cases[name(NAIVE, "cpu_decode_sk4096")])
+    assert n.peak_key == "fma_f32"
+    assert n.bound == "memory"
+    assert n.pct == pytest.approx(100.0 * (1e9 / 0.201) / CEILINGS["read_bw"]["value"])
+    g = report.metrics_for(run, run.cases[name(GPU, "cpu_decode_sk1024")])
+    assert g.pct is None and g.bound is None  # no device ceiling: no percentage invented
+    assert report.metrics_for(run, run.cases[name(MLA, "cpu_huge")]) is None
+
+
+def test_markdown_has_every_case_speedups_and_skips(run):
+    md = report.render_markdown(run)
+    for p in ("cpu_decode_sk1024", "cpu_decode_sk4096", "cpu_fp8_sk4096", "cpu_varlen", "cpu_compute_h128"):
+        assert f"| {p} | `{MLA}` |" in md
+        assert f"| {p} | `{NAIVE}` |" in md
+    # Speed-up of MLA over the naive baseline for the second point: 201 / 101.
+    row = next(line for line in md.splitlines() if line.startswith(f"| cpu_decode_sk4096 | `{MLA}`"))
+    assert row.rstrip().endswith(f"| {201.0 / 101.0:.2f} |")
+    assert "| compute |" in row
+    assert "| `fma_f64` | 40 GFLOP/s |" in md
+    assert "## Not measured" in md and "too large for this machine" in md
+    assert "no roof" in md  # the cuda row
+    assert f"Not plotted (no ceilings of their device in this run): `{GPU}`" in md
+    assert "## Shapes" in md and "prod: reduced" in md
+    # Axis sections in the fixed order.
+    assert md.index("### decode_memory") < md.index("### decode_compute") < md.index("### varlen") < md.index("### fp8")
+    assert "† above the measured roof" not in md  # no case exceeds its roof here
+
+
+def test_over_roof_cases_are_flagged(write_json):
+    doc = sample_run()
+    for r in doc["benchmarks"]:
+        if r["run_name"] == name(NAIVE, "cpu_decode_sk1024") and r["run_type"] == "iteration":
+            r["real_time"] = 1.0  # 1e9 B in 1 ms = 1000 GB/s, far above 20 GB/s
+    md = report.render_markdown(benchjson.load(write_json(doc)))
+    assert "† above the measured roof" in md
+    assert " †" in next(line for line in md.splitlines() if line.startswith(f"| cpu_decode_sk1024 | `{NAIVE}`"))
+
+
+def test_certificate_marks_failing_kernels(run, tmp_path):
+    cert = {"format": 1, "verdict": "FAIL", "complete": True, "finished_utc": "x",
+            "machine": {"cpu_model": "Another CPU"},
+            "kernels": [{"name": MLA, "counts": {"PASS": 10, "FAIL": 0}},
+                        {"name": NAIVE, "counts": {"PASS": 8, "FAIL": 2}}]}
+    p = tmp_path / "certificate.json"
+    p.write_text(json.dumps(cert))
+    md = report.render_markdown(run, report.load_certificate(p))
+    assert "## Certification" in md
+    assert f"| `{NAIVE}` | 8 | 2 |" in md and "FAILS certification" in md
+    assert f"`{NAIVE}` ⚠" in md
+    assert "not the benchmarked machine" in md
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": 2, "kernels": []}))
+    with pytest.raises(benchjson.BenchFileError):
+        report.load_certificate(bad)
+
+
+def test_bandwidth_series_takes_uniform_decode_only(run):
+    s = report.bandwidth_series(run)
+    # The device kernel has no ceilings in this run: not drawn against host roofs.
+    assert set(s) == {(MLA, "bf16"), (NAIVE, "bf16"), (MLA, "fp8"), (NAIVE, "fp8"),
+                      (MLA, "fp8 ue8m0"), (NAIVE, "fp8 ue8m0")}
+    assert [x for x, _ in s[(MLA, "fp8")]] == [4096]
+    assert [x for x, _ in s[(MLA, "bf16")]] == [1024, 4096]  # varlen and h=128 left out
+    assert s[(NAIVE, "bf16")][1][1] == pytest.approx(1e9 / 0.201)
+
+
+def test_main_writes_report_and_valid_pngs(write_json, tmp_path):
+    src = write_json(sample_run())
+    out = tmp_path / "out"
+    assert report.main([src, "--out", str(out), "--baseline", MLA]) == 0
+    md = (out / "report.md").read_text()
+    assert f"× vs `{MLA}`" in md and "![roofline](roofline.png)" in md
+    for png in ("roofline.png", "bandwidth.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20000
+
+
+def test_main_rejects_bad_inputs(write_json, tmp_path, capsys):
+    src = write_json(sample_run())
+    assert report.main([src, "--out", str(tmp_path / "o"), "--baseline", "nope"]) == 2
+    empty = write_json(bench_json({"ceiling/read_bw": ([1.0], {})}))
+    assert report.main([empty, "--out", str(tmp_path / "o2")]) == 2
+    assert report.main([str(tmp_path / "absent.json"), "--out", str(tmp_path / "o3")]) == 2
+    assert not Path(tmp_path / "o2" / "report.md").exists()
+    capsys.readouterr()
+
+
+def test_model_slug():
+    assert benchjson.model_slug("AMD EPYC") == "amd-epyc"
+    assert benchjson.model_slug("Intel(R) Xeon(R) Platinum 8480+") == "intel-r-xeon-r-platinum-8480"
+    assert benchjson.model_slug("  ") == "unknown"
+
+
+def test_warm_cache_rows_are_marked(write_json):
+    doc = sample_run()
+    for r in doc["benchmarks"]:
+        if r["run_name"] == name(MLA, "cpu_decode_sk1024") and r["run_type"] == "iteration":
+            r["cold_cache"] = 0.0
+    md = report.render_markdown(benchjson.load(write_json(doc)))
+    assert "| compute, warm caches |" in next(l for l in md.splitlines() if l.startswith(f"| cpu_decode_sk1024 | `{MLA}`"))
+    assert "warm caches" not in next(l for l in md.splitlines() if l.startswith(f"| cpu_decode_sk4096 | `{MLA}`"))
+    assert "Left out of the roofline (timed with warm caches, so not bounded by the DRAM roof): cpu_decode_sk1024." in md
+    run = benchjson.load(write_json(doc))
+    warm = report.metrics_for(run, run.cases[name(MLA, "cpu_decode_sk1024")])
+    cold = report.metrics_for(run, run.cases[name(MLA, "cpu_decode_sk4096")])
+    assert not report.roofline_plottable(warm) and report.roofline_plottable(cold)
+
+
+def test_busy_machine_is_flagged_from_cpu_share(write_json):
+    doc = sample_run()
+    md = report.render_markdown(benchjson.load(write_json(doc)))
+    assert "machine was busy" not in md  # no cpu_share recorded: nothing claimed
+    for r in doc["benchmarks"]:
+        if r["run_type"] == "iteration" and r["run_name"].startswith("mla/"):
+            r["cpu_share"] = 0.5 if r["run_name"] == name(MLA, "cpu_varlen") else 0.99
+    md = report.render_markdown(benchjson.load(write_json(doc)))
+    assert "**The machine was busy during this run:** 1 of" in md
+    row = next(l for l in md.splitlines() if l.startswith(f"| cpu_varlen | `{MLA}`"))
+    assert "| 0.50 |" in row
+
+
+def test_device_kernels_are_judged_and_drawn_with_their_own_ceilings(write_json, tmp_path):
+    ceilings = dict(CEILINGS)
+    ceilings["gpu_read_bw"] = {"value": 4e12, "unit": "B/s", "method": "device read"}
+    ceilings["gpu_copy_bw"] = {"value": 3e12, "unit": "B/s", "method": "device copy"}
+    ceilings["gpu_gemm_bf16"] = {"value": 7e14, "unit": "FLOP/s", "method": "cuBLAS bf16"}
+    gk = dict(kernel("cuda_mla", "bf16", backend="cuda"), roof_bw="gpu_read_bw", roof_peak="gpu_gemm_bf16")
+    pts = {"decode_sk4096": point(batch=128, seqlen=4096, scaled_from="")}
+    doc = bench_json({name(MLA, "decode_sk4096"): ([100.0] * 3, {"model_bytes": 1e7, "model_flops": 1e9}),
+                      name("cuda_mla", "decode_sk4096"): ([0.01] * 3, {"model_bytes": 1e7, "model_flops": 1e9})},
+                     points=pts, kernels=[kernel(MLA, "f64"), gk], ceilings=ceilings)
+    run = benchjson.load(write_json(doc))
+    g = report.metrics_for(run, run.cases[name("cuda_mla", "decode_sk4096")])
+    # AI 100 < ridge 7e14/4e12 = 175: memory-bound on the device, at 1e7 B / 10 us = 1 TB/s.
+    assert g.bound == "memory" and g.pct == pytest.approx(100 * 1e12 / 4e12)
+    groups = report.roofline_groups(run)
+    assert set(groups) == {"read_bw", "gpu_read_bw"}
+    assert [m.case.kernel for m in groups["gpu_read_bw"]] == ["cuda_mla"]
+    assert report._ceilings_of(run, "gpu", "B/s") == ["gpu_read_bw", "gpu_copy_bw"]
+    assert "gpu_read_bw" not in report._ceilings_of(run, "cpu", "B/s")
+    out = tmp_path / "o"
+    assert report.main([write_json(doc), "--out", str(out)]) == 0
+    assert (out / "roofline.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,586 @@
+// mla-bench: every registered attention implementation that can run here, over the shared axes
+// (mla/kernels/axes.hpp), with the machine's ceilings measured in the same run.
+//
+//   mla-bench --mla_quick --benchmark_out=run.json --benchmark_out_format=json
+//
+// Own flags (removed before Google Benchmark sees the command line):
+//   --mla_tier=cpu_quick|cpu_full|gpu   which axis points (default cpu_quick); tier gpu runs only
+//                                       the non-CPU implementations unless --mla_kernels names some
+//   --mla_quick                         unless given: 5 repetitions, --benchmark_min_time=0.05
+//                                       (tier cpu_quick: a CPU report in about a minute on 2
+//                                       cores; with --mla_tier=cpu_full about 3 minutes)
+//   --mla_kernels=a,b                   only these implementations (default: all registered)
+//
+// In a CUDA build with a usable device, the `cuda` implementations are timed by the GPU half
+// (suites/device/gpu_bench.hpp: CUDA events, L2 flush, device ceilings in the same JSON);
+// without a device they are listed as unavailable rows.
+//   --mla_points=a,b                    only these axis points (any tier)
+//   --mla_threads=N                     threads of the ceiling probes (default 1: the CPU
+//                                       implementations are single-threaded)
+//   --mla_stream_mib=N                  size of each STREAM array (default 256)
+//   --mla_ceiling_reps=N                best of N for the context ceilings (default 5)
+//   --mla_no_flush                      do not evict the caches between timed calls (by
+//                                       default they are evicted for points whose inputs are
+//                                       at least 2 MiB, i.e. all but the edges)
+//   --mla_max_mem_gib=X                 refuse points whose inputs exceed X/4 GiB (default:
+//                                       half of MemAvailable)
+//   --mla_list                          print the axis table (TSV) and exit
+//
+// What is timed: only `run()` + `synchronize()` of a prepared implementation (manual time);
+// input generation, `prepare`, and the cache flush are outside the measured interval.
+#include <benchmark/benchmark.h>
+
+#ifndef MLA_BENCH_WITH_GPU
+#define MLA_BENCH_WITH_GPU 0
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "ceilings.hpp"
+#include "mla/core/error.hpp"
+#if MLA_BENCH_WITH_GPU
+// The GPU half (suites/device): device ceilings, CUDA-event timing and an L2 flush for the
+// `cuda` implementations, linked when the CUDA build has it (suites/bench/CMakeLists.txt).
+#include "gpu_bench.hpp"
+#include "mla/cuda/device.hpp"
+#endif
+#include "mla/kernels/attention.hpp"
+#include "mla/kernels/axes.hpp"
+#include "mla/kernels/registry.hpp"
+
+namespace {
+
+using mla::bench::CeilingSet;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  mla::axes::Tier tier = mla::axes::cpu_quick;
+  bool quick = false;
+  std::vector<std::string> kernels;
+  std::vector<std::string> points;
+  int threads = 1;
+  std::size_t stream_mib = 256;
+  int ceiling_reps = 5;
+  bool flush = true;
+  double max_mem_gib = 0;
+  bool list = false;
+};
+
+std::vector<std::string> split_csv(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// Removes --mla_* flags from argv and parses them; throws mla::Error on a bad value.
+Options take_options(int& argc, char** argv) {
+  Options o;
+  int w = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--mla_", 0) != 0) {
+      argv[w++] = argv[i];
+      continue;
+    }
+    const auto eq = a.find('=');
+    const std::string key = a.substr(0, eq), val = eq == std::string::npos ? "" : a.substr(eq + 1);
+    auto need = [&] {
+      if (eq == std::string::npos || val.empty()) throw mla::Error(key + " needs a value (" + key + "=...)");
+    };
+    auto to_num = [&](auto lo) {
+      need();
+      std::size_t pos = 0;
+      double v = 0;
+      try {
+        v = std::stod(val, &pos);
+      } catch (const std::exception&) {
+        pos = 0;
+      }
+      if (pos != val.size() || v < static_cast<double>(lo)) throw mla::Error(fmt::format("{}: bad value '{}'", key, val));
+      return v;
+    };
+    if (key == "--mla_tier") need(), o.tier = mla::axes::tier_from_string(val);
+    else if (key == "--mla_quick") o.quick = true;
+    else if (key == "--mla_kernels") need(), o.kernels = split_csv(val);
+    else if (key == "--mla_points") need(), o.points = split_csv(val);
+    else if (key == "--mla_threads") o.threads = static_cast<int>(to_num(1));
+    else if (key == "--mla_stream_mib") o.stream_mib = static_cast<std::size_t>(to_num(1));
+    else if (key == "--mla_ceiling_reps") o.ceiling_reps = static_cast<int>(to_num(1));
+    else if (key == "--mla_no_flush") o.flush = false;
+    else if (key == "--mla_max_mem_gib") o.max_mem_gib = to_num(0.001);
+    else if (key == "--mla_list") o.list = true;
+    else throw mla::Error("unknown flag " + key);
+  }
+  argc = w;
+  argv[argc] = nullptr;
+  return o;  // --mla_quick keeps an explicit --mla_tier (default cpu_quick either way)
+}
+
+bool has_flag(int argc, char** argv, const char* prefix) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], prefix, std::strlen(prefix)) == 0) return true;
+  return false;
+}
+
+std::string fmt_si(double v) { return fmt::format("{:.6g}", v); }
+
+// Which host ceilings judge an implementation. Device implementations get none here (the GPU
+// half gives the `cuda` ones their device's roofs) rather than a CPU number that would make a
+// GPU look 100x past its roof.
+struct Roof {
+  bool known = false;
+  double bw = 0, peak = 0;
+  std::string peak_name;
+};
+
+Roof roof_for(const mla::KernelInfo& info, const CeilingSet& c) {
+  Roof r;
+  if (info.backend != "cpu") return r;
+  r.known = true;
+  r.bw = c.read_bw;  // the kernels mostly read: the read-only probe is their bandwidth roof
+  if (info.out_dtype == mla::OutDType::f64) {
+    r.peak = c.fma_f64;
+    r.peak_name = "fma_f64";
+  } else {
+    // fp32 and bf16 CPU implementations compute in fp32.
+    r.peak = c.fma_f32;
+    r.peak_name = "fma_f32";
+  }
+  return r;
+}
+
+// One axis point's inputs and one implementation's prepared state, kept across Google
+// Benchmark's repeated calls of the same benchmark (it calls the function once per trial and
+// repetition); replaced when the next point or implementation comes.
+struct CaseCache {
+  std::string point;
+  std::optional<mla::axes::SyntheticInputs> inputs;
+  std::string prepared_key;
+  std::unique_ptr<mla::PreparedAttention> prepared;
+
+  const mla::axes::SyntheticInputs& get_inputs(const mla::axes::AxisPoint& p) {
+    if (point != p.name || !inputs) {
+      prepared.reset();
+      prepared_key.clear();
+      inputs.reset();
+      point.clear();
+      const auto t0 = Clock::now();
+      inputs.emplace(mla::axes::build_inputs(p));
+      point = p.name;
+      std::cerr << fmt::format("[mla-bench] built inputs of {} ({:.1f} MiB) in {:.2f} s\n", p.name,
+                               static_cast<double>(mla::axes::footprint(p).total()) / (1 << 20),
+                               std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    return *inputs;
+  }
+  mla::PreparedAttention& get_prepared(const mla::AttentionImpl& impl, const mla::axes::AxisPoint& p) {
+    const std::string key = impl.info().name + "/" + p.name;
+    if (prepared_key != key || !prepared) {
+      prepared.reset();
+      prepared = impl.prepare(get_inputs(p).view());
+      prepared_key = key;
+    }
+    return *prepared;
+  }
+};
+
+CaseCache g_cache;
+
+struct KernelCase {
+  const mla::AttentionImpl* impl;
+  const mla::axes::AxisPoint* point;
+  const CeilingSet* ceilings;
+  mla::bench::CacheFlusher* flusher;  // nullptr: no flush
+  std::size_t flush_min_bytes;        // points with smaller inputs are timed with warm caches
+  std::size_t mem_budget;
+  int threads;                        // threads the CPU implementations use (--mla_threads)
+};
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+void bench_kernel(benchmark::State& st, KernelCase kc) {
+  const mla::AttentionImpl& impl = *kc.impl;
+  const mla::axes::AxisPoint& p = *kc.point;
+  if (auto why = impl.unavailable()) {
+    st.SkipWithError(("unavailable: " + *why).c_str());
+    return;
+  }
+  if (auto why = impl.check(p.shape)) {
+    st.SkipWithError(("unsupported: " + *why).c_str());
+    return;
+  }
+  const auto fp = mla::axes::footprint(p);
+  if (fp.peak() > kc.mem_budget / 4) {
+    st.SkipWithError(fmt::format("too large for this machine: inputs {:.2f} GiB > a quarter of the {:.2f} GiB budget",
+                                 static_cast<double>(fp.peak()) / (1 << 30), static_cast<double>(kc.mem_budget) / (1 << 30))
+                         .c_str());
+    return;
+  }
+  try {
+    const mla::AttnInputs in = g_cache.get_inputs(p).view();
+    mla::PreparedAttention& run = g_cache.get_prepared(impl, p);
+    // The byte/FLOP model of exactly the call timed below: one run() over `in`.
+    const mla::CostModel cost = impl.cost(in);
+    // Host caches only: a device kernel's L2 would need a device-side flush, which this binary
+    // does not have yet, so device timings are warm-L2 (recorded in the label below). Tiny
+    // points (the edges) are timed warm too: evicting the LLC costs milliseconds, so a cold
+    // measurement of a microsecond call would spend minutes flushing for no roofline value.
+    mla::bench::CacheFlusher* flusher =
+        impl.info().backend == "cpu" && fp.total() >= kc.flush_min_bytes ? kc.flusher : nullptr;
+    double seconds = 0, cpu_seconds = 0;
+    for (auto _ : st) {
+      if (flusher) flusher->flush();
+      const double c0 = process_cpu_seconds();
+      const auto t0 = Clock::now();
+      try {
+        run.run();
+        run.synchronize();
+      } catch (const std::exception& e) {
+        // Inside the loop, so Google Benchmark ends the run cleanly (its documented pattern).
+        st.SkipWithError((std::string("error in run(): ") + e.what()).c_str());
+        break;
+      }
+      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      cpu_seconds += process_cpu_seconds() - c0;
+      st.SetIterationTime(dt);
+      seconds += dt;
+    }
+    if (st.error_occurred()) return;
+    const double iters = static_cast<double>(st.iterations());
+    using C = benchmark::Counter;
+    st.SetBytesProcessed(static_cast<int64_t>(cost.bytes) * st.iterations());
+    st.counters["flop_per_second"] = C(cost.flops, C::kIsIterationInvariantRate);
+    st.counters["model_bytes"] = C(cost.bytes);
+    st.counters["model_flops"] = C(cost.flops);
+    const double ai = cost.bytes > 0 ? cost.flops / cost.bytes : 0.0;
+    st.counters["ai_flop_per_byte"] = C(ai);
+    st.counters["cold_cache"] = C(flusher ? 1.0 : 0.0);
+    // CPU time the process got during the timed calls per wall second and thread: below 1 the
+    // implementation was descheduled (a busy machine), so its times overstate its cost.
+    if (impl.info().backend == "cpu" && seconds > 0)
+      st.counters["cpu_share"] = C(cpu_seconds / (seconds * kc.threads));
+    const Roof roof = roof_for(impl.info(), *kc.ceilings);
+    if (roof.known && seconds > 0) {
+      const double bps = cost.bytes * iters / seconds, fps = cost.flops * iters / seconds;
+      const double ridge = roof.peak / roof.bw;
+      const bool mem = ai < ridge;
+      st.counters["pct_of_bw_ceiling"] = C(100.0 * bps / roof.bw);
+      st.counters["pct_of_flop_ceiling"] = C(100.0 * fps / roof.peak);
+      st.counters["pct_of_ceiling"] = C(100.0 * (mem ? bps / roof.bw : fps / roof.peak));
+      st.counters["memory_bound"] = C(mem ? 1.0 : 0.0);
+      st.counters["ridge_flop_per_byte"] = C(ridge);
+      st.SetLabel(fmt::format("{}; roof read_bw+{}{}", mem ? "memory-bound" : "compute-bound", roof.peak_name,
+                              flusher ? "" : "; warm caches"));
+    } else {
+      st.SetLabel(fmt::format("no ceiling: none measured for backend {} in this run; device caches not flushed",
+                              impl.info().backend));
+    }
+  } catch (const mla::UnsupportedError& e) {
+    st.SkipWithError((std::string("unsupported: ") + e.what()).c_str());
+  } catch (const std::exception& e) {
+    st.SkipWithError((std::string("error: ") + e.what()).c_str());
+  }
+}
+
+// --- the ceiling probes as benchmarks (rows in the same JSON) --------------------------------
+
+void bench_read_bw(benchmark::State& st, std::size_t bytes_per_thread) {
+  const std::size_t n = bytes_per_thread / sizeof(double);
+  std::vector<double> a(n, 1.0);
+  double s = 0;
+  for (auto _ : st) {
+    s += mla::bench::read_sum(a.data(), n);
+    benchmark::DoNotOptimize(s);
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(n * sizeof(double)) * st.iterations());
+}
+
+void bench_triad(benchmark::State& st, std::size_t bytes_per_thread) {
+  const std::size_t n = bytes_per_thread / sizeof(double);
+  std::vector<double> a(n, 0.0), b(n, 1.0), c(n, 2.0);
+  for (auto _ : st) {
+    mla::bench::triad(a.data(), b.data(), c.data(), 3.0, n);
+    benchmark::DoNotOptimize(a.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(3 * n * sizeof(double)) * st.iterations());
+}
+
+void bench_fma(benchmark::State& st, mla::bench::Isa isa, bool f64) {
+  constexpr int64_t kIters = 1 << 20;
+  double flops = 0, total = 0;
+  for (auto _ : st) {
+    double r = f64 ? mla::bench::fma_f64(isa, kIters, &flops) : mla::bench::fma_f32(isa, kIters, &flops);
+    benchmark::DoNotOptimize(r);
+    total += flops;
+  }
+  st.counters["flop_per_second"] = benchmark::Counter(total, benchmark::Counter::kIsRate);
+}
+
+void bench_gemm(benchmark::State& st, int n) {
+  mla::bench::Gemm g(n);
+  benchmark::DoNotOptimize(g.run());
+  double total = 0;
+  for (auto _ : st) {
+    benchmark::DoNotOptimize(g.run());
+    total += g.flops();
+  }
+  // This thread's FLOPs as a plain rate: Google Benchmark sums counters over threads and divides
+  // by the (thread-averaged) real time, giving the aggregate rate.
+  st.counters["flop_per_second"] = benchmark::Counter(total, benchmark::Counter::kIsRate);
+}
+
+nlohmann::ordered_json point_json(const mla::axes::AxisPoint& p) {
+  int32_t mx = 0;
+  for (int32_t l : p.seqlens) mx = std::max(mx, l);
+  return {{"axis", mla::axes::to_string(p.axis)},
+          {"why", p.why},
+          {"scaled_from", p.scaled_from},
+          {"batch", p.shape.batch},
+          {"s_q", p.shape.s_q},
+          {"heads", p.shape.heads},
+          {"page_size", p.shape.page_size},
+          {"topk", p.shape.topk},
+          {"cache_format", mla::to_string(p.shape.cache_format)},
+          {"scale_fmt", p.shape.cache_format != mla::CacheFormat::fp8 ? ""
+                        : p.scale_fmt == mla::ScaleFmt::ue8m0 ? "ue8m0" : "fp32"},
+          {"seqlen_max", mx},
+          {"seqlen_mean", p.shape.batch ? static_cast<double>(p.total_tokens()) / p.shape.batch : 0.0},
+          {"total_tokens", p.total_tokens()},
+          {"seed", p.seed}};
+}
+
+void print_table() {
+  std::cout << "name\taxis\ttiers\tbatch\ts_q\theads\tpage_size\ttopk\tcache\tseqlen_max\ttotal_tokens\tinput_MiB\tscaled_from\n";
+  for (const auto& p : mla::axes::catalog()) {
+    std::string tiers;
+    for (auto t : {mla::axes::cpu_quick, mla::axes::cpu_full, mla::axes::gpu})
+      if (p.in(t)) {
+        if (!tiers.empty()) tiers += ',';
+        tiers += mla::axes::to_string(t);
+      }
+    const auto j = point_json(p);
+    std::cout << fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.1f}\t{}\n", p.name, j["axis"].get<std::string>(), tiers,
+                             p.shape.batch, p.shape.s_q, p.shape.heads, p.shape.page_size, p.shape.topk,
+                             j["cache_format"].get<std::string>(), j["seqlen_max"].get<int>(), p.total_tokens(),
+                             static_cast<double>(mla::axes::footprint(p).total()) / (1 << 20), p.scaled_from);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  try {
+    o = take_options(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "mla-bench: " << e.what() << "\n";
+    return 2;
+  }
+  if (o.list) {
+    print_table();
+    return 0;
+  }
+  // --mla_quick supplies Google Benchmark defaults the user did not set (argv order: ours first,
+  // so an explicit flag later on the line wins either way).
+  std::vector<char*> args(argv, argv + argc);
+  std::string reps = "--benchmark_repetitions=5", min_time = "--benchmark_min_time=0.05";
+  if (o.quick) {
+    if (!has_flag(argc, argv, "--benchmark_repetitions")) args.insert(args.begin() + 1, reps.data());
+    if (!has_flag(argc, argv, "--benchmark_min_time")) args.insert(args.begin() + 1, min_time.data());
+  }
+  int gargc = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  benchmark::Initialize(&gargc, args.data());
+  if (benchmark::ReportUnrecognizedArguments(gargc, args.data())) return 2;
+
+  try {
+    mla::register_builtin_kernels();
+  } catch (const std::exception& e) {
+    std::cerr << "mla-bench: registering kernels failed: " << e.what() << "\n";
+    return 1;
+  }
+  std::vector<const mla::AttentionImpl*> impls;
+  // The production shapes are for device kernels: the fp64 CPU reference would take minutes per
+  // call there, so tier gpu leaves the CPU implementations out unless they are asked for.
+  const bool device_only = o.points.empty() && o.tier == mla::axes::gpu && o.kernels.empty();
+  for (const auto& k : mla::Registry::instance().attention())
+    if (o.kernels.empty() ? !(device_only && k->info().backend == "cpu")
+                          : std::find(o.kernels.begin(), o.kernels.end(), k->info().name) != o.kernels.end())
+      impls.push_back(k.get());
+  for (const auto& name : o.kernels)
+    if (!mla::Registry::instance().find(name)) {
+      std::cerr << "mla-bench: no implementation named '" << name << "'\n";
+      return 2;
+    }
+
+  std::vector<const mla::axes::AxisPoint*> points;
+  if (!o.points.empty()) {
+    for (const auto& name : o.points) {
+      const auto* p = mla::axes::find(name);
+      if (!p) {
+        std::cerr << "mla-bench: no axis point named '" << name << "' (see --mla_list)\n";
+        return 2;
+      }
+      points.push_back(p);
+    }
+  } else {
+    points = mla::axes::select(o.tier);
+  }
+
+  const std::size_t llc = mla::bench::last_level_cache_bytes();
+  const std::size_t stream_bytes = o.stream_mib << 20;
+  if (llc && stream_bytes < 4 * llc)
+    std::cerr << fmt::format("[mla-bench] warning: STREAM arrays ({} MiB) are < 4x the last-level cache ({} MiB)\n",
+                             o.stream_mib, llc >> 20);
+  const CeilingSet ceilings = mla::bench::measure_ceilings(o.threads, stream_bytes, o.ceiling_reps);
+  std::optional<mla::bench::CacheFlusher> flusher;
+  if (o.flush) flusher.emplace(std::max<std::size_t>(2 * llc, std::size_t{32} << 20));
+  const std::size_t avail = mla::bench::available_memory_bytes();
+  const std::size_t budget = o.max_mem_gib > 0 ? static_cast<std::size_t>(o.max_mem_gib * (1u << 30))
+                                               : (avail ? avail / 2 : std::size_t{4} << 30);
+
+  std::vector<const mla::AttentionImpl*> device_impls;  // timed by the GPU half, not bench_kernel
+#if MLA_BENCH_WITH_GPU
+  std::optional<mla::device::GpuBenchSetup> gpu;
+  const bool wants_device =
+      std::any_of(impls.begin(), impls.end(), [](const auto* k) { return k->info().backend == "cuda"; });
+  if (wants_device && !mla::cuda::unavailable_reason()) {
+    mla::device::GpuBenchOptions go;
+    go.flush_l2 = o.flush;
+    go.host_budget_bytes = budget;
+    try {
+      gpu.emplace(mla::device::prepare_gpu_bench(go));
+    } catch (const std::exception& e) {
+      std::cerr << "mla-bench: measuring the device ceilings failed: " << e.what() << "\n";
+      return 1;
+    }
+    for (const auto* k : impls)
+      if (k->info().backend == "cuda") device_impls.push_back(k);
+  }
+#endif
+  auto on_device = [&](const mla::AttentionImpl* k) {
+    return std::find(device_impls.begin(), device_impls.end(), k) != device_impls.end();
+  };
+
+  // Context: everything a report or a regression gate needs to interpret the rows.
+  benchmark::AddCustomContext("mla_bench_format", "1");
+  benchmark::AddCustomContext("mla_cpu_model", mla::bench::cpu_model());
+  benchmark::AddCustomContext("mla_threads", std::to_string(o.threads));
+  benchmark::AddCustomContext("mla_hardware_threads", std::to_string(std::thread::hardware_concurrency()));
+  benchmark::AddCustomContext("mla_tier", o.points.empty() ? mla::axes::to_string(o.tier) : "explicit points");
+  benchmark::AddCustomContext("mla_isa_runtime", mla::bench::to_string(mla::bench::runtime_isa()));
+  benchmark::AddCustomContext("mla_isa_build", mla::bench::to_string(mla::bench::build_isa()));
+  benchmark::AddCustomContext("mla_llc_bytes", std::to_string(llc));
+  // Below this the points are the edges (sub-millisecond calls on < 1 MiB of inputs), where a
+  // per-call eviction costs 10-100x the call and the roofline has nothing to learn.
+  constexpr std::size_t flush_min_bytes = std::size_t{2} << 20;
+  benchmark::AddCustomContext("mla_cache_flush_bytes", flusher ? std::to_string(flusher->bytes()) : "0");
+  benchmark::AddCustomContext("mla_cache_flush_min_input_bytes", std::to_string(flush_min_bytes));
+  benchmark::AddCustomContext("mla_timing",
+                              "manual time of run()+synchronize() only; inputs, prepare and the cache flush are untimed");
+  benchmark::AddCustomContext(
+      "mla_axes_note",
+      "CPU tiers reduce batch (and some contexts) so the fp64 CPU reference fits a CI run; each point's scaled_from "
+      "names its production shape");
+  // ordered_json: the table's order is the report's order (a plain json object sorts its keys).
+  nlohmann::ordered_json cj = nlohmann::ordered_json::object();
+  for (const auto& c : ceilings.all) {
+    benchmark::AddCustomContext("mla_ceiling_" + c.key, fmt_si(c.value));
+    cj[c.key] = {{"value", c.value}, {"unit", c.unit}, {"method", c.method}};
+  }
+  cj["threads"] = ceilings.threads;
+  cj["best_of"] = o.ceiling_reps;
+#if MLA_BENCH_WITH_GPU
+  if (gpu) {
+    const nlohmann::ordered_json gj = mla::device::ceilings_json(*gpu);  // named: items() views it
+    for (const auto& el : gj.items()) cj[el.key()] = el.value();
+    mla::device::add_gpu_context(*gpu);
+  }
+#endif
+  benchmark::AddCustomContext("mla_device_half", MLA_BENCH_WITH_GPU ? "linked (suites/device)" : "not built (no CUDA)");
+  benchmark::AddCustomContext("mla_ceilings", cj.dump());
+  nlohmann::ordered_json pj = nlohmann::ordered_json::object();
+  for (const auto* p : points) pj[p->name] = point_json(*p);
+  benchmark::AddCustomContext("mla_points", pj.dump());
+  nlohmann::ordered_json kj = nlohmann::ordered_json::array();
+  for (const auto* k : impls) {
+#if MLA_BENCH_WITH_GPU
+    if (on_device(k)) {
+      kj.push_back(mla::device::kernel_json(*k));
+      continue;
+    }
+#endif
+    const auto why = k->unavailable();
+    const Roof roof = roof_for(k->info(), ceilings);
+    kj.push_back({{"name", k->info().name},
+                  {"backend", k->info().backend},
+                  {"description", k->info().description},
+                  {"out_dtype", mla::to_string(k->info().out_dtype)},
+                  {"unavailable", why ? *why : ""},
+                  // Which measured ceilings judge it (keys of mla_ceilings); null: none measured.
+                  {"roof_bw", roof.known ? nlohmann::ordered_json("read_bw") : nlohmann::ordered_json()},
+                  {"roof_peak", roof.known ? nlohmann::ordered_json(roof.peak_name) : nlohmann::ordered_json()}});
+  }
+  benchmark::AddCustomContext("mla_kernels", kj.dump());
+
+  // Ceiling probes as benchmarks.
+  const int T = o.threads;
+  const std::size_t per_thread = stream_bytes / static_cast<std::size_t>(T);
+  // A fixed minimum time: a short --benchmark_min_time for the kernels must not make the
+  // ceilings a single noisy iteration.
+  constexpr double kCeilingMinTime = 0.2;
+  benchmark::RegisterBenchmark("ceiling/read_bw", bench_read_bw, per_thread)->Threads(T)->UseRealTime()->MinTime(kCeilingMinTime);
+  benchmark::RegisterBenchmark("ceiling/triad_bw", bench_triad, per_thread)->Threads(T)->UseRealTime()->MinTime(kCeilingMinTime);
+  const auto isa = mla::bench::runtime_isa();
+  benchmark::RegisterBenchmark(fmt::format("ceiling/fma_f64/{}", mla::bench::to_string(isa)).c_str(), bench_fma, isa, true)
+      ->Threads(T)->UseRealTime()->MinTime(kCeilingMinTime);
+  benchmark::RegisterBenchmark(fmt::format("ceiling/fma_f32/{}", mla::bench::to_string(isa)).c_str(), bench_fma, isa, false)
+      ->Threads(T)->UseRealTime()->MinTime(kCeilingMinTime);
+  benchmark::RegisterBenchmark("ceiling/gemm_f64_eigen/512", bench_gemm, 512)->Threads(T)->UseRealTime()->MinTime(kCeilingMinTime);
+
+  // Kernels x points, point-major so each point's inputs are built once for all kernels.
+  for (const auto* p : points)
+    for (const auto* k : impls)
+      if (!on_device(k))
+        benchmark::RegisterBenchmark(fmt::format("mla/{}/{}", k->info().name, p->name).c_str(), bench_kernel,
+                                     KernelCase{k, p, &ceilings, flusher ? &*flusher : nullptr, flush_min_bytes, budget, o.threads})
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond);
+#if MLA_BENCH_WITH_GPU
+  if (gpu) {
+    mla::device::register_gpu_ceiling_benchmarks(*gpu);
+    mla::device::register_gpu_kernel_benchmarks(*gpu, device_impls, points);
+    mla::device::register_gpu_clock_row();  // last: the clocks after the run
+  }
+#endif
+
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  g_cache = CaseCache{};
+#if MLA_BENCH_WITH_GPU
+  if (gpu) mla::device::release_gpu_bench_cache();  // before the CUDA runtime is torn down at exit
+#endif
+  return 0;
+}

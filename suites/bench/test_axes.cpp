@@ -1,0 +1,268 @@
+// The shared axes: the table says what the brief and FIELD-NOTES require, and build_inputs
+// produces exactly the bytes its contract describes (checked against the generator and codecs
+// element by element, not against numbers copied from a run).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <regex>
+#include <set>
+
+#include "mla/core/error.hpp"
+#include "mla/core/generator.hpp"
+#include "mla/core/numeric.hpp"
+#include "mla/kernels/axes.hpp"
+
+namespace ax = mla::axes;
+
+namespace {
+
+const ax::AxisPoint& point(const char* name) {
+  const ax::AxisPoint* p = ax::find(name);
+  if (!p) throw mla::Error(std::string("missing axis point ") + name);
+  return *p;
+}
+
+bool has(std::function<bool(const ax::AxisPoint&)> pred) {
+  return std::any_of(ax::catalog().begin(), ax::catalog().end(), pred);
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+TEST(AxesCatalog, NamesTiersAndDeclarationsAreConsistent) {
+  const std::regex name_re("[a-z0-9_]+");
+  std::set<std::string> names;
+  for (const auto& p : ax::catalog()) {
+    SCOPED_TRACE(p.name);
+    EXPECT_TRUE(std::regex_match(p.name, name_re));
+    EXPECT_TRUE(names.insert(p.name).second) << "duplicate";
+    EXPECT_NE(p.tiers, 0u);
+    ASSERT_EQ(static_cast<int>(p.seqlens.size()), p.shape.batch);
+    int64_t pages = 0, mb = 1;
+    for (int32_t l : p.seqlens) pages += ceil_div(l, p.shape.page_size), mb = std::max(mb, ceil_div(l, p.shape.page_size));
+    EXPECT_EQ(p.shape.num_blocks, pages + 1);
+    EXPECT_EQ(p.shape.max_blocks, mb);
+    // A CPU-sized copy of a production shape must say what it was reduced from, and only those.
+    EXPECT_EQ(p.name.rfind("cpu_", 0) == 0, !p.scaled_from.empty());
+    if (p.in(ax::cpu_quick)) {
+      EXPECT_TRUE(p.in(ax::cpu_full)) << "quick must be a subset of full";
+    }
+    if (p.shape.topk > 0) {
+      EXPECT_LE(p.invalid_per_row, p.shape.topk);
+    }
+  }
+}
+
+TEST(AxesCatalog, CoversTheRequiredRegimes) {
+  using A = ax::Axis;
+  for (int32_t sk : {1024, 2048, 4096, 8192, 16384, 32768, 65536})
+    EXPECT_TRUE(has([&](const ax::AxisPoint& p) {
+      return p.axis == A::decode_memory && p.in(ax::gpu) && p.shape.batch == 128 && p.shape.s_q == 1 &&
+             p.shape.heads == 16 && p.seqlens[0] == sk;
+    })) << "memory-bound decode b=128 h=16 s_k=" << sk;
+  for (int h : {64, 128})
+    for (int sq : {1, 2})
+      EXPECT_TRUE(has([&](const ax::AxisPoint& p) {
+        return p.axis == A::decode_compute && p.in(ax::gpu) && p.shape.heads == h && p.shape.s_q == sq;
+      })) << "compute-bound h=" << h << " s_q=" << sq;
+  EXPECT_TRUE(has([](const ax::AxisPoint& p) { return p.axis == A::long_context && p.seqlens[0] == 131072; }));
+  EXPECT_TRUE(has([](const ax::AxisPoint& p) {
+    return p.axis == A::varlen && *std::min_element(p.seqlens.begin(), p.seqlens.end()) <
+                                     *std::max_element(p.seqlens.begin(), p.seqlens.end());
+  }));
+  EXPECT_TRUE(has([](const ax::AxisPoint& p) { return p.shape.topk == 2048 && p.shape.cache_format == mla::CacheFormat::fp8; }));
+  EXPECT_TRUE(has([](const ax::AxisPoint& p) { return p.shape.cache_format == mla::CacheFormat::fp8 && p.scale_fmt == mla::ScaleFmt::ue8m0; }));
+  // Edges: zero length, length 1, both sides of a page boundary, odd heads, s_q > seqlen.
+  EXPECT_TRUE(has([](const ax::AxisPoint& p) { return std::count(p.seqlens.begin(), p.seqlens.end(), 0) > 0; }));
+  EXPECT_TRUE(has([](const ax::AxisPoint& p) { return std::count(p.seqlens.begin(), p.seqlens.end(), 1) > 0; }));
+  EXPECT_TRUE(has([](const ax::AxisPoint& p) {
+    const int ps = p.shape.page_size;
+    auto in = [&](int32_t l) { return std::find(p.seqlens.begin(), p.seqlens.end(), l) != p.seqlens.end(); };
+    return in(ps - 1) && in(ps) && in(ps + 1);
+  }));
+  EXPECT_TRUE(has([](const ax::AxisPoint& p) { return p.shape.heads % 2 == 1 && p.shape.heads > 1; }));
+  EXPECT_TRUE(has([](const ax::AxisPoint& p) {
+    return std::any_of(p.seqlens.begin(), p.seqlens.end(), [&](int32_t l) { return l < p.shape.s_q; });
+  }));
+  // The quick CPU tier must exist and hold more than one regime.
+  std::set<A> quick;
+  for (const auto* p : ax::select(ax::cpu_quick)) quick.insert(p->axis);
+  EXPECT_GE(quick.size(), 4u);
+}
+
+TEST(AxesCatalog, TierParsingAndLookup) {
+  EXPECT_EQ(ax::tier_from_string("cpu_full"), ax::cpu_full);
+  EXPECT_THROW(ax::tier_from_string("cpu"), mla::Error);
+  EXPECT_EQ(ax::find("no_such_point"), nullptr);
+}
+
+TEST(AxesCatalog, SoftmaxScaleIsTheV3One) {
+  // FIELD-NOTES: mscale 1.0 gives 0.1352337789 (YaRN always active in the upstream demo).
+  EXPECT_NEAR(ax::deepseek_v3_softmax_scale(), 0.1352337789, 1e-10);
+}
+
+TEST(AxesCatalog, FootprintOfAProductionPointNeedsNoBuild) {
+  const auto& p = point("decode_b128_h16_sq1_sk65536");
+  const auto f = ax::footprint(p);
+  EXPECT_EQ(f.kv_cache, (std::size_t{128} * 65536 / 64 + 1) * 64 * 1152);
+  EXPECT_EQ(f.q, 128u * 16u * 576u * 2u);
+  EXPECT_EQ(f.indices, 0u);
+}
+
+namespace {
+
+// Checks every structural promise of build_inputs for one point.
+void check_point(const ax::AxisPoint& p) {
+  SCOPED_TRACE(p.name);
+  const ax::SyntheticInputs in = ax::build_inputs(p);
+  const mla::AttnShape& s = in.shape;
+  const auto f = ax::footprint(p);
+  EXPECT_EQ(in.q.size() * 2, f.q);
+  EXPECT_EQ(in.kv_cache.size(), f.kv_cache);
+  EXPECT_EQ(in.block_table.size() * 4, f.block_table);
+  EXPECT_EQ(in.indices.size() * 4, f.indices);
+  EXPECT_EQ(in.cache_seqlens, p.seqlens);
+  EXPECT_DOUBLE_EQ(in.softmax_scale, ax::deepseek_v3_softmax_scale());
+
+  // q is the generator's stream, rounded to bf16.
+  for (std::size_t i = 0; i < in.q.size(); i += 997)
+    ASSERT_EQ(in.q[i], mla::bf16_from_double(mla::gen::value(p.seed, ax::kStreamQ, i, 0.0, p.q_std))) << i;
+
+  // Block table: used entries distinct and in range, the rest sentinel; slot usage from it.
+  const int ps = s.page_size;
+  std::vector<int> owner(static_cast<std::size_t>(s.num_blocks) * ps, -1);
+  std::set<int32_t> seen;
+  for (int b = 0; b < s.batch; ++b) {
+    const int32_t len = p.seqlens[b];
+    for (int j = 0; j < s.max_blocks; ++j) {
+      const int32_t e = in.block_table[static_cast<std::size_t>(b) * s.max_blocks + j];
+      if (j < ceil_div(len, ps)) {
+        ASSERT_GE(e, 0);
+        ASSERT_LT(e, s.num_blocks);
+        ASSERT_TRUE(seen.insert(e).second) << "physical block " << e << " used twice";
+        for (int t = 0; t < ps && j * ps + t < len; ++t) owner[static_cast<std::size_t>(e) * ps + t] = b;
+      } else {
+        ASSERT_EQ(e, ax::kSentinelBlock);
+      }
+    }
+  }
+  EXPECT_LT(static_cast<int>(seen.size()), s.num_blocks) << "the spare block must stay unused";
+
+  const std::size_t bpt = mla::cache_bytes_per_token(s.cache_format);
+  for (std::size_t slot = 0; slot < owner.size(); ++slot) {
+    const uint8_t* tok = in.kv_cache.data() + slot * bpt;
+    // The bf16 value the generator defines for this physical slot.
+    auto gen_bf16 = [&](std::size_t d) {
+      return mla::bf16_from_double(mla::gen::value(p.seed, ax::kStreamKv, slot * mla::kQkDim + d, 0.0, p.kv_std));
+    };
+    if (s.cache_format == mla::CacheFormat::bf16) {
+      for (std::size_t d = 0; d < mla::kQkDim; d += (owner[slot] >= 0 ? 1 : 37)) {
+        uint16_t v;
+        std::memcpy(&v, tok + 2 * d, 2);
+        if (owner[slot] >= 0) ASSERT_EQ(v, gen_bf16(d)) << "slot " << slot << " d " << d;
+        else ASSERT_EQ(v, 0x7FC0) << "unused slot " << slot << " not poisoned";
+      }
+    } else {
+      if (owner[slot] >= 0) {
+        std::vector<double> lat(mla::kLatentDim), rope(mla::kRopeDim);
+        for (std::size_t d = 0; d < mla::kLatentDim; ++d) lat[d] = mla::bf16_to_float(gen_bf16(d));
+        for (std::size_t d = 0; d < mla::kRopeDim; ++d) rope[d] = mla::bf16_to_float(gen_bf16(mla::kLatentDim + d));
+        std::vector<uint8_t> want(mla::kFp8TokenBytes);
+        mla::fp8_quantize_token(lat, rope, p.scale_fmt, want);
+        ASSERT_EQ(0, std::memcmp(want.data(), tok, want.size())) << "slot " << slot;
+      } else {
+        for (std::size_t d = 0; d < mla::kLatentDim; ++d) ASSERT_EQ(tok[d], 0x7F);
+        float sc;
+        std::memcpy(&sc, tok + mla::kLatentDim, 4);
+        ASSERT_TRUE(std::isnan(sc));
+        uint16_t r;
+        std::memcpy(&r, tok + mla::kLatentDim + 16, 2);
+        ASSERT_EQ(r, 0x7FC0);
+      }
+    }
+  }
+
+  if (s.topk > 0) {
+    bool invalid_before_valid = false;
+    for (int b = 0; b < s.batch; ++b)
+      for (int i = 0; i < s.s_q; ++i) {
+        const int32_t len = p.seqlens[b];
+        const int32_t* r = in.indices.data() + (static_cast<std::size_t>(b) * s.s_q + i) * s.topk;
+        std::set<int32_t> valid;
+        bool saw_invalid = false;
+        for (int j = 0; j < s.topk; ++j) {
+          if (r[j] >= 0 && r[j] < len) {
+            ASSERT_TRUE(valid.insert(r[j]).second) << "duplicate valid index";
+            invalid_before_valid |= saw_invalid;
+          } else {
+            ASSERT_TRUE(r[j] == -1 || r[j] >= len) << r[j];
+            saw_invalid = true;
+          }
+        }
+        EXPECT_EQ(static_cast<int64_t>(valid.size()), std::min<int64_t>(len, s.topk - p.invalid_per_row));
+      }
+    if (p.invalid_per_row > 0) {
+      EXPECT_TRUE(invalid_before_valid) << "invalid entries are not mixed in";
+    }
+  }
+}
+
+}  // namespace
+
+TEST(AxesBuild, EveryEdgePointHonoursTheContract) {
+  int n = 0;
+  for (const auto& p : ax::catalog())
+    if (p.axis == ax::Axis::edge) check_point(p), ++n;
+  EXPECT_GE(n, 8);
+}
+
+TEST(AxesBuild, SmallVariantsOfEachRegimeHonourTheContract) {
+  // Scaled-down copies of production rows: same code paths (varlen, fp8 ue8m0, sparse 2048),
+  // sizes a unit test can afford.
+  ax::AxisPoint sparse = point("cpu_sparse_b2_h128_sq1_sk16384_top2048_fp8");
+  sparse.seqlens = {3000, 1500};  // one row shorter than topk: tail of invalid entries
+  sparse.shape.heads = 2;
+  ax::derive_paging(sparse);
+  check_point(sparse);
+
+  ax::AxisPoint ue = point("cpu_fp8_ue8m0_b4_h16_sq1_sk4096");
+  ue.seqlens = {70, 0, 128, 5};
+  ax::derive_paging(ue);
+  check_point(ue);
+}
+
+TEST(AxesBuild, DeterministicPerSeedAndDifferentAcrossSeeds) {
+  const auto& p = point("edge_page_boundaries");
+  const auto a = ax::build_inputs(p), b = ax::build_inputs(p);
+  EXPECT_EQ(a.q, b.q);
+  EXPECT_EQ(a.kv_cache, b.kv_cache);
+  EXPECT_EQ(a.block_table, b.block_table);
+  ax::AxisPoint other = p;
+  other.seed += 1;
+  const auto c = ax::build_inputs(other);
+  EXPECT_NE(a.q, c.q);
+  EXPECT_NE(a.block_table, c.block_table);
+}
+
+TEST(AxesBuild, ViewPointsIntoTheOwnerAndSurvivesAMove) {
+  ax::SyntheticInputs a = ax::build_inputs(point("edge_len1"));
+  const uint16_t* q = a.q.data();
+  ax::SyntheticInputs b = std::move(a);
+  const mla::AttnInputs v = b.view();
+  EXPECT_EQ(v.q.data(), q);
+  EXPECT_EQ(v.kv_cache.size(), b.kv_cache.size());
+  EXPECT_EQ(v.shape.batch, 3);
+}
+
+TEST(AxesBuild, RejectsInconsistentPoints) {
+  ax::AxisPoint p = point("edge_len1");
+  p.seqlens.push_back(4);  // batch still 3
+  EXPECT_THROW(ax::build_inputs(p), mla::Error);
+  ax::AxisPoint q = point("edge_len1");
+  q.seqlens[0] = 1000;  // needs more pages than max_blocks
+  EXPECT_THROW(ax::build_inputs(q), mla::Error);
+}

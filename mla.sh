@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One entry point for people and CI.
 #   ./mla.sh certify   install what is missing, build, certify every implementation that can run
-#                      here over the whole golden catalog, write reports/out/<machine>/
-#   ./mla.sh test      install what is missing, build, run every test (CTest, pytest included)
+#                      here over the whole golden catalog, then the quick roofline benchmark;
+#                      writes reports/out/cpu/ (certificate.{json,md,junit.xml}, report.md, plots)
+#   ./mla.sh test      install what is missing, build, run every CPU test of tiers L0+L1
+#                      (CTest: GoogleTest, pytest, golden regeneration check); test-l2: long ones
 #   ./mla.sh report    build, run mla-bench --mla_quick (extra args passed on), write bench.json,
 #                      report.md, roofline.png, bandwidth.png to reports/out/bench/
 #   ./mla.sh gate BASELINE.json RUN.json   regression gate (exit 1 on a significant slowdown)
@@ -23,7 +25,7 @@ APT_PACKAGES=(
   build-essential cmake pkg-config git
   libhdf5-dev hdf5-tools libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev libssl-dev
-  python3 python3-torch python3-h5py python3-numpy python3-pytest python3-matplotlib
+  python3 python3-torch python3-h5py python3-numpy python3-scipy python3-pytest python3-matplotlib
 )
 
 log() { echo "[mla] $*" >&2; }
@@ -51,12 +53,29 @@ case "${1:-help}" in
   build) deps; build ;;
   test)
     deps; build
-    ctest --preset "$PRESET" -j "$JOBS" -L cpu
+    # L2 (long context, on demand) is left to `./mla.sh test-l2`; L0 + L1 is the whole catalog.
+    ctest --preset "$PRESET" -j "$JOBS" -L cpu -LE L2
+    ;;
+  test-l2)
+    deps; build
+    ctest --preset "$PRESET" -j "$JOBS" -L L2
     ;;
   certify)
     deps; build
     out=${MLA_REPORT_DIR:-reports/out/cpu}
-    "$BUILD_DIR/suites/certify/mla" certify --goldens fixtures/goldens --out "$out" "${@:2}"
+    # The certificate decides the exit code; the roofline report beside it is produced even
+    # when a kernel fails, so a red run still shows where the time went.
+    rc=0
+    "$BUILD_DIR/suites/certify/mla" certify --goldens fixtures/goldens --out "$out" "${@:2}" || rc=$?
+    if [ "$rc" -le 1 ] && [ -z "${MLA_NO_BENCH:-}" ]; then
+      log "roofline benchmark (quick tier) -> $out/bench.json"
+      "$BUILD_DIR/suites/bench/mla-bench" --mla_quick --benchmark_out="$out/bench.json" \
+        --benchmark_out_format=json >/dev/null
+      $PY reports/tools/bench_report.py "$out/bench.json" --certificate "$out/certificate.json" \
+        --out "$out" >&2
+      log "wrote $out/certificate.md and $out/report.md (roofline.png, bandwidth.png)"
+    fi
+    exit "$rc"
     ;;
   bench)
     deps; build
@@ -81,5 +100,5 @@ case "${1:-help}" in
   fuzz) deps clang libclang-rt-14-dev; suites/fuzz/run_ci.sh "${@:2}" ;;
   goldens) deps; PYTHONPATH=reference/python $PY -m mla_ref.goldens write --out fixtures/goldens ;;
   check-goldens) deps; PYTHONPATH=reference/python $PY -m mla_ref.goldens check --dir fixtures/goldens ;;
-  *) sed -n '2,12p' "$0"; exit 2 ;;
+  *) sed -n '2,15p' "$0"; exit 2 ;;
 esac

@@ -403,7 +403,7 @@ SyntheticInputs build_inputs(const AxisPoint& p) {
 
   if (s.cache_format == CacheFormat::bf16) {
     in.kv_cache.resize(bf16.size() * sizeof(uint16_t));
-    std::memcpy(in.kv_cache.data(), bf16.data(), in.kv_cache.size());
+    if (!in.kv_cache.empty()) std::memcpy(in.kv_cache.data(), bf16.data(), in.kv_cache.size());
   } else {
     // Quantize the bf16 values, as a deployed model quantizes its bf16 latent when it writes
     // the cache, so an fp8 point and its bf16 twin differ only by the quantization.

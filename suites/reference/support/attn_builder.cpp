@@ -53,7 +53,8 @@ Logical make_logical(const AttnSpec& spec) {
     if (spec.format == CacheFormat::bf16) {
       std::vector<uint16_t> bits(static_cast<std::size_t>(L) * kD);
       gen::fill_bf16(spec.seed, 200 + b, 0.0, spec.kv_std, bits);
-      std::memcpy(tok.data(), bits.data(), tok.size());
+      // memcpy from an empty vector's null data() is undefined even for 0 bytes (UBSan).
+      if (!tok.empty()) std::memcpy(tok.data(), bits.data(), tok.size());
       for (std::size_t i = 0; i < bits.size(); ++i) val[i] = bf16_to_float(bits[i]);
     } else {
       std::vector<double> raw(static_cast<std::size_t>(L) * kD);

@@ -39,7 +39,8 @@ fi
 # The fuzzers' scratch files live in the work folder, so a crashed process leaves none behind.
 export MLA_FUZZ_SCRATCH=$work/scratch
 # Leaks inside libhdf5 only are suppressed (suites/sanitize/lsan.supp says which and why).
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:check_initialization_order=1:strict_string_checks=1}
+# fast_unwind_on_fatal=0: a crash inside libhdf5 (no frame pointers) still gets a whole stack.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:check_initialization_order=1:strict_string_checks=1:fast_unwind_on_fatal=0}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/suites/sanitize/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # 2 GiB is the loader's own bound (kMaxElements float64 values): anything above it is a finding.

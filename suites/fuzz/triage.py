@@ -26,6 +26,9 @@ RUNTIME = re.compile(r"__asan|__lsan|__ubsan|__sanitizer|__interceptor|^fuzzer::
                      r"__cxa_|__gxx_personality|^std::terminate|^__gnu_cxx::__verbose_terminate|^_Unwind_|"
                      r"^LLVMFuzzer|^main$|^_start$|^H5FL_|^H5MM_")
 RUNTIME_MODULES = ("libc.so", "libstdc++.so", "libgcc_s.so", "ld-linux")
+# With libc6-dbg installed, glibc frames name their source file instead of libc.so: a memcpy that
+# libhdf5 called is then reported at string/../sysdeps/..., and must not be taken for our code.
+RUNTIME_SOURCES = ("sysdeps/", "/glibc-")
 HDF5 = re.compile(r"libhdf5(_serial)?(_cpp)?\.so|/hdf5/")
 
 
@@ -50,7 +53,7 @@ def classify(report: str) -> tuple[str, str]:
     kind = re.search(r"ERROR: (?:AddressSanitizer|LeakSanitizer|libFuzzer): ?([^\n]*)", report)
     kind = kind.group(1).strip() if kind else "unknown"
     for func, where in first_frames(report):
-        if RUNTIME.search(func) or any(m in where for m in RUNTIME_MODULES):
+        if RUNTIME.search(func) or any(m in where for m in RUNTIME_MODULES + RUNTIME_SOURCES):
             continue
         if func == "" and "fuzz_" in os.path.basename(where):
             continue  # an unsymbolized frame of the fuzzer's own runtime

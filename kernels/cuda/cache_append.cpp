@@ -2,6 +2,7 @@
 
 #include <climits>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include <fmt/format.h>
@@ -18,14 +19,29 @@ namespace {
 void validate(const CacheAppendArgs& a) {
   auto fail = [](const std::string& what) { throw Error("cache_append: " + what); };
   if (a.num_tokens < 0) fail(fmt::format("num_tokens = {} is negative", a.num_tokens));
+  // Enums arrive from callers that may have cast an int; an unknown value must not pick a path.
+  if (a.dtype != ActivationDType::bf16 && a.dtype != ActivationDType::f32)
+    fail(fmt::format("dtype = {} is not bf16 or f32", static_cast<int>(a.dtype)));
+  if (a.input != AppendInput::raw && a.input != AppendInput::normed_roped)
+    fail(fmt::format("input = {} is not raw or normed_roped", static_cast<int>(a.input)));
+  if (a.format != AppendCacheFormat::bf16 && a.format != AppendCacheFormat::fp8)
+    fail(fmt::format("format = {} is not bf16 or fp8", static_cast<int>(a.format)));
+  if (a.scale_fmt != Fp8ScaleFmt::fp32 && a.scale_fmt != Fp8ScaleFmt::ue8m0)
+    fail(fmt::format("scale_fmt = {} is not fp32 or ue8m0", static_cast<int>(a.scale_fmt)));
+  const bool raw = a.input == AppendInput::raw;
   struct {
     const void* p;
     const char* name;
-  } ptrs[] = {{a.latent, "latent"},       {a.k_pe, "k_pe"},           {a.kv_norm_weight, "kv_norm_weight"},
-              {a.inv_freq, "inv_freq"},   {a.seq_ids, "seq_ids"},     {a.positions, "positions"},
+  } ptrs[] = {{a.latent, "latent"},       {a.k_pe, "k_pe"},
+              {raw ? a.kv_norm_weight : a.latent, "kv_norm_weight"},
+              {raw ? static_cast<const void*>(a.inv_freq) : a.latent, "inv_freq"},
+              {a.seq_ids, "seq_ids"},     {a.positions, "positions"},
               {a.block_table, "block_table"}, {a.kv_cache, "kv_cache"}};
   for (const auto& p : ptrs)
     if (p.p == nullptr) fail(fmt::format("{} is null", p.name));
+  // Both layouts store 32-bit words (rope pairs; fp8 scales) at 4-byte offsets within a token.
+  if (reinterpret_cast<std::uintptr_t>(a.kv_cache) % 4 != 0)
+    fail(fmt::format("kv_cache {} is not 4-byte aligned", a.kv_cache));
   if (a.batch <= 0) fail(fmt::format("batch = {} must be positive", a.batch));
   if (a.max_blocks <= 0) fail(fmt::format("max_blocks = {} must be positive", a.max_blocks));
   if (a.page_size <= 0) fail(fmt::format("page_size = {} must be positive", a.page_size));

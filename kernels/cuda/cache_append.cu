@@ -12,7 +12,8 @@ void cache_append_launch(const CacheAppendArgs& a, int* flag, cudaStream_t strea
   MLA_CUDA_CHECK(cudaGetLastError());
   const unsigned write_blocks =
       static_cast<unsigned>((a.num_tokens + append::kTokensPerBlock - 1) / append::kTokensPerBlock);
-  append::append_write_kernel<<<write_blocks, 32 * append::kTokensPerBlock, 0, stream>>>(a, flag);
+  append::append_write_kernel<append::Fp8Defect::none>
+      <<<write_blocks, 32 * append::kTokensPerBlock, 0, stream>>>(a, flag);
   MLA_CUDA_CHECK(cudaGetLastError());
 }
 

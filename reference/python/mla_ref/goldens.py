@@ -293,6 +293,10 @@ def build_attn_case(spec: AttnSpec, seed: int):
                                     np.where(used[..., None], cache, 0.0)[..., attention.D_V:], spec.scale_fmt)
         byt[~used] = numerics.fp8_poison_token()
         out["kv_cache"] = byt
+        # The bf16 cache these bytes encode (unused slots NaN, like a bf16 cache): FP8 encoding of
+        # a bf16 token is deterministic where the RMSNorm before it is not, so an append kernel
+        # fed these tokens must reproduce kv_cache byte for byte.
+        out["kv_cache_bf16"] = numerics.bf16_bits_from_f64(cache)
         truth_cache = numerics.fp8_dequantize(byt)
         out["kv_cache_dequant"] = truth_cache
         out["unquantized"] = attention.attention(q, cache, bt, lengths, spec.scale, True, indices, "truth")
@@ -327,6 +331,7 @@ def write_attn_case(root: Node, c: dict):
         else:
             inp.ds("kv_cache", c["kv_cache"], "fp8_kv_v32")
             inp.f64("kv_cache_dequant", c["kv_cache_dequant"])
+            inp.ds("kv_cache_bf16", c["kv_cache_bf16"], "bfloat16")
     inp.ds("block_table", c["bt"], "int32")
     inp.ds("cache_seqlens", c["lengths"], "int32")
     if spec.topk:

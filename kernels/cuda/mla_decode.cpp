@@ -1,5 +1,7 @@
 // Host side of `cuda_mla_decode`: validation, the split plan, device buffers, launches.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <numbers>
 #include <string>
@@ -20,6 +22,92 @@
 namespace mla::cuda {
 namespace {
 
+// The capabilities: both cache formats, dense and sparse, the CUDA suite's head and s_q ranges.
+// Sparse plans one work sequence per (b, s), so s_q has no narrower limit than dense has; topk has
+// none either (it is the planned sequence length, bounded only by the grid checks of the plan).
+Capabilities mla_decode_caps() {
+  Capabilities c = detail::dense_bf16_caps();
+  c.cache_formats = {CacheFormat::bf16, CacheFormat::fp8};
+  c.sparse = true;
+  return c;
+}
+
+std::optional<std::string> check_mla_shape(const std::string& kernel, const Capabilities& caps,
+                                           const AttnShape& s) {
+  if (auto why = check_capabilities(caps, s)) return fmt::format("{}: {}", kernel, *why);
+  // The dense-bf16 checks for everything but the format and topk, judged above.
+  AttnShape as_dense = s;
+  as_dense.cache_format = CacheFormat::bf16;
+  as_dense.topk = 0;
+  return detail::check_dense_bf16_shape(kernel, caps, as_dense);
+}
+
+// What validate_dense_bf16_inputs checks (span sizes, 0 <= L <= max_blocks·page_size, a finite
+// scale, every used block-table entry j < ceil(L/ps) inside [0, num_blocks)) for either cache
+// format, plus the sparse indices: the size [b, s_q, topk] and distinct valid entries per row.
+// A repeated valid index would be attended twice, which no reference does: refused rather than
+// computed. Invalid entries (-1, negative, >= L) are the kernel's to skip, not errors.
+void validate_mla_inputs(const std::string& kernel, const AttnInputs& in) {
+  const AttnShape& s = in.shape;
+  auto expect_size = [&](const char* what, std::size_t got, int64_t want) {
+    if (static_cast<int64_t>(got) != want)
+      throw Error(fmt::format("{}: {} has {} elements, the shape needs {}", kernel, what, got, want));
+  };
+  const int64_t b = s.batch, sq = s.s_q, h = s.heads;
+  const int64_t bytes_per_token = static_cast<int64_t>(cache_bytes_per_token(s.cache_format));
+  expect_size("q", in.q.size(), b * sq * h * 576);
+  if (static_cast<int64_t>(in.kv_cache.size()) != int64_t{s.num_blocks} * s.page_size * bytes_per_token)
+    throw Error(fmt::format("{}: kv_cache (bytes) has {} elements, the shape needs {} ({} cache, {} bytes "
+                            "per token)",
+                            kernel, in.kv_cache.size(), int64_t{s.num_blocks} * s.page_size * bytes_per_token,
+                            to_string(s.cache_format), bytes_per_token));
+  expect_size("block_table", in.block_table.size(), b * s.max_blocks);
+  expect_size("cache_seqlens", in.cache_seqlens.size(), b);
+  if (!std::isfinite(in.softmax_scale))
+    throw Error(fmt::format("{}: softmax_scale {} is not finite", kernel, in.softmax_scale));
+  const int64_t capacity = int64_t{s.max_blocks} * s.page_size;
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t L = in.cache_seqlens[static_cast<std::size_t>(i)];
+    if (L < 0 || L > capacity)
+      throw Error(fmt::format("{}: cache_seqlens[{}] = {} outside [0, max_blocks·page_size = {}]",
+                              kernel, i, L, capacity));
+    const int64_t pages = (L + s.page_size - 1) / s.page_size;
+    for (int64_t j = 0; j < pages; ++j) {
+      const int32_t id = in.block_table[static_cast<std::size_t>(i * s.max_blocks + j)];
+      if (id < 0 || id >= s.num_blocks)
+        throw Error(fmt::format("{}: block_table[{}][{}] = {} outside [0, num_blocks = {}) but sequence "
+                                "{} has {} tokens on {} pages",
+                                kernel, i, j, id, s.num_blocks, i, L, pages));
+    }
+  }
+  if (s.topk == 0) {
+    if (!in.indices.empty())
+      throw Error(fmt::format("{}: indices given ({} elements) for dense attention", kernel, in.indices.size()));
+    return;
+  }
+  const int64_t want = b * sq * s.topk;
+  if (static_cast<int64_t>(in.indices.size()) != want)
+    throw Error(fmt::format("{}: indices has {} elements, the shape [b={}, s_q={}, topk={}] needs {}", kernel,
+                            in.indices.size(), s.batch, s.s_q, s.topk, want));
+  std::vector<int32_t> valid;
+  for (int64_t bi = 0; bi < b; ++bi) {
+    const int32_t L = in.cache_seqlens[static_cast<std::size_t>(bi)];
+    for (int64_t qi = 0; qi < sq; ++qi) {
+      const auto row = in.indices.subspan(static_cast<std::size_t>((bi * sq + qi) * s.topk),
+                                          static_cast<std::size_t>(s.topk));
+      valid.clear();
+      for (int32_t t : row)
+        if (t >= 0 && t < L) valid.push_back(t);
+      std::sort(valid.begin(), valid.end());
+      const auto dup = std::adjacent_find(valid.begin(), valid.end());
+      if (dup != valid.end())
+        throw Error(fmt::format("{}: indices[{}][{}] holds valid position {} more than once (valid entries of "
+                                "a row must be distinct)",
+                                kernel, bi, qi, *dup));
+    }
+  }
+}
+
 // StreamBound: run() enqueues all of its work on stream_, so benchmarks can time it with events.
 class PreparedMlaDecode final : public PreparedAttention, public StreamBound {
  public:
@@ -28,20 +116,30 @@ class PreparedMlaDecode final : public PreparedAttention, public StreamBound {
     const DeviceInfo& dev = current_device();
     MLA_CUDA_CHECK(cudaSetDevice(dev.device));
     const AttnShape& s = in.shape;
+    const bool sparse = s.topk > 0;
     const int64_t rows = int64_t{s.s_q} * s.heads;
-    tile_rows_ = detail::decode_tile_rows(rows);
-    const int blocks_per_sm = detail::decode_configure(tile_rows_, dev.smem_per_block_optin);
+    // Sparse: one work sequence per (b, s) whose rows are the heads sharing its index list and
+    // whose "length" is topk (positions in that list); dense: the caller's sequences.
+    const int64_t plan_batch = sparse ? int64_t{s.batch} * s.s_q : s.batch;
+    const int plan_s_q = sparse ? 1 : s.s_q;
+    variant_.tile_rows = detail::decode_tile_rows(int64_t{plan_s_q} * s.heads);
+    variant_.fp8 = s.cache_format == CacheFormat::fp8;
+    variant_.sparse = sparse;
+    const int blocks_per_sm = detail::decode_configure(variant_, dev.smem_per_block_optin);
 
+    if (plan_batch > std::numeric_limits<int32_t>::max())
+      throw UnsupportedError(fmt::format("{}: batch·s_q = {} sparse work sequences exceed 2^31", name_, plan_batch));
     SplitPlanRequest req;
-    req.batch = s.batch;
-    req.s_q = s.s_q;
+    req.batch = static_cast<int>(plan_batch);
+    req.s_q = plan_s_q;
     req.heads = s.heads;
-    req.m_tile_rows = tile_rows_;
+    req.m_tile_rows = variant_.tile_rows;
     req.n_tile_tokens = detail::kDecodeTileTokens;
     req.num_sms = dev.sm_count;
     req.blocks_per_sm = blocks_per_sm;
     req.forced_splits = opt.forced_splits;
-    plan_ = plan_decode(req, std::vector<int32_t>(in.cache_seqlens.begin(), in.cache_seqlens.end()));
+    plan_ = plan_decode(req, sparse ? std::vector<int32_t>(static_cast<std::size_t>(plan_batch), s.topk)
+                                    : std::vector<int32_t>(in.cache_seqlens.begin(), in.cache_seqlens.end()));
 
     n_out_ = static_cast<std::size_t>(int64_t{s.batch} * rows * 512);
     n_lse_ = static_cast<std::size_t>(int64_t{s.batch} * rows);
@@ -53,6 +151,10 @@ class PreparedMlaDecode final : public PreparedAttention, public StreamBound {
     block_table_.upload(in.block_table.data(), in.block_table.size_bytes());
     seqlens_ = DeviceBuffer(in.cache_seqlens.size_bytes());
     seqlens_.upload(in.cache_seqlens.data(), in.cache_seqlens.size_bytes());
+    if (sparse) {
+      indices_ = DeviceBuffer(in.indices.size_bytes());
+      indices_.upload(in.indices.data(), in.indices.size_bytes());
+    }
     work_ = DeviceBuffer(plan_.work.size() * sizeof(DecodeWork));
     work_.upload(plan_.work.data(), plan_.work.size() * sizeof(DecodeWork));
     num_splits_ = DeviceBuffer(plan_.num_splits.size() * sizeof(int32_t));
@@ -78,19 +180,26 @@ class PreparedMlaDecode final : public PreparedAttention, public StreamBound {
     MLA_CUDA_CHECK(cudaDeviceSynchronize());
 
     p_.q = q_.as<const uint16_t>();
-    p_.cache = cache_.as<const uint16_t>();
+    if (variant_.fp8) {
+      p_.cache8 = cache_.as<const uint8_t>();
+    } else {
+      p_.cache = cache_.as<const uint16_t>();
+    }
     p_.block_table = block_table_.as<const int32_t>();
     p_.seqlens = seqlens_.as<const int32_t>();
+    if (sparse) p_.indices = indices_.as<const int32_t>();
     p_.work = work_.as<const DecodeWork>();
     p_.num_splits = num_splits_.as<const int32_t>();
     p_.split_base = split_base_.as<const int32_t>();
     p_.num_work = static_cast<int64_t>(plan_.work.size());
-    p_.batch = s.batch;
-    p_.s_q = s.s_q;
+    p_.batch = static_cast<int>(plan_batch);
+    p_.s_q = plan_s_q;
     p_.heads = s.heads;
     p_.page_size = s.page_size;
     p_.max_blocks = s.max_blocks;
-    p_.causal = s.causal ? 1 : 0;
+    p_.seq_q = s.s_q;
+    p_.topk = s.topk;
+    p_.causal = !sparse && s.causal ? 1 : 0;
     p_.scale_log2 = static_cast<float>(in.softmax_scale * std::numbers::log2e);
     p_.out = out_.as<uint16_t>();
     p_.lse = lse_.as<float>();
@@ -109,7 +218,7 @@ class PreparedMlaDecode final : public PreparedAttention, public StreamBound {
   }
 
   void run() override {
-    detail::decode_launch(p_, tile_rows_, stream_);
+    detail::decode_launch(p_, variant_, stream_);
     ran_ = true;
   }
 
@@ -139,10 +248,10 @@ class PreparedMlaDecode final : public PreparedAttention, public StreamBound {
  private:
   std::string name_;
   AttnShape shape_;
-  int tile_rows_ = 64;
+  detail::DecodeVariant variant_;
   SplitPlan plan_;
   std::size_t n_out_ = 0, n_lse_ = 0;
-  DeviceBuffer q_, cache_, block_table_, seqlens_, work_, num_splits_, split_base_;
+  DeviceBuffer q_, cache_, block_table_, seqlens_, indices_, work_, num_splits_, split_base_;
   DeviceBuffer out_, lse_, ws_out_, ws_lse_;
   cudaStream_t stream_ = nullptr;
   detail::DecodeParams p_;
@@ -158,19 +267,21 @@ class CudaMlaDecode final : public AttentionImpl {
                                        : std::string("cuda_mla_decode");
     info_.backend = "cuda";
     info_.description =
-        "absorbed MLA decode: bf16 mma.sync m16n8k16 tensor cores, paged bf16 latent cache, online "
-        "fp32 softmax, split-KV with an lse-weighted combine";
+        "absorbed MLA decode: bf16 mma.sync m16n8k16 tensor cores, paged bf16 or 656-byte FP8 latent "
+        "cache (FP8 dequantized to bf16 in shared memory), dense or sparse top-k, online fp32 softmax, "
+        "split-KV with an lse-weighted combine";
     if (opt.forced_splits > 0) info_.description += fmt::format(" (forced {} splits)", opt.forced_splits);
     info_.out_dtype = OutDType::bf16;
-    info_.caps = detail::dense_bf16_caps();
+    info_.caps = mla_decode_caps();
   }
 
   const KernelInfo& info() const override { return info_; }
 
   std::optional<std::string> unavailable() const override {
     if (auto why = unavailable_reason()) return why;
-    // The 64-row instance is the largest; a device that cannot hold it cannot run every shape.
-    const std::size_t need = detail::decode_smem_bytes(64);
+    // The 64-row FP8 instance is the largest; a device that cannot hold it cannot run every shape.
+    const std::size_t need = std::max(detail::decode_smem_bytes({64, false, false}),
+                                      detail::decode_smem_bytes({64, true, false}));
     const std::size_t have = current_device().smem_per_block_optin;
     if (need > have)
       return fmt::format("{}: needs {} bytes of shared memory per block, the device allows {}",
@@ -179,12 +290,12 @@ class CudaMlaDecode final : public AttentionImpl {
   }
 
   std::optional<std::string> check(const AttnShape& shape) const override {
-    return detail::check_dense_bf16_shape(info_.name, info_.caps, shape);
+    return check_mla_shape(info_.name, info_.caps, shape);
   }
 
   std::unique_ptr<PreparedAttention> prepare(const AttnInputs& in) const override {
     if (auto why = check(in.shape)) throw UnsupportedError(*why);
-    detail::validate_dense_bf16_inputs(info_.name, in);
+    validate_mla_inputs(info_.name, in);
     if (auto why = unavailable()) throw Error(fmt::format("{}: {}", info_.name, *why));
     return std::make_unique<PreparedMlaDecode>(in, opt_, info_.name);
   }

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -69,6 +71,25 @@ cuda::L2Flusher& flusher() {
   return f;
 }
 
+// Every timed call's seconds and the call's models, per "kernel/point", for the ratio rows that
+// run after the kernel rows (Google Benchmark runs benchmarks in registration order).
+struct Timed {
+  std::vector<double> seconds;
+  double cache_tokens = 0, cache_bytes_per_token = 0, model_bytes = 0, model_flops = 0;
+  std::string error;  // the row's error message when it did not run
+};
+std::map<std::string, Timed>& timings() {
+  static std::map<std::string, Timed> t;
+  return t;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 struct KernelCase {
   const GpuBenchSetup* setup;
   const AttentionImpl* impl;
@@ -79,12 +100,15 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
   const AttentionImpl& impl = *kc.impl;
   const axes::AxisPoint& p = *kc.point;
   const GpuBenchOptions& o = kc.setup->options;
+  Timed& record = timings()[impl.info().name + "/" + p.name];
   if (auto why = impl.unavailable()) {
-    st.SkipWithError(("unavailable: " + *why).c_str());
+    record.error = "unavailable: " + *why;
+    st.SkipWithError(record.error.c_str());
     return;
   }
   if (auto why = impl.check(p.shape)) {
-    st.SkipWithError(("unsupported: " + *why).c_str());
+    record.error = "unsupported: " + *why;
+    st.SkipWithError(record.error.c_str());
     return;
   }
   const auto fp = axes::footprint(p);
@@ -98,7 +122,11 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
   try {
     const AttnInputs in = cache().get_inputs(p).view();
     PreparedAttention& run = cache().get_prepared(impl, p);
+    // Byte model: q + the cache bytes of every token some query attends, read once (sparse: the
+    // distinct valid indices of each sequence) + out + lse. FLOP model: 2·(576 + 512) per
+    // attended (query row, key) pair and head. Both from mla_cost_model (FIELD-NOTES).
     const CostModel cost = impl.cost(in);
+    const AttnTraffic traffic = attention_traffic(in);
     // Events bracket exactly the implementation's work when it tells us its stream; otherwise
     // the only honest measurement is a host clock around run() + synchronize().
     const auto* bound = dynamic_cast<const cuda::StreamBound*>(&run);
@@ -132,8 +160,13 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
       }
       st.SetIterationTime(dt);
       seconds += dt;
+      record.seconds.push_back(dt);
     }
     if (st.error_occurred()) return;
+    record.cache_tokens = static_cast<double>(traffic.tokens);
+    record.cache_bytes_per_token = static_cast<double>(cache_bytes_per_token(p.shape.cache_format));
+    record.model_bytes = cost.bytes;
+    record.model_flops = cost.flops;
     using C = benchmark::Counter;
     const double iters = static_cast<double>(st.iterations());
     st.SetBytesProcessed(static_cast<int64_t>(cost.bytes) * st.iterations());
@@ -142,6 +175,11 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
     st.counters["model_flops"] = C(cost.flops);
     const double ai = cost.bytes > 0 ? cost.flops / cost.bytes : 0.0;
     st.counters["ai_flop_per_byte"] = C(ai);
+    // Tokens per second: cache tokens read (the memory-bound work) and query tokens decoded
+    // (b·s_q per call, what a serving system counts).
+    st.counters["cache_tokens_per_second"] = C(static_cast<double>(traffic.tokens), C::kIsIterationInvariantRate);
+    st.counters["query_tokens_per_second"] =
+        C(static_cast<double>(int64_t{p.shape.batch} * p.shape.s_q), C::kIsIterationInvariantRate);
     st.counters["cold_cache"] = C(fl ? 1.0 : 0.0);
     st.counters["event_timed"] = C(bound ? 1.0 : 0.0);
     const double bw = kc.setup->ceiling(kRoofBw), peak = kc.setup->ceiling(kRoofPeak);
@@ -163,10 +201,52 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
     label += fl ? "; L2 flushed" : "; warm L2";
     st.SetLabel(label);
   } catch (const UnsupportedError& e) {
-    st.SkipWithError((std::string("unsupported: ") + e.what()).c_str());
+    record.error = std::string("unsupported: ") + e.what();
+    st.SkipWithError(record.error.c_str());
   } catch (const std::exception& e) {
-    st.SkipWithError((std::string("error: ") + e.what()).c_str());
+    record.error = std::string("error: ") + e.what();
+    st.SkipWithError(record.error.c_str());
   }
+}
+
+// The measured speed ratio of an FP8 point over its bf16 twin (same shape, lengths, seed) for
+// one kernel: median seconds per call of the bf16 row over the FP8 row's, both timed above with
+// the same method (events, L2 flushed). Nothing here is assumed: without both rows' timings the
+// row reports why instead of a number.
+void bench_ratio(benchmark::State& st, const AttentionImpl* impl, const axes::AxisPoint* bf16,
+                 const axes::AxisPoint* fp8) {
+  for (auto _ : st) {
+  }
+  const std::string name = impl->info().name;
+  auto& t = timings();
+  const auto a = t.find(name + "/" + bf16->name), b = t.find(name + "/" + fp8->name);
+  for (const auto& [it, pt] : {std::pair{a, bf16}, std::pair{b, fp8}}) {
+    if (it == t.end() || it->second.seconds.empty()) {
+      const std::string why = it == t.end() ? std::string("not run") : it->second.error;
+      // A refused twin makes the ratio unsupported too; anything else is an error.
+      const std::string msg = (why.rfind("unsupported", 0) == 0 || why.rfind("unavailable", 0) == 0 ? "unsupported: " : "error: ") +
+                              fmt::format("no timing of {}/{} ({})", name, pt->name, why);
+      st.SkipWithError(msg.c_str());
+      return;
+    }
+  }
+  const Timed &tb = a->second, &tf = b->second;
+  const double mb = median(tb.seconds), mf = median(tf.seconds);
+  using C = benchmark::Counter;
+  st.counters["speedup_fp8_over_bf16"] = C(mb / mf);
+  st.counters["bf16_median_ms"] = C(1e3 * mb);
+  st.counters["fp8_median_ms"] = C(1e3 * mf);
+  st.counters["bf16_cache_tokens_per_second"] = C(tb.cache_tokens / mb);
+  st.counters["fp8_cache_tokens_per_second"] = C(tf.cache_tokens / mf);
+  st.counters["bf16_model_bytes"] = C(tb.model_bytes);
+  st.counters["fp8_model_bytes"] = C(tf.model_bytes);
+  st.counters["byte_model_ratio"] = C(tb.model_bytes / tf.model_bytes);
+  st.counters["bf16_calls"] = C(static_cast<double>(tb.seconds.size()));
+  st.counters["fp8_calls"] = C(static_cast<double>(tf.seconds.size()));
+  st.SetLabel(fmt::format("measured fp8/bf16 speedup {:.3f}x (medians {:.4f} / {:.4f} ms over {} / {} calls); byte "
+                          "model {:.3f}x fewer bytes ({:.0f} vs {:.0f} B per cache token); issue 5 target >= 1.65x",
+                          mb / mf, 1e3 * mb, 1e3 * mf, tb.seconds.size(), tf.seconds.size(),
+                          tb.model_bytes / tf.model_bytes, tb.cache_bytes_per_token, tf.cache_bytes_per_token));
 }
 
 // A ceiling probe as a benchmark: manual time from events, one probe call per iteration.
@@ -319,6 +399,27 @@ void register_gpu_kernel_benchmarks(const GpuBenchSetup& s, const std::vector<co
                                    KernelCase{&s, k, p})
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond);
+}
+
+void register_gpu_format_ratio_rows(const std::vector<const AttentionImpl*>& impls,
+                                    const std::vector<const axes::AxisPoint*>& points) {
+  auto twins = [](const axes::AxisPoint& a, const axes::AxisPoint& b) {
+    const AttnShape &x = a.shape, &y = b.shape;
+    return x.batch == y.batch && x.s_q == y.s_q && x.heads == y.heads && x.page_size == y.page_size &&
+           x.topk == y.topk && x.causal == y.causal && a.seqlens == b.seqlens && a.seed == b.seed &&
+           a.invalid_per_row == b.invalid_per_row && a.q_std == b.q_std && a.kv_std == b.kv_std;
+  };
+  for (const auto* f : points) {
+    if (f->shape.cache_format != CacheFormat::fp8) continue;
+    for (const auto* b : points) {
+      if (b->shape.cache_format != CacheFormat::bf16 || !twins(*f, *b)) continue;
+      for (const auto* k : impls)
+        benchmark::RegisterBenchmark(fmt::format("mla_ratio/{}/{}_vs_{}", k->info().name, f->name, b->name).c_str(),
+                                     bench_ratio, k, b, f)
+            ->Iterations(1)
+            ->Repetitions(1);
+    }
+  }
 }
 
 void register_gpu_clock_row() {

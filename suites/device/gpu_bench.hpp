@@ -60,6 +60,11 @@ void register_gpu_ceiling_benchmarks(const GpuBenchSetup& s);
 // SkipWithError rows with the reason. The setup must outlive the benchmark run.
 void register_gpu_kernel_benchmarks(const GpuBenchSetup& s, const std::vector<const AttentionImpl*>& impls,
                                     const std::vector<const axes::AxisPoint*>& points);
+// `mla_ratio/<kernel>/<fp8 point>_vs_<bf16 point>` for every selected FP8 point whose bf16 twin
+// (same shape, lengths and seed) is selected too: the measured median-time ratio of the two
+// kernel rows, their tokens/s and byte models (register after the kernel rows).
+void register_gpu_format_ratio_rows(const std::vector<const AttentionImpl*>& impls,
+                                    const std::vector<const axes::AxisPoint*>& points);
 // `gpu/clocks_after`: one iteration recording the clocks, power and temperature after the run
 // (register it last; a clock that dropped during the run explains slow rows).
 void register_gpu_clock_row();

@@ -247,6 +247,7 @@ int main(int argc, char** argv) {
 
   mla::device::register_gpu_ceiling_benchmarks(setup);
   mla::device::register_gpu_kernel_benchmarks(setup, impls, points);
+  mla::device::register_gpu_format_ratio_rows(impls, points);
   mla::device::register_gpu_clock_row();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -61,7 +61,7 @@ cat >"$f" <<EOJ
  "benchmarks": [
   {"name": "mla/cuda_mla_decode/$p/manual_time", "run_name": "mla/cuda_mla_decode/$p/manual_time", "run_type": "iteration", "repetitions": 2, "repetition_index": 0, "threads": 1, "iterations": 100, "real_time": 0.05, "cpu_time": 0.05, "time_unit": "ms", "model_bytes": 155459584, "model_flops": 4563402752, "cold_cache": 1},
   {"name": "mla/cuda_mla_decode/$p/manual_time", "run_name": "mla/cuda_mla_decode/$p/manual_time", "run_type": "iteration", "repetitions": 2, "repetition_index": 1, "threads": 1, "iterations": 100, "real_time": 0.051, "cpu_time": 0.051, "time_unit": "ms", "model_bytes": 155459584, "model_flops": 4563402752, "cold_cache": 1},
-  {"name": "mla/cuda_mla_decode/sparse/manual_time", "run_name": "mla/cuda_mla_decode/sparse/manual_time", "run_type": "iteration", "repetitions": 1, "repetition_index": 0, "threads": 1, "iterations": 0, "real_time": 0, "cpu_time": 0, "time_unit": "ms", "error_occurred": true, "error_message": "unsupported: sparse"}
+  {"name": "mla/cuda_naive_mha_cublas/sparse/manual_time", "run_name": "mla/cuda_naive_mha_cublas/sparse/manual_time", "run_type": "iteration", "repetitions": 1, "repetition_index": 0, "threads": 1, "iterations": 0, "real_time": 0, "cpu_time": 0, "time_unit": "ms", "error_occurred": true, "error_message": "unsupported: sparse"}
  ]}
 EOJ
 EOS

@@ -20,16 +20,33 @@ Result same_dtype_attention(const AttnInputs& in) {
   const int64_t B = s.batch, SQ = s.s_q, H = s.heads;
   Result r;
   r.out.assign(static_cast<std::size_t>(B * SQ * H * 512), 0.0);
-  r.lse.assign(static_cast<std::size_t>(B * H * SQ), std::numeric_limits<double>::infinity());
+  r.lse.assign(static_cast<std::size_t>(B * H * SQ), std::numeric_limits<float>::infinity());
   const float scale = static_cast<float>(in.softmax_scale);
+  const bool fp8 = s.cache_format == CacheFormat::fp8;
   std::vector<float> kv, q(576), x, p;
+  std::vector<int64_t> pos;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t L = cache.seqlen(b);
-    kv.resize(static_cast<std::size_t>(L * 576));
-    for (int64_t t = 0; t < L; ++t) cache.token(b, t, kv.data() + t * 576);
     for (int64_t sq = 0; sq < SQ; ++sq) {
-      const int64_t n = ref::dense_last_position(s, L, sq) + 1;
+      // The keys of this query: dense, positions 0 .. last (causal-aware); sparse, the row's
+      // valid indices (ascending: the order only moves fp32 rounding).
+      if (s.topk > 0) {
+        pos = ref::sparse_row_positions(in, b, sq);
+      } else {
+        pos.resize(static_cast<std::size_t>(ref::dense_last_position(s, L, sq) + 1));
+        for (std::size_t j = 0; j < pos.size(); ++j) pos[j] = static_cast<int64_t>(j);
+      }
+      const int64_t n = static_cast<int64_t>(pos.size());
       if (n <= 0) continue;
+      kv.resize(static_cast<std::size_t>(n * 576));
+      for (int64_t j = 0; j < n; ++j) {
+        float* k = kv.data() + j * 576;
+        cache.token(b, pos[static_cast<std::size_t>(j)], k);
+        // FP8: the dequantized value rounded to bf16, as a kernel dequantizing into bf16 tiles
+        // sees it (the schema's definition; the rope part is bf16 already).
+        if (fp8)
+          for (int d = 0; d < 576; ++d) k[d] = bf16_to_float(bf16_from_float(k[d]));
+      }
       x.resize(static_cast<std::size_t>(n));
       p.resize(static_cast<std::size_t>(n));
       for (int64_t h = 0; h < H; ++h) {

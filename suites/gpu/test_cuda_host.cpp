@@ -87,14 +87,20 @@ TEST(CudaRegistry, RegistersBothKernelsWithTheirClaims) {
     EXPECT_EQ(info.backend, "cuda");
     EXPECT_EQ(info.out_dtype, OutDType::bf16) << name;
     EXPECT_FALSE(info.description.empty());
-    ASSERT_EQ(info.caps.cache_formats.size(), 1u);
-    EXPECT_EQ(info.caps.cache_formats[0], CacheFormat::bf16);
+    // The decode kernel reads both cache formats and sparse index lists; the naive baseline
+    // only the dense bf16 cache.
+    const bool decode = std::string(name) == "cuda_mla_decode";
+    if (decode) {
+      EXPECT_EQ(info.caps.cache_formats, (std::vector<CacheFormat>{CacheFormat::bf16, CacheFormat::fp8}));
+    } else {
+      EXPECT_EQ(info.caps.cache_formats, std::vector<CacheFormat>{CacheFormat::bf16});
+    }
     EXPECT_EQ(info.caps.min_heads, 1);
     EXPECT_EQ(info.caps.max_heads, 128);
     EXPECT_EQ(info.caps.max_s_q, kMaxSq);
     EXPECT_TRUE(info.caps.page_sizes.empty()) << "any page size";
     EXPECT_TRUE(info.caps.dense);
-    EXPECT_FALSE(info.caps.sparse);
+    EXPECT_EQ(info.caps.sparse, decode) << name;
     EXPECT_TRUE(info.caps.varlen);
   }
   // Registering twice is a duplicate, refused by the registry.
@@ -121,12 +127,6 @@ TEST(CudaCapabilities, UnsupportedShapesAreRefusedByName) {
   };
   std::vector<Case> cases;
   AttnShape s = good_shape();
-  s.cache_format = CacheFormat::fp8;
-  cases.push_back({"fp8", s});
-  s = good_shape();
-  s.topk = 2048;
-  cases.push_back({"sparse", s});
-  s = good_shape();
   s.heads = 129;
   cases.push_back({"heads=129", s});
   s = good_shape();
@@ -142,9 +142,29 @@ TEST(CudaCapabilities, UnsupportedShapesAreRefusedByName) {
   s.page_size = 0;
   cases.push_back({"page_size=0", s});
 
+  // FP8 and sparse are the naive baseline's refusals only.
+  std::vector<Case> naive_only;
+  s = good_shape();
+  s.cache_format = CacheFormat::fp8;
+  naive_only.push_back({"fp8", s});
+  s = good_shape();
+  s.topk = 2048;
+  naive_only.push_back({"sparse", s});
   for (const auto& k : {make_mla_decode(), make_naive_mha_cublas()}) {
     EXPECT_EQ(k->check(good_shape()), std::nullopt) << k->info().name;
-    for (const Case& c : cases) {
+    std::vector<Case> all = cases;
+    if (k->info().name == "cuda_mla_decode") {
+      for (const Case& c : naive_only) EXPECT_EQ(k->check(c.shape), std::nullopt) << c.needle;
+      // Sparse on an FP8 cache, s_q 2, topk past 2048: no smaller limit than the dense one.
+      s = good_shape();
+      s.cache_format = CacheFormat::fp8;
+      s.s_q = 2;
+      s.topk = 8192;
+      EXPECT_EQ(k->check(s), std::nullopt);
+    } else {
+      all.insert(all.end(), naive_only.begin(), naive_only.end());
+    }
+    for (const Case& c : all) {
       SCOPED_TRACE(k->info().name + " / " + c.needle);
       const auto why = k->check(c.shape);
       ASSERT_TRUE(why.has_value());
@@ -236,6 +256,77 @@ TEST(CudaValidation, MalformedInputsAreErrorsBeforeAnyDeviceWork) {
   }
 }
 
+TEST(CudaValidation, Fp8AndSparseInputsOfTheDecodeKernelAreCheckedBeforeAnyDeviceWork) {
+  const auto k = make_mla_decode();
+  // Sparse, topk 4 on an FP8 cache: the base case is valid (invalid entries are the kernel's
+  // to skip); each mutation is a malformed input named in the error.
+  auto base = [] {
+    HostInputs h;
+    h.shape.cache_format = CacheFormat::fp8;
+    h.shape.topk = 4;
+    h.cache.assign(8 * 16 * 656, 0);
+    return h;
+  };
+  std::vector<int32_t> idx = {3, -1, 19, 2147483647, 0, 0, -5, 7};  // row 1: sequence 1 is empty
+  auto expect_error = [&](HostInputs& h, std::vector<int32_t> indices, const std::string& needle) {
+    AttnInputs in = h.view();
+    in.indices = indices;
+    try {
+      (void)k->prepare(in);
+      ADD_FAILURE() << "accepted: " << needle;
+    } catch (const UnsupportedError& e) {
+      ADD_FAILURE() << "malformed input reported as unsupported: " << e.what();
+    } catch (const Error& e) {
+      EXPECT_TRUE(contains(e.what(), needle)) << e.what();
+    }
+  };
+  {
+    HostInputs h = base();
+    h.cache.assign(8 * 16 * 1152, 0);  // a bf16-sized cache for an FP8 shape
+    expect_error(h, idx, "kv_cache (bytes) has 147456 elements, the shape needs 83968");
+  }
+  {
+    HostInputs h = base();
+    expect_error(h, std::vector<int32_t>(idx.begin(), idx.end() - 1), "indices has 7 elements");
+  }
+  {
+    HostInputs h = base();
+    std::vector<int32_t> dup = idx;
+    dup[1] = 3;  // 3 twice in row (0, 0); sequence 0 has 20 tokens
+    expect_error(h, dup, "indices[0][0] holds valid position 3 more than once");
+  }
+  {
+    // Repeated *invalid* entries are fine; repeated valid ones are not, in every row.
+    HostInputs h = base();
+    h.lens = {20, 10};
+    h.table[4] = 3;
+    expect_error(h, idx, "indices[1][0] holds valid position 0 more than once");
+  }
+  {
+    HostInputs h = base();
+    expect_error(h, {}, "indices has 0 elements");
+  }
+  {
+    HostInputs h = base();
+    h.shape.topk = 0;
+    expect_error(h, idx, "indices given (8 elements) for dense attention");
+  }
+  // The valid base case fails without a GPU only for the reason unavailable() gives.
+  if (const auto why = k->unavailable()) {
+    HostInputs h = base();
+    AttnInputs in = h.view();
+    in.indices = idx;
+    try {
+      (void)k->prepare(in);
+      FAIL() << "prepared without a GPU";
+    } catch (const UnsupportedError& e) {
+      FAIL() << "valid inputs reported as unsupported: " << e.what();
+    } catch (const Error& e) {
+      EXPECT_TRUE(contains(e.what(), *why)) << e.what();
+    }
+  }
+}
+
 TEST(CudaCost, NaiveReadsPerHeadKeysAndValues) {
   HostInputs h;
   h.lens = {20, 7};
@@ -302,6 +393,29 @@ TEST(CudaCacheAppend, MalformedArgumentsAreErrorsNotCapacityErrors) {
   expect_error(b, "eps");
   // Nothing to append is a no-op, even without a GPU.
   b = a;
+  b.num_tokens = 0;
+  EXPECT_NO_THROW(cache_append(b));
+
+  // The FP8 / stage-only fields: unknown enum values never pick a path, a misaligned cache is
+  // refused, and the norm weight and frequencies are needed only for raw inputs.
+  b = a;
+  b.format = static_cast<AppendCacheFormat>(7);
+  expect_error(b, "format = 7");
+  b = a;
+  b.scale_fmt = static_cast<Fp8ScaleFmt>(-1);
+  expect_error(b, "scale_fmt = -1");
+  b = a;
+  b.input = static_cast<AppendInput>(2);
+  expect_error(b, "input = 2");
+  b = a;
+  b.format = AppendCacheFormat::fp8;
+  b.kv_cache = reinterpret_cast<unsigned char*>(dummy) + 2;
+  expect_error(b, "not 4-byte aligned");
+  b = a;
+  b.kv_norm_weight = nullptr;
+  expect_error(b, "kv_norm_weight is null");
+  b.input = AppendInput::normed_roped;
+  b.inv_freq = nullptr;
   b.num_tokens = 0;
   EXPECT_NO_THROW(cache_append(b));
 }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu_support.hpp"
+#include "mla/core/numeric.hpp"
 #include "mla/core/tolerance.hpp"
 
 namespace mla::gputest {
@@ -32,6 +33,33 @@ TEST_P(SameDtypeReference, IsWithinTheBf16BoundsOfTheTruth) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Synthetic, SameDtypeReference, ::testing::ValuesIn(synthetic_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// The FP8 (dequantized values rounded to bf16) and sparse (the row's valid indices only) forms of
+// the recipe, which arm the ratio rule for cuda_mla_decode's FP8 and sparse paths.
+std::vector<NamedSpec> fp8_sparse_specs() {
+  std::vector<NamedSpec> v;
+  auto add = [&](std::string name, std::vector<int32_t> lens, int s_q, int heads, int topk, CacheFormat f,
+                 ScaleFmt sf, uint64_t seed) {
+    testing::AttnSpec s;
+    s.seqlens = std::move(lens);
+    s.s_q = s_q;
+    s.heads = heads;
+    s.topk = topk;
+    s.causal = topk == 0;
+    s.format = f;
+    s.scale_fmt = sf;
+    s.seed = seed;
+    v.push_back({std::move(name), s, 16});
+  };
+  add("fp8_fp32", {37, 0, 130}, 2, 8, 0, CacheFormat::fp8, ScaleFmt::fp32, 61);
+  add("fp8_ue8m0", {300, 5}, 1, 16, 0, CacheFormat::fp8, ScaleFmt::ue8m0, 62);
+  add("sparse_bf16", {100, 0, 9}, 2, 16, 40, CacheFormat::bf16, ScaleFmt::fp32, 63);
+  add("sparse_fp8", {200, 33}, 1, 16, 64, CacheFormat::fp8, ScaleFmt::fp32, 64);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp8Sparse, SameDtypeReference, ::testing::ValuesIn(fp8_sparse_specs()),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

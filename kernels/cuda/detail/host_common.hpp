@@ -11,8 +11,8 @@
 
 namespace mla::cuda::detail {
 
-// The capabilities both CUDA attention kernels claim (dense, bf16 cache, heads 1..128,
-// s_q 1..kMaxSq, any page size, varlen).
+// The capabilities of the naive baseline (dense, bf16 cache, heads 1..128, s_q 1..kMaxSq, any
+// page size, varlen); cuda_mla_decode adds the FP8 cache and sparse attention to them.
 Capabilities dense_bf16_caps();
 
 // check_capabilities plus what the interface leaves open: d_qk 576, d_v 512, positive

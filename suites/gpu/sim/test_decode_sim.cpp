@@ -1,14 +1,21 @@
 // L0 (CPU): the source of the CUDA decode and combine kernels, executed on the host by the warp
 // simulator (warp_sim.hpp), on small paged problems with NaN-poisoned unused slots and
-// sentinel block-table entries. Checks what can be checked without a GPU:
+// sentinel block-table entries, for every instance: bf16 and FP8 caches, dense and sparse.
+// Checks what can be checked without a GPU:
 //  * results against the fp64 truth through the tolerance engine (the ratio rule armed by the
 //    deployed-precision reference), with outputs pre-filled with NaN and guard bands around
 //    every output and workspace buffer;
-//  * every cp.async source is q or a cache slot of a token < L of its sequence (FIELD-NOTES
-//    bugs 2, 4, 6: no read of a sentinel page, a poisoned slot, or a padded head row);
+//  * every cp.async source is q or a cache slot of a token < L of its sequence, and for sparse
+//    inputs only a slot some row names with a valid index (FIELD-NOTES bugs 2, 4, 6, 8: no
+//    read of a sentinel page, a poisoned slot, a padded head row or an invalid index);
 //  * page permutation and batch order give bitwise-equal results, split counts agree;
 //  * shared-memory addresses are aligned and in range, barriers and warp collectives are
-//    reached by every thread, no cp.async is left un-waited.
+//    reached by every thread, no cp.async is left un-waited;
+//  * the small golden cases of attn_fp8 and attn_sparse, judged against their stored truth
+//    and same_dtype reference;
+//  * mutation self-checks: known bugs switched on in the kernel source (wrong FP8 scale block,
+//    invalid index read as token 0, invalid index left unmasked, stale rows dequantized) make
+//    these checks fail.
 // The simulator models the PTX fragment layouts from their documentation; a GPU run
 // (mla_cuda_attention_tests) remains the judge of the real instructions.
 #include "warp_sim_builtins.hpp"
@@ -17,10 +24,8 @@
 #include "detail/mla_decode_kernels.cuh"
 
 #include <algorithm>
-#include <bit>
+#include <cmath>
 #include <cstring>
-#include <limits>
-#include <numbers>
 #include <ostream>
 #include <set>
 #include <string>
@@ -30,143 +35,20 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include "decode_sim_harness.hpp"
 #include "gpu_support.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/cuda/split_plan.hpp"
 #include "support/attn_builder.hpp"
+#include "support/goldens.hpp"
 
 namespace mla::cuda {
 namespace {
 
-using detail::DecodeParams;
+using simtest::run_sim;
+using simtest::SimRun;
 namespace dec = detail::decode;
-
-constexpr std::size_t kGuard = 64;  // elements of guard band before and after each buffer
-
-template <class T>
-struct Guarded {
-  std::vector<T> v;
-  T canary;
-  Guarded(std::size_t n, T fill, T canary_) : v(n + 2 * kGuard, fill), canary(canary_) {
-    std::fill(v.begin(), v.begin() + kGuard, canary);
-    std::fill(v.end() - kGuard, v.end(), canary);
-  }
-  T* data() { return v.data() + kGuard; }
-  std::size_t size() const { return v.size() - 2 * kGuard; }
-  bool intact() const {
-    auto same = [&](const T& x) { return std::memcmp(&x, &canary, sizeof(T)) == 0; };
-    return std::all_of(v.begin(), v.begin() + kGuard, same) && std::all_of(v.end() - kGuard, v.end(), same);
-  }
-};
-
-struct SimRun {
-  AttnOutputs out;
-  SplitPlan plan;
-  std::vector<std::string> errors;
-};
-
-template <int RG>
-std::vector<std::string> launch_decode(const DecodeParams& p, const std::function<bool(const void*)>& allowed) {
-  sim::Launch cfg;
-  cfg.grid = static_cast<unsigned>(p.num_work);
-  cfg.threads = dec::Tile<RG>::kThreads;
-  cfg.smem_bytes = dec::Tile<RG>::kSmem;
-  cfg.global_read_allowed = allowed;
-  return sim::launch(cfg, [&] { dec::mla_decode_kernel<RG>(p); });
-}
-
-// What cuda_mla_decode does on the device, with the simulator in place of the GPU.
-SimRun run_sim(const AttnInputs& in, int forced_splits, int num_sms = 4) {
-  const AttnShape& s = in.shape;
-  SimRun r;
-  const int64_t rows = int64_t{s.s_q} * s.heads;
-  const int tile_rows = detail::decode_tile_rows(rows);
-  SplitPlanRequest req;
-  req.batch = s.batch;
-  req.s_q = s.s_q;
-  req.heads = s.heads;
-  req.m_tile_rows = tile_rows;
-  req.n_tile_tokens = detail::kDecodeTileTokens;
-  req.num_sms = num_sms;
-  req.blocks_per_sm = 1;
-  req.forced_splits = forced_splits;
-  r.plan = plan_decode(req, std::vector<int32_t>(in.cache_seqlens.begin(), in.cache_seqlens.end()));
-
-  const std::size_t n_out = static_cast<std::size_t>(s.batch * rows * 512);
-  const std::size_t n_lse = static_cast<std::size_t>(s.batch * rows);
-  const std::size_t slot_rows = static_cast<std::size_t>(r.plan.partial_slots * r.plan.rows);
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  const float canary_f = std::bit_cast<float>(0xA5A5A5A5u);
-  Guarded<uint16_t> out(n_out, 0xFFFF, 0xA5A5);
-  Guarded<float> lse(n_lse, nan, canary_f), ws_out(slot_rows * 512, nan, canary_f), ws_lse(slot_rows, nan, canary_f);
-  // The block table sits between sentinel-filled bands, so a read past either end reads a
-  // sentinel and the cp.async check below reports it instead of undefined behaviour.
-  Guarded<int32_t> table(in.block_table.size(), 0, 2147483647);
-  std::copy(in.block_table.begin(), in.block_table.end(), table.data());
-
-  DecodeParams p;
-  p.q = in.q.data();
-  p.cache = reinterpret_cast<const uint16_t*>(in.kv_cache.data());
-  p.block_table = table.data();
-  p.seqlens = in.cache_seqlens.data();
-  p.work = r.plan.work.data();
-  p.num_splits = r.plan.num_splits.data();
-  p.split_base = r.plan.split_base.data();
-  p.num_work = static_cast<int64_t>(r.plan.work.size());
-  p.batch = s.batch;
-  p.s_q = s.s_q;
-  p.heads = s.heads;
-  p.page_size = s.page_size;
-  p.max_blocks = s.max_blocks;
-  p.causal = s.causal ? 1 : 0;
-  p.scale_log2 = static_cast<float>(in.softmax_scale * std::numbers::log2e);
-  p.out = out.data();
-  p.lse = lse.data();
-  p.ws_out = ws_out.data();
-  p.ws_lse = ws_lse.data();
-  p.combine_blocks = r.plan.combine_blocks;
-  p.combine_rows_per_block = r.plan.combine_rows_per_block;
-
-  // Allowed global reads: q, and the cache slots of tokens t < L of each sequence.
-  std::set<int64_t> slots;
-  for (int b = 0; b < s.batch; ++b) {
-    const int32_t L = in.cache_seqlens[static_cast<std::size_t>(b)];
-    for (int32_t t = 0; t < L; ++t)
-      slots.insert(int64_t{in.block_table[static_cast<std::size_t>(b * s.max_blocks + t / s.page_size)]} * s.page_size +
-                   t % s.page_size);
-  }
-  const auto* q0 = reinterpret_cast<const unsigned char*>(in.q.data());
-  const auto* c0 = in.kv_cache.data();
-  auto allowed = [&](const void* src) {
-    const auto* a = static_cast<const unsigned char*>(src);
-    if (a >= q0 && a + 16 <= q0 + in.q.size_bytes()) return true;
-    if (a < c0) return false;
-    const uint64_t off = static_cast<uint64_t>(a - c0);
-    return off + 16 <= in.kv_cache.size() && slots.count(static_cast<int64_t>(off / 1152)) > 0;
-  };
-
-  switch (tile_rows) {
-    case 16: r.errors = launch_decode<1>(p, allowed); break;
-    case 32: r.errors = launch_decode<2>(p, allowed); break;
-    default: r.errors = launch_decode<4>(p, allowed); break;
-  }
-  if (r.errors.empty() && p.combine_blocks > 0) {
-    sim::Launch cfg;
-    cfg.grid = static_cast<unsigned>(p.combine_blocks);
-    cfg.threads = 32 * static_cast<unsigned>(p.combine_rows_per_block);
-    r.errors = sim::launch(cfg, [&] { dec::mla_combine_kernel(p); });
-  }
-  if (!out.intact()) r.errors.push_back("guard band of out overwritten");
-  if (!lse.intact()) r.errors.push_back("guard band of lse overwritten");
-  if (!ws_out.intact()) r.errors.push_back("guard band of ws_out overwritten");
-  if (!ws_lse.intact()) r.errors.push_back("guard band of ws_lse overwritten");
-  r.out.dtype = OutDType::bf16;
-  r.out.out.resize(n_out);
-  for (std::size_t i = 0; i < n_out; ++i) r.out.out[i] = bf16_to_float(out.data()[i]);
-  r.out.lse.assign(lse.data(), lse.data() + n_lse);
-  return r;
-}
 
 struct Case {
   std::string name;
@@ -177,13 +59,20 @@ struct Case {
   int forced_splits;  // 0: automatic, on a 4-SM "device" so that it splits
   double q_std;
   uint64_t seed;
+  int topk = 0;
+  CacheFormat format = CacheFormat::bf16;
+  ScaleFmt scale_fmt = ScaleFmt::fp32;
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
   // No brackets, commas or semicolons: ctest's label script reads these names as a CMake list.
   *os << c.name << " lengths " << fmt::format("{}", fmt::join(c.lens, " ")) << " s_q " << c.s_q << " heads "
-      << c.heads << " forced splits " << c.forced_splits;
+      << c.heads << " forced splits " << c.forced_splits << " topk " << c.topk << " cache "
+      << to_string(c.format);
 }
+
+constexpr CacheFormat kFp8 = CacheFormat::fp8;
+constexpr CacheFormat kBf16 = CacheFormat::bf16;
 
 std::vector<Case> cases() {
   return {
@@ -201,6 +90,24 @@ std::vector<Case> cases() {
       {"large_logits_split5", {300, 0, 17}, 2, 16, true, 64, 5, 100.0, 6},
       // Non-causal multi-query, page size 1.
       {"noncausal_ps1", {40, 70}, 2, 16, false, 1, 0, 1.0, 7},
+      // ---- FP8 cache (656-byte tokens dequantized in shared memory) ----
+      // Varlen with partial last tiles (unloaded rows must dequantize to zeros), fp32 scales.
+      {"fp8_varlen_h16", {37, 0, 100, 1}, 1, 16, true, 16, 0, 1.0, 11, 0, kFp8, ScaleFmt::fp32},
+      // Power-of-two scales, 32-row instance, causal multi-query, forced splits.
+      {"fp8_ue8m0_h8_sq3_split2", {70, 5}, 3, 8, true, 7, 2, 1.0, 12, 0, kFp8, ScaleFmt::ue8m0},
+      // 64-row tile with padding rows and large logits through the combine.
+      {"fp8_large_logits_sq2_h20", {90, 0}, 2, 20, true, 64, 3, 100.0, 13, 0, kFp8, ScaleFmt::fp32},
+      // ---- sparse top-k (rows = the heads of one query token) ----
+      // topk larger than some sequences (most entries invalid), an empty sequence (every row
+      // all-invalid: out 0, lse +inf), s_q 2.
+      {"sparse_bf16_sq2_topk40", {100, 0, 9, 64}, 2, 16, false, 16, 0, 1.0, 21, 40},
+      // topk over several tiles, forced splits leaving some splits with only invalid indices.
+      {"sparse_bf16_h5_topk100_split3", {130, 37}, 1, 5, false, 16, 3, 1.0, 22, 100},
+      // 64 heads (64-row tile), odd page size, automatic splits.
+      {"sparse_bf16_h64_topk70", {200}, 1, 64, false, 7, 0, 1.0, 23, 70},
+      // FP8 and sparse together: invalid indices must neither load nor leave stale rows.
+      {"sparse_fp8_sq2_topk48", {80, 5, 0}, 2, 16, false, 16, 0, 1.0, 24, 48, kFp8, ScaleFmt::fp32},
+      {"sparse_fp8_ue8m0_h24_topk33_split2", {66}, 1, 24, false, 64, 2, 100.0, 25, 33, kFp8, ScaleFmt::ue8m0},
   };
 }
 
@@ -210,6 +117,21 @@ struct Built {
   AttnInputs in;
 };
 
+// FP8 tokens from the builder have nearly equal scales in all four blocks (one distribution);
+// multiplying block t's scale by a distinct power of two (exact, for ue8m0 too) makes a kernel
+// that picks the wrong block visibly wrong. The poisoned slots' NaN scales stay NaN.
+void spread_scales(testing::Paged& pg) {
+  const float mul[4] = {1.f, 8.f, 0.125f, 2.f};
+  for (std::size_t off = 0; off + 656 <= pg.kv_cache.size(); off += 656) {
+    for (int t = 0; t < 4; ++t) {
+      float sc;
+      std::memcpy(&sc, pg.kv_cache.data() + off + 512 + 4 * t, 4);
+      sc *= mul[t];
+      std::memcpy(pg.kv_cache.data() + off + 512 + 4 * t, &sc, 4);
+    }
+  }
+}
+
 Built build(const Case& c, const testing::Layout& layout) {
   testing::AttnSpec spec;
   spec.seqlens = c.lens;
@@ -218,11 +140,22 @@ Built build(const Case& c, const testing::Layout& layout) {
   spec.causal = c.causal;
   spec.q_std = c.q_std;
   spec.seed = c.seed;
+  spec.topk = c.topk;
+  spec.format = c.format;
+  spec.scale_fmt = c.scale_fmt;
   Built b;
   b.lg = testing::make_logical(spec);
   b.pg = testing::lay_out(b.lg, layout);
+  if (c.format == kFp8) spread_scales(b.pg);
   b.in = b.pg.inputs();
   return b;
+}
+
+::testing::AssertionResult judged(const std::string& what, const SimRun& r, const AttnInputs& in) {
+  if (!r.errors.empty()) return ::testing::AssertionFailure() << what << ": " << fmt::format("{}", fmt::join(r.errors, "\n"));
+  const gputest::Result truth = gputest::truth_attention(in);
+  const gputest::Result same = gputest::same_dtype_attention(in);
+  return gputest::matches(what, r.out, in.shape, truth.out, truth.lse, std::span<const double>(same.out));
 }
 
 class DecodeSim : public ::testing::TestWithParam<Case> {};
@@ -233,95 +166,191 @@ TEST_P(DecodeSim, MatchesTruthAndReadsOnlyValidTokens) {
   layout.page_size = c.page_size;
   const Built b = build(c, layout);
   const SimRun r = run_sim(b.in, c.forced_splits);
-  ASSERT_TRUE(r.errors.empty()) << fmt::format("{}", fmt::join(r.errors, "\n"));
   RecordProperty("plan", r.plan.describe());
-  const gputest::Result truth = gputest::truth_attention(b.in);
-  const gputest::Result same = gputest::same_dtype_attention(b.in);
-  EXPECT_TRUE(gputest::matches(c.name, r.out, b.in.shape, truth.out, truth.lse, std::span<const double>(same.out)));
+  EXPECT_TRUE(judged(c.name, r, b.in));
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernel, DecodeSim, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
 
 TEST(DecodeSimInvariance, LayoutAndBatchOrderAreBitwiseInvariantAndSplitsAgree) {
-  const Case c{"inv", {37, 0, 130, 5, 64}, 2, 8, true, 16, 0, 1.0, 21};
-  testing::Layout a, pages, order;
-  a.page_size = 16;
-  pages.page_size = 5;
-  pages.perm_seed = 99;
-  pages.spare_blocks = 7;
-  for (int64_t i : gen::permutation(33, 0, static_cast<int64_t>(c.lens.size()))) order.order.push_back(static_cast<int>(i));
-  order.page_size = 16;
-  const Built ba = build(c, a), bp = build(c, pages), bo = build(c, order);
-  const SimRun ra = run_sim(ba.in, 0), rp = run_sim(bp.in, 0), ro = run_sim(bo.in, 0);
-  for (const SimRun* r : {&ra, &rp, &ro}) ASSERT_TRUE(r->errors.empty()) << fmt::format("{}", fmt::join(r->errors, "\n"));
-  EXPECT_TRUE(gputest::bitwise_equal("out, other pages", rp.out.out, ra.out.out));
-  EXPECT_TRUE(gputest::bitwise_equal("lse, other pages", rp.out.lse, ra.out.lse));
-  const int64_t orow = int64_t{c.s_q} * c.heads * 512, lrow = int64_t{c.heads} * c.s_q;
-  for (std::size_t i = 0; i < order.order.size(); ++i) {
-    const int64_t o = order.order[i];
-    const auto so = std::span<const double>(ro.out.out).subspan(i * orow, orow);
-    const auto sa = std::span<const double>(ra.out.out).subspan(static_cast<std::size_t>(o * orow), orow);
-    EXPECT_TRUE(gputest::bitwise_equal(fmt::format("out of sequence {}", o), so, sa));
-    const auto lo = std::span<const double>(ro.out.lse).subspan(i * lrow, lrow);
-    const auto la = std::span<const double>(ra.out.lse).subspan(static_cast<std::size_t>(o * lrow), lrow);
-    EXPECT_TRUE(gputest::bitwise_equal(fmt::format("lse of sequence {}", o), lo, la));
-  }
-  const gputest::Result truth = gputest::truth_attention(ba.in);
-  for (int n : {1, 2, 7, 40}) {
-    const SimRun rs = run_sim(ba.in, n);
-    ASSERT_TRUE(rs.errors.empty()) << fmt::format("{}", fmt::join(rs.errors, "\n"));
-    EXPECT_TRUE(gputest::matches(fmt::format("splits={}", n), rs.out, ba.in.shape, truth.out, truth.lse));
-    EXPECT_TRUE(gputest::matches(fmt::format("splits={} vs automatic", n), rs.out, ba.in.shape, ra.out.out, ra.out.lse));
+  for (const Case& c : {Case{"inv", {37, 0, 130, 5, 64}, 2, 8, true, 16, 0, 1.0, 21},
+                        Case{"inv_sparse_fp8", {37, 0, 90, 5}, 2, 8, false, 16, 0, 1.0, 22, 40, kFp8}}) {
+    SCOPED_TRACE(c.name);
+    testing::Layout a, pages, order;
+    a.page_size = 16;
+    pages.page_size = 5;
+    pages.perm_seed = 99;
+    pages.spare_blocks = 7;
+    for (int64_t i : gen::permutation(33, 0, static_cast<int64_t>(c.lens.size()))) order.order.push_back(static_cast<int>(i));
+    order.page_size = 16;
+    const Built ba = build(c, a), bp = build(c, pages), bo = build(c, order);
+    const SimRun ra = run_sim(ba.in, 0), rp = run_sim(bp.in, 0), ro = run_sim(bo.in, 0);
+    for (const SimRun* r : {&ra, &rp, &ro}) ASSERT_TRUE(r->errors.empty()) << fmt::format("{}", fmt::join(r->errors, "\n"));
+    EXPECT_TRUE(gputest::bitwise_equal("out, other pages", rp.out.out, ra.out.out));
+    EXPECT_TRUE(gputest::bitwise_equal("lse, other pages", rp.out.lse, ra.out.lse));
+    const int64_t orow = int64_t{c.s_q} * c.heads * 512, lrow = int64_t{c.heads} * c.s_q;
+    for (std::size_t i = 0; i < order.order.size(); ++i) {
+      const int64_t o = order.order[i];
+      const auto so = std::span<const double>(ro.out.out).subspan(i * orow, orow);
+      const auto sa = std::span<const double>(ra.out.out).subspan(static_cast<std::size_t>(o * orow), orow);
+      EXPECT_TRUE(gputest::bitwise_equal(fmt::format("out of sequence {}", o), so, sa));
+      const auto lo = std::span<const double>(ro.out.lse).subspan(i * lrow, lrow);
+      const auto la = std::span<const double>(ra.out.lse).subspan(static_cast<std::size_t>(o * lrow), lrow);
+      EXPECT_TRUE(gputest::bitwise_equal(fmt::format("lse of sequence {}", o), lo, la));
+    }
+    const gputest::Result truth = gputest::truth_attention(ba.in);
+    for (int n : {1, 2, 7, 40}) {
+      const SimRun rs = run_sim(ba.in, n);
+      ASSERT_TRUE(rs.errors.empty()) << fmt::format("{}", fmt::join(rs.errors, "\n"));
+      EXPECT_TRUE(gputest::matches(fmt::format("splits={}", n), rs.out, ba.in.shape, truth.out, truth.lse));
+      EXPECT_TRUE(gputest::matches(fmt::format("splits={} vs automatic", n), rs.out, ba.in.shape, ra.out.out, ra.out.lse));
+    }
   }
 }
 
 TEST(DecodeSimSelfCheck, TheSimulatorCatchesAForbiddenRead) {
-  // The read check is what makes "reads only valid tokens" meaningful: shrink the allowed set by
-  // declaring one sequence one token shorter than the cache the kernel is told about, and the
-  // kernel's legitimate read of that token must be reported.
-  const Case c{"self", {40}, 1, 16, true, 16, 0, 1.0, 9};
+  // The read check is what makes "reads only valid tokens" meaningful: remove one token the
+  // kernel legitimately reads from the allowed set, and the read must be reported. Dense: the
+  // last token of the sequence; sparse FP8: the token of one valid index.
+  for (const Case& c : {Case{"self", {40}, 1, 16, true, 16, 0, 1.0, 9},
+                        Case{"self_sparse_fp8", {40}, 1, 16, false, 16, 0, 1.0, 9, 20, kFp8}}) {
+    SCOPED_TRACE(c.name);
+    const Built b = build(c, testing::Layout{});
+    const AttnShape& s = b.in.shape;
+    std::set<int64_t> slots = simtest::allowed_slots(b.in);
+    int32_t t = 39;
+    if (c.topk > 0) {
+      t = -1;
+      for (int32_t idx : b.in.indices)
+        if (idx >= 0 && idx < 40) t = idx;
+      ASSERT_GE(t, 0) << "the case has no valid index";
+    }
+    ASSERT_EQ(slots.erase(int64_t{b.in.block_table[static_cast<std::size_t>(t / s.page_size)]} * s.page_size +
+                          t % s.page_size),
+              1u);
+    const SimRun r = run_sim(b.in, 0, 1, &slots);
+    ASSERT_FALSE(r.errors.empty()) << "the read of token " << t << " went unnoticed";
+    EXPECT_NE(r.errors[0].find("must not touch"), std::string::npos) << r.errors[0];
+  }
+}
+
+// Each known bug, switched on in the kernel source, must make the checks above fail on a case
+// that exercises it: a forbidden read reported by the simulator, or results outside tolerance.
+TEST(DecodeSimSelfCheck, KnownBugsInTheKernelAreCaught) {
+  struct Mut {
+    dec::Mutant id;
+    const char* what;
+    Case c;
+  };
+  const Mut muts[] = {
+      {dec::kWrongScaleBlock, "FP8 latent chunk scaled by the neighbouring block's scale",
+       {"m_scale", {70, 33}, 1, 16, true, 16, 0, 1.0, 31, 0, kFp8, ScaleFmt::ue8m0}},
+      {dec::kInvalidIndexToZero, "invalid sparse index attends token 0 (bug 8)",
+       {"m_zero", {90, 20}, 1, 16, false, 16, 0, 1.0, 32, 40}},
+      {dec::kInvalidNotMasked, "invalid sparse index zero-filled but its score kept",
+       {"m_mask", {90, 20}, 1, 16, false, 16, 0, 1.0, 33, 40}},
+      {dec::kDequantKeepsStale, "FP8 rows of unloaded tokens dequantized from stale shared memory",
+       {"m_stale", {45, 70}, 1, 16, true, 16, 0, 1.0, 34, 0, kFp8}},
+  };
+  for (const Mut& m : muts) {
+    SCOPED_TRACE(m.what);
+    const Built b = build(m.c, testing::Layout{});
+    ASSERT_TRUE(judged("unmutated", run_sim(b.in, 0), b.in)) << "the case must pass before the bug is switched on";
+    dec::decode_mutant() = m.id;
+    const SimRun r = run_sim(b.in, 0);
+    dec::decode_mutant() = dec::kNoMutant;
+    EXPECT_FALSE(judged("mutated", r, b.in)) << "the bug went unnoticed";
+  }
+}
+
+// The FP8 dequantization against the schema's definition, bf16(fp32(e4m3 value · scale)), for
+// every byte (subnormals, ±0, ±448, NaN) and scales across the fast path's range and past it
+// (the general decode): bit for bit, lane order included.
+TEST(DecodeSimFp8, DequantizationIsTheRoundedExactProductForEveryByte) {
+  const float scales[] = {1.0f,          448.0f / 448.0f * 0.00390625f, 2.2321428e-7f /* 1e-4/448 */,
+                          0.0038679f,    0.12345679f,                   127.99999f,
+                          128.0f,        1000.5f,                       -0.75f,
+                          1e-30f /* product subnormal */};
+  int checked = 0;
+  for (const float sc : scales) {
+    for (uint32_t b0 = 0; b0 < 256; ++b0) {
+      // Four lanes: the byte itself and three neighbours, so lane placement is checked too.
+      const uint32_t bytes[4] = {b0, (b0 + 1) & 0xFF, (b0 + 128) & 0xFF, (b0 * 7 + 3) & 0xFF};
+      const uint32_t w = bytes[0] | bytes[1] << 8 | bytes[2] << 16 | bytes[3] << 24;
+      const bool fast = std::fabs(sc) < 128.f;
+      const uint2 got = dec::dequant4(w, sc, sc * 0x1p120f, fast);
+      const uint16_t lanes[4] = {static_cast<uint16_t>(got.x & 0xFFFF), static_cast<uint16_t>(got.x >> 16),
+                                 static_cast<uint16_t>(got.y & 0xFFFF), static_cast<uint16_t>(got.y >> 16)};
+      for (int k = 0; k < 4; ++k) {
+        const double e = e4m3_to_double(static_cast<uint8_t>(bytes[k]));
+        const uint16_t want = bf16_from_float(static_cast<float>(e * static_cast<double>(sc)));
+        const bool both_nan = std::isnan(e) && (lanes[k] & 0x7FFF) > 0x7F80;
+        ASSERT_TRUE(both_nan || lanes[k] == want)
+            << fmt::format("byte {:#04x} lane {} scale {:.9g} ({} path): got {:#06x}, want {:#06x}", bytes[k], k, sc,
+                           fast ? "fast" : "general", lanes[k], want);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 10 * 256 * 4);
+}
+
+// The fast and the general decode inside a whole kernel run: bitwise equal results.
+TEST(DecodeSimFp8, FastAndGeneralDecodesGiveBitwiseEqualResults) {
+  const Case c{"fp8_paths", {70, 33}, 2, 16, true, 16, 0, 1.0, 41, 0, kFp8, ScaleFmt::fp32};
   const Built b = build(c, testing::Layout{});
-  // Run with the true length but allow only the 39 first tokens.
-  const AttnShape& s = b.in.shape;
-  std::set<int64_t> slots;
-  for (int32_t t = 0; t < 39; ++t)
-    slots.insert(int64_t{b.in.block_table[static_cast<std::size_t>(t / s.page_size)]} * s.page_size + t % s.page_size);
-  SplitPlanRequest req;
-  req.batch = 1;
-  req.s_q = 1;
-  req.heads = 16;
-  req.m_tile_rows = 16;
-  req.num_sms = 1;
-  const SplitPlan plan = plan_decode(req, {40});
-  std::vector<uint16_t> out(16 * 512);
-  std::vector<float> lse(16);
-  DecodeParams p;
-  p.q = b.in.q.data();
-  p.cache = reinterpret_cast<const uint16_t*>(b.in.kv_cache.data());
-  p.block_table = b.in.block_table.data();
-  p.seqlens = b.in.cache_seqlens.data();
-  p.work = plan.work.data();
-  p.num_splits = plan.num_splits.data();
-  p.split_base = plan.split_base.data();
-  p.num_work = static_cast<int64_t>(plan.work.size());
-  p.batch = 1;
-  p.s_q = 1;
-  p.heads = 16;
-  p.page_size = s.page_size;
-  p.max_blocks = s.max_blocks;
-  p.scale_log2 = 0.2f;
-  p.out = out.data();
-  p.lse = lse.data();
-  const auto* q0 = reinterpret_cast<const unsigned char*>(b.in.q.data());
-  const auto* c0 = b.in.kv_cache.data();
-  const auto errors = launch_decode<1>(p, [&](const void* src) {
-    const auto* a = static_cast<const unsigned char*>(src);
-    if (a >= q0 && a < q0 + b.in.q.size_bytes()) return true;
-    return a >= c0 && slots.count(static_cast<int64_t>((a - c0) / 1152)) > 0;
-  });
-  ASSERT_FALSE(errors.empty()) << "the read of token 39 went unnoticed";
-  EXPECT_NE(errors[0].find("must not touch"), std::string::npos) << errors[0];
+  const SimRun fast = run_sim(b.in, 0);
+  dec::decode_mutant() = dec::kSlowDequantOnly;
+  const SimRun general = run_sim(b.in, 0);
+  dec::decode_mutant() = dec::kNoMutant;
+  ASSERT_TRUE(fast.errors.empty() && general.errors.empty());
+  EXPECT_TRUE(gputest::bitwise_equal("out", fast.out.out, general.out.out));
+  EXPECT_TRUE(gputest::bitwise_equal("lse", fast.out.lse, general.out.lse));
+}
+
+// The golden cases of the FP8 and sparse families small enough for the simulator, judged against
+// their stored truth and same_dtype reference (the larger ones run on the GPU:
+// mla_cuda_golden_tests). A missing catalog is a visible skip.
+TEST(DecodeSimGoldens, SmallFp8AndSparseCasesMatchTheirStoredTruth) {
+  std::string why;
+  const auto cat = testing::open_goldens(why);
+  if (!cat) GTEST_SKIP() << why;
+  int ran = 0;
+  std::vector<std::string> skipped;
+  for (const std::string file : {"attn_fp8.h5", "attn_sparse.h5"}) {
+    if (!cat->sha256.count(file)) {
+      skipped.push_back(file + " (not in the catalog)");
+      continue;
+    }
+    const auto info = fixtures::read_file_info(cat->file(file));
+    for (const auto& name : info.cases) {
+      const auto c = fixtures::load_attn_case(cat->file(file), name);
+      const AttnInputs in = c.inputs();
+      // The simulator costs ~ row tiles × key tiles: today's cases (up to 2·2048 keys × 64 heads)
+      // take ~20 s together; anything much larger is left to the GPU.
+      const int64_t keys = in.shape.topk > 0
+                               ? int64_t{in.shape.topk} * in.shape.s_q
+                               : *std::max_element(c.cache_seqlens.begin(), c.cache_seqlens.end()) * in.shape.s_q;
+      const int64_t work = int64_t{in.shape.batch} * keys * in.shape.heads;
+      if (work > 300 * 1024) {
+        skipped.push_back(file + ":" + name);
+        continue;
+      }
+      SCOPED_TRACE(file + ":" + name);
+      const SimRun r = run_sim(in, 0);
+      ASSERT_TRUE(r.errors.empty()) << fmt::format("{}", fmt::join(r.errors, "\n"));
+      std::vector<double> same_out(c.same_dtype_out.size());
+      for (std::size_t i = 0; i < same_out.size(); ++i) same_out[i] = bf16_to_float(c.same_dtype_out[i]);
+      std::optional<std::span<const double>> same;
+      if (same_out.size() == c.truth_out.size()) same = std::span<const double>(same_out);
+      EXPECT_TRUE(gputest::matches(file + ":" + name, r.out, in.shape, c.truth_out, c.truth_lse, same));
+      ++ran;
+    }
+  }
+  RecordProperty("ran", ran);
+  RecordProperty("left_to_the_gpu", fmt::format("{}", fmt::join(skipped, " ")));
+  EXPECT_GT(ran, 0) << "no FP8 or sparse golden case was small enough for the simulator";
 }
 
 }  // namespace

@@ -151,6 +151,18 @@ std::vector<Tolerance> build() {
        .why = "GPU cache append vs fp64 RMSNorm/RoPE: one bf16 rounding (2^-8) of an fp32 value "
               "(~1e-6 rel); cancelling RoPE pairs bounded by 2^-18·max|truth|",
        .atol = 1e-6, .rtol = 1.01 / 256.0, .cos_diff = 5e-6, .atol_rel_max = 1.0 / 262144.0});
+  // An FP8 cache append, dequantized, vs the fp64 values: the value before quantization carries
+  // the bf16 budget above, then e4m3 rounding (3 mantissa bits: half an ulp is <= 2^-4 of a
+  // normal value) with the token's own block scale. Subnormal codes round to half of 2^-9·scale,
+  // and scale <= 2·amax/448 (ue8m0 rounds it up), amax <= max|truth|: 2^-9/448·max|truth|, plus
+  // the bf16 entry's 2^-18. cos_diff: uniform rounding of <= 2^-4 relative gives ~3e-4.
+  // The certifier also checks every code and scale for consistency (suites/certify/append_cases.cpp),
+  // which this element bound alone would not pin down.
+  add({.name = "cache.append.fp8.dequant",
+       .why = "FP8 cache append, dequantized, vs fp64: e4m3 half-ulp (2^-4 rel) after one bf16 rounding "
+              "(1.01·2^-8); subnormal half-steps 2^-9/448·max|truth| (ue8m0 doubles the scale) + 2^-18",
+       .atol = 1e-6, .rtol = 1.0 / 16.0 * (1.0 + 1.0 / 256.0) + 1.01 / 256.0, .cos_diff = 2e-3,
+       .atol_rel_max = 1.0 / (512.0 * 448.0) + 1.0 / 262144.0});
   return t;
 }
 

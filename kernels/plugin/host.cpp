@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "device_call.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/core/sha256.hpp"
 
@@ -56,9 +57,10 @@ void validate_descriptor(const mla_plugin_descriptor& d) {
                                   "mla_plugin.h)",
                                   d.abi_version, MLA_PLUGIN_ABI_VERSION));
   }
-  if (d.struct_size < sizeof(mla_plugin_descriptor)) {
-    throw PluginError(fmt::format("descriptor struct_size {} is smaller than ABI {}'s {} bytes", d.struct_size,
-                                  MLA_PLUGIN_ABI_VERSION, sizeof(mla_plugin_descriptor)));
+  // Revision 1.0's size is the floor: later fields are read only when struct_size covers them.
+  if (d.struct_size < MLA_PLUGIN_DESCRIPTOR_V1_0_SIZE) {
+    throw PluginError(fmt::format("descriptor struct_size {} is smaller than ABI {}.0's {} bytes", d.struct_size,
+                                  MLA_PLUGIN_ABI_VERSION, MLA_PLUGIN_DESCRIPTOR_V1_0_SIZE));
   }
   const auto name = checked_string(d.name, "name", false);
   if (!valid_name(name)) throw PluginError(fmt::format("plug-in name '{}' is not [a-z0-9_]+", name));
@@ -97,6 +99,23 @@ void validate_descriptor(const mla_plugin_descriptor& d) {
     if (c.page_sizes[i] < 1) throw PluginError(fmt::format("caps.page_sizes[{}] = {} is not positive", i, c.page_sizes[i]));
   }
   if (!d.decode) throw PluginError("descriptor has no decode entry point");
+  if (MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, append, d.struct_size)) {
+    if ((d.flags & ~MLA_PLUGIN_FLAG_DEVICE_MEMORY) != 0) {
+      throw PluginError(fmt::format("flags 0x{:x} has bits that are not MLA_PLUGIN_FLAG_*", d.flags));
+    }
+    if ((d.append_formats & ~known_formats) != 0 || (d.append_formats != 0) != (d.append != nullptr)) {
+      throw PluginError(fmt::format("append_formats 0x{:x} must be a non-empty set of MLA_PLUGIN_CACHE_* bits exactly "
+                                    "when append is set (append is {})",
+                                    d.append_formats, d.append ? "set" : "NULL"));
+    }
+    const uint32_t known_scales = MLA_PLUGIN_SCALE_FP32 | MLA_PLUGIN_SCALE_UE8M0;
+    const bool fp8 = (d.append_formats & MLA_PLUGIN_CACHE_FP8) != 0;
+    if ((d.append_scale_fmts & ~known_scales) != 0 || (d.append_scale_fmts != 0) != fp8) {
+      throw PluginError(fmt::format("append_scale_fmts 0x{:x} must be a non-empty set of MLA_PLUGIN_SCALE_* bits exactly "
+                                    "when append_formats includes MLA_PLUGIN_CACHE_FP8",
+                                    d.append_scale_fmts));
+    }
+  }
 }
 
 // ---- Library --------------------------------------------------------------------------------
@@ -141,6 +160,13 @@ std::shared_ptr<Library> Library::open(const std::filesystem::path& path) {
   lib->info_.out_dtype = d.out_dtype == MLA_PLUGIN_OUT_BF16 ? OutDType::bf16 : OutDType::f32;
   lib->info_.caps = capabilities_from(d.caps);
   lib->version_ = d.version;
+  if (MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, append, d.struct_size)) {
+    lib->abi_minor_ = d.abi_minor;
+    lib->flags_ = d.flags;
+    lib->append_formats_ = d.append_formats;
+    lib->append_scale_fmts_ = d.append_scale_fmts;
+    lib->append_ = d.append;
+  }
   return lib;
 }
 
@@ -149,10 +175,11 @@ Library::~Library() {
 }
 
 std::optional<std::string> Library::unavailable() const {
-  if (!desc_->unavailable) return std::nullopt;
-  const char* why = desc_->unavailable();
-  if (!why) return std::nullopt;
-  return checked_string(why, "unavailable()", false);
+  if (desc_->unavailable) {
+    if (const char* why = desc_->unavailable()) return checked_string(why, "unavailable()", false);
+  }
+  if (device_memory()) return detail::device_unavailable();
+  return std::nullopt;
 }
 
 // ---- GuardedBuffer --------------------------------------------------------------------------
@@ -262,6 +289,14 @@ class PreparedPlugin final : public PreparedAttention, public AuditedCall {
     }
     for (std::size_t i = 0; i < n_lse_; ++i) std::memcpy(lse.data() + 4 * i, &kF32Unwritten, 4);
 
+    // Device-memory plug-ins get device copies of everything; `dev` holds them, and the host
+    // buffers above receive the outputs afterwards so the audit and conversion below are shared.
+    std::unique_ptr<detail::DeviceCall> dev;
+    if (lib_->device_memory()) dev = std::make_unique<detail::DeviceCall>();
+    auto bytes_of = [](const auto& v) {
+      return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(v[0]));
+    };
+
     mla_plugin_decode_args a{};
     a.struct_size = sizeof a;
     a.batch = shape_.batch;
@@ -283,11 +318,28 @@ class PreparedPlugin final : public PreparedAttention, public AuditedCall {
     a.indices = shape_.topk > 0 ? idx_.data() : nullptr;
     a.out = out.data();
     a.lse = reinterpret_cast<float*>(lse.data());
-    a.stream = nullptr;  // host memory ABI; this host has no stream to offer
+    a.stream = nullptr;  // host memory: the plug-in finishes before it returns
+    if (dev) {
+      using Role = detail::DeviceCall::Role;
+      a.q = static_cast<const uint16_t*>(dev->add("q", bytes_of(q_), Role::input));
+      a.kv_cache = static_cast<const uint8_t*>(dev->add("kv_cache", bytes_of(kv_), Role::input));
+      a.block_table = static_cast<const int32_t*>(dev->add("block_table", bytes_of(bt_), Role::input));
+      a.cache_seqlens = static_cast<const int32_t*>(dev->add("cache_seqlens", bytes_of(sl_), Role::input));
+      const auto* idx = static_cast<const int32_t*>(dev->add("indices", bytes_of(idx_), Role::input));
+      a.indices = shape_.topk > 0 ? idx : nullptr;
+      a.out = dev->add("out", {out.data(), out.size()}, Role::output);
+      a.lse = static_cast<float*>(dev->add("lse", {lse.data(), lse.size()}, Role::output));
+      a.stream = dev->stream();
+    }
 
     char err[1024] = {};
     const int32_t rc = lib_->descriptor().decode(&a, err, sizeof err);
     err[sizeof err - 1] = '\0';
+    if (dev) {
+      for (auto& v : dev->finish()) note(std::move(v));
+      std::memcpy(out.data(), dev->result(5).data(), out.size());
+      std::memcpy(lse.data(), dev->result(6).data(), lse.size());
+    }
 
     // Audit before interpreting anything: a failed call that wrote out of bounds is still a
     // write out of bounds.
@@ -381,6 +433,89 @@ class PluginKernel final : public AttentionImpl {
 };
 
 }  // namespace
+
+AppendCallResult call_append(const Library& lib, const AppendCallInputs& in) {
+  if (!lib.append()) throw PluginError(fmt::format("plug-in {} has no append entry point", lib.info().name));
+  // Private copies: the plug-in gets these, and the caller's vectors stay what it passed.
+  const auto latent = in.latent;
+  const auto k_pe = in.k_pe;
+  const auto weight = in.kv_norm_weight;
+  const auto inv_freq = in.inv_freq;
+  const auto seq_ids = in.seq_ids;
+  const auto positions = in.positions;
+  const auto block_table = in.block_table;
+  auto all_digests = [&] {
+    return std::vector<std::string>{digest(latent), digest(k_pe), digest(weight), digest(inv_freq),
+                                    digest(seq_ids), digest(positions), digest(block_table)};
+  };
+  static const char* const names[] = {"latent", "k_pe", "kv_norm_weight", "inv_freq", "seq_ids", "positions", "block_table"};
+  const auto before = all_digests();
+
+  AppendCallResult r;
+  GuardedBuffer cache(in.kv_cache.size());
+  if (!in.kv_cache.empty()) std::memcpy(cache.data(), in.kv_cache.data(), in.kv_cache.size());
+
+  mla_plugin_append_args a{};
+  a.struct_size = sizeof a;
+  a.num_tokens = in.num_tokens;
+  a.batch = in.batch;
+  a.max_blocks = in.max_blocks;
+  a.page_size = in.page_size;
+  a.num_blocks = in.num_blocks;
+  a.max_seq_len = in.max_seq_len;
+  a.cache_format = in.cache_format;
+  a.scale_fmt = in.scale_fmt;
+  a.eps = in.eps;
+  a.latent = latent.data();
+  a.k_pe = k_pe.data();
+  a.kv_norm_weight = weight.data();
+  a.inv_freq = inv_freq.data();
+  a.seq_ids = seq_ids.data();
+  a.positions = positions.data();
+  a.block_table = block_table.data();
+  a.kv_cache = cache.data();
+  a.stream = nullptr;
+
+  std::unique_ptr<detail::DeviceCall> dev;
+  if (lib.device_memory()) {
+    using Role = detail::DeviceCall::Role;
+    dev = std::make_unique<detail::DeviceCall>();
+    auto add = [&](const char* name, const auto& v) {
+      return dev->add(name, {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(v[0])}, Role::input);
+    };
+    a.latent = static_cast<const uint16_t*>(add(names[0], latent));
+    a.k_pe = static_cast<const uint16_t*>(add(names[1], k_pe));
+    a.kv_norm_weight = static_cast<const uint16_t*>(add(names[2], weight));
+    a.inv_freq = static_cast<const double*>(add(names[3], inv_freq));
+    a.seq_ids = static_cast<const int32_t*>(add(names[4], seq_ids));
+    a.positions = static_cast<const int32_t*>(add(names[5], positions));
+    a.block_table = static_cast<const int32_t*>(add(names[6], block_table));
+    a.kv_cache = static_cast<uint8_t*>(dev->add("kv_cache", {cache.data(), cache.size()}, Role::inout));
+    a.stream = dev->stream();
+  }
+
+  char err[1024] = {};
+  r.rc = lib.append()(&a, err, sizeof err);
+  err[sizeof err - 1] = '\0';
+  r.message = err;
+  if (dev) {
+    r.violations = dev->finish();
+    r.kv_cache = dev->result(7);
+  } else {
+    r.kv_cache.assign(cache.data(), cache.data() + cache.size());
+  }
+  const auto o = cache.check();
+  if (o.after) r.violations.push_back(fmt::format("wrote {} bytes past kv_cache", o.after));
+  if (o.before) r.violations.push_back(fmt::format("wrote {} bytes before kv_cache", o.before));
+  const auto now = all_digests();
+  for (std::size_t i = 0; i < now.size(); ++i) {
+    if (now[i] != before[i]) {
+      r.violations.push_back(fmt::format("input {} changed by the append (sha256 {}... became {}...)", names[i],
+                                         before[i].substr(0, 12), now[i].substr(0, 12)));
+    }
+  }
+  return r;
+}
 
 std::unique_ptr<AttentionImpl> make_plugin_kernel(std::shared_ptr<Library> library, bool enforce_caps) {
   if (!library) throw Error("make_plugin_kernel: null library");

@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "append_cases.hpp"
 #include "case_index.hpp"
 #include "isolate.hpp"
 #include "junit.hpp"
@@ -126,6 +127,7 @@ struct Entry {
   const AttentionImpl* impl = nullptr;  // builtin / self-test: the object in this process
   KernelRef ref;                        // how a child builds it
   bool plugin = false;
+  uint32_t append_formats = 0, append_scale_fmts = 0;  // plug-ins with an append entry (ABI 1.1)
   std::size_t report_index = 0;
 };
 
@@ -188,6 +190,7 @@ class Run {
       save();
       progress_line(i + 1, cases.size(), cases[i], seconds_since(t_case));
     }
+    certify_appends();
     if (o_.resume) {
       progress_ << fmt::format("resume: kept {} of {} results from the previous certificate\n", kept_, total_results());
     }
@@ -315,12 +318,18 @@ class Run {
       e.info.out_dtype = dtype == "bf16" ? OutDType::bf16 : OutDType::f32;
       e.info.caps = capabilities_from_json(d.at("capabilities"));
       if (!d.at("unavailable").is_null()) e.unavailable = d.at("unavailable").get<std::string>();
+      e.append_formats = d.value("append_formats", 0u);
+      e.append_scale_fmts = d.value("append_scale_fmts", 0u);
       reports::KernelReport r;
       r.version = d.at("version");
       r.origin = {{"kind", "plugin"},
                   {"path", abs.string()},
                   {"sha256", sha256_file(abs)},
                   {"abi_version", d.at("abi_version")},
+                  {"abi_minor", d.value("abi_minor", 0u)},
+                  {"device_memory", d.value("device_memory", false)},
+                  {"append_formats", e.append_formats},
+                  {"append_scale_fmts", e.append_scale_fmts},
                   {"capabilities", d.at("capabilities")}};
       add_entry(std::move(e), std::move(r));
     } catch (const json::exception& ex) {
@@ -339,8 +348,9 @@ class Run {
   std::vector<CaseRef> select_cases() {
     const auto& all = attention_families();
     for (const auto& f : o_.families) {
-      if (std::find(all.begin(), all.end(), f) == all.end()) {
-        throw UsageError(fmt::format("unknown family '{}' (attention families: {})", f, fmt::join(all, ", ")));
+      if (std::find(all.begin(), all.end(), f) == all.end() && f != kAppendFamily) {
+        throw UsageError(fmt::format("unknown family '{}' (attention families: {}; plug-in appends: {})", f,
+                                     fmt::join(all, ", "), kAppendFamily));
       }
     }
     std::optional<std::regex> re;
@@ -378,7 +388,11 @@ class Run {
         out.push_back({family, file, name});
       }
     }
-    if (out.empty()) throw UsageError("the selection matches no attention case");
+    if (out.empty() && !any_append_case_selected(re)) {
+      throw UsageError(append_selected() ? "the selection matches no case (no attention case, and no selected plug-in has "
+                                           "an append entry point for the cache_append cases)"
+                                         : "the selection matches no attention case");
+    }
     return out;
   }
 
@@ -589,6 +603,151 @@ class Run {
     }
     std::error_code ec;
     if (!inputs.empty()) fs::remove(inputs, ec);
+  }
+
+  // ---- plug-in appends (ABI 1.1) -----------------------------------------------------------
+
+  bool append_selected() const {
+    return o_.families.empty() || std::find(o_.families.begin(), o_.families.end(), kAppendFamily) != o_.families.end();
+  }
+
+  // Whether some plug-in's append case survives the selection; the names follow
+  // make_append_cases ("<golden case>/<format>/<call>"), so this needs no case built.
+  bool any_append_case_selected(const std::optional<std::regex>& re) const {
+    if (!append_selected()) return false;
+    if (std::none_of(entries_.begin(), entries_.end(), [](const Entry& k) { return k.plugin && k.append_formats; })) {
+      return false;
+    }
+    if (!catalog_.sha256.count(kAppendGoldenFile)) return false;
+    if (!re) return true;
+    std::vector<std::string> names;
+    try {
+      names = fixtures::read_file_info(catalog_.file(kAppendGoldenFile)).cases;
+    } catch (const std::exception&) {
+      return true;  // certify_appends reports the unreadable file as an ERROR row
+    }
+    for (const auto& n : names) {
+      for (const char* f : {"bf16", "fp8_fp32", "fp8_ue8m0"}) {
+        for (const char* what : {"prefill", "last_valid", "rejected"}) {
+          if (std::regex_search(fmt::format("{}/{}/{}/{}", kAppendFamily, n, f, what), *re)) return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  // Every plug-in with an append entry on the append cases of every cache_boundary golden case,
+  // after the attention cases; rows of family cache_append, judged in this process.
+  void certify_appends() {
+    if (!append_selected()) return;
+    std::vector<const Entry*> appenders;
+    for (const auto& k : entries_) {
+      if (k.plugin && k.append_formats != 0) appenders.push_back(&k);
+    }
+    if (appenders.empty()) return;
+    if (!catalog_.sha256.count(kAppendGoldenFile)) {
+      const auto note = fmt::format("plug-in appends not certified: {} is not in the catalog", kAppendGoldenFile);
+      cert_.notes.push_back(note);
+      progress_ << "warning: " << note << "\n";
+      return;
+    }
+    std::optional<std::regex> re;
+    if (o_.case_regex) re.emplace(*o_.case_regex, std::regex::ECMAScript);
+    std::vector<fixtures::LayerCase> goldens;
+    try {
+      fixtures::verify_file(catalog_, kAppendGoldenFile);
+      const auto path = catalog_.file(kAppendGoldenFile);
+      for (const auto& name : fixtures::read_file_info(path).cases) goldens.push_back(fixtures::load_layer_case(path, name));
+    } catch (const std::exception& e) {
+      const auto note = fmt::format("plug-in appends not certified: {} cannot be used: {}", kAppendGoldenFile, e.what());
+      cert_.notes.push_back(note);
+      progress_ << "error: " << note << "\n";
+      for (const auto* k : appenders) {
+        reports::CaseResult r;
+        r.family = kAppendFamily;
+        r.file = kAppendGoldenFile;
+        r.name = "all";
+        r.verdict = Verdict::error;
+        r.reasons.push_back(note);
+        record(*k, std::move(r));
+      }
+      save();
+      return;
+    }
+    std::size_t index = 0;
+    for (const auto* k : appenders) {
+      for (const auto& g : goldens) {
+        std::vector<AppendCase> cases;
+        try {
+          cases = make_append_cases(g, k->append_formats, k->append_scale_fmts, k->info.caps);
+        } catch (const std::exception& e) {
+          reports::CaseResult r;
+          r.family = kAppendFamily;
+          r.file = kAppendGoldenFile;
+          r.name = g.name;
+          r.verdict = Verdict::error;
+          r.reasons.push_back(fmt::format("append cases cannot be built: {}", e.what()));
+          record(*k, std::move(r));
+          continue;
+        }
+        for (const auto& c : cases) {
+          const CaseRef ref{kAppendFamily, kAppendGoldenFile, c.name};
+          if (re && !std::regex_search(std::string(kAppendFamily) + "/" + c.name, *re)) continue;
+          const auto t0 = Clock::now();
+          if (auto kept = previous(*k, ref)) {
+            record(*k, std::move(*kept));
+            ++kept_;
+          } else {
+            auto r = base_result(ref);
+            r.description = c.description;
+            r.shape = c.shape();
+            if (k->unavailable) {
+              r.verdict = Verdict::skipped;
+              r.reasons.push_back(*k->unavailable);
+            } else {
+              judge_append(c, run_append(*k, c, index++), r);
+            }
+            record(*k, std::move(r));
+          }
+          save();
+          progress_ << fmt::format("[append] {}/{} {:.2f}s: {}={}\n", kAppendFamily, c.name, seconds_since(t0),
+                                   k->info.name, tol::to_string(cert_.kernels[k->report_index].cases.back().verdict));
+        }
+      }
+    }
+  }
+
+  AppendRun run_append(const Entry& k, const AppendCase& c, std::size_t index) {
+    const auto inputs = work_.path() / fmt::format("append-{}.inputs", index);
+    const auto result = work_.path() / fmt::format("append-{}.result", index);
+    const auto log = work_.path() / fmt::format("append-{}.log", index);
+    AppendRun r;
+    try {
+      write_append_inputs(inputs, c.in);
+    } catch (const std::exception& e) {
+      r.message = fmt::format("cannot hand the case to a child process: {}", e.what());
+      return r;
+    }
+    const int repeats = std::max(2, o_.repeats);
+    const auto outcome = run_child({self_.string(), "__child", "append", "--plugin", k.ref.plugin->string(), "--inputs",
+                                    inputs.string(), "--result", result.string(), "--repeats", std::to_string(repeats)},
+                                   o_.timeout_s, log);
+    std::error_code ec;
+    if (outcome.ok() && fs::exists(result, ec)) {
+      try {
+        r = read_append_result(result);
+      } catch (const std::exception& e) {
+        r = AppendRun{};
+        r.message = fmt::format("the child's result is unreadable: {}", e.what());
+      }
+    } else {
+      r.message = outcome.ok() ? "the child exited without writing a result" : outcome.describe();
+      if (!outcome.stderr_tail.empty()) r.message += "; its last output: " + outcome.stderr_tail;
+    }
+    fs::remove(inputs, ec);
+    fs::remove(result, ec);
+    fs::remove(log, ec);
+    return r;
   }
 
   bool probe_worthwhile(const CaseHeader& h) const { return o_.probe_unclaimed && !header_too_large_to_probe(h); }

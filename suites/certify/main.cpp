@@ -20,6 +20,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "append_cases.hpp"
 #include "certifier.hpp"
 #include "goldens_cmd.hpp"
 #include "memory.hpp"
@@ -71,7 +72,7 @@ int main(int argc, char** argv) {
   certify->add_option("--plugin", plugins,
                       "shared library exposing the C ABI of kernels/include/mla/plugin/mla_plugin.h (repeatable); "
                       "alone it certifies only the plug-ins");
-  certify->add_option("--family", o.families, "only these families: attn_core, attn_fp8, attn_sparse, attn_stress");
+  certify->add_option("--family", o.families, "only these families: attn_core, attn_fp8, attn_sparse, attn_stress, cache_append (plug-in appends)");
   certify->add_option("--case", o.case_regex, "only cases whose '<family>/<case>' matches this regex (ECMAScript)");
   certify->add_option("--max-tokens", o.max_tokens,
                       "skip (as SKIPPED) cases whose cache holds more tokens, e.g. 32768 leaves out the 128K case")
@@ -151,6 +152,11 @@ int main(int argc, char** argv) {
   c_run->add_option("--extra", c_extra);
   c_run->add_option("--repeats", c_repeats);
   c_run->add_flag("--unclaimed", c_unclaimed);
+  auto* c_append = child->add_subcommand("append", "");
+  c_append->add_option("--plugin", c_plugin)->required();
+  c_append->add_option("--inputs", c_inputs)->required();
+  c_append->add_option("--result", c_result)->required();
+  c_append->add_option("--repeats", c_repeats);
   auto* c_describe = child->add_subcommand("describe", "");
   c_describe->add_option("--plugin", c_plugin)->required();
   c_describe->add_option("--result", c_result)->required();
@@ -172,6 +178,13 @@ int main(int argc, char** argv) {
       return cert::child_run(k, c_inputs, c_result, c_repeats, !c_unclaimed);
     } catch (const std::exception& e) {
       return report_error("__child run", e, 3);
+    }
+  }
+  if (*c_append) {
+    try {
+      return cert::child_append(c_plugin, c_inputs, c_result, c_repeats);
+    } catch (const std::exception& e) {
+      return report_error("__child append", e, 3);
     }
   }
   if (*c_describe) {

@@ -368,6 +368,10 @@ int child_describe(const std::filesystem::path& plugin_path, const std::filesyst
                   {"backend", i.backend},
                   {"out_dtype", to_string(i.out_dtype)},
                   {"abi_version", lib->descriptor().abi_version},
+                  {"abi_minor", lib->abi_minor()},
+                  {"device_memory", lib->device_memory()},
+                  {"append_formats", lib->append_formats()},
+                  {"append_scale_fmts", lib->append_scale_fmts()},
                   {"capabilities", capabilities_json(i.caps)},
                   {"unavailable", unavailable ? json(*unavailable) : json()}};
   reports::write_file_atomically(result, j.dump(1) + "\n");

@@ -78,6 +78,7 @@ copy_bin() {  # path, required(1/0)
 copy_bin "$BUILD/suites/certify/mla" 1
 ln -sf mla "$OUT/bin/mla-certify"
 copy_bin "$BUILD/suites/device/mla-gpu-bench" 1
+copy_bin "$BUILD/kernels/plugin/examples/cuda_plugin.so" 1  # the CUDA example plug-in check.sh certifies
 copy_bin "$BUILD/suites/bench/mla-bench" 0
 
 # ---- libraries ----------------------------------------------------------------------------------

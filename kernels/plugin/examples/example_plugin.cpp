@@ -36,6 +36,10 @@
 #define FAULT_MUTATES_INPUT 7        // pre-scales q in place and leaves it scaled
 #define FAULT_RETURNS_NAN 8          // never writes the last head's output
 #define FAULT_TAMPERS_WITH_GOLDENS 9 // correct results, but edits/deletes files named in $MLA_EXAMPLE_TAMPER
+// Append bugs (MLA_EXAMPLE_APPEND builds only): decode stays correct.
+#define FAULT_APPEND_HALF_SPLIT_ROPE 10   // rotates pairs (i, i+32) instead of (2i, 2i+1)
+#define FAULT_APPEND_NO_CAPACITY_CHECK 11 // writes whatever the block table maps, even at max_seq_len
+#define FAULT_APPEND_WRITES_NEIGHBOUR 12  // a two-token store: also writes the token into the next slot
 
 #ifndef MLA_EXAMPLE_FAULT
 #define MLA_EXAMPLE_FAULT FAULT_NONE
@@ -50,6 +54,20 @@
 // unclaimed cases for information and notes what it "handles without claiming".
 #ifndef MLA_EXAMPLE_UNDERCLAIM
 #define MLA_EXAMPLE_UNDERCLAIM 0
+#endif
+// Also exports the optional append entry point of ABI 1.1 (both cache formats, both FP8 scales).
+#ifndef MLA_EXAMPLE_APPEND
+#define MLA_EXAMPLE_APPEND 0
+#endif
+// Poses as a plug-in compiled against ABI 1.0: struct_size stops before the 1.1 fields, which
+// hold garbage (as the bytes after an old, shorter descriptor would) that a host must not read.
+#ifndef MLA_EXAMPLE_V1_0
+#define MLA_EXAMPLE_V1_0 0
+#endif
+// Test data only (suites/certify): sets MLA_PLUGIN_FLAG_DEVICE_MEMORY without an unavailable()
+// of its own, so the host's own reason for not running it must show.
+#ifndef MLA_EXAMPLE_DEVICE_MEMORY
+#define MLA_EXAMPLE_DEVICE_MEMORY 0
 #endif
 
 namespace {
@@ -268,6 +286,126 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
   return MLA_PLUGIN_OK;
 }
 
+#if MLA_EXAMPLE_APPEND
+// ---- append (ABI 1.1) -----------------------------------------------------------------------
+// float64 RMSNorm and RoPE, one rounding to bf16; FP8: the bf16 latent quantized per 128-value
+// block with scale max(amax, 1e-4) / 448 (float32; ue8m0 rounds it up to a power of two).
+
+uint16_t bf16_from_double(double x) { return bf16_from_float(static_cast<float>(x)); }
+
+// Nearest e4m3fn code to |x| (ties to the even code), saturating at 448: a table search, slow but
+// plainly right, which is what an example should be.
+uint8_t e4m3_from_float(float x) {
+  if (std::isnan(x)) return 0x7F;
+  const double a = std::fabs(static_cast<double>(x));
+  uint8_t best = 0;
+  double best_err = std::numeric_limits<double>::infinity();
+  for (int c = 0; c <= 0x7E; ++c) {
+    const double err = std::fabs(e4m3_to_double(static_cast<uint8_t>(c)) - a);
+    if (err < best_err || (err == best_err && (c & 1) == 0)) {
+      best = static_cast<uint8_t>(c);
+      best_err = err;
+    }
+  }
+  return static_cast<uint8_t>(best | (x < 0 ? 0x80 : 0));
+}
+
+float fp8_block_scale(const double* v, uint32_t scale_fmt) {
+  float amax = 0;
+  for (int j = 0; j < 128; ++j) amax = std::max(amax, static_cast<float>(std::fabs(v[j])));
+  const float scale = std::max(amax, 1e-4f) / 448.0f;
+  if (scale_fmt != MLA_PLUGIN_SCALE_UE8M0) return scale;
+  int e = 0;
+  const float m = std::frexp(scale, &e);  // scale = m * 2^e, m in [0.5, 1)
+  return m == 0.5f ? scale : std::ldexp(1.0f, e);
+}
+
+int32_t append(const mla_plugin_append_args* args, char* error, size_t error_size) {
+  if (!args || !MLA_PLUGIN_HAS_FIELD(mla_plugin_append_args, stream, args->struct_size)) {
+    std::snprintf(error, error_size, "append arguments from an older host ABI");
+    return MLA_PLUGIN_ERROR;
+  }
+  const mla_plugin_append_args& a = *args;
+  const bool fp8 = a.cache_format == MLA_PLUGIN_CACHE_FP8;
+  if (!fp8 && a.cache_format != MLA_PLUGIN_CACHE_BF16) {
+    std::snprintf(error, error_size, "cache_format %u is not one this plug-in writes", a.cache_format);
+    return MLA_PLUGIN_UNSUPPORTED;
+  }
+  const int64_t bytes_per_token = fp8 ? kFp8TokenBytes : kBf16TokenBytes;
+  // Every token is checked before the first write: a rejected call must leave the cache as it was.
+  std::vector<int64_t> slots(static_cast<std::size_t>(std::max(0, a.num_tokens)));
+  for (int32_t i = 0; i < a.num_tokens; ++i) {
+    const int32_t seq = a.seq_ids[i], pos = a.positions[i];
+    if (seq < 0 || seq >= a.batch || pos < 0) {
+      std::snprintf(error, error_size, "token %d: sequence %d / position %d is malformed", i, seq, pos);
+      return MLA_PLUGIN_ERROR;
+    }
+    const int64_t page = pos / a.page_size;
+#if MLA_EXAMPLE_FAULT != FAULT_APPEND_NO_CAPACITY_CHECK
+    if (pos >= a.max_seq_len || page >= a.max_blocks) {
+      std::snprintf(error, error_size, "cache capacity exceeded: token %d of sequence %d at position %d (max_seq_len %lld)",
+                    i, seq, pos, static_cast<long long>(a.max_seq_len));
+      return MLA_PLUGIN_CAPACITY;
+    }
+#endif
+    const int32_t block = a.block_table[static_cast<int64_t>(seq) * a.max_blocks + page];
+    if (block < 0 || block >= a.num_blocks) {
+      std::snprintf(error, error_size, "cache capacity exceeded: token %d of sequence %d at position %d has no page", i,
+                    seq, pos);
+      return MLA_PLUGIN_CAPACITY;
+    }
+    slots[static_cast<std::size_t>(i)] = static_cast<int64_t>(block) * a.page_size + pos % a.page_size;
+  }
+  std::vector<double> v(kDqk);
+  std::vector<uint8_t> token(static_cast<std::size_t>(bytes_per_token));
+  for (int32_t i = 0; i < a.num_tokens; ++i) {
+    const uint16_t* x = a.latent + static_cast<int64_t>(i) * kLatent;
+    double ss = 0;
+    for (int j = 0; j < kLatent; ++j) ss += static_cast<double>(bf16_to_float(x[j])) * bf16_to_float(x[j]);
+    const double inv_rms = 1.0 / std::sqrt(ss / kLatent + a.eps);
+    for (int j = 0; j < kLatent; ++j) v[j] = bf16_to_float(x[j]) * inv_rms * bf16_to_float(a.kv_norm_weight[j]);
+    const uint16_t* pe = a.k_pe + static_cast<int64_t>(i) * kRope;
+    for (int j = 0; j < kRope / 2; ++j) {
+#if MLA_EXAMPLE_FAULT == FAULT_APPEND_HALF_SPLIT_ROPE
+      const int i0 = j, i1 = j + kRope / 2;  // the GPT-NeoX layout, not DeepSeek's
+#else
+      const int i0 = 2 * j, i1 = 2 * j + 1;
+#endif
+      const double angle = a.positions[i] * a.inv_freq[j];
+      const double c = std::cos(angle), s = std::sin(angle);
+      const double x0 = bf16_to_float(pe[i0]), x1 = bf16_to_float(pe[i1]);
+      v[kLatent + i0] = x0 * c - x1 * s;
+      v[kLatent + i1] = x0 * s + x1 * c;
+    }
+    if (!fp8) {
+      for (int j = 0; j < kDqk; ++j) {
+        const uint16_t b = bf16_from_double(v[j]);
+        std::memcpy(token.data() + 2 * j, &b, 2);
+      }
+    } else {
+      for (int j = 0; j < kLatent; ++j) v[j] = bf16_to_float(bf16_from_double(v[j]));
+      for (int blk = 0; blk < kLatent / 128; ++blk) {
+        const float scale = fp8_block_scale(v.data() + 128 * blk, a.scale_fmt);
+        for (int j = 0; j < 128; ++j) token[128 * blk + j] = e4m3_from_float(static_cast<float>(v[128 * blk + j]) / scale);
+        std::memcpy(token.data() + kLatent + 4 * blk, &scale, 4);
+      }
+      for (int j = 0; j < kRope; ++j) {
+        const uint16_t b = bf16_from_double(v[kLatent + j]);
+        std::memcpy(token.data() + kLatent + 16 + 2 * j, &b, 2);
+      }
+    }
+    const int64_t slot = slots[static_cast<std::size_t>(i)];
+#if MLA_EXAMPLE_FAULT == FAULT_APPEND_WRITES_NEIGHBOUR
+    if (slot + 1 < static_cast<int64_t>(a.num_blocks) * a.page_size) {
+      std::memcpy(a.kv_cache + (slot + 1) * bytes_per_token, token.data(), token.size());
+    }
+#endif
+    std::memcpy(a.kv_cache + slot * bytes_per_token, token.data(), token.size());
+  }
+  return MLA_PLUGIN_OK;
+}
+#endif  // MLA_EXAMPLE_APPEND
+
 mla_plugin_descriptor make_descriptor() {
   mla_plugin_descriptor d{};
   d.abi_version = MLA_PLUGIN_ABI_VERSION;
@@ -292,6 +430,19 @@ mla_plugin_descriptor make_descriptor() {
   d.caps.num_page_sizes = 0;  // any
   d.decode = decode;
   d.unavailable = nullptr;
+  d.abi_minor = MLA_PLUGIN_ABI_MINOR;
+  d.flags = MLA_EXAMPLE_DEVICE_MEMORY ? MLA_PLUGIN_FLAG_DEVICE_MEMORY : 0u;  // host memory unless testing
+#if MLA_EXAMPLE_APPEND
+  d.append_formats = MLA_PLUGIN_CACHE_BF16 | MLA_PLUGIN_CACHE_FP8;
+  d.append_scale_fmts = MLA_PLUGIN_SCALE_FP32 | MLA_PLUGIN_SCALE_UE8M0;
+  d.append = append;
+#endif
+#if MLA_EXAMPLE_V1_0
+  d.struct_size = MLA_PLUGIN_DESCRIPTOR_V1_0_SIZE;
+  d.abi_minor = 0xDEADu;
+  d.flags = 0xFFFFFFFFu;
+  d.append_formats = 0xFFFFFFFFu;
+#endif
   return d;
 }
 

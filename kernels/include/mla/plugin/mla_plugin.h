@@ -1,10 +1,11 @@
-/* mla_plugin.h — the C ABI of an external MLA attention-core decode kernel, version 1.
+/* mla_plugin.h — the C ABI of an external MLA attention-core decode kernel, version 1.1.
  *
  * A plug-in is a shared library that exports one function, mla_plugin_get_descriptor, returning
  * a descriptor: who it is (name, version), what it claims to support (cache formats, head and
- * s_q ranges, page sizes, dense/sparse, variable lengths, output dtype) and its decode entry
- * point. `mla certify --plugin path/to/lib.so` runs it, in a separate process, on every golden
- * case inside its claims and judges the results against float64 truth.
+ * s_q ranges, page sizes, dense/sparse, variable lengths, output dtype), its decode entry point
+ * and, optionally (1.1), a cache-append entry point. `mla certify --plugin path/to/lib.so` runs
+ * it, in a separate process, on every golden case inside its claims and judges the results
+ * against float64 truth.
  *
  * Why C: a C ABI is the one every compiler and language can produce and load without sharing a
  * C++ standard library, so a kernel built elsewhere (another compiler, CUDA, Rust) can be
@@ -13,6 +14,19 @@
  * Versioning: MLA_PLUGIN_ABI_VERSION changes whenever a field changes meaning or moves. A host
  * refuses a descriptor of another version; `struct_size` fields let a later minor revision append
  * fields without breaking older plug-ins (a reader never reads past the size the writer gave).
+ *
+ * Minor revisions (MLA_PLUGIN_ABI_MINOR) only append fields at the end of a struct. The rule:
+ *  - the writer sets struct_size = sizeof(the struct as it compiled it);
+ *  - a reader uses a field only when struct_size covers it entirely (MLA_PLUGIN_HAS_FIELD), and
+ *    treats a field the writer did not have as zero / NULL: "not provided";
+ *  - a host accepts any descriptor at least as large as revision 1.0's (MLA_PLUGIN_DESCRIPTOR_V1_0_SIZE);
+ *  - a plug-in reading arguments checks struct_size the same way before using a later field.
+ * So a 1.0 plug-in (no append, host memory) loads unchanged in a 1.1 host, and a 1.1 plug-in
+ * works in a 1.0 host that simply never looks at the appended fields.
+ *
+ * Revision 1.1 adds: the optional `append` entry point (writing tokens into the paged cache) with
+ * the formats it writes, and `flags` by which a CUDA plug-in asks for DEVICE pointers and a
+ * stream (MLA_PLUGIN_FLAG_DEVICE_MEMORY).
  *
  * Data layouts are those of fixtures/SCHEMA.md and of mla::AttnInputs: a bf16 absorbed query, a
  * paged latent cache (bf16: 576 bf16 values per token; fp8: the 656-byte V3.2 token), a block
@@ -31,6 +45,7 @@ extern "C" {
 #endif
 
 #define MLA_PLUGIN_ABI_VERSION 1u
+#define MLA_PLUGIN_ABI_MINOR 1u /* 1.1: append entry point, device memory flag */
 #define MLA_PLUGIN_ENTRY_SYMBOL "mla_plugin_get_descriptor"
 
 /* Cache formats (bit mask in capabilities, a single bit in decode arguments). */
@@ -51,6 +66,16 @@ extern "C" {
 #define MLA_PLUGIN_ERROR 1       /* failed: the host records ERROR with the message */
 #define MLA_PLUGIN_UNSUPPORTED 2 /* refuses this shape: the host records UNSUPPORTED (it should
                                     have been excluded by the capabilities; the report says so) */
+#define MLA_PLUGIN_CAPACITY 3    /* append only (1.1): a token lies past the cache's capacity; the
+                                    call wrote nothing (a certified property) */
+
+/* Scale formats of the FP8 cache (bit mask in append_scale_fmts, a single bit in append args). */
+#define MLA_PLUGIN_SCALE_FP32 0x1u  /* per-128 block float32 scale max(amax, 1e-4) / 448 */
+#define MLA_PLUGIN_SCALE_UE8M0 0x2u /* the same, rounded up to a power of two */
+
+/* Descriptor flags (1.1). */
+#define MLA_PLUGIN_FLAG_DEVICE_MEMORY 0x1u /* every pointer in decode/append arguments is CUDA device
+                                              memory, and `stream` a non-default cudaStream_t */
 
 #define MLA_PLUGIN_MAX_PAGE_SIZES 16
 
@@ -63,8 +88,12 @@ typedef struct mla_plugin_capabilities {
   int32_t page_sizes[MLA_PLUGIN_MAX_PAGE_SIZES];
 } mla_plugin_capabilities;
 
-/* One decode call. All pointers are HOST memory in ABI version 1 (a CUDA plug-in copies them to
- * its device and back, and has finished all work, synchronized, before it returns). Inputs are
+/* One decode call. All pointers are HOST memory unless the descriptor sets
+ * MLA_PLUGIN_FLAG_DEVICE_MEMORY (1.1); then they are device memory of the current CUDA device, the
+ * host passes a stream created with cudaStreamNonBlocking in `stream`, and the plug-in enqueues
+ * its work on that stream (it may return before the work ends: the host synchronizes the stream,
+ * and nothing else, before it reads anything). A host-memory plug-in has finished all work before
+ * it returns. Inputs are
  * read-only: the host checksums them before and after the call. Outputs are fresh buffers
  * pre-filled with NaN and surrounded by guard bytes: every element must be written, nothing
  * outside them. The call must be deterministic: the host calls twice and compares bit for bit. */
@@ -88,12 +117,51 @@ typedef struct mla_plugin_decode_args {
   float* lse; /* [batch, heads, s_q]: natural-log sum of exp(scores); +inf for a row that
                  attends nothing (whose out is 0) */
 
-  void* stream; /* CUDA plug-ins: a cudaStream_t to run on, or NULL for the plug-in's own
-                   choice; always NULL from a host built without CUDA and for CPU plug-ins */
+  void* stream; /* device-memory plug-ins: the cudaStream_t to run on (never the legacy default
+                   stream); NULL for host-memory plug-ins */
 } mla_plugin_decode_args;
+
+/* One append call (1.1): tokens written into the paged latent cache, the write half of decode.
+ * Per token i: the latent row is RMS-normalized in float64-or-better precision,
+ *   c = latent_i / sqrt(mean(latent_i^2) + eps) * kv_norm_weight,
+ * k_pe is rotated on INTERLEAVED pairs (2j, 2j+1) by positions[i] * inv_freq[j]:
+ *   (x0 cos - x1 sin, x0 sin + x1 cos),
+ * and [c | k_pe] is stored at slot block_table[seq_ids[i] * max_blocks + pos / page_size] *
+ * page_size + pos % page_size: as 576 bf16 values (MLA_PLUGIN_CACHE_BF16), or as the 656-byte FP8
+ * token (c quantized per 128-value block with the scale of scale_fmt, k_pe as bf16).
+ *
+ * Capacity: a token whose position is >= max_seq_len, whose page index is >= max_blocks or whose
+ * block-table entry lies outside [0, num_blocks) cannot be stored: the call returns
+ * MLA_PLUGIN_CAPACITY having written NOTHING (check every token before the first write). A
+ * malformed call (sequence id outside [0, batch), negative position) returns MLA_PLUGIN_ERROR.
+ * Positions are distinct within a sequence in one call. Every slot no token maps to must keep
+ * its bytes; the certifier compares them byte for byte. */
+typedef struct mla_plugin_append_args {
+  uint32_t struct_size; /* sizeof(mla_plugin_append_args) as the host compiled it */
+  int32_t num_tokens;   /* >= 0; 0 writes nothing */
+  int32_t batch, max_blocks, page_size, num_blocks;
+  int64_t max_seq_len;
+  uint32_t cache_format; /* MLA_PLUGIN_CACHE_BF16 or MLA_PLUGIN_CACHE_FP8 */
+  uint32_t scale_fmt;    /* FP8: MLA_PLUGIN_SCALE_FP32 or MLA_PLUGIN_SCALE_UE8M0; 0 for bf16 */
+  double eps;            /* RMSNorm epsilon, 1e-6 upstream */
+
+  const uint16_t* latent;         /* [num_tokens, 512] bf16 bits, before kv_norm */
+  const uint16_t* k_pe;           /* [num_tokens, 64] bf16 bits, before RoPE */
+  const uint16_t* kv_norm_weight; /* [512] bf16 bits */
+  const double* inv_freq;         /* [32] float64 inverse frequencies (YaRN-corrected) */
+  const int32_t* seq_ids;         /* [num_tokens] */
+  const int32_t* positions;       /* [num_tokens] */
+  const int32_t* block_table;     /* [batch, max_blocks] */
+  uint8_t* kv_cache;              /* [num_blocks, page_size, bytes per token], read and written */
+
+  void* stream; /* as in mla_plugin_decode_args */
+} mla_plugin_append_args;
 
 /* Returns MLA_PLUGIN_OK, or another code with a NUL-terminated message in error[0..error_size). */
 typedef int32_t (*mla_plugin_decode_fn)(const mla_plugin_decode_args* args, char* error, size_t error_size);
+
+/* Returns MLA_PLUGIN_OK, MLA_PLUGIN_CAPACITY (nothing written) or another code with a message. */
+typedef int32_t (*mla_plugin_append_fn)(const mla_plugin_append_args* args, char* error, size_t error_size);
 
 /* Optional: NULL when the plug-in can run here, else why not (e.g. "no CUDA device"); the host
  * then records every case as SKIPPED with that reason. */
@@ -110,7 +178,20 @@ typedef struct mla_plugin_descriptor {
   mla_plugin_capabilities caps;
   mla_plugin_decode_fn decode;           /* required */
   mla_plugin_unavailable_fn unavailable; /* optional, may be NULL */
+  /* ---- 1.1 (read only when struct_size covers them) ---- */
+  uint32_t abi_minor;         /* MLA_PLUGIN_ABI_MINOR the plug-in was compiled against */
+  uint32_t flags;             /* MLA_PLUGIN_FLAG_* bits */
+  uint32_t append_formats;    /* MLA_PLUGIN_CACHE_* bits append can write; 0 iff append is NULL */
+  uint32_t append_scale_fmts; /* MLA_PLUGIN_SCALE_* bits; non-zero iff append_formats has FP8 */
+  mla_plugin_append_fn append; /* optional, may be NULL */
 } mla_plugin_descriptor;
+
+/* Whether a struct whose struct_size is `size` contains `field` entirely. */
+#define MLA_PLUGIN_HAS_FIELD(type, field, size) \
+  ((size_t)(size) >= offsetof(type, field) + sizeof(((type*)0)->field))
+/* The descriptor of revision 1.0 ended after `unavailable`. */
+#define MLA_PLUGIN_DESCRIPTOR_V1_0_SIZE \
+  (offsetof(mla_plugin_descriptor, unavailable) + sizeof(mla_plugin_unavailable_fn))
 
 /* The one exported symbol. `host_abi_version` is the host's MLA_PLUGIN_ABI_VERSION; a plug-in
  * that cannot serve it returns NULL. The descriptor must stay valid while the library is loaded. */

@@ -45,8 +45,16 @@ class Library {
   const mla_plugin_descriptor& descriptor() const { return *desc_; }
   const KernelInfo& info() const { return info_; }
   const std::string& version() const { return version_; }
-  // The plug-in's own unavailable() answer (nullopt when it has none or it returns NULL).
+  // Why the plug-in cannot run here: its own unavailable() answer, else (for a plug-in asking
+  // for device memory) why this host cannot give it any; nullopt when it can run.
   std::optional<std::string> unavailable() const;
+
+  // Revision 1.1 fields, as zero when the plug-in's descriptor predates them.
+  uint32_t abi_minor() const { return abi_minor_; }
+  bool device_memory() const { return (flags_ & MLA_PLUGIN_FLAG_DEVICE_MEMORY) != 0; }
+  uint32_t append_formats() const { return append_formats_; }      // MLA_PLUGIN_CACHE_* bits
+  uint32_t append_scale_fmts() const { return append_scale_fmts_; }  // MLA_PLUGIN_SCALE_* bits
+  mla_plugin_append_fn append() const { return append_; }
 
  private:
   Library() = default;
@@ -55,7 +63,35 @@ class Library {
   const mla_plugin_descriptor* desc_ = nullptr;
   KernelInfo info_;
   std::string version_;
+  uint32_t abi_minor_ = 0, flags_ = 0, append_formats_ = 0, append_scale_fmts_ = 0;
+  mla_plugin_append_fn append_ = nullptr;
 };
+
+// One append call's inputs (owned), in the C ABI's terms.
+struct AppendCallInputs {
+  int32_t num_tokens = 0, batch = 0, max_blocks = 0, page_size = 0, num_blocks = 0;
+  int64_t max_seq_len = 0;
+  uint32_t cache_format = MLA_PLUGIN_CACHE_BF16;
+  uint32_t scale_fmt = 0;
+  double eps = 1e-6;
+  std::vector<uint16_t> latent, k_pe, kv_norm_weight;
+  std::vector<double> inv_freq;
+  std::vector<int32_t> seq_ids, positions, block_table;
+  std::vector<uint8_t> kv_cache;  // the cache before the call
+};
+
+struct AppendCallResult {
+  int32_t rc = MLA_PLUGIN_ERROR;
+  std::string message;             // the plug-in's error text
+  std::vector<uint8_t> kv_cache;   // the cache after the call
+  std::vector<std::string> violations;  // audit findings, worded as for decode
+};
+
+// Calls the plug-in's append under the same audit as decode: private copies of the inputs
+// checksummed before and after, the cache inside canaries (host memory) or guard regions (device
+// memory, with a non-default stream). Throws PluginError when the plug-in has no append, and
+// mla::Error when the host cannot make the call (e.g. a CUDA failure).
+AppendCallResult call_append(const Library& lib, const AppendCallInputs& in);
 
 // Calls that the host audited and found at fault, for the certifier to report as FAIL reasons.
 class AuditedCall {

@@ -13,7 +13,7 @@
 #               references) together with
 #   certify     mla certify over the golden catalog for the CUDA kernels (certificate json/md)
 #   certify_plugin  mla certify --plugin cuda_plugin.so: the CUDA example plug-in (device pointers,
-#               the host's non-blocking stream, decode + bf16 cache append) on attn_core and the
+#               the host's non-blocking stream, decode + bf16/fp8 cache append) on attn_core and the
 #               cache_append cases; expected green (results/certify_plugin/)
 #   bench       mla-gpu-bench: GPU ceilings + the CUDA kernels on the memory- and compute-bound
 #               points (CUDA events, L2 flush), alone on the GPU
@@ -402,32 +402,41 @@ else
 fi
 
 # ---- 6. compute-sanitizer on small cases, with what is left of the budget ---------------------
-# Small cases only: the tools slow kernels 10-100x. The attention tests on a few synthetic
-# problems (varlen with empty sequences, causal multi-token with odd pages, forced split counts)
-# and the cache-append tests.
-SAN_BIN=""
-for t in "${GPU_TESTS[@]}"; do [[ $(basename "$t") == mla_cuda_attention_tests ]] && SAN_BIN=$t; done
-# The two CudaMlaDecodeFp8Sparse cases put the FP8 (helper warps, shared-memory dequantization)
-# and sparse (index gathers) instances of the decode kernel under the sanitizers too.
+# Small cases only: the tools slow kernels 10-100x. Every CUDA kernel is covered: the attention
+# tests on a few synthetic problems (varlen with empty sequences, causal multi-token with odd
+# pages, forced split counts: cuda_mla_decode and the cuBLAS naive baseline), the two
+# CudaMlaDecodeFp8Sparse cases (the FP8 instance with its helper warps and shared-memory
+# dequantization, the sparse one with its index gathers), and every bf16 and FP8 cache-append
+# test (small by construction). Memcheck first over all of them: it finds the most.
 SAN_FILTER=${MLA_CHECK_SANITIZE_FILTER:-'Synthetic/CudaAttention.MatchesTruth/varlen_h16:Synthetic/CudaAttention.MatchesTruth/sq4_causal_odd_pages:CudaAttentionSplits.*:Synthetic/CudaMlaDecodeFp8Sparse.MatchesTruth/fp8_sq4_causal_odd_pages:Synthetic/CudaMlaDecodeFp8Sparse.MatchesTruth/sparse_fp8_topk37_sq2_h5'}
+# name suffix | test binary | gtest filter
+SAN_TARGETS=("|mla_cuda_attention_tests|$SAN_FILTER" "_append|mla_cuda_cache_append_tests|*"
+             "_append_fp8|mla_cuda_cache_append_fp8_tests|*")
 for tool in memcheck racecheck synccheck; do
-  if ((!HAVE_GPU)); then record "sanitize_$tool" SKIP 0 "no usable GPU: $NO_GPU_WHY"; continue; fi
-  if [[ -z $CS ]]; then record "sanitize_$tool" SKIP 0 "compute-sanitizer not found on PATH or under /usr/local/cuda*/bin"; continue; fi
-  if [[ -z $SAN_BIN ]]; then record "sanitize_$tool" SKIP 0 "mla_cuda_attention_tests not in the bundle"; continue; fi
-  if [[ -n ${SAN_BROKEN:-} ]]; then record "sanitize_$tool" SKIP 0 "$SAN_BROKEN"; continue; fi
-  extra=()
-  [[ $tool == memcheck ]] && extra=(--leak-check full)
-  run_step "sanitize_$tool" 90 "$CS" --tool "$tool" --error-exitcode 86 "${extra[@]}" \
-    "$SAN_BIN" --gtest_filter="$SAN_FILTER" --gtest_output="json:$R/sanitize/$tool.json"
-  if ((STEP_RC == 125)); then record "sanitize_$tool" SKIP 0 "budget exhausted"
-  elif ((STEP_RC == 124 || STEP_RC == 137)); then record "sanitize_$tool" TIMEOUT "$STEP_S" "$(tail_of "sanitize_$tool" 200)"
-  elif grep -q "Device not supported\|Unable to find injection library\|Target application returned an error 999\|Error: No attachable process" "$R/logs/sanitize_$tool.log"; then
-    SAN_BROKEN="compute-sanitizer cannot run here: $(grep -m1 'Device not supported\|injection\|999\|attachable' "$R/logs/sanitize_$tool.log")"
-    record "sanitize_$tool" SKIP "$STEP_S" "$SAN_BROKEN"
-  elif ((STEP_RC == 86)); then record "sanitize_$tool" FAIL "$STEP_S" "$(grep -E '^=+ (Invalid|Race|Barrier|Uninitialized|Leaked|Error|ERROR)' "$R/logs/sanitize_$tool.log" | grep -v 'ERROR SUMMARY' | head -3 | tr '\n' ' ')$(grep -m1 'ERROR SUMMARY' "$R/logs/sanitize_$tool.log")"
-  elif ((STEP_RC != 0)); then record "sanitize_$tool" FAIL "$STEP_S" "exit $STEP_RC: $(tail_of "sanitize_$tool" 300)"
-  else record "sanitize_$tool" PASS "$STEP_S" "$(grep -m1 'ERROR SUMMARY' "$R/logs/sanitize_$tool.log")"
-  fi
+  for target in "${SAN_TARGETS[@]}"; do
+    IFS='|' read -r suffix bin_name filter <<<"$target"
+    step="sanitize_$tool$suffix"
+    bin=""
+    for t in "${GPU_TESTS[@]}"; do [[ $(basename "$t") == "$bin_name" ]] && bin=$t; done
+    if ((!HAVE_GPU)); then record "$step" SKIP 0 "no usable GPU: $NO_GPU_WHY"; continue; fi
+    if [[ -z $CS ]]; then record "$step" SKIP 0 "compute-sanitizer not found on PATH or under /usr/local/cuda*/bin"; continue; fi
+    if [[ -z $bin ]]; then record "$step" SKIP 0 "$bin_name not in the bundle"; continue; fi
+    if [[ -n ${SAN_BROKEN:-} ]]; then record "$step" SKIP 0 "$SAN_BROKEN"; continue; fi
+    extra=()
+    [[ $tool == memcheck ]] && extra=(--leak-check full)
+    run_step "$step" 90 "$CS" --tool "$tool" --error-exitcode 86 "${extra[@]}" \
+      "$bin" --gtest_filter="$filter" --gtest_output="json:$R/sanitize/$tool$suffix.json"
+    log_f="$R/logs/$step.log"
+    if ((STEP_RC == 125)); then record "$step" SKIP 0 "budget exhausted"
+    elif ((STEP_RC == 124 || STEP_RC == 137)); then record "$step" TIMEOUT "$STEP_S" "$(tail_of "$step" 200)"
+    elif grep -q "Device not supported\|Unable to find injection library\|Target application returned an error 999\|Error: No attachable process" "$log_f"; then
+      SAN_BROKEN="compute-sanitizer cannot run here: $(grep -m1 'Device not supported\|injection\|999\|attachable' "$log_f")"
+      record "$step" SKIP "$STEP_S" "$SAN_BROKEN"
+    elif ((STEP_RC == 86)); then record "$step" FAIL "$STEP_S" "$(grep -E '^=+ (Invalid|Race|Barrier|Uninitialized|Leaked|Error|ERROR)' "$log_f" | grep -v 'ERROR SUMMARY' | head -3 | tr '\n' ' ')$(grep -m1 'ERROR SUMMARY' "$log_f")"
+    elif ((STEP_RC != 0)); then record "$step" FAIL "$STEP_S" "exit $STEP_RC: $(tail_of "$step" 300)"
+    else record "$step" PASS "$STEP_S" "$(grep -m1 'ERROR SUMMARY' "$log_f")"
+    fi
+  done
 done
 
 # ---- package: at most 8 files, each well under 16 MiB ------------------------------------------

@@ -13,7 +13,7 @@
 #           image's own are too old for the binaries (a newer system libstdc++ is preferred:
 #           libcublas from the wheel may need it)
 #   tools/  check.sh, reports/tools (report generator, torch side-by-side), this README
-#   goldens/  only with --with-goldens (29 MiB): the repository copy travels with the working
+#   goldens/  only with --with-goldens (31 MiB): the repository copy travels with the working
 #           tree anyway, and carrying both would take the call past its 64 MiB
 #   MANIFEST.txt  build facts (commit, architectures, compiler) and sha256 of every file
 # and OUT_DIR.tar.xz, the same folder compressed: the file to carry to the device machine.
@@ -147,7 +147,7 @@ done
   (cd "$OUT" && find . -type f ! -name MANIFEST.txt -print0 | sort -z | xargs -0 sha256sum)
 } >"$OUT/MANIFEST.txt"
 
-# The archive is what travels to the device (the folder is 43 MiB, the working tree about 32, the
+# The archive is what travels to the device (the folder is 43 MiB, the working tree about 38, the
 # call's limit 64): xz finds the CUDA kernels' fatbins and the static libraries repeated in every
 # binary, about 4.5x smaller.
 tar -C "$(dirname "$OUT")" -cf - "$(basename "$OUT")" | xz -6 -T2 >"$OUT.tar.xz.tmp"

@@ -3,7 +3,7 @@
 #   bash suites/device/run_on_device.sh "$OUT"            (carry: ["build/device/bundle.tar.xz"])
 # Unpacks the bundle archive (make_bundle.sh) outside the tree and runs its check.sh with OUTDIR and
 # any further arguments. The archive, not the 43 MiB folder, is carried: the working tree (about
-# 32 MiB with the goldens) and the carried paths share the call's 64 MiB.
+# 38 MiB with the 31 MiB of goldens) and the carried paths share the call's 64 MiB.
 #   --archive PATH   another archive (default build/device/bundle.tar.xz)
 set -euo pipefail
 (($#)) || { echo "usage: run_on_device.sh OUTDIR [--archive PATH] [check.sh arguments]" >&2; exit 3; }

@@ -29,6 +29,7 @@ EOS
   echo "$1" >>"$b/bin/gpu_tests.txt"
 }
 gtest mla_cuda_attention_tests pass
+gtest mla_cuda_cache_append_tests pass
 gtest fake_fail_tests fail
 gtest fake_hang_tests hang
 
@@ -105,6 +106,11 @@ expect '^\| report \| PASS \|'
 expect '^\| sanitize_memcheck \| PASS \| [0-9]+ \| ========= ERROR SUMMARY: 0 errors'
 expect '^\| sanitize_racecheck \| FAIL \| [0-9]+ \| ========= Race reported between Write access at fake_kernel\+0x10 ========= ERROR SUMMARY: 1 error \|'
 expect '^\| sanitize_synccheck \| SKIP \| [0-9]+ \| compute-sanitizer cannot run here: ========= Error: Device not supported'
+# Every CUDA kernel goes under the sanitizers: the append binaries too, and a missing one is a
+# skip that says which, never silence.
+expect '^\| sanitize_memcheck_append \| PASS \| [0-9]+ \| ========= ERROR SUMMARY: 0 errors'
+expect '^\| sanitize_memcheck_append_fp8 \| SKIP \| 0 \| mla_cuda_cache_append_fp8_tests not in the bundle'
+expect '^\| sanitize_synccheck_append \| SKIP \| 0 \| compute-sanitizer cannot run here'
 for f in summary.md device.txt results.tar.gz certificate.md report.md roofline.png bandwidth.png; do
   [[ -s $out/$f ]] || fail "$f missing from OUTDIR"
 done

@@ -43,19 +43,22 @@ std::optional<std::string> check_dense_bf16_shape(std::string_view kernel, const
   return std::nullopt;
 }
 
-void validate_dense_bf16_inputs(std::string_view kernel, const AttnInputs& in) {
+void validate_paged_inputs(std::string_view kernel, const AttnInputs& in) {
   const AttnShape& s = in.shape;
   auto expect_size = [&](const char* what, std::size_t got, int64_t want) {
     if (static_cast<int64_t>(got) != want)
       throw Error(fmt::format("{}: {} has {} elements, the shape needs {}", kernel, what, got, want));
   };
   const int64_t b = s.batch, sq = s.s_q, h = s.heads;
+  const int64_t bytes_per_token = static_cast<int64_t>(cache_bytes_per_token(s.cache_format));
   expect_size("q", in.q.size(), b * sq * h * 576);
-  expect_size("kv_cache (bytes)", in.kv_cache.size(), int64_t{s.num_blocks} * s.page_size * 576 * 2);
+  if (static_cast<int64_t>(in.kv_cache.size()) != int64_t{s.num_blocks} * s.page_size * bytes_per_token)
+    throw Error(fmt::format("{}: kv_cache (bytes) has {} elements, the shape needs {} ({} cache, {} bytes "
+                            "per token)",
+                            kernel, in.kv_cache.size(), int64_t{s.num_blocks} * s.page_size * bytes_per_token,
+                            to_string(s.cache_format), bytes_per_token));
   expect_size("block_table", in.block_table.size(), b * s.max_blocks);
   expect_size("cache_seqlens", in.cache_seqlens.size(), b);
-  if (!in.indices.empty())
-    throw Error(fmt::format("{}: indices given ({} elements) for dense attention", kernel, in.indices.size()));
   if (!std::isfinite(in.softmax_scale))
     throw Error(fmt::format("{}: softmax_scale {} is not finite", kernel, in.softmax_scale));
   const int64_t capacity = int64_t{s.max_blocks} * s.page_size;
@@ -73,6 +76,12 @@ void validate_dense_bf16_inputs(std::string_view kernel, const AttnInputs& in) {
                                 kernel, i, j, id, s.num_blocks, i, L, pages));
     }
   }
+}
+
+void validate_dense_bf16_inputs(std::string_view kernel, const AttnInputs& in) {
+  validate_paged_inputs(kernel, in);
+  if (!in.indices.empty())
+    throw Error(fmt::format("{}: indices given ({} elements) for dense attention", kernel, in.indices.size()));
 }
 
 std::vector<double> widen_bf16(const std::vector<uint16_t>& bits) {

@@ -29,26 +29,6 @@ enum Stream : uint64_t { kLatentStream = 101, kRopeStream, kWeightStream, kBlock
 
 const char* scale_name(ScaleFmt f) { return f == ScaleFmt::ue8m0 ? "ue8m0" : "fp32"; }
 
-AppendProblem problem_of(const plugin::AppendCallInputs& in, CacheFormat format, ScaleFmt scale) {
-  AppendProblem p;
-  p.num_tokens = in.num_tokens;
-  p.latent = in.latent;
-  p.k_pe = in.k_pe;
-  p.kv_norm_weight = in.kv_norm_weight;
-  p.inv_freq = in.inv_freq;
-  p.eps = in.eps;
-  p.seq_ids = in.seq_ids;
-  p.positions = in.positions;
-  p.block_table = in.block_table;
-  p.batch = in.batch;
-  p.max_blocks = in.max_blocks;
-  p.page_size = in.page_size;
-  p.num_blocks = in.num_blocks;
-  p.max_seq_len = in.max_seq_len;
-  p.format = format;
-  p.scale_fmt = scale;
-  return p;
-}
 
 struct Token {
   int32_t seq, pos;
@@ -105,6 +85,29 @@ std::string describe_rc(int32_t rc) {
 }
 
 }  // namespace
+
+AppendProblem problem_of(const plugin::AppendCallInputs& in, CacheFormat format, ScaleFmt scale) {
+  AppendProblem p;
+  p.num_tokens = in.num_tokens;
+  p.latent = in.latent;
+  p.k_pe = in.k_pe;
+  p.kv_norm_weight = in.kv_norm_weight;
+  p.inv_freq = in.inv_freq;
+  p.eps = in.eps;
+  p.seq_ids = in.seq_ids;
+  p.positions = in.positions;
+  p.block_table = in.block_table;
+  p.batch = in.batch;
+  p.max_blocks = in.max_blocks;
+  p.page_size = in.page_size;
+  p.num_blocks = in.num_blocks;
+  p.max_seq_len = in.max_seq_len;
+  p.format = format;
+  p.scale_fmt = scale;
+  return p;
+}
+
+AppendProblem problem_of(const AppendCase& c) { return problem_of(c.in, c.format, c.scale_fmt); }
 
 json AppendCase::shape() const {
   json j = {{"cache_format", to_string(format)}, {"batch", in.batch},         {"page_size", in.page_size},

@@ -38,6 +38,7 @@
 
 #include "mla/core/numeric.hpp"
 #include "mla/fixtures/golden.hpp"
+#include "mla/kernels/append.hpp"
 #include "mla/kernels/attention.hpp"
 #include "mla/plugin/host.hpp"
 #include "mla/reports/certificate.hpp"
@@ -64,6 +65,10 @@ struct AppendCase {
 // when the golden's boundary positions are not max_seq_len - 1 and max_seq_len.
 std::vector<AppendCase> make_append_cases(const fixtures::LayerCase& golden, uint32_t formats, uint32_t scale_fmts,
                                           const Capabilities& caps);
+
+// The reference's view of one call: the same inputs, with the format and scale to write.
+AppendProblem problem_of(const plugin::AppendCallInputs& in, CacheFormat format, ScaleFmt scale);
+AppendProblem problem_of(const AppendCase& c);
 
 struct AppendRun {
   bool ran = false;      // false: the child could not call the plug-in (message says why)

@@ -54,27 +54,6 @@ std::vector<AppendCase> all_cases() {
   return out;
 }
 
-mla::AppendProblem problem(const AppendCase& c) {
-  mla::AppendProblem p;
-  const auto& in = c.in;
-  p.num_tokens = in.num_tokens;
-  p.latent = in.latent;
-  p.k_pe = in.k_pe;
-  p.kv_norm_weight = in.kv_norm_weight;
-  p.inv_freq = in.inv_freq;
-  p.eps = in.eps;
-  p.seq_ids = in.seq_ids;
-  p.positions = in.positions;
-  p.block_table = in.block_table;
-  p.batch = in.batch;
-  p.max_blocks = in.max_blocks;
-  p.page_size = in.page_size;
-  p.num_blocks = in.num_blocks;
-  p.max_seq_len = in.max_seq_len;
-  p.format = c.format;
-  p.scale_fmt = c.scale_fmt;
-  return p;
-}
 
 // What the reference writes, as a child's result.
 AppendRun reference_run(const AppendCase& c) {
@@ -82,7 +61,7 @@ AppendRun reference_run(const AppendCase& c) {
   r.ran = true;
   r.kv_cache = c.in.kv_cache;
   try {
-    mla::cache_append_reference(problem(c), r.kv_cache);
+    mla::cache_append_reference(mla::certify::problem_of(c), r.kv_cache);
     r.rc = MLA_PLUGIN_OK;
   } catch (const mla::CapacityError&) {
     r.rc = MLA_PLUGIN_CAPACITY;

@@ -43,20 +43,6 @@ std::vector<T> download(const DeviceBuffer& b) {
   return v;
 }
 
-std::string first_difference(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
-  if (got.size() != want.size()) return fmt::format("sizes {} and {}", got.size(), want.size());
-  long n = 0;
-  std::size_t first = 0;
-  for (std::size_t k = 0; k < got.size(); ++k) {
-    if (got[k] != want[k] && n++ == 0) first = k;
-  }
-  if (n == 0) return "";
-  const std::size_t slot = first / kFp8Tok, byte = first % kFp8Tok;
-  const char* part = byte < 512 ? "code" : byte < 528 ? "scale" : "rope";
-  return fmt::format("{} bytes differ; first: slot {} byte {} ({}): 0x{:02X}, expected 0x{:02X}", n, slot, byte,
-                     part, got[first], want[first]);
-}
-
 int64_t slot_index(const std::vector<int32_t>& bt, int max_blocks, int page_size, int32_t seq, int32_t pos) {
   return int64_t{bt[static_cast<std::size_t>(seq) * max_blocks + pos / page_size]} * page_size + pos % page_size;
 }

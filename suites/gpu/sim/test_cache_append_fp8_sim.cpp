@@ -89,21 +89,6 @@ struct GoldenInputs {
   }
 };
 
-// The first differing byte of two FP8 caches, described, or "" when equal.
-std::string first_difference(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
-  if (got.size() != want.size()) return fmt::format("sizes {} and {}", got.size(), want.size());
-  long n = 0;
-  std::size_t first = 0;
-  for (std::size_t k = 0; k < got.size(); ++k) {
-    if (got[k] != want[k] && n++ == 0) first = k;
-  }
-  if (n == 0) return "";
-  const std::size_t slot = first / kFp8Tok, byte = first % kFp8Tok;
-  const char* part = byte < 512 ? "code" : byte < 528 ? "scale" : "rope";
-  return fmt::format("{} bytes differ; first: slot {} byte {} ({}): 0x{:02X}, expected 0x{:02X}", n, slot, byte,
-                     part, got[first], want[first]);
-}
-
 class Fp8GoldenSim : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

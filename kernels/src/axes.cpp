@@ -307,18 +307,6 @@ Footprint footprint(const AxisPoint& p) {
   return f;
 }
 
-AttnInputs SyntheticInputs::view() const {
-  AttnInputs in;
-  in.shape = shape;
-  in.softmax_scale = softmax_scale;
-  in.q = q;
-  in.kv_cache = kv_cache;
-  in.block_table = block_table;
-  in.cache_seqlens = cache_seqlens;
-  in.indices = indices;
-  return in;
-}
-
 namespace {
 
 constexpr uint16_t kBf16NaN = 0x7FC0;

@@ -175,18 +175,6 @@ RunResult execute(const AttentionImpl& impl, const AttnInputs& in, int repeats, 
   return r;
 }
 
-AttnInputs CaseInputs::view() const {
-  AttnInputs in;
-  in.shape = shape;
-  in.softmax_scale = softmax_scale;
-  in.q = q;
-  in.kv_cache = kv_cache;
-  in.block_table = block_table;
-  in.cache_seqlens = cache_seqlens;
-  in.indices = indices;
-  return in;
-}
-
 void write_inputs(const std::filesystem::path& file, const AttnInputs& in) {
   const auto& s = in.shape;
   uint64_t scale_bits;

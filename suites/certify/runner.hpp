@@ -34,14 +34,7 @@ struct RunResult {
 RunResult execute(const AttentionImpl& impl, const AttnInputs& in, int repeats, bool enforce_caps);
 
 // Owned copies of a case's inputs, as written to and read from an inputs file.
-struct CaseInputs {
-  AttnShape shape;
-  double softmax_scale = 0;
-  std::vector<uint16_t> q;
-  std::vector<uint8_t> kv_cache;
-  std::vector<int32_t> block_table, cache_seqlens, indices;
-  AttnInputs view() const;
-};
+using CaseInputs = AttnBuffers;
 
 // Binary files with a JSON header line; every size is checked on reading (mla::Error).
 void write_inputs(const std::filesystem::path& file, const AttnInputs& in);

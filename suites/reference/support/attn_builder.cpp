@@ -139,18 +139,6 @@ Paged lay_out(const Logical& lg, const Layout& layout) {
   return p;
 }
 
-AttnInputs Paged::inputs() const {
-  AttnInputs in;
-  in.shape = shape;
-  in.softmax_scale = softmax_scale;
-  in.q = q;
-  in.kv_cache = kv_cache;
-  in.block_table = block_table;
-  in.cache_seqlens = cache_seqlens;
-  in.indices = indices;
-  return in;
-}
-
 Expected oracle(const Logical& lg, const std::vector<int>& order_in) {
   const AttnSpec& spec = lg.spec;
   const std::vector<int> order = resolve(order_in, spec.seqlens.size());

@@ -48,15 +48,8 @@ struct Layout {
   int spare_table = 2;      // block-table entries past the longest sequence (sentinel)
 };
 
-struct Paged {
-  AttnShape shape;
-  double softmax_scale = 0;
-  std::vector<uint16_t> q;
-  std::vector<uint8_t> kv_cache;
-  std::vector<int32_t> block_table;
-  std::vector<int32_t> cache_seqlens;
-  std::vector<int32_t> indices;
-  AttnInputs inputs() const;
+struct Paged : AttnBuffers {
+  AttnInputs inputs() const { return view(); }
 };
 Paged lay_out(const Logical& lg, const Layout& layout);
 

@@ -48,6 +48,31 @@ struct AttnInputs {
   std::span<const int32_t> indices;         // [b, s_q, topk] when topk > 0, else empty
 };
 
+// Owned buffers in the layouts of AttnInputs, for whoever builds inputs (synthetic points, cases
+// read back by the certifier's child process, test layouts). view() lends them out; the views stay
+// valid while the object lives, also after a move (vectors keep their storage on move).
+struct AttnBuffers {
+  AttnShape shape;
+  double softmax_scale = 0.0;
+  std::vector<uint16_t> q;              // [b, s_q, h, 576] bf16 bits
+  std::vector<uint8_t> kv_cache;        // [nb, ps, bytes per token]
+  std::vector<int32_t> block_table;     // [b, mb]
+  std::vector<int32_t> cache_seqlens;   // [b]
+  std::vector<int32_t> indices;         // [b, s_q, topk] when sparse
+  // Inline: header-only users (the reference's test support) do not link the kernels library.
+  AttnInputs view() const {
+    AttnInputs in;
+    in.shape = shape;
+    in.softmax_scale = softmax_scale;
+    in.q = q;
+    in.kv_cache = kv_cache;
+    in.block_table = block_table;
+    in.cache_seqlens = cache_seqlens;
+    in.indices = indices;
+    return in;
+  }
+};
+
 // Results widened to double for judging; `dtype` says what the implementation really produced
 // (a bf16 kernel's values are exact bf16 values), so the tolerance table is chosen by it.
 struct AttnOutputs {

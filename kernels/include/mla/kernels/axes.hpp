@@ -101,24 +101,13 @@ Footprint footprint(const AxisPoint& p);
 
 // Owning synthetic inputs of one point. Movable (the views stay valid: vectors keep their
 // storage on move), not copyable (a copy would be a silent multi-GB allocation).
-class SyntheticInputs {
+class SyntheticInputs : public AttnBuffers {
  public:
   SyntheticInputs() = default;
   SyntheticInputs(SyntheticInputs&&) = default;
   SyntheticInputs& operator=(SyntheticInputs&&) = default;
   SyntheticInputs(const SyntheticInputs&) = delete;
   SyntheticInputs& operator=(const SyntheticInputs&) = delete;
-
-  // Views into this object, valid while it lives and is not moved from.
-  AttnInputs view() const;
-
-  AttnShape shape;
-  double softmax_scale = 0.0;
-  std::vector<uint16_t> q;           // [b, s_q, h, 576] bf16 bits
-  std::vector<uint8_t> kv_cache;     // [nb, ps, bytes per token]
-  std::vector<int32_t> block_table;  // [b, mb]
-  std::vector<int32_t> cache_seqlens;
-  std::vector<int32_t> indices;      // [b, s_q, topk] when sparse
 };
 
 // Builds the inputs of a point with the counter-based generator:

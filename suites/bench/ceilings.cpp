@@ -371,29 +371,6 @@ std::size_t last_level_cache_bytes() {
   return best;
 }
 
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon == std::string::npos) break;
-      std::string v = line.substr(colon + 1);
-      v.erase(0, v.find_first_not_of(" \t"));
-      return v;
-    }
-  return "unknown";
-}
-
-std::size_t available_memory_bytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string key, unit;
-  std::size_t v = 0;
-  while (f >> key >> v >> unit)
-    if (key == "MemAvailable:") return v * 1024;
-  return 0;
-}
-
 CacheFlusher::CacheFlusher(std::size_t bytes) : buf_(bytes / sizeof(double), 0.0) {}
 
 void CacheFlusher::flush() {

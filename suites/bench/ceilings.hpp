@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_host.hpp"
+
 namespace mla::bench {
 
 // The instruction sets the FMA probe has a path for, best first.
@@ -64,11 +66,9 @@ struct CeilingSet {
 // of `reps`. Progress goes to stderr.
 CeilingSet measure_ceilings(int threads, std::size_t stream_bytes, int reps);
 
-// Size of the last-level cache from sysfs (0 if unknown) and the CPU model name.
+// Size of the last-level cache from sysfs (0 if unknown); the CPU model and MemAvailable are in
+// bench_host.hpp.
 std::size_t last_level_cache_bytes();
-std::string cpu_model();
-// Bytes of MemAvailable (0 if unknown).
-std::size_t available_memory_bytes();
 
 // Evicts the caches by writing and reading a buffer several times the LLC (untimed, between
 // kernel calls) so that a kernel's bytes come from DRAM, like the ceiling they are compared to.

@@ -36,13 +36,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <ctime>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,6 +48,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_host.hpp"
 #include "ceilings.hpp"
 #include "mla/core/error.hpp"
 #if MLA_BENCH_WITH_GPU
@@ -80,63 +79,25 @@ struct Options {
   bool list = false;
 };
 
-std::vector<std::string> split_csv(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 // Removes --mla_* flags from argv and parses them; throws mla::Error on a bad value.
 Options take_options(int& argc, char** argv) {
   Options o;
-  int w = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind("--mla_", 0) != 0) {
-      argv[w++] = argv[i];
-      continue;
-    }
-    const auto eq = a.find('=');
-    const std::string key = a.substr(0, eq), val = eq == std::string::npos ? "" : a.substr(eq + 1);
-    auto need = [&] {
-      if (eq == std::string::npos || val.empty()) throw mla::Error(key + " needs a value (" + key + "=...)");
-    };
-    auto to_num = [&](auto lo) {
-      need();
-      std::size_t pos = 0;
-      double v = 0;
-      try {
-        v = std::stod(val, &pos);
-      } catch (const std::exception&) {
-        pos = 0;
-      }
-      if (pos != val.size() || v < static_cast<double>(lo)) throw mla::Error(fmt::format("{}: bad value '{}'", key, val));
-      return v;
-    };
-    if (key == "--mla_tier") need(), o.tier = mla::axes::tier_from_string(val);
-    else if (key == "--mla_quick") o.quick = true;
-    else if (key == "--mla_kernels") need(), o.kernels = split_csv(val);
-    else if (key == "--mla_points") need(), o.points = split_csv(val);
-    else if (key == "--mla_threads") o.threads = static_cast<int>(to_num(1));
-    else if (key == "--mla_stream_mib") o.stream_mib = static_cast<std::size_t>(to_num(1));
-    else if (key == "--mla_ceiling_reps") o.ceiling_reps = static_cast<int>(to_num(1));
-    else if (key == "--mla_no_flush") o.flush = false;
-    else if (key == "--mla_max_mem_gib") o.max_mem_gib = to_num(0.001);
-    else if (key == "--mla_list") o.list = true;
-    else throw mla::Error("unknown flag " + key);
-  }
-  argc = w;
-  argv[argc] = nullptr;
+  mla::bench::take_mla_flags(argc, argv, [&](const mla::bench::MlaFlag& f) {
+    const std::string& k = f.key;
+    if (k == "--mla_tier") f.need(), o.tier = mla::axes::tier_from_string(f.val);
+    else if (k == "--mla_quick") o.quick = true;
+    else if (k == "--mla_kernels") f.need(), o.kernels = mla::bench::split_csv(f.val);
+    else if (k == "--mla_points") f.need(), o.points = mla::bench::split_csv(f.val);
+    else if (k == "--mla_threads") o.threads = static_cast<int>(f.num(1));
+    else if (k == "--mla_stream_mib") o.stream_mib = static_cast<std::size_t>(f.num(1));
+    else if (k == "--mla_ceiling_reps") o.ceiling_reps = static_cast<int>(f.num(1));
+    else if (k == "--mla_no_flush") o.flush = false;
+    else if (k == "--mla_max_mem_gib") o.max_mem_gib = f.num(0.001);
+    else if (k == "--mla_list") o.list = true;
+    else return false;
+    return true;
+  });
   return o;  // --mla_quick keeps an explicit --mla_tier (default cpu_quick either way)
-}
-
-bool has_flag(int argc, char** argv, const char* prefix) {
-  for (int i = 1; i < argc; ++i)
-    if (std::strncmp(argv[i], prefix, std::strlen(prefix)) == 0) return true;
-  return false;
 }
 
 std::string fmt_si(double v) { return fmt::format("{:.6g}", v); }
@@ -407,8 +368,8 @@ int main(int argc, char** argv) {
   std::vector<char*> args(argv, argv + argc);
   std::string reps = "--benchmark_repetitions=5", min_time = "--benchmark_min_time=0.05";
   if (o.quick) {
-    if (!has_flag(argc, argv, "--benchmark_repetitions")) args.insert(args.begin() + 1, reps.data());
-    if (!has_flag(argc, argv, "--benchmark_min_time")) args.insert(args.begin() + 1, min_time.data());
+    if (!mla::bench::has_flag(argc, argv, "--benchmark_repetitions")) args.insert(args.begin() + 1, reps.data());
+    if (!mla::bench::has_flag(argc, argv, "--benchmark_min_time")) args.insert(args.begin() + 1, min_time.data());
   }
   int gargc = static_cast<int>(args.size());
   args.push_back(nullptr);

@@ -27,10 +27,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <cstring>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +35,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench_host.hpp"
 #include "gpu_bench.hpp"
 #include "mla/core/error.hpp"
 #include "mla/cuda/device.hpp"
@@ -58,84 +56,25 @@ struct Options {
   double max_mem_gib = 0;
 };
 
-std::vector<std::string> split_csv(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 Options take_options(int& argc, char** argv) {
   Options o;
-  int w = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind("--mla_", 0) != 0) {
-      argv[w++] = argv[i];
-      continue;
-    }
-    const auto eq = a.find('=');
-    const std::string key = a.substr(0, eq), val = eq == std::string::npos ? "" : a.substr(eq + 1);
-    auto need = [&] {
-      if (eq == std::string::npos || val.empty()) throw mla::Error(key + " needs a value (" + key + "=...)");
-    };
-    auto num = [&](double lo) {
-      need();
-      std::size_t pos = 0;
-      double v = 0;
-      try {
-        v = std::stod(val, &pos);
-      } catch (const std::exception&) {
-        pos = 0;
-      }
-      if (pos != val.size() || v < lo) throw mla::Error(fmt::format("{}: bad value '{}'", key, val));
-      return v;
-    };
-    if (key == "--mla_tier") need(), o.tier = mla::axes::tier_from_string(val);
-    else if (key == "--mla_points") need(), o.points = split_csv(val);
-    else if (key == "--mla_kernels") need(), o.kernels = split_csv(val);
-    else if (key == "--mla_quick") o.quick = true;
-    else if (key == "--mla_no_flush") o.flush = false;
-    else if (key == "--mla_ceiling_reps") o.ceiling_reps = static_cast<int>(num(1));
-    else if (key == "--mla_stream_mib") o.stream_mib = static_cast<std::size_t>(num(1));
-    else if (key == "--mla_gemm_n") o.gemm_n = static_cast<int>(num(8));
-    else if (key == "--mla_max_mem_gib") o.max_mem_gib = num(0.001);
-    else if (key == "--mla_list") o.list = true;
-    else if (key == "--mla_probe") o.probe = true;
-    else throw mla::Error("unknown flag " + key);
-  }
-  argc = w;
-  argv[argc] = nullptr;
+  mla::bench::take_mla_flags(argc, argv, [&](const mla::bench::MlaFlag& f) {
+    const std::string& k = f.key;
+    if (k == "--mla_tier") f.need(), o.tier = mla::axes::tier_from_string(f.val);
+    else if (k == "--mla_points") f.need(), o.points = mla::bench::split_csv(f.val);
+    else if (k == "--mla_kernels") f.need(), o.kernels = mla::bench::split_csv(f.val);
+    else if (k == "--mla_quick") o.quick = true;
+    else if (k == "--mla_no_flush") o.flush = false;
+    else if (k == "--mla_ceiling_reps") o.ceiling_reps = static_cast<int>(f.num(1));
+    else if (k == "--mla_stream_mib") o.stream_mib = static_cast<std::size_t>(f.num(1));
+    else if (k == "--mla_gemm_n") o.gemm_n = static_cast<int>(f.num(8));
+    else if (k == "--mla_max_mem_gib") o.max_mem_gib = f.num(0.001);
+    else if (k == "--mla_list") o.list = true;
+    else if (k == "--mla_probe") o.probe = true;
+    else return false;
+    return true;
+  });
   return o;
-}
-
-bool has_flag(int argc, char** argv, const char* prefix) {
-  for (int i = 1; i < argc; ++i)
-    if (std::strncmp(argv[i], prefix, std::strlen(prefix)) == 0) return true;
-  return false;
-}
-
-std::size_t mem_available_bytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  std::size_t kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
-
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) {
-      const auto c = line.find(':');
-      if (c != std::string::npos) return line.substr(line.find_first_not_of(' ', c + 1));
-    }
-  return "unknown";
 }
 
 void print_list(const std::vector<const mla::axes::AxisPoint*>& points) {
@@ -182,8 +121,8 @@ int main(int argc, char** argv) {
   std::vector<char*> args(argv, argv + argc);
   std::string reps = "--benchmark_repetitions=5", min_time = "--benchmark_min_time=0.05";
   if (o.quick) {
-    if (!has_flag(argc, argv, "--benchmark_repetitions")) args.insert(args.begin() + 1, reps.data());
-    if (!has_flag(argc, argv, "--benchmark_min_time")) args.insert(args.begin() + 1, min_time.data());
+    if (!mla::bench::has_flag(argc, argv, "--benchmark_repetitions")) args.insert(args.begin() + 1, reps.data());
+    if (!mla::bench::has_flag(argc, argv, "--benchmark_min_time")) args.insert(args.begin() + 1, min_time.data());
   }
   int gargc = static_cast<int>(args.size());
   args.push_back(nullptr);
@@ -219,7 +158,7 @@ int main(int argc, char** argv) {
   go.ceilings.reps = o.ceiling_reps;
   go.ceilings.stream_bytes = o.stream_mib << 20;
   go.ceilings.gemm_n = o.gemm_n;
-  const std::size_t avail = mem_available_bytes();
+  const std::size_t avail = mla::bench::available_memory_bytes();
   go.host_budget_bytes = o.max_mem_gib > 0 ? static_cast<std::size_t>(o.max_mem_gib * (1u << 30)) : avail / 2;
   mla::device::GpuBenchSetup setup;
   try {
@@ -232,7 +171,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("mla_bench_format", "1");
   // mla_cpu_model keeps its meaning (the host) because the regression gate keys machines on it;
   // the GPU is named by mla_gpu_name.
-  benchmark::AddCustomContext("mla_cpu_model", cpu_model());
+  benchmark::AddCustomContext("mla_cpu_model", mla::bench::cpu_model());
   benchmark::AddCustomContext("mla_threads", "1");
   benchmark::AddCustomContext("mla_hardware_threads", std::to_string(std::thread::hardware_concurrency()));
   benchmark::AddCustomContext("mla_tier", o.points.empty() ? mla::axes::to_string(o.tier) : "explicit points");

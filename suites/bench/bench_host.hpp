@@ -1,0 +1,102 @@
+// What the two benchmark mains (mla-bench on the CPU, mla-gpu-bench on a device) share: taking
+// their own --mla_* flags out of argv before Google Benchmark sees it, and the host facts they
+// record (CPU model, MemAvailable). Header-only: mla-gpu-bench does not link the CPU ceilings.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "mla/core/error.hpp"
+
+namespace mla::bench {
+
+inline std::vector<std::string> split_csv(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// One --mla_key[=value] flag; need()/num() throw mla::Error naming the flag.
+struct MlaFlag {
+  std::string key, val;
+  bool has_value = false;
+  void need() const {
+    if (!has_value || val.empty()) throw Error(key + " needs a value (" + key + "=...)");
+  }
+  // The value as a number >= lo.
+  double num(double lo) const {
+    need();
+    std::size_t pos = 0;
+    double v = 0;
+    try {
+      v = std::stod(val, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (pos != val.size() || v < lo) throw Error(fmt::format("{}: bad value '{}'", key, val));
+    return v;
+  }
+};
+
+// Removes every --mla_* flag from argv (the rest is Google Benchmark's) and hands it to `take`,
+// which returns false for a flag it does not know: that is an mla::Error.
+inline void take_mla_flags(int& argc, char** argv, const std::function<bool(const MlaFlag&)>& take) {
+  int w = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--mla_", 0) != 0) {
+      argv[w++] = argv[i];
+      continue;
+    }
+    const auto eq = a.find('=');
+    MlaFlag f{a.substr(0, eq), eq == std::string::npos ? "" : a.substr(eq + 1), eq != std::string::npos};
+    if (!take(f)) throw Error("unknown flag " + f.key);
+  }
+  argc = w;
+  argv[argc] = nullptr;
+}
+
+inline bool has_flag(int argc, char** argv, const char* prefix) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], prefix, std::strlen(prefix)) == 0) return true;
+  return false;
+}
+
+// Bytes of MemAvailable (0 if unknown).
+inline std::size_t available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key, unit;
+  std::size_t v = 0;
+  while (f >> key >> v >> unit)
+    if (key == "MemAvailable:") return v * 1024;
+  return 0;
+}
+
+// The CPU model name from /proc/cpuinfo ("unknown" if absent). The regression gate keys
+// machines on it, so both benchmarks must spell it the same way.
+inline std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon == std::string::npos) break;
+      std::string v = line.substr(colon + 1);
+      v.erase(0, v.find_first_not_of(" \t"));
+      return v;
+    }
+  return "unknown";
+}
+
+}  // namespace mla::bench

@@ -1,6 +1,7 @@
 // What the two benchmark mains (mla-bench on the CPU, mla-gpu-bench on a device) share: taking
-// their own --mla_* flags out of argv before Google Benchmark sees it, and the host facts they
-// record (CPU model, MemAvailable). Header-only: mla-gpu-bench does not link the CPU ceilings.
+// their own --mla_* flags out of argv, handing the rest to Google Benchmark, and the host facts
+// they record (CPU model, MemAvailable). Header-only: mla-gpu-bench does not link the CPU
+// ceilings.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
 #include "mla/core/error.hpp"
@@ -71,6 +73,22 @@ inline bool has_flag(int argc, char** argv, const char* prefix) {
   for (int i = 1; i < argc; ++i)
     if (std::strncmp(argv[i], prefix, std::strlen(prefix)) == 0) return true;
   return false;
+}
+
+// Google Benchmark on what take_mla_flags left in argv. --mla_quick (`quick`) supplies defaults
+// the user did not set (ours go first, so an explicit flag later on the line wins either way).
+// False when an argument is not Google Benchmark's either (it has been reported).
+inline bool init_google_benchmark(int argc, char** argv, bool quick) {
+  std::vector<char*> args(argv, argv + argc);
+  std::string reps = "--benchmark_repetitions=5", min_time = "--benchmark_min_time=0.05";
+  if (quick) {
+    if (!has_flag(argc, argv, "--benchmark_repetitions")) args.insert(args.begin() + 1, reps.data());
+    if (!has_flag(argc, argv, "--benchmark_min_time")) args.insert(args.begin() + 1, min_time.data());
+  }
+  int gargc = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  benchmark::Initialize(&gargc, args.data());
+  return !benchmark::ReportUnrecognizedArguments(gargc, args.data());
 }
 
 // Bytes of MemAvailable (0 if unknown).

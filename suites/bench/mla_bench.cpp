@@ -363,18 +363,7 @@ int main(int argc, char** argv) {
     print_table();
     return 0;
   }
-  // --mla_quick supplies Google Benchmark defaults the user did not set (argv order: ours first,
-  // so an explicit flag later on the line wins either way).
-  std::vector<char*> args(argv, argv + argc);
-  std::string reps = "--benchmark_repetitions=5", min_time = "--benchmark_min_time=0.05";
-  if (o.quick) {
-    if (!mla::bench::has_flag(argc, argv, "--benchmark_repetitions")) args.insert(args.begin() + 1, reps.data());
-    if (!mla::bench::has_flag(argc, argv, "--benchmark_min_time")) args.insert(args.begin() + 1, min_time.data());
-  }
-  int gargc = static_cast<int>(args.size());
-  args.push_back(nullptr);
-  benchmark::Initialize(&gargc, args.data());
-  if (benchmark::ReportUnrecognizedArguments(gargc, args.data())) return 2;
+  if (!mla::bench::init_google_benchmark(argc, argv, o.quick)) return 2;
 
   try {
     mla::register_builtin_kernels();

@@ -118,16 +118,7 @@ int main(int argc, char** argv) {
     return snap.available ? 0 : kExitNoGpu;
   }
 
-  std::vector<char*> args(argv, argv + argc);
-  std::string reps = "--benchmark_repetitions=5", min_time = "--benchmark_min_time=0.05";
-  if (o.quick) {
-    if (!mla::bench::has_flag(argc, argv, "--benchmark_repetitions")) args.insert(args.begin() + 1, reps.data());
-    if (!mla::bench::has_flag(argc, argv, "--benchmark_min_time")) args.insert(args.begin() + 1, min_time.data());
-  }
-  int gargc = static_cast<int>(args.size());
-  args.push_back(nullptr);
-  benchmark::Initialize(&gargc, args.data());
-  if (benchmark::ReportUnrecognizedArguments(gargc, args.data())) return 2;
+  if (!mla::bench::init_google_benchmark(argc, argv, o.quick)) return 2;
 
   try {
     mla::register_builtin_kernels();

@@ -93,19 +93,29 @@ double e4m3_to_double(uint8_t bits) {
   return negative ? -v : v;
 }
 
-namespace {
+const char* to_string(ScaleFmt f) { return f == ScaleFmt::ue8m0 ? "ue8m0" : "fp32"; }
 
-float block_scale(std::span<const double> block, ScaleFmt fmt) {
-  double amax = 0.0;
-  bool any_nan = false;
-  for (double v : block) {
-    if (std::isnan(v)) any_nan = true;
-    amax = std::max(amax, std::fabs(v));
-  }
-  if (any_nan) return std::numeric_limits<float>::quiet_NaN();
+ScaleFmt scale_fmt_from_string(std::string_view s) {
+  if (s == "fp32") return ScaleFmt::fp32;
+  if (s == "ue8m0") return ScaleFmt::ue8m0;
+  throw Error(fmt::format("unknown FP8 scale format '{}' (known: fp32, ue8m0)", s));
+}
+
+const char* to_string(Fp8Recipe r) { return r == Fp8Recipe::flashmla ? "flashmla" : "deepseek_v32"; }
+
+Fp8Recipe fp8_recipe_from_string(std::string_view s) {
+  if (s == "deepseek_v32") return Fp8Recipe::deepseek_v32;
+  if (s == "flashmla") return Fp8Recipe::flashmla;
+  throw Error(fmt::format("unknown FP8 scale recipe '{}' (known: deepseek_v32, flashmla)", s));
+}
+
+float fp8_block_scale(double amax, ScaleFmt fmt, Fp8Recipe recipe) {
+  if (std::isnan(amax)) return std::numeric_limits<float>::quiet_NaN();
   // The schema does this in float32: the cast is exact for bf16 inputs and, max being
   // monotone, equal to the max of the float32-rounded values otherwise.
-  const float scale = std::max(static_cast<float>(amax), 1e-4f) / 448.0f;
+  const float a = static_cast<float>(amax);
+  const float scale = recipe == Fp8Recipe::flashmla ? std::max(a / 448.0f, 1e-4f)
+                                                    : std::max(a, 1e-4f) / 448.0f;
   if (fmt == ScaleFmt::fp32 || std::isinf(scale)) return scale;
   // ue8m0: the smallest power of two >= scale, exactly (no log2/pow rounding): scale is a
   // positive normal float32 here (>= 1e-4/448).
@@ -114,10 +124,22 @@ float block_scale(std::span<const double> block, ScaleFmt fmt) {
   return m == 0.5f ? scale : std::ldexp(1.0f, e2);
 }
 
+namespace {
+
+float block_scale(std::span<const double> block, ScaleFmt fmt, Fp8Recipe recipe) {
+  double amax = 0.0;
+  bool any_nan = false;
+  for (double v : block) {
+    if (std::isnan(v)) any_nan = true;
+    amax = std::max(amax, std::fabs(v));
+  }
+  return fp8_block_scale(any_nan ? std::numeric_limits<double>::quiet_NaN() : amax, fmt, recipe);
+}
+
 }  // namespace
 
 void fp8_quantize_token(std::span<const double> latent, std::span<const double> rope, ScaleFmt fmt,
-                        std::span<uint8_t> out) {
+                        std::span<uint8_t> out, Fp8Recipe recipe) {
   if (latent.size() != kLatentDim || rope.size() != kRopeDim || out.size() != kFp8TokenBytes) {
     throw Error(fmt::format(
         "fp8_quantize_token: expected latent {} / rope {} / out {} elements, got {} / {} / {}",
@@ -126,7 +148,7 @@ void fp8_quantize_token(std::span<const double> latent, std::span<const double> 
   constexpr std::size_t kBlocks = kLatentDim / kFp8BlockSize;
   for (std::size_t t = 0; t < kBlocks; ++t) {
     const auto block = latent.subspan(t * kFp8BlockSize, kFp8BlockSize);
-    const float scale = block_scale(block, fmt);
+    const float scale = block_scale(block, fmt, recipe);
     for (std::size_t j = 0; j < kFp8BlockSize; ++j) {
       // As deployed (and in reference/python): the value is a float32 and the quotient is a
       // correctly rounded float32 division, then encoded. Dividing in float64 instead would

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "mla/core/error.hpp"
@@ -257,6 +258,124 @@ TEST(Fp8Token, NaNBlockAndBadSizes) {
   EXPECT_THROW(mla::fp8_dequantize_token(short_tok, back), mla::Error);
   std::vector<double> short_out(mla::kQkDim - 1);
   EXPECT_THROW(mla::fp8_dequantize_token(tok, short_out), mla::Error);
+}
+
+
+// ---------------------------------------------------------------------------------- FP8 recipes
+
+TEST(Fp8Recipe, NamesRoundTripAndUnknownOnesAreRefused) {
+  for (auto r : {mla::Fp8Recipe::deepseek_v32, mla::Fp8Recipe::flashmla}) {
+    EXPECT_EQ(mla::fp8_recipe_from_string(mla::to_string(r)), r);
+  }
+  for (auto f : {mla::ScaleFmt::fp32, mla::ScaleFmt::ue8m0}) {
+    EXPECT_EQ(mla::scale_fmt_from_string(mla::to_string(f)), f);
+  }
+  EXPECT_STREQ(mla::to_string(mla::Fp8Recipe::deepseek_v32), "deepseek_v32");
+  EXPECT_STREQ(mla::to_string(mla::Fp8Recipe::flashmla), "flashmla");
+  try {
+    (void)mla::fp8_recipe_from_string("vllm");
+    ADD_FAILURE() << "an unknown recipe was accepted";
+  } catch (const mla::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("deepseek_v32, flashmla"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)mla::scale_fmt_from_string("e8m0"), mla::Error);
+}
+
+TEST(Fp8Recipe, ZeroBlockScales) {
+  // docs/field.md: an all-zero block gets 1e-4/448 (ue8m0 2^-22) from DeepSeek's rule and 1e-4
+  // (ue8m0 2^-13) from FlashMLA's.
+  using mla::Fp8Recipe;
+  using mla::ScaleFmt;
+  EXPECT_EQ(mla::fp8_block_scale(0.0, ScaleFmt::fp32, Fp8Recipe::deepseek_v32), 1e-4f / 448.0f);
+  EXPECT_EQ(mla::fp8_block_scale(0.0, ScaleFmt::fp32, Fp8Recipe::flashmla), 1e-4f);
+  EXPECT_EQ(mla::fp8_block_scale(0.0, ScaleFmt::ue8m0, Fp8Recipe::deepseek_v32), 0x1p-22f);
+  EXPECT_EQ(mla::fp8_block_scale(0.0, ScaleFmt::ue8m0, Fp8Recipe::flashmla), 0x1p-13f);
+  // The default is DeepSeek's: callers from before recipes had names are unchanged.
+  EXPECT_EQ(mla::fp8_block_scale(0.0, ScaleFmt::fp32), 1e-4f / 448.0f);
+  EXPECT_TRUE(std::isnan(mla::fp8_block_scale(kNaN, ScaleFmt::ue8m0, Fp8Recipe::flashmla)));
+  EXPECT_TRUE(std::isinf(mla::fp8_block_scale(kInf, ScaleFmt::ue8m0, Fp8Recipe::flashmla)));
+}
+
+// The two recipes give different scales exactly below their crossover and the same scale
+// everywhere else. The crossovers are found here by walking float32 values, not taken from the
+// formulas: fp32 scales part where amax/448 falls under 1e-4 (amax ~ 0.0448); ue8m0 scales only
+// where DeepSeek's scale rounds up to less than FlashMLA's 2^-13, i.e. amax <= 448·2^-14.
+TEST(Fp8Recipe, TheRecipesDifferExactlyBelowTheCrossover) {
+  using mla::Fp8Recipe;
+  using mla::ScaleFmt;
+  auto differ = [](float a, ScaleFmt f) {
+    return mla::fp8_block_scale(a, f, Fp8Recipe::deepseek_v32) != mla::fp8_block_scale(a, f, Fp8Recipe::flashmla);
+  };
+  // Walk every float32 in [0.02, 0.05] and a log-spaced sweep over [2^-30, 2^20].
+  std::vector<float> amax{0.0f};
+  for (float a = 0.02f; a <= 0.05f; a = std::nextafter(a, 1.0f)) amax.push_back(a);
+  for (double e = -30; e <= 20; e += 1.0 / 64) amax.push_back(static_cast<float>(std::exp2(e)));
+  float last_fp32 = -1, first_same_fp32 = 0, last_ue = -1, first_same_ue = 0;
+  for (float a : amax) {
+    if (differ(a, ScaleFmt::fp32)) {
+      last_fp32 = std::max(last_fp32, a);
+    } else if (first_same_fp32 == 0 || a < first_same_fp32) {
+      first_same_fp32 = a;
+    }
+    if (differ(a, ScaleFmt::ue8m0)) {
+      last_ue = std::max(last_ue, a);
+    } else if (first_same_ue == 0 || a < first_same_ue) {
+      first_same_ue = a;
+    }
+  }
+  // One threshold each: everything below differs, everything at or above agrees.
+  EXPECT_EQ(std::nextafter(last_fp32, 1.0f), first_same_fp32);
+  EXPECT_EQ(std::nextafter(last_ue, 1.0f), first_same_ue);
+  EXPECT_GT(first_same_fp32, 0.04479f);
+  EXPECT_LT(first_same_fp32, 0.04481f);
+  EXPECT_EQ(last_ue, 448.0f * 0x1p-14f);  // 0.02734375: DeepSeek's scale is exactly 2^-14 there
+  // Where they agree, both are amax/448 (fp32) or its power-of-two ceiling.
+  for (float a : {first_same_fp32, 0.1f, 1.75f, 448.0f, 1e3f}) {
+    EXPECT_EQ(mla::fp8_block_scale(a, ScaleFmt::fp32, Fp8Recipe::flashmla), a / 448.0f) << a;
+  }
+}
+
+// Whole tokens: blocks whose amax is under the crossover are encoded differently (scale bytes,
+// and the codes unless the block is all zero); every other byte is identical.
+TEST(Fp8Recipe, TokensDifferOnlyInTheTinyBlocks) {
+  std::vector<double> lat = generated(9, 0, mla::kLatentDim, 1.0);
+  const std::vector<double> rope = generated(9, 1, mla::kRopeDim, 1.0);
+  for (int i = 0; i < 128; ++i) lat[i] = mla::bf16_to_float(mla::bf16_from_double(lat[i] * 0.01));  // amax ~0.017
+  for (int i = 128; i < 256; ++i) lat[i] = 0.0;                                                  // all zero
+  // block 2 keeps amax ~1.7; block 3 sits just above the fp32 crossover
+  for (int i = 384; i < 512; ++i) lat[i] = mla::bf16_to_float(mla::bf16_from_double(lat[i] * 0.0265));
+  lat[384] = 0.046875;  // bf16-exact, > 0.0448
+  for (auto fmt : {mla::ScaleFmt::fp32, mla::ScaleFmt::ue8m0}) {
+    SCOPED_TRACE(mla::to_string(fmt));
+    std::vector<uint8_t> a(mla::kFp8TokenBytes), b(mla::kFp8TokenBytes), d(mla::kFp8TokenBytes);
+    mla::fp8_quantize_token(lat, rope, fmt, a, mla::Fp8Recipe::deepseek_v32);
+    mla::fp8_quantize_token(lat, rope, fmt, b, mla::Fp8Recipe::flashmla);
+    mla::fp8_quantize_token(lat, rope, fmt, d);  // the default recipe
+    EXPECT_EQ(a, d);
+    auto block_differs = [&](int t) {
+      bool any = std::memcmp(a.data() + 512 + 4 * t, b.data() + 512 + 4 * t, 4) != 0;
+      for (int j = 0; j < 128; ++j) any = any || a[128 * t + j] != b[128 * t + j];
+      return any;
+    };
+    EXPECT_TRUE(block_differs(0));
+    EXPECT_TRUE(block_differs(1));
+    EXPECT_FALSE(block_differs(2));
+    EXPECT_FALSE(block_differs(3));
+    EXPECT_EQ(std::memcmp(a.data() + 528, b.data() + 528, 128), 0) << "rope bytes";
+    for (int j = 128; j < 256; ++j) ASSERT_EQ(a[j], 0x00) << j;  // zero codes either way
+    for (int j = 128; j < 256; ++j) ASSERT_EQ(b[j], 0x00) << j;
+    EXPECT_EQ(scale_of(b, 1), fmt == mla::ScaleFmt::ue8m0 ? 0x1p-13f : 1e-4f);
+    // FlashMLA's floor keeps the tiny block's codes small (amax 0.017 / 1e-4 = 170 < 448):
+    // less precision than DeepSeek's full-range codes, but the same values within e4m3 rounding.
+    std::vector<double> va(mla::kQkDim), vb(mla::kQkDim);
+    mla::fp8_dequantize_token(a, va);
+    mla::fp8_dequantize_token(b, vb);
+    for (int j = 0; j < 128; ++j) {
+      // half an e4m3 ulp (2^-4 relative) or half a subnormal step (2^-10 of the scale)
+      EXPECT_LE(std::fabs(va[j] - lat[j]), 0x1p-4 * std::fabs(lat[j]) + 0x1p-10 * scale_of(a, 0)) << j;
+      EXPECT_LE(std::fabs(vb[j] - lat[j]), 0x1p-4 * std::fabs(lat[j]) + 0x1p-10 * scale_of(b, 0)) << j;
+    }
+  }
 }
 
 }  // namespace

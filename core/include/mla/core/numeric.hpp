@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 namespace mla {
 
@@ -26,12 +27,30 @@ inline constexpr std::size_t kQkDim = 576;
 inline constexpr std::size_t kFp8BlockSize = 128;
 
 enum class ScaleFmt { fp32, ue8m0 };
+const char* to_string(ScaleFmt f);                  // "fp32", "ue8m0"
+ScaleFmt scale_fmt_from_string(std::string_view s);  // throws mla::Error naming the known ones
+
+// How a block's float32 scale is derived from its amax (fixtures/SCHEMA.md, "FP8 scale
+// recipes"). Both are in deployed use and differ only for blocks with amax below 448·1e-4:
+//   deepseek_v32  DeepSeek V3.2 inference: max(amax, 1e-4) / 448 (clamp, then divide)
+//   flashmla      FlashMLA's quantizer, vLLM's fp8_ds_mla writer: max(amax / 448, 1e-4)
+//                 (divide, then clamp: an all-zero block gets 1e-4, ue8m0 2^-13, not 2^-22)
+// docs/field.md, "The peers' conventions" (FP8 scale) and "Two FP8 scale recipes".
+enum class Fp8Recipe { deepseek_v32, flashmla };
+const char* to_string(Fp8Recipe r);                    // "deepseek_v32", "flashmla"
+Fp8Recipe fp8_recipe_from_string(std::string_view s);  // throws mla::Error naming the known ones
+
+// The float32 scale of a block whose largest |value| is `amax` (rounded to float32 first):
+// the recipe's formula in float32, then for ue8m0 the smallest power of two >= it (exact, no
+// log2). NaN for a NaN amax, +inf for an infinite one.
+float fp8_block_scale(double amax, ScaleFmt fmt, Fp8Recipe recipe = Fp8Recipe::deepseek_v32);
 
 // Quantizes one token: latent (512 values) and rope (64 values, rounded to bf16) into `out`
-// (656 bytes). Scale per 128-value block = max(amax, 1e-4)/448 in float32, rounded up to a
-// power of two for ue8m0.
+// (656 bytes): per 128-value block the scale above, each value e4m3(float32(x) / scale) with a
+// float32 division. The default recipe is DeepSeek's, the one every FP8 golden used before
+// recipes were named.
 void fp8_quantize_token(std::span<const double> latent, std::span<const double> rope, ScaleFmt fmt,
-                        std::span<uint8_t> out);
+                        std::span<uint8_t> out, Fp8Recipe recipe = Fp8Recipe::deepseek_v32);
 // Dequantizes one 656-byte token into 576 doubles (exact: e4m3 value * float32 scale).
 void fp8_dequantize_token(std::span<const uint8_t> token, std::span<double> out);
 

@@ -117,22 +117,40 @@ LATENT = 512
 ROPE = 64
 BLOCK = 128
 SCALE_FMTS = ("fp32", "ue8m0")
+# FP8 scale recipes (SCHEMA.md, "FP8 scale recipes"; docs/field.md, "Two FP8 scale recipes"):
+#   deepseek_v32  DeepSeek V3.2 inference: max(amax, 1e-4) / 448, clamp then divide
+#   flashmla      FlashMLA's quantizer and vLLM's fp8_ds_mla writer: max(amax / 448, 1e-4)
+FP8_RECIPES = ("deepseek_v32", "flashmla")
+DEFAULT_FP8_RECIPE = "deepseek_v32"  # what every FP8 golden used before recipes had names
+AMAX_FLOOR = np.float32(1e-4)
 
 
-def fp8_block_scale(amax: np.ndarray, scale_fmt: str) -> np.ndarray:
-    """scale = max(amax, 1e-4) / 448 in float32; ue8m0: rounded up to a power of two."""
+def fp8_block_scale(amax: np.ndarray, scale_fmt: str, recipe: str = DEFAULT_FP8_RECIPE) -> np.ndarray:
+    """The float32 block scale of `recipe` for block maxima `amax` (rounded to float32 first),
+    every operation in float32; ue8m0: the smallest power of two >= that scale (exact)."""
     amax = np.asarray(amax, dtype=np.float32)
-    s = np.maximum(amax, np.float32(1e-4)) / np.float32(448.0)
-    s = s.astype(np.float32)
+    if recipe == "deepseek_v32":
+        s = (np.maximum(amax, AMAX_FLOOR) / np.float32(448.0)).astype(np.float32)
+    elif recipe == "flashmla":
+        s = np.maximum((amax / np.float32(448.0)).astype(np.float32), AMAX_FLOOR).astype(np.float32)
+    else:
+        raise ValueError(f"unknown FP8 recipe {recipe!r}; known: {', '.join(FP8_RECIPES)}")
     if scale_fmt == "ue8m0":
         f, e = np.frexp(s)  # s = f * 2^e, f in [0.5, 1)
-        s = np.where(f == 0.5, s, np.ldexp(np.float32(1.0), e).astype(np.float32)).astype(np.float32)
+        with np.errstate(invalid="ignore"):
+            up = np.ldexp(np.float32(1.0), e).astype(np.float32)
+        s = np.where((f == 0.5) | ~np.isfinite(s), s, up).astype(np.float32)
     elif scale_fmt != "fp32":
         raise ValueError(f"unknown scale_fmt {scale_fmt!r}")
     return s
 
 
-def fp8_quantize(latent: np.ndarray, rope: np.ndarray, scale_fmt: str) -> np.ndarray:
+def fp8_recipes_differ(amax: np.ndarray, scale_fmt: str) -> np.ndarray:
+    """Where the two recipes give different scales for block maxima `amax`."""
+    return fp8_block_scale(amax, scale_fmt, "deepseek_v32") != fp8_block_scale(amax, scale_fmt, "flashmla")
+
+
+def fp8_quantize(latent: np.ndarray, rope: np.ndarray, scale_fmt: str, recipe: str = DEFAULT_FP8_RECIPE) -> np.ndarray:
     """Quantize tokens: latent [..., 512] and rope [..., 64] (values; both are rounded to float32
     first, rope then to bf16) -> uint8 [..., 656].
 
@@ -143,7 +161,7 @@ def fp8_quantize(latent: np.ndarray, rope: np.ndarray, scale_fmt: str) -> np.nda
     assert lat.shape[-1] == LATENT and np.asarray(rope).shape == lead + (ROPE,)
     blocks = lat.reshape(lead + (LATENT // BLOCK, BLOCK))
     amax = np.max(np.abs(blocks), axis=-1)
-    scale = fp8_block_scale(amax, scale_fmt)  # [..., 4] float32
+    scale = fp8_block_scale(amax, scale_fmt, recipe)  # [..., 4] float32
     q = (blocks / scale[..., None]).astype(np.float32)
     q64 = q.astype(np.float64)
     codes = np.where(np.isnan(q64), E4M3_NAN, e4m3_encode(q64)).astype(np.uint8).reshape(lead + (LATENT,))

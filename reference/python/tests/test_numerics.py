@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import torch
 
 from mla_ref import numerics as N
@@ -128,3 +129,53 @@ def test_fp8_saturation_and_poison():
     p = N.fp8_poison_token()
     d = N.fp8_dequantize(p[None])[0]
     assert np.isnan(d).all() and len(p) == N.FP8_TOKEN_BYTES == 656
+
+
+# ---------------------------------------------------------------- FP8 scale recipes
+
+def test_fp8_recipes_zero_block():
+    # docs/field.md: a zero block gets 1e-4/448 (ue8m0 2^-22) from DeepSeek, 1e-4 (2^-13) from FlashMLA
+    z = np.zeros(1)
+    assert N.fp8_block_scale(z, "fp32", "deepseek_v32")[0] == np.float32(np.float32(1e-4) / np.float32(448))
+    assert N.fp8_block_scale(z, "fp32", "flashmla")[0] == np.float32(1e-4)
+    assert N.fp8_block_scale(z, "ue8m0", "deepseek_v32")[0] == 2.0 ** -22
+    assert N.fp8_block_scale(z, "ue8m0", "flashmla")[0] == 2.0 ** -13
+    assert N.fp8_block_scale(z, "fp32")[0] == N.fp8_block_scale(z, "fp32", "deepseek_v32")[0]  # the default
+    with pytest.raises(ValueError, match="deepseek_v32, flashmla"):
+        N.fp8_block_scale(z, "fp32", "vllm")
+
+
+def test_fp8_recipes_differ_exactly_below_the_crossover():
+    """Walk every float32 in [0.02, 0.05] plus a log sweep: one threshold per scale format, found
+    from the data, below which the recipes differ and at or above which they agree."""
+    lo, hi = np.float32(0.02).view(np.uint32), np.float32(0.05).view(np.uint32)
+    a = np.concatenate([[0.0], np.arange(lo, hi + 1, dtype=np.uint32).view(np.float32),
+                        np.exp2(np.arange(-30, 20, 1 / 64))]).astype(np.float32)
+    for fmt, lo_t, hi_t in (("fp32", 0.04479, 0.04481), ("ue8m0", 0.02734375, 0.02734376)):
+        d = N.fp8_recipes_differ(a, fmt)
+        last_diff, first_same = a[d].max(), a[~d].min()
+        assert np.nextafter(last_diff, np.float32(1)) == first_same, fmt
+        assert lo_t <= (first_same if fmt == "fp32" else last_diff) <= hi_t, (fmt, last_diff, first_same)
+        same = ~d
+        np.testing.assert_array_equal(N.fp8_block_scale(a[same], fmt, "flashmla"),
+                                      N.fp8_block_scale(a[same], fmt, "deepseek_v32"))
+    assert N.fp8_recipes_differ(np.float32(448.0 * 2.0 ** -14), "ue8m0")  # DeepSeek's scale is 2^-14 there
+
+
+def test_fp8_recipes_tokens_differ_only_in_tiny_blocks():
+    rng = np.random.default_rng(4)
+    lat = N.round_bf16_np(rng.uniform(-1, 1, 512))
+    lat[:128] = N.round_bf16_np(lat[:128] * 0.01)  # amax < 0.0448
+    lat[128:256] = 0.0
+    lat[384:512] = N.round_bf16_np(lat[384:512] * 0.02)
+    lat[384] = 0.046875  # just above the crossover
+    rope = np.linspace(-1, 1, 64)
+    for fmt in N.SCALE_FMTS:
+        a = N.fp8_quantize(lat[None], rope[None], fmt, "deepseek_v32")[0]
+        b = N.fp8_quantize(lat[None], rope[None], fmt, "flashmla")[0]
+        assert np.array_equal(a, N.fp8_quantize(lat[None], rope[None], fmt)[0])
+        for t, want in enumerate((True, True, False, False)):
+            blk = np.r_[np.arange(128 * t, 128 * t + 128), 512 + 4 * t + np.arange(4)]
+            assert (not np.array_equal(a[blk], b[blk])) == want, (fmt, t)
+        assert np.array_equal(a[528:], b[528:])
+        assert np.all(b[128:256] == 0) and b[512 + 4:512 + 8].view("<f4")[0] == (2.0 ** -13 if fmt == "ue8m0" else np.float32(1e-4))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import numerics
+from . import exact, numerics
 
 D_QK = 576
 D_V = 512
@@ -68,28 +68,33 @@ def _row_attention(q: torch.Tensor, K: torch.Tensor, valid: torch.Tensor | None,
     Returns out [n, 512], lse [n].
 
     The matmuls are laid out as K[T,576] @ qT[576,n] and P[n,T] @ V[T,512] with contiguous operands:
-    with a reference (netlib) BLAS, as Debian's torch uses, other layouts are 2-3x slower."""
+    with a reference (netlib) BLAS, as Debian's torch uses, other layouts are 2-3x slower.
+    The truth (float64) takes its three sums — q·k, Σ exp, Σ exp·v — from exact.matmul, whose
+    result does not depend on the BLAS's summation order, so only exp/log's last bit can differ
+    between libraries; it divides by Σ exp once at the end."""
     n = q.shape[0]
     dt = q.dtype
     if K.shape[0] == 0:
         return torch.zeros((n, D_V), dtype=dt), torch.full((n,), float("inf"), dtype=dt)
     K = K.contiguous()
-    s = torch.matmul(K, q.t().contiguous()).t() * scale  # [n, T]
+    V = K[:, :D_V].contiguous()
+    mm = torch.matmul if same_dtype else exact.matmul
+    s = mm(K, q.t().contiguous()).t() * scale  # [n, T]
     if valid is not None:
         s = s.masked_fill(~valid, float("-inf"))
     m = s.max(dim=-1, keepdim=True).values
     empty = torch.isinf(m) & (m < 0)  # nothing valid in the row
     m_safe = torch.where(empty, torch.zeros_like(m), m)
-    e = torch.exp(s - m_safe)
-    ssum = e.sum(dim=-1, keepdim=True)
-    lse = (m_safe + torch.log(ssum)).squeeze(-1)
-    p = (e / torch.where(empty, torch.ones_like(ssum), ssum)).contiguous()
-    V = K[:, :D_V].contiguous()
+    e = torch.exp(s - m_safe).contiguous()
     if same_dtype:
+        ssum = e.sum(dim=-1, keepdim=True)
+        p = (e / torch.where(empty, torch.ones_like(ssum), ssum)).contiguous()
         p = numerics.round_bf16(p)
         out = numerics.round_bf16(torch.matmul(p, V))
     else:
-        out = torch.matmul(p, V)
+        ssum = exact.matmul(e, torch.ones((e.shape[1], 1), dtype=dt))
+        out = exact.matmul(e, V) / torch.where(empty, torch.ones_like(ssum), ssum)
+    lse = (m_safe + torch.log(ssum)).squeeze(-1)
     out = torch.where(empty, torch.zeros_like(out), out)
     lse = torch.where(empty.squeeze(-1), torch.full_like(lse, float("inf")), lse)
     return out, lse

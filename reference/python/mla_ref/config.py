@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
-import math
+
+from . import exact
 
 # The order in which ModelArgs fields are written as HDF5 attributes.
 FIELDS = ("dim", "n_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
@@ -42,11 +43,10 @@ class ModelArgs:
 
     @property
     def softmax_scale(self) -> float:
-        s = self.qk_head_dim ** -0.5
-        if self.yarn:
-            m = 0.1 * self.mscale * math.log(self.rope_factor) + 1.0
-            s = s * m * m
-        return s
+        """(nope+rope)^-0.5 · (0.1·mscale·ln(rope_factor) + 1)^2 under YaRN: the float64 nearest to
+        that real number (0.1 a tenth exactly; mscale and rope_factor their float64 values), so it
+        does not depend on the library's pow/log (upstream evaluates it in float64: within an ulp)."""
+        return softmax_scale_exact(self.qk_head_dim, self.yarn, self.mscale, self.rope_factor)
 
     def attrs(self) -> list:
         out = []
@@ -80,6 +80,15 @@ PRESETS = {
 }
 
 
+def softmax_scale_exact(qk_head_dim: int, yarn: bool = False, mscale: float = 1.0, rope_factor: float = 1.0) -> float:
+    c = exact._CTX
+    s = c.divide(exact.Decimal(1), exact.sqrt(qk_head_dim))
+    if yarn:
+        m = c.add(c.multiply(c.multiply(exact.Decimal("0.1"), exact._d(mscale)), exact.ln(rope_factor)), 1)
+        s = c.multiply(s, c.multiply(m, m))
+    return exact.to_float(s)
+
+
 def preset(name: str) -> ModelArgs:
     try:
         return PRESETS[name]
@@ -94,7 +103,7 @@ def kv_bytes_per_token(args: ModelArgs, layout: str) -> int:
 
     naive_bf16: upstream attn_impl="naive" caches, bf16: k_cache holds nope+rope per head and
         v_cache holds v per head -> 2 * h * (nope + rope + v). V3 (128 heads): 2*128*320 = 81 920;
-        16 heads: 10 240 (FIELD-NOTES).
+        16 heads: 10 240 (docs/field.md, "KV-cache bytes per token and layer").
     mla_bf16:   latent + shared rope key, bf16 -> 2 * (kv_lora_rank + rope) = 1 152.
     latent_bf16: latent only (rope recomputed / stored elsewhere) -> 2 * kv_lora_rank = 1 024.
     fp8_v32:    V3.2 FlashMLA layout: kv_lora_rank e4m3 bytes + 4 B per 128-block scale + 2 B per

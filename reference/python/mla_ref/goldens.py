@@ -35,7 +35,7 @@ Q_STREAM, CACHE_STREAM, PERM_STREAM, INDEX_STREAM_BASE = 1, 2, 3, 100
 STORAGE = {"float64": "<f8", "float32": "<f4", "bfloat16": "<u2", "int32": "<i4", "fp8_kv_v32": "u1", "uint8": "u1"}
 COMPRESS_MIN_ELEMENTS = 4096
 V3_SCALE = config.preset("v3").softmax_scale
-DEFAULT_SCALE = attention.D_QK ** -0.5
+DEFAULT_SCALE = config.softmax_scale_exact(attention.D_QK)  # 576^-1/2, correctly rounded
 
 
 # ================================================================ deterministic HDF5 writing
@@ -557,29 +557,32 @@ def _attr_equal(a, b):
     return a == b
 
 
-def _computed_bf16(path: str) -> bool:
-    """bf16 datasets that are results (may differ by summation order) rather than inputs."""
+DEFINING_GROUPS = ("inputs", "weights", "rope", "generated", "needles")
+
+
+def _defines_case(path: str) -> bool:
+    """Datasets that define a case (inputs, weights, frequencies, overlays) rather than results."""
     parts = path.split("/")
-    return "same_dtype" in parts or "bf16" in parts
+    return any(g in parts for g in DEFINING_GROUPS) or (len(parts) >= 2 and parts[-1] == "x")
 
 
 def _compare_values(path, dtype_attr, a, b, worst=None):
     """a = on disk, b = regenerated. Returns None or a reason. `worst` (a dict) collects, per
-    dtype, the largest error / bound seen."""
+    class of result, the largest error / bound seen."""
     if a.shape != b.shape:
         return f"shape {a.shape} != {b.shape}"
-    if dtype_attr in ("int32", "uint8", "fp8_kv_v32") or (dtype_attr == "bfloat16" and not _computed_bf16(path)):
-        if not np.array_equal(a, b):
+    if dtype_attr in ("int32", "uint8", "fp8_kv_v32") or _defines_case(path):
+        if not np.array_equal(a, b, equal_nan=a.dtype.kind == "f"):
             n = int(np.count_nonzero(a != b))
-            return f"{n} of {a.size} elements differ (must be identical)"
+            return f"{n} of {a.size} elements differ (defines the case: must be identical)"
         return None
     if dtype_attr == "bfloat16":
         a, b = numerics.bf16_bits_to_f64(a), numerics.bf16_bits_to_f64(b)
-        rel = tolerances.CHECK_BF16_REL
+        rel, what = tolerances.CHECK_BF16_REL, "bfloat16 (deployed precision)"
     elif dtype_attr == "float32":
-        rel = tolerances.CHECK_FP32_REL
+        rel, what = tolerances.CHECK_FP32_REL, "float32 (deployed precision)"
     else:
-        rel = tolerances.CHECK_FP64_REL
+        rel, what = tolerances.CHECK_TRUTH_REL, "float64 truth"
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if not np.array_equal(np.isnan(a), np.isnan(b)):
         return "NaN positions differ"
@@ -590,17 +593,17 @@ def _compare_values(path, dtype_attr, a, b, worst=None):
         return None
     err = np.abs(a[fa] - b[fb]).max()
     bound = rel * np.abs(b[fb]).max()
-    if worst is not None and bound > 0 and err / bound > worst.get(dtype_attr, (0.0, ""))[0]:
-        worst[dtype_attr] = (err / bound, path)
+    if worst is not None and bound > 0 and err / bound > worst.get(what, (0.0, ""))[0]:
+        worst[what] = (err / bound, path)
     if err > bound:
         return f"max abs diff {err:.3e} > {bound:.3e} ({rel:.1e} x max magnitude)"
     return None
 
 
 def compare_files(disk_path, regen_path):
-    """Returns (ok, notes). Attributes (except provenance) and integer/byte/stored-bf16 datasets
-    exactly; float64 within CHECK_FP64_REL, float32 CHECK_FP32_REL, computed bf16 CHECK_BF16_REL
-    (normwise: max |diff| over a dataset <= rel * max |value|)."""
+    """Returns (ok, notes). Attributes (except provenance) and every dataset that defines a case
+    exactly; the fp64 truth within CHECK_TRUTH_REL, deployed-precision float32 within
+    CHECK_FP32_REL and bf16 within CHECK_BF16_REL (normwise: max |diff| <= rel * max |value|)."""
     problems, notes, worst = [], [], {}
     with h5py.File(disk_path, "r") as fa, h5py.File(regen_path, "r") as fb:
         A, B = _walk(fa), _walk(fb)
@@ -629,8 +632,8 @@ def compare_files(disk_path, regen_path):
                 r = _compare_values(p, oa.attrs.get("dtype"), oa[()], ob[()], worst)
                 if r:
                     problems.append(f"{p}: {r}")
-    for dt, (ratio, path) in sorted(worst.items()):
-        notes.append(f"largest {dt} difference: {ratio:.2e} of its bound ({path})")
+    for what, (ratio, path) in sorted(worst.items()):
+        notes.append(f"largest {what} difference: {ratio:.2e} of its bound ({path})")
     return not problems, problems + notes
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import generator, numerics, rope
+from . import exact, generator, numerics, rope
 from .config import ModelArgs
 
 PIPELINES = ("fp64", "fp32", "bf16")
@@ -113,23 +113,74 @@ class MLA:
             self.kv_cache = _Cache("kv_cache", a, batch, (a.kv_lora_rank,), self.dtype)
             self.pe_cache = _Cache("pe_cache", a, batch, (a.qk_rope_head_dim,), self.dtype)
         self.end_pos = 0
+        self._wt = {}  # fp64: transposed weights split once for exact.matmul
 
     # rounding point: identity except in the bf16 pipeline
     def R(self, t: torch.Tensor) -> torch.Tensor:
         return numerics.round_bf16(t) if self.pipeline == "bf16" else t
 
+    # The fp64 pipeline is the truth: its sums go through exact.matmul, whose result does not
+    # depend on the BLAS's summation order, so the fp64 outputs regenerate to the last bit or two
+    # under any torch. The fp32 and bf16 pipelines model deployed kernels and keep torch's own
+    # matmul/einsum (their results may move within their tolerance between libraries).
+    def mm(self, a, b):
+        return exact.matmul(a.contiguous(), b.contiguous()) if self.pipeline == "fp64" else torch.matmul(a, b)
+
+    def einsum(self, spec, a, b):
+        if self.pipeline != "fp64":
+            return torch.einsum(spec, a, b)
+        if spec == "bshd,hdc->bshc":  # per head: [h, b*s, d] @ [h, d, c]
+            B, S, H, D = a.shape
+            y = self.mm(a.permute(2, 0, 1, 3).reshape(H, B * S, D), b)
+            return y.reshape(H, B, S, -1).permute(1, 2, 0, 3)
+        if spec == "bshc,hdc->bshd":  # per head: [h, b*s, c] @ [h, c, d]
+            B, S, H, C = a.shape
+            y = self.mm(a.permute(2, 0, 1, 3).reshape(H, B * S, C), b.transpose(1, 2))
+            return y.reshape(H, B, S, -1).permute(1, 2, 0, 3)
+        if spec in ("bshc,btc->bsht", "bshr,btr->bsht"):  # per batch: [b, s*h, c] @ [b, c, t]
+            B, S, H, C = a.shape
+            return self.mm(a.reshape(B, S * H, C), b.transpose(1, 2)).reshape(B, S, H, -1)
+        if spec == "bsht,btc->bshc":  # per batch: [b, s*h, t] @ [b, t, c]
+            B, S, H, T = a.shape
+            return self.mm(a.reshape(B, S * H, T), b).reshape(B, S, H, -1)
+        if spec == "bshd,bthd->bsht":  # per (b, h): [b, h, s, d] @ [b, h, d, t]
+            return self.mm(a.permute(0, 2, 1, 3), b.permute(0, 2, 3, 1)).permute(0, 2, 1, 3)
+        if spec == "bsht,bthd->bshd":  # per (b, h): [b, h, s, t] @ [b, h, t, d]
+            return self.mm(a.permute(0, 2, 1, 3), b.permute(0, 2, 1, 3)).permute(0, 2, 1, 3)
+        raise AssertionError(spec)
+
+    def rowsum(self, x):
+        """Σ over the last axis, keepdim (fp64: order-independent, see mm)."""
+        if self.pipeline != "fp64":
+            return x.sum(-1, keepdim=True)
+        return self.mm(x, torch.ones((x.shape[-1], 1), dtype=x.dtype))
+
+    def softmax(self, scores):
+        if self.pipeline != "fp64":
+            return torch.softmax(scores, dim=-1)
+        m = scores.max(dim=-1, keepdim=True).values
+        e = torch.exp(scores - m)
+        return e / self.rowsum(e)
+
     def linear(self, x, name):
+        if self.pipeline == "fp64":
+            if name not in self._wt:
+                self._wt[name] = exact.SplitB(self.w[name].t())
+            return exact.matmul(x.contiguous(), self._wt[name])
         return self.R(torch.matmul(x, self.w[name].t()))
 
     def rmsnorm(self, x, name):
-        var = (x * x).mean(-1, keepdim=True)
+        if self.pipeline == "fp64":
+            var = self.rowsum(x * x) / x.shape[-1]
+        else:
+            var = (x * x).mean(-1, keepdim=True)
         return self.R(x * torch.rsqrt(var + self.eps) * self.w[name])
 
     def rope(self, x, start_pos):
         """Interleaved pairs (2i, 2i+1) rotated by pos*inv_freq[i]; x [..., s, (h,) rope]."""
-        ang = rope.angles(self.args, start_pos, x.shape[1])  # [s, rope/2] float64
-        cos = torch.from_numpy(np.cos(ang)).to(self.dtype)
-        sin = torch.from_numpy(np.sin(ang)).to(self.dtype)
+        c64, s64 = rope.cos_sin(self.args, start_pos, x.shape[1])  # [s, rope/2], correctly rounded float64
+        cos = torch.from_numpy(c64).to(self.dtype)
+        sin = torch.from_numpy(s64).to(self.dtype)
         if x.dim() == 4:  # [b, s, h, r]
             cos, sin = cos[None, :, None, :], sin[None, :, None, :]
         else:  # [b, s, r]
@@ -168,34 +219,34 @@ class MLA:
             record.update(q_nope=q_nope, q_pe=q_pe, kv_normed=c, k_pe=k_pe)
         wkv_b = self.w["wkv_b"].view(h, nope + vdim, r)
         if self.form == "naive":
-            kvb = R(torch.matmul(c, self.w["wkv_b"].t())).view(bsz, seqlen, h, nope + vdim)
+            kvb = R(self.mm(c, self.w["wkv_b"].t())).view(bsz, seqlen, h, nope + vdim)
             k_nope, v = kvb[..., :nope], kvb[..., nope:]
             k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(-1, -1, h, -1)], dim=-1)
             self.k_cache.write(start_pos, k)
             self.v_cache.write(start_pos, v)
             qf = torch.cat([q_nope, q_pe], dim=-1)
-            scores = R(torch.einsum("bshd,bthd->bsht", qf, self.k_cache.read(bsz, end_pos)))
+            scores = R(self.einsum("bshd,bthd->bsht", qf, self.k_cache.read(bsz, end_pos)))
             scores = R(scores * self.scale)
         else:
-            q_abs = R(torch.einsum("bshd,hdc->bshc", q_nope, wkv_b[:, :nope]))
+            q_abs = R(self.einsum("bshd,hdc->bshc", q_nope, wkv_b[:, :nope]))
             self.kv_cache.write(start_pos, c)
             self.pe_cache.write(start_pos, k_pe)
-            s_lat = R(torch.einsum("bshc,btc->bsht", q_abs, self.kv_cache.read(bsz, end_pos)))
-            s_pe = R(torch.einsum("bshr,btr->bsht", q_pe, self.pe_cache.read(bsz, end_pos)))
+            s_lat = R(self.einsum("bshc,btc->bsht", q_abs, self.kv_cache.read(bsz, end_pos)))
+            s_pe = R(self.einsum("bshr,btr->bsht", q_pe, self.pe_cache.read(bsz, end_pos)))
             scores = R(R(s_lat + s_pe) * self.scale)
             if record is not None:
                 record["q_absorbed"] = q_abs
         if seqlen > 1:
             mask = torch.full((seqlen, seqlen), float("-inf"), dtype=self.dtype).triu_(1)
             scores = scores + mask[:, None, :]  # [s, 1, t] over [b, s, h, t]; start_pos == 0 so t == s
-        probs = R(torch.softmax(scores, dim=-1))
+        probs = R(self.softmax(scores))
         if self.form == "naive":
-            o = R(torch.einsum("bsht,bthd->bshd", probs, self.v_cache.read(bsz, end_pos)))
+            o = R(self.einsum("bsht,bthd->bshd", probs, self.v_cache.read(bsz, end_pos)))
             if record is not None:
                 record["attn_out"] = o
         else:
-            lat = R(torch.einsum("bsht,btc->bshc", probs, self.kv_cache.read(bsz, end_pos)))
-            o = R(torch.einsum("bshc,hdc->bshd", lat, wkv_b[:, nope:]))
+            lat = R(self.einsum("bsht,btc->bshc", probs, self.kv_cache.read(bsz, end_pos)))
+            o = R(self.einsum("bshc,hdc->bshd", lat, wkv_b[:, nope:]))
             if record is not None:
                 record["latent_out"] = lat
         if record is not None:

@@ -1,4 +1,7 @@
-"""Every tolerance of the Python reference and its tests, in one place."""
+"""Every tolerance of the Python reference and its tests, in one place.
+
+(The bounds an implementation is judged by live in the C++ table, core/src/tolerance_table.cpp;
+nothing here is one of them.)"""
 
 # naive vs absorbed form of the full layer, float64 (relative to the output's max magnitude)
 NAIVE_VS_ABSORBED_FP64_REL = 1e-12
@@ -8,14 +11,22 @@ CORE_VS_LAYER_FP64_REL = 1e-12
 PAGE_PERMUTATION_REL = 0.0
 # YaRN inverse frequencies vs the closed form (both float64)
 YARN_FREQ_REL = 1e-15
-# softmax-scale constants quoted in FIELD-NOTES to 10 decimals
+# softmax-scale constants quoted in docs/field.md to 10 decimals
 SOFTMAX_SCALE_ABS = 5e-11
 # sanity: pipelines vs the fp64 truth on the tiny preset (relative to the output's max magnitude)
 FP32_VS_FP64_REL = 1e-5
 BF16_VS_FP64_REL = 0.05
 
-# `goldens check`: a regenerated catalog vs the one on disk. Integer / byte datasets, stored
-# inputs and attributes must be identical; computed values may differ by summation order.
-CHECK_FP64_REL = 1e-12  # |a - b| <= rel * max|b| over the dataset (normwise)
+# `goldens check`: a regenerated catalog vs the one on disk, possibly under another torch/numpy.
+#  * What defines a case — attributes (softmax_scale included), every input (stored or the
+#    sha256 of a generated one), rope/inv_freq, the exact FP8 dequantization, needle overlays —
+#    must be identical: it is computed by fixed integer / correctly rounded algorithms.
+#  * The fp64 truth (truth/*, unquantized/*, the fp64 pipeline, its intermediates and caches)
+#    must agree to 1e-3 of the bound an fp64 implementation is held to (1e-12 of the largest
+#    magnitude, core/src/tolerance_table.cpp attn.out.f64): its sums are order-independent
+#    (mla_ref.exact.matmul), only exp/log/rsqrt may differ in their last bit.
+#  * Deployed-precision results (same_dtype/*, the fp32 and bf16 pipelines) are what a kernel
+#    with torch's summation order computes; they may move within these bounds.
+CHECK_TRUTH_REL = 1e-3 * 1e-12  # |a - b| <= rel * max|b| over the dataset (normwise)
 CHECK_FP32_REL = 1e-5   # float32 results (fp32 pipeline, same-dtype lse)
 CHECK_BF16_REL = 2.0 ** -6  # bf16 results: 4 bf16 ulps at the dataset's largest magnitude

@@ -1,4 +1,5 @@
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ from mla_ref import tolerances as T
 
 
 def test_softmax_scale_constants():
-    # FIELD-NOTES: mscale 1.0 -> 0.1352337789, mscale 0.707 -> 0.1147213868 (YaRN on: 16384 > 4096)
+    # docs/field.md: mscale 1.0 -> 0.1352337789, mscale 0.707 -> 0.1147213868 (YaRN on: 16384 > 4096)
     assert abs(config.preset("v3").softmax_scale - 0.1352337789) < T.SOFTMAX_SCALE_ABS
     for p in ("v3-tp2", "v3-tp4", "v3-tp8"):
         assert config.preset(p).softmax_scale == config.preset("v3").softmax_scale
@@ -57,19 +58,36 @@ def _closed_form(args):
     return np.array(out)
 
 
+def _is_correctly_rounded_power(f: float, theta: int, num: int, den: int) -> bool:
+    """f is the float64 nearest to theta^(-num/den): the two midpoints around f bracket the exact
+    value, checked in integer arithmetic (m^den vs theta^-num as Fractions)."""
+    lo = (Fraction(f) + Fraction(np.nextafter(f, 0))) / 2
+    hi = (Fraction(f) + Fraction(np.nextafter(f, 2))) / 2
+    want = Fraction(1, theta ** num) if num >= 0 else Fraction(theta ** -num)
+    return lo ** den <= want <= hi ** den
+
+
 @pytest.mark.parametrize("name", list(config.PRESETS))
 def test_yarn_inv_freq_closed_form(name):
     a = config.preset(name)
     got, want = rope.inv_freq(a), _closed_form(a)
+    # the library's pow differs from the correctly rounded value by at most an ulp or two
     assert np.allclose(got, want, rtol=T.YARN_FREQ_REL * 4, atol=0)
-    if a.yarn and a.qk_rope_head_dim == 64:
+    dim = a.qk_rope_head_dim
+    if a.yarn and dim == 64:
         base = 1.0 / 10000.0 ** (np.arange(0, 64, 2) / 64)
-        assert np.array_equal(got[:10], base[:10])  # below low: unchanged
+        assert np.allclose(got[:10], base[:10], rtol=1e-15)  # below low: unchanged
         assert np.allclose(got[23:], base[23:] / 40.0, rtol=1e-15)  # above high: divided by the factor
-        assert np.all((got[10:23] <= base[10:23]) & (got[10:23] >= base[10:23] / 40.0))
-    if not a.yarn:
-        assert np.allclose(got, 1.0 / a.rope_theta ** (np.arange(0, a.qk_rope_head_dim, 2) / a.qk_rope_head_dim),
-                           rtol=1e-15)
+        ulps = 1 + 4 * 2.0 ** -52  # base is the library pow: within an ulp or two
+        assert np.all((got[10:23] <= base[10:23] * ulps) & (got[10:23] >= base[10:23] / 40.0 / ulps))
+    # Where no ramp applies the entry is theta^(-2i/dim) itself: exactly the correctly rounded value
+    # (checked in integers, independently of mla_ref.exact), whatever the platform's pow says.
+    theta = int(a.rope_theta)
+    assert theta == a.rope_theta
+    plain = range(dim // 2) if not a.yarn else range(rope.find_correction_range(
+        a.beta_fast, a.beta_slow, dim, a.rope_theta, a.original_seq_len)[0])
+    for i in plain:
+        assert _is_correctly_rounded_power(float(got[i]), theta, 2 * i, dim), (name, i)
 
 
 def test_yarn_min_equals_max_rule():

@@ -16,24 +16,26 @@ def test_write_is_deterministic_and_check_detects_changes(tmp_path):
     ok, notes = goldens.compare_files(str(a), str(b))
     assert ok, notes
 
-    # a computed fp64 value off by 1e-14 relative: within tolerance; by 1e-9: a failure
+    # a computed fp64 value off by an ulp: within tolerance (1e-3 of the fp64 bound); by 1e-13
+    # of the largest magnitude (a tenth of the bound an fp64 kernel gets): a failure
     c = tmp_path / "c.h5"
     shutil.copy(a, c)
     path = "cases/tiny_boundary/accept/fp64/absorbed/out"
     with h5py.File(c, "r+") as f:
         d = f[path]
         v = d[()]
-        v.flat[0] *= 1 + 1e-14
+        v.flat[0] = np.nextafter(v.flat[0], np.inf)
         d[...] = v
     assert goldens.compare_files(str(c), str(b))[0]
     with h5py.File(c, "r+") as f:
         v = f[path][()]
-        v.flat[0] += 1e-9 * np.abs(v).max()
+        v.flat[0] += 1e-13 * np.abs(v).max()
         f[path][...] = v
     ok, notes = goldens.compare_files(str(c), str(b))
     assert not ok and any("accept/fp64/absorbed/out" in n for n in notes)
 
-    # a stored bf16 input must be identical; an attribute too
+    # a stored bf16 input must be identical; an attribute too; and a float64 definition
+    # (rope/inv_freq) by a single ulp
     shutil.copy(a, c)
     with h5py.File(c, "r+") as f:
         x = f["cases/tiny_boundary/accept/x"]
@@ -41,9 +43,14 @@ def test_write_is_deterministic_and_check_detects_changes(tmp_path):
         v.flat[3] ^= 1
         x[...] = v
         f["cases/tiny_boundary"].attrs["seed"] = np.int64(12345)
+        r = f["cases/tiny_boundary/rope/inv_freq"]
+        v = r[()]
+        v[1] = np.nextafter(v[1], 0)
+        r[...] = v
     ok, notes = goldens.compare_files(str(c), str(b))
     assert not ok
     assert any("accept/x" in n for n in notes) and any("attribute seed" in n for n in notes)
+    assert any("rope/inv_freq" in n and "must be identical" in n for n in notes)
 
     # provenance differences are reported, not failed
     shutil.copy(a, c)

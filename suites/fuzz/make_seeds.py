@@ -8,7 +8,8 @@ OUT/golden_loader/     small schema-valid files of every family, so that mutatio
                          syn_*.h5    written here with fixtures/bad/make_corpus.py's helpers
                                      (tiny shapes, zeros where the loader never looks: it checks
                                      dtypes, shapes, paging, generated digests and the FP8 codec,
-                                     not the maths); gzip+shuffle chunked outputs as the real writer
+                                     not the maths), schema versions 1 and 2 (an FP8 recipe, a
+                                     needle overlay); gzip+shuffle chunked outputs as the real writer
                                      has them, and one file in h5py's default (oldest) format, the
                                      real goldens' (a slim copy of a real case is 300 KiB: too big
                                      for a fuzzing input)
@@ -126,11 +127,54 @@ def attn_generated(cases, name, seed):
     attn_results(g, b, sq, h, seed)
 
 
-def write_attn(path, family, builders, earliest=False):
+def attn_fp8_recipe(cases, name, seed):
+    # Schema version 2: an FP8 case that names its recipe. Block maxima ~1.7 are far above the
+    # recipes' crossover, so the corpus writer's (DeepSeek) encoder writes FlashMLA's bytes too.
+    attn_case(cases, name, seed=seed, ps=1, lens=(2,), fp8=True)
+    cases[name].attrs.create("fp8_recipe", "flashmla", dtype=h5py.string_dtype("utf-8"))
+
+
+def attn_needles(cases, name, seed):
+    # Schema version 2: generated q and cache with a poisoned spare block and a needle overlay
+    # (fixtures/SCHEMA.md "Needles"; the loader checks its structure, not the placement rule).
+    b, sq, h, ps, nb, mb, lens = 1, 1, 2, 2, 3, 3, [4]
+    g = mc.grp(cases, name)
+    mc.attrs(g, [("kind", "attn_core"), ("description", f"fuzz seed {name}"), ("batch", b), ("s_q", sq),
+                 ("heads", h), ("d_qk", D), ("d_v", DV), ("page_size", ps), ("num_blocks", nb),
+                 ("max_blocks", mb), ("cache_format", "bf16"), ("topk", 0), ("softmax_scale", mc.SCALE),
+                 ("causal", 1), ("sentinel_block_id", mc.SENTINEL), ("seed", seed), ("inputs_stored", 0)])
+    gen = mc.grp(g, "generated")
+    for tname, stream, shape in (("q", 0, (b, sq, h, D)), ("kv_cache", 1, (nb, ps, D))):
+        bits = mc.bf16_bits(rand(seed, stream, shape))
+        mc.attrs(mc.grp(gen, tname), [
+            ("algorithm", "splitmix64-uniform-v1"), ("seed", seed), ("stream", stream), ("mean", 0.0),
+            ("std", 1.0), ("shape", np.array(shape, dtype=np.int64)), ("dtype", "bfloat16"),
+            ("sha256", hashlib.sha256(bits.astype("<u2").tobytes()).hexdigest())])
+    inp = mc.grp(g, "inputs")
+    put(inp, "block_table", np.array([[2, 0, mc.SENTINEL]]), "int32")
+    put(inp, "cache_seqlens", np.array(lens), "int32")
+    nd = mc.grp(g, "needles")
+    mc.attrs(nd, [("rule", "needles-v1"), ("alpha", 4096.0)])
+    tok = np.zeros((2, D))
+    tok[0, 0], tok[1, 1], tok[0, DV], tok[1, DV] = 2.0, 2.0, 4096.0, 4096.0
+    put(nd, "positions", np.array([[0, 0], [0, 3]]), "int32")
+    put(nd, "kv", mc.bf16_bits(tok), "bfloat16")
+    mask = np.zeros((b, D), np.uint8)
+    mask[0, :2], mask[0, DV] = 1, 1
+    qv = np.zeros((b, h, D))
+    qv[0, 0, DV] = 1.0
+    put(nd, "q_mask", mask, "uint8")
+    put(nd, "q_values", mc.bf16_bits(qv), "bfloat16")
+    attn_results(g, b, sq, h, seed)
+
+
+def write_attn(path, family, builders, earliest=False, schema_version=1):
     # `earliest`: h5py's defaults (the oldest file format, object timestamps), as the real
     # goldens are written, instead of the corpus writer's compact 1.8 format.
     with (h5py.File(path, "w") if earliest else mc.new_file(path)) as f:
         cases = mc.root(f, family, 99)
+        if schema_version != 1:
+            f.attrs.modify("schema_version", np.int64(schema_version))
         for b in builders:
             b(cases)
 
@@ -249,6 +293,10 @@ def main():
         lambda c: attn_case(c, "sparse_bf16_topk4", seed=25, sq=2, lens=(3,), topk=4, causal=0)])
     write_attn(os.path.join(gl, "syn_attn_stress.h5"), "attn_stress", [
         lambda c: attn_case(c, "stress_one", seed=26, ps=4, lens=(4,))])
+    write_attn(os.path.join(gl, "syn_attn_fp8_v2.h5"), "attn_fp8", [
+        lambda c: attn_fp8_recipe(c, "fp8_flashmla", 28)], schema_version=2)
+    write_attn(os.path.join(gl, "syn_attn_stress_v2.h5"), "attn_stress", [
+        lambda c: attn_needles(c, "needles", 29)], schema_version=2)
     write_layer(os.path.join(gl, "syn_full_layer.h5"), "full_layer", [
         lambda c: full_layer_case(c, "noqlora_noyarn", 31, 0, True),
         lambda c: full_layer_case(c, "qlora_yarn_gzip", 32, 3, True, gzip=True)])

@@ -27,7 +27,7 @@ const BadFile kBadFiles[] = {
     {"missing_dataset.h5", "/cases/dense_stored/truth/lse", "found missing"},
     {"lying_shape.h5", "/cases/dense_stored/inputs/q", "expected shape [1, 2, 1, 576], found shape [2, 2, 2, 576]"},
     {"huge_elements.h5", "/cases/dense_stored/inputs/q", "at most 268435456 elements"},
-    {"wrong_schema_version.h5", "/", "expected schema_version 1, found schema_version 2"},
+    {"wrong_schema_version.h5", "/", "expected schema_version 1 to 2, found schema_version 3"},
     {"missing_attribute.h5", "/cases/dense_stored", "attribute 'page_size', found missing"},
     {"generated_sha256_mismatch.h5", "/cases/dense_generated/generated/q", "(regenerated)"},
     {"generated_huge_shape.h5", "/cases/dense_generated/generated/q", "found shape [1000000, 1, 1000000, 576]"},

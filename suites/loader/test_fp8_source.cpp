@@ -53,9 +53,10 @@ class Fp8Source : public ::testing::Test {
 
 TEST_F(Fp8Source, CoreEncodingOfTheBf16CacheIsTheStoredBytes) {
   const auto cases = fp8_cases(cat_);
-  ASSERT_GE(cases.size(), 6u) << "attn_fp8 has 4 FP8 cases and attn_sparse 2";
+  ASSERT_GE(cases.size(), 14u) << "attn_fp8 has 8 FP8 cases and attn_sparse 6";
   long saturated = 0, subnormal = 0, floored = 0, tokens = 0;
   bool fmts[2] = {false, false};
+  bool recipes[2][2] = {{false, false}, {false, false}};  // [recipe][scale format]
   std::vector<double> lat(kLatentDim), rope(kRopeDim);
   std::vector<uint8_t> tok(kFp8TokenBytes);
   for (const auto& fc : cases) {
@@ -64,14 +65,12 @@ TEST_F(Fp8Source, CoreEncodingOfTheBf16CacheIsTheStoredBytes) {
     ASSERT_EQ(c.shape.cache_format, CacheFormat::fp8);
     const std::size_t slots = static_cast<std::size_t>(c.shape.num_blocks) * c.shape.page_size;
     ASSERT_EQ(c.kv_cache_bf16.size(), slots * kQkDim) << "inputs/kv_cache_bf16 missing or mis-sized";
-    const ScaleFmt fmt = c.scale_fmt == "ue8m0" ? ScaleFmt::ue8m0 : ScaleFmt::fp32;
+    const ScaleFmt fmt = scale_fmt_from_string(c.scale_fmt);
+    const Fp8Recipe recipe = fp8_recipe_from_string(c.fp8_recipe);
     fmts[fmt == ScaleFmt::ue8m0] = true;
-    float floor_scale = 1e-4f / 448.f;
-    if (fmt == ScaleFmt::ue8m0) {
-      int e = 0;
-      (void)std::frexp(floor_scale, &e);
-      floor_scale = std::ldexp(1.f, e);
-    }
+    recipes[recipe == Fp8Recipe::flashmla][fmt == ScaleFmt::ue8m0] = true;
+    // The scale of a block with amax below 1e-4 (the floor of both recipes).
+    const float floor_scale = fp8_block_scale(0.0, fmt, recipe);
     std::vector<char> used(slots, 0);
     for (int i = 0; i < c.shape.batch; ++i)
       for (int t = 0; t < c.cache_seqlens[static_cast<std::size_t>(i)]; ++t)
@@ -89,7 +88,7 @@ TEST_F(Fp8Source, CoreEncodingOfTheBf16CacheIsTheStoredBytes) {
       for (std::size_t d = 0; d < kLatentDim; ++d) lat[d] = bf16_to_float(bits[d]);
       for (std::size_t d = 0; d < kRopeDim; ++d) rope[d] = bf16_to_float(bits[kLatentDim + d]);
       for (double v : lat) ASSERT_FALSE(std::isnan(v)) << "NaN in used slot " << slot;
-      fp8_quantize_token(lat, rope, fmt, tok);
+      fp8_quantize_token(lat, rope, fmt, tok, recipe);
       const uint8_t* want = c.kv_cache.data() + slot * kFp8TokenBytes;
       ASSERT_EQ(std::memcmp(tok.data(), want, kFp8TokenBytes), 0) << "slot " << slot;
       for (std::size_t j = 0; j < kLatentDim; ++j) {
@@ -104,6 +103,8 @@ TEST_F(Fp8Source, CoreEncodingOfTheBf16CacheIsTheStoredBytes) {
     }
   }
   EXPECT_TRUE(fmts[0] && fmts[1]) << "FP8 cases of both scale formats";
+  for (int r = 0; r < 2; ++r)
+    for (int f = 0; f < 2; ++f) EXPECT_TRUE(recipes[r][f]) << "FP8 cases of every recipe and scale format: " << r << f;
   EXPECT_GT(saturated, 0) << "no ±448 code";
   EXPECT_GT(subnormal, 0) << "no subnormal code";
   EXPECT_GT(floored, 0) << "no block with amax < 1e-4";
@@ -140,6 +141,43 @@ TEST_F(Fp8Source, ABf16SourceThatDoesNotEncodeToTheBytesIsRefused) {
     const std::string m = e.what();
     EXPECT_NE(m.find("kv_cache_bf16"), std::string::npos) << m;
     EXPECT_NE(m.find(fmt::format("slot {}", slot)), std::string::npos) << m;
+  }
+  fs::remove(tmp);
+}
+
+
+// A case's bytes are those of its recipe: a copy of a FlashMLA-recipe case that claims DeepSeek's
+// recipe is refused (its tiny blocks encode differently), naming the recipe; an unknown recipe
+// name is refused as such.
+TEST_F(Fp8Source, TheRecipeAttributeIsTheOneTheBytesWereWrittenWith) {
+  std::string name;
+  for (const auto& fc : fp8_cases(cat_)) {
+    if (fc.file == "attn_fp8.h5" && load_attn_case(cat_.file(fc.file), fc.name).fp8_recipe == "flashmla") {
+      name = fc.name;
+      break;
+    }
+  }
+  ASSERT_FALSE(name.empty()) << "no flashmla-recipe case in attn_fp8.h5";
+  const fs::path tmp = fs::temp_directory_path() / fmt::format("mla_fp8_recipe_{}.h5", ::getpid());
+  for (const std::string claim : {"deepseek_v32", "vllm"}) {
+    SCOPED_TRACE(claim);
+    fs::copy_file(cat_.file("attn_fp8.h5"), tmp, fs::copy_options::overwrite_existing);
+    {
+      H5::H5File f(tmp.string(), H5F_ACC_RDWR);
+      H5::Group g = f.openGroup("/cases/" + name);
+      g.removeAttr("fp8_recipe");
+      H5::StrType t(H5::PredType::C_S1, H5T_VARIABLE);
+      t.setCset(H5T_CSET_UTF8);
+      g.createAttribute("fp8_recipe", t, H5::DataSpace(H5S_SCALAR)).write(t, claim);
+    }
+    try {
+      (void)load_attn_case(tmp, name);
+      ADD_FAILURE() << "a case whose bytes are not its recipe's was accepted";
+    } catch (const FixtureError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(claim == "vllm" ? "fp8_recipe 'deepseek_v32' or 'flashmla'" : "fp8_recipe deepseek_v32"),
+                std::string::npos) << m;
+    }
   }
   fs::remove(tmp);
 }

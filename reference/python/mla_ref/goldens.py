@@ -23,9 +23,9 @@ import h5py
 import numpy as np
 import torch
 
-from . import __version__, attention, config, generator, layer, numerics, rope, tolerances
+from . import __version__, attention, config, generator, layer, needles, numerics, rope, tolerances
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CANONICAL_COMMAND = "python3 -m mla_ref.goldens write --out fixtures/goldens"
 FAMILIES = ("full_layer", "attn_core", "attn_fp8", "attn_sparse", "attn_stress", "cache_boundary")
 FAMILY_SEEDS = {"full_layer": 1000, "attn_core": 2000, "attn_fp8": 3000, "attn_sparse": 4000,
@@ -225,8 +225,9 @@ def write_cache_boundary(root: Node, seed0: int):
 
 class AttnSpec:
     def __init__(self, name, description, *, heads, s_q, lengths, page_size, scale=DEFAULT_SCALE,
-                 cache_format="bf16", scale_fmt=None, topk=0, q_std=1.0, extra_blocks=1, extra_bt=1,
-                 permute=True, generated=False, modify=None, indices=None, fp8_specials=False):
+                 cache_format="bf16", scale_fmt=None, fp8_recipe=numerics.DEFAULT_FP8_RECIPE, topk=0, q_std=1.0,
+                 extra_blocks=1, extra_bt=1, permute=True, generated=False, modify=None, indices=None,
+                 fp8_specials=False, fp8_tiny=False, needles=False, seed=None):
         self.__dict__.update(locals())
         del self.__dict__["self"]
 
@@ -253,6 +254,27 @@ def _fp8_specials(lat: np.ndarray, pos: int) -> None:
         lat[0:128] *= 6.0  # large scale, logits stay moderate
 
 
+# Block maxima of the tiny-amax FP8 blocks: all zero, below the 1e-4 clamp, then both sides of
+# the two places where the recipes part: 448·2^-14 = 0.02734375 (ue8m0 scales) and 448·1e-4 ~
+# 0.0448 (float32 scales), each a bf16 value; and one ordinary block. numerics.fp8_recipes_differ
+# says which of them the recipes encode differently.
+TINY_AMAX = (0.0, 5.0e-05, 0.009765625, 0.0272216796875, 0.02734375, 0.0274658203125, 0.044677734375,
+             0.044921875, 0.25)
+
+
+def _fp8_tiny_blocks(lat: np.ndarray, pos: int) -> None:
+    """Gives the four 128-value blocks of one token's latent (bf16 values, in place) block maxima
+    from TINY_AMAX, cycling with the token's position so every value meets every block index."""
+    for blk in range(4):
+        amax = numerics.round_bf16_np(np.array([TINY_AMAX[(4 * pos + blk) % len(TINY_AMAX)]]))[0]
+        x = lat[128 * blk:128 * (blk + 1)]
+        m = np.abs(x).max()
+        y = numerics.round_bf16_np(x * (amax / m)) if m > 0 else np.zeros_like(x)
+        y = np.clip(y, -amax, amax)
+        y[int(np.argmax(np.abs(x)))] = amax  # the block maximum, exactly
+        lat[128 * blk:128 * (blk + 1)] = y
+
+
 def build_attn_case(spec: AttnSpec, seed: int):
     """Returns a dict with everything to write (see write_attn_case)."""
     b, s_q, h, ps = len(spec.lengths), spec.s_q, spec.heads, spec.page_size
@@ -265,8 +287,6 @@ def build_attn_case(spec: AttnSpec, seed: int):
     q_gen = generator.GeneratedTensor(seed, Q_STREAM, (b, s_q, h, attention.D_QK), "bfloat16", 0.0, spec.q_std)
     c_gen = generator.GeneratedTensor(seed, CACHE_STREAM, (nb, ps, attention.D_QK), "bfloat16", 0.0, 1.0)
     q_bits, c_bits = q_gen.data(), c_gen.data()
-    if spec.generated:
-        assert used.all(), "generated caches have no unused slots (lengths are multiples of the page size)"
     q = numerics.bf16_bits_to_f64(q_bits)
     cache = numerics.bf16_bits_to_f64(c_bits)
     if spec.modify is not None:
@@ -281,16 +301,26 @@ def build_attn_case(spec: AttnSpec, seed: int):
                     blk, off = bt[i, t // ps], t % ps
                     _fp8_specials(cache[blk, off, :attention.D_V], t)
         cache = numerics.round_bf16_np(cache)
+    if spec.fp8_tiny:
+        for i, L in enumerate(lengths):
+            for t in range(0, int(L), 2):
+                _fp8_tiny_blocks(cache[bt[i, t // ps], t % ps, :attention.D_V], t)
+    overlay = None
+    if spec.needles:
+        overlay = needles.Overlay(lengths, ps, h, spec.scale, float(np.abs(q).max()),
+                                  float(np.abs(cache[used]).max()))
+        overlay.apply(q, cache, bt)
     cache[~used] = np.nan
     indices = spec.indices(seed, lengths, s_q) if spec.indices is not None else None
     out = dict(spec=spec, seed=seed, lengths=lengths, nb=nb, mb=mb, bt=bt, q=q, q_gen=q_gen, c_gen=c_gen,
-               indices=indices)
+               indices=indices, needles=overlay)
     if spec.cache_format == "bf16":
         out["kv_cache"] = c_bits if spec.generated else numerics.bf16_bits_from_f64(cache)
         truth_cache = cache
     else:
         byt = numerics.fp8_quantize(np.where(used[..., None], cache, 0.0)[..., :attention.D_V],
-                                    np.where(used[..., None], cache, 0.0)[..., attention.D_V:], spec.scale_fmt)
+                                    np.where(used[..., None], cache, 0.0)[..., attention.D_V:], spec.scale_fmt,
+                                    spec.fp8_recipe)
         byt[~used] = numerics.fp8_poison_token()
         out["kv_cache"] = byt
         # The bf16 cache these bytes encode (unused slots NaN, like a bf16 cache): FP8 encoding of
@@ -315,7 +345,7 @@ def write_attn_case(root: Node, c: dict):
              ("heads", spec.heads), ("d_qk", attention.D_QK), ("d_v", attention.D_V), ("page_size", spec.page_size),
              ("num_blocks", c["nb"]), ("max_blocks", c["mb"]), ("cache_format", spec.cache_format)]
     if spec.cache_format == "fp8":
-        attrs.append(("scale_fmt", spec.scale_fmt))
+        attrs += [("scale_fmt", spec.scale_fmt), ("fp8_recipe", spec.fp8_recipe)]
     attrs += [("topk", spec.topk), ("softmax_scale", float(spec.scale)), ("causal", 0 if spec.topk else 1),
               ("sentinel_block_id", attention.SENTINEL_BLOCK_ID), ("seed", c["seed"]),
               ("inputs_stored", 0 if spec.generated else 1)]
@@ -336,6 +366,8 @@ def write_attn_case(root: Node, c: dict):
     inp.ds("cache_seqlens", c["lengths"], "int32")
     if spec.topk:
         inp.ds("indices", c["indices"], "int32")
+    if c["needles"] is not None:
+        c["needles"].write(case)
     t = case.group("truth")
     t.f64("out", c["truth"][0])
     t.f64("lse", c["truth"][1])
@@ -350,7 +382,7 @@ def write_attn_case(root: Node, c: dict):
 
 def write_attn_specs(root: Node, seed0: int, specs):
     for i, spec in enumerate(specs):
-        write_attn_case(root, build_attn_case(spec, seed0 + i))
+        write_attn_case(root, build_attn_case(spec, seed0 + i if spec.seed is None else spec.seed))
 
 
 def attn_core_specs():
@@ -390,6 +422,16 @@ def attn_fp8_specs():
           fp8_specials=True, scale=V3_SCALE, extra_blocks=2),
         S("fp8_ue8m0_h128", "FP8 ue8m0 scales, 128 heads, length 150, page 64",
           heads=128, s_q=1, lengths=[150], page_size=64, cache_format="fp8", scale_fmt="ue8m0", fp8_specials=True),
+    ] + [
+        # One bf16 cache (one seed) quantized by each recipe in each scale format: blocks with amax
+        # below the crossovers (zero, < 1e-4, both sides of 448·2^-14 and of 448·1e-4) on every
+        # other token, so the four byte images differ exactly where the recipes do.
+        S(f"fp8_tiny_{recipe}_{fmt}",
+          f"FP8 tiny-amax blocks (0 ... 0.0449) quantized with the {recipe} recipe, {fmt} scales; "
+          "same bf16 cache as the other fp8_tiny cases",
+          heads=8, s_q=1, lengths=[1, 64, 65], page_size=64, cache_format="fp8", scale_fmt=fmt,
+          fp8_recipe=recipe, fp8_tiny=True, seed=FAMILY_SEEDS["attn_fp8"] + 100)
+        for recipe in numerics.FP8_RECIPES for fmt in numerics.SCALE_FMTS
     ]
 
 
@@ -444,6 +486,16 @@ def attn_sparse_specs():
         sp("sparse_fp8_topk2048", "sparse top-2048 over an FP8 cache (ue8m0 scales), s_q 1, 2000 valid",
            2048, lambda L, k: 2000, heads=64, s_q=1, lengths=[2048], page_size=64,
            cache_format="fp8", scale_fmt="ue8m0", fp8_specials=True),
+    ] + [
+        # FlashMLA's sparse shape (h 64, topk % 64 == 0, page 64) over one bf16 cache with
+        # tiny-amax blocks, quantized by each recipe in each scale format.
+        sp(f"sparse_fp8_tiny_{recipe}_{fmt}",
+           f"sparse top-64 over FP8 tiny-amax blocks quantized with the {recipe} recipe, {fmt} scales; "
+           "same bf16 cache as the other sparse_fp8_tiny cases",
+           64, lambda L, k: 48, all_invalid={(1, 0)}, heads=64, s_q=1, lengths=[100, 40], page_size=64,
+           cache_format="fp8", scale_fmt=fmt, fp8_recipe=recipe, fp8_tiny=True,
+           seed=FAMILY_SEEDS["attn_sparse"] + 100)
+        for recipe in numerics.FP8_RECIPES for fmt in numerics.SCALE_FMTS
     ]
 
 
@@ -480,11 +532,18 @@ def attn_stress_specs():
           heads=16, s_q=1, lengths=[300], page_size=64, modify=_dominant),
         S("equal_logits", "all logits equal: output = mean of V over the attended tokens",
           heads=8, s_q=2, lengths=[200, 77], page_size=64, modify=_equal),
-        S("long_32k", "long context 32768 tokens, 128 heads, generated q/cache, generator-permuted pages",
-          heads=128, s_q=1, lengths=[32768], page_size=64, generated=True, extra_blocks=0, scale=V3_SCALE),
-        S("long_128k", "long context 131072 tokens, 128 heads, generated q/cache, identity pages",
-          heads=128, s_q=1, lengths=[131072], page_size=64, generated=True, extra_blocks=0, permute=False,
-          scale=V3_SCALE),
+        # Long contexts (generated q/cache) with needles (SCHEMA.md, "Needles"), permuted pages and
+        # poisoned spare blocks: a kernel that drops, duplicates or misreads a first/last/boundary
+        # token, reads one past the end or ignores the block table is far outside tolerance.
+        S("long_32k", "32768 + 16421 tokens, 128 heads, V3 scale: needles, permuted pages, 3 poisoned spare blocks",
+          heads=128, s_q=1, lengths=[32768, 16421], page_size=64, generated=True, extra_blocks=3, scale=V3_SCALE,
+          needles=True),
+        S("long_65537", "65537 + 1025 + 64 tokens, 64 heads: needles, last pages of one token, permuted pages, "
+          "4 poisoned spare blocks", heads=64, s_q=1, lengths=[65537, 1025, 64], page_size=64, generated=True,
+          extra_blocks=4, needles=True),
+        S("long_128k", "131072 tokens, 128 heads, V3 scale: needles, permuted pages, 2 poisoned spare blocks",
+          heads=128, s_q=1, lengths=[131072], page_size=64, generated=True, extra_blocks=2, scale=V3_SCALE,
+          needles=True),
     ]
 
 

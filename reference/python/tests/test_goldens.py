@@ -9,7 +9,7 @@ import pytest
 
 from conftest import GOLDENS
 from mla_ref import attention as A
-from mla_ref import config, generator, goldens, layer, numerics
+from mla_ref import config, generator, goldens, layer, needles, numerics
 from mla_ref import tolerances as T
 
 pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(GOLDENS, "MANIFEST.sha256")),
@@ -45,7 +45,7 @@ def _datasets(f):
 def test_schema_attrs_and_dtypes(name):
     with h5py.File(os.path.join(GOLDENS, name), "r") as f:
         a = f.attrs
-        assert a["schema_version"] == 1 and a["family"] == name[:-3]
+        assert a["schema_version"] == goldens.SCHEMA_VERSION == 2 and a["family"] == name[:-3]
         for k in ("generator_version", "torch_version", "numpy_version", "h5py_version", "python_version", "command"):
             assert isinstance(a[k], str) and a[k]
         assert a["seed"] == goldens.FAMILY_SEEDS[name[:-3]]
@@ -102,7 +102,8 @@ def test_attn_cases_shapes_and_poison(name):
                     assert (kb[~used] == 0x7FC0).all()
                     vals = numerics.bf16_bits_to_f64(kb[used])
                     assert not np.isnan(vals).any()
-                    enc = numerics.fp8_quantize(vals[:, :512], vals[:, 512:], at["scale_fmt"])
+                    assert at["fp8_recipe"] in numerics.FP8_RECIPES
+                    enc = numerics.fp8_quantize(vals[:, :512], vals[:, 512:], at["scale_fmt"], at["fp8_recipe"])
                     assert np.array_equal(enc, kv[used]), cname
             else:
                 for g in ("q", "kv_cache"):
@@ -110,6 +111,30 @@ def test_attn_cases_shapes_and_poison(name):
                     assert ga["algorithm"] == "splitmix64-uniform-v1" and len(ga["sha256"]) == 64
             if at["topk"]:
                 assert c["inputs/indices"].shape == (b, s_q, int(at["topk"]))
+
+
+def _used(c):
+    at = c.attrs
+    nb, ps, mb = int(at["num_blocks"]), int(at["page_size"]), int(at["max_blocks"])
+    bt, sl = c["inputs/block_table"][()], c["inputs/cache_seqlens"][()]
+    used = np.zeros((nb, ps), bool)
+    for i, L in enumerate(sl):
+        t = np.arange(int(L))
+        used[bt[i, t // ps], t % ps] = True
+    return used
+
+
+def _apply_needles(c, q, cache):
+    """The reader's side of SCHEMA.md "Needles": the stored overlay, written over q and the cache."""
+    if "needles" not in c:
+        return
+    g = c["needles"]
+    bt, ps = c["inputs/block_table"][()], int(c.attrs["page_size"])
+    mask, qv = g["q_mask"][()].astype(bool), numerics.bf16_bits_to_f64(g["q_values"][()])
+    for i in range(q.shape[0]):
+        q[i][..., mask[i]] = qv[i][None, :, mask[i]]
+    for (i, t), tok in zip(g["positions"][()], numerics.bf16_bits_to_f64(g["kv"][()])):
+        cache[bt[i, t // ps], t % ps] = tok
 
 
 def _load_attn(c):
@@ -128,6 +153,8 @@ def _load_attn(c):
             assert t.sha256() == ga["sha256"]
             gt[g] = t.values()
         q, cache = gt["q"], gt["kv_cache"]
+        _apply_needles(c, q, cache)
+        cache[~_used(c)] = np.nan
     idx = c["inputs/indices"][()] if at["topk"] else None
     return q, cache, c["inputs/block_table"][()], c["inputs/cache_seqlens"][()], idx
 
@@ -206,3 +233,111 @@ def test_cache_boundary_file():
             assert c["steps/0/x"].shape[1] == M - 1 and c["steps/0/x"].attrs["start_pos"] == 0
             assert c["accept/x"].attrs["start_pos"] == M - 1 and c["reject/x"].attrs["start_pos"] == M
             assert c["accept/fp64/absorbed/out"].shape == c["accept/x"].shape
+
+
+# ---------------------------------------------------------------- FP8 recipes in the catalog
+
+def _fp8_cases(prefix):
+    out = {}
+    name = "attn_fp8.h5" if prefix == "fp8_tiny_" else "attn_sparse.h5"
+    with h5py.File(os.path.join(GOLDENS, name), "r") as f:
+        for cname, c in f["cases"].items():
+            if cname.startswith(prefix):
+                out[(c.attrs["fp8_recipe"], c.attrs["scale_fmt"])] = (
+                    c["inputs/kv_cache_bf16"][()], c["inputs/kv_cache"][()], _used(c))
+    return out
+
+
+@pytest.mark.parametrize("prefix", ["fp8_tiny_", "sparse_fp8_tiny_"])
+def test_fp8_recipe_cases_differ_exactly_where_the_recipes_do(prefix):
+    """The same bf16 cache under both recipes: byte for byte equal on every block whose amax is at
+    or above the crossover, different on every block below it — and such blocks exist, all-zero
+    ones and both sides of both crossovers included."""
+    cases = _fp8_cases(prefix)
+    assert sorted(cases) == sorted((r, f) for r in numerics.FP8_RECIPES for f in numerics.SCALE_FMTS)
+    for fmt in numerics.SCALE_FMTS:
+        (src_a, kv_a, used), (src_b, kv_b, _) = cases[("deepseek_v32", fmt)], cases[("flashmla", fmt)]
+        assert np.array_equal(src_a, src_b)
+        lat = numerics.bf16_bits_to_f64(src_a[used])[:, :512].reshape(-1, 4, 128)
+        amax = np.abs(lat).max(-1)  # [tokens, 4]
+        differ = numerics.fp8_recipes_differ(amax, fmt)
+        ta, tb = kv_a[used], kv_b[used]
+        codes_differ = (ta[:, :512].reshape(-1, 4, 128) != tb[:, :512].reshape(-1, 4, 128)).any(-1)
+        scales_differ = (ta[:, 512:528].reshape(-1, 4, 4) != tb[:, 512:528].reshape(-1, 4, 4)).any(-1)
+        assert np.array_equal(scales_differ, differ), fmt
+        assert not codes_differ[~differ].any() and np.array_equal(ta[:, 528:], tb[:, 528:])
+        assert differ.sum() >= 4 and (~differ).sum() >= 4
+        assert (amax[differ] == 0).any(), "an all-zero block"
+        # both sides of this format's crossover are present
+        edge = 0.02734375 if fmt == "ue8m0" else 0.0448
+        assert (amax[differ] > edge * 0.99).any() and (amax[~differ] < edge * 1.01).any()
+        for recipe in numerics.FP8_RECIPES:
+            src, kv, _ = cases[(recipe, fmt)]
+            vals = numerics.bf16_bits_to_f64(src[used])
+            assert np.array_equal(numerics.fp8_quantize(vals[:, :512], vals[:, 512:], fmt, recipe), kv[used])
+
+
+# ---------------------------------------------------------------- needles and long cases
+
+LONG_CASES = ("long_32k", "long_65537", "long_128k")
+
+
+def test_long_cases_guard_against_over_reads():
+    """Every long case: needles, permuted pages, poisoned spare blocks, and at least one has
+    several sequences and a last page with a single token (reading past its end hits poison)."""
+    multi = partial = False
+    with h5py.File(os.path.join(GOLDENS, "attn_stress.h5"), "r") as f:
+        assert set(LONG_CASES) <= set(f["cases"])
+        for cname, c in f["cases"].items():
+            sl = c["inputs/cache_seqlens"][()]
+            if sl.max() < 16384:
+                continue
+            assert cname in LONG_CASES
+            assert c["needles"].attrs["rule"] == needles.RULE, cname
+            used = _used(c)
+            assert (~used.any(-1)).sum() >= 2, f"{cname}: poisoned spare blocks"
+            bt = c["inputs/block_table"][()]
+            first = bt[0, :-(-int(sl[0]) // 64)]
+            assert not np.array_equal(first, np.sort(first)), f"{cname}: pages permuted"
+            multi |= len(sl) > 1
+            partial |= bool((sl % int(c.attrs["page_size"]) != 0).any())
+    assert multi and partial
+
+
+def test_needles_follow_the_rule():
+    """The stored overlay is SCHEMA.md's rule, rederived here from its text, and the stored truth
+    shows it: in every needle head the output at each needle's latent dim is B / (needles in its
+    slot), in [2, 8); background heads are ordinary."""
+    with h5py.File(os.path.join(GOLDENS, "attn_stress.h5"), "r") as f:
+        for cname in LONG_CASES:
+            c = f["cases"][cname]
+            at, g = c.attrs, c["needles"]
+            h, ps = int(at["heads"]), int(at["page_size"])
+            sl = c["inputs/cache_seqlens"][()]
+            pos = g["positions"][()]
+            kv = numerics.bf16_bits_to_f64(g["kv"][()])
+            alpha = g.attrs["alpha"]
+            assert alpha == 2.0 ** np.ceil(np.log2(alpha)) and alpha * at["softmax_scale"] > 64
+            out = c["truth/out"][()]
+            for i, L in enumerate(sl):
+                L = int(L)
+                want = [t for t in range(L) if t % 64 in (0, 63) or t % ps in (0, ps - 1) or t == L - 1]
+                mine = pos[pos[:, 0] == i, 1]
+                assert mine.tolist() == want, (cname, i)
+                n = len(want)
+                S = max(1, min(64, (h + 1) // 2, n // 2))
+                R = -(-n // S)
+                B = 2.0 ** np.ceil(np.log2(2 * R))
+                toks = kv[pos[:, 0] == i]
+                for k, tok in enumerate(toks):
+                    nz = np.flatnonzero(tok)
+                    assert nz.tolist() == [k // S, 512 + k % S] and tok[k // S] == B and tok[512 + k % S] == alpha
+                mask = g["q_mask"][i].astype(bool)
+                assert np.flatnonzero(mask).tolist() == list(range(R)) + list(range(512, 512 + S))
+                for hh in range(0, h, 2):
+                    s = (hh // 2) % S
+                    n_slot = len(range(s, n, S))
+                    dims = [k // S for k in range(s, n, S)]
+                    got = out[i, 0, hh, dims]
+                    np.testing.assert_allclose(got, B / n_slot, rtol=1e-12)
+                    assert 2 <= B / n_slot < 8 or n_slot == 1

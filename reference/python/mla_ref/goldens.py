@@ -269,8 +269,11 @@ def _fp8_tiny_blocks(lat: np.ndarray, pos: int) -> None:
         amax = numerics.round_bf16_np(np.array([TINY_AMAX[(4 * pos + blk) % len(TINY_AMAX)]]))[0]
         x = lat[128 * blk:128 * (blk + 1)]
         m = np.abs(x).max()
-        y = numerics.round_bf16_np(x * (amax / m)) if m > 0 else np.zeros_like(x)
-        y = np.clip(y, -amax, amax)
+        if amax == 0 or m == 0:
+            y = np.zeros_like(x)  # +0 everywhere (np.clip's choice between -0 and +0 varies by numpy)
+        else:
+            y = numerics.round_bf16_np(x * (amax / m))
+            y = np.where(y > amax, amax, np.where(y < -amax, -amax, y))
         y[int(np.argmax(np.abs(x)))] = amax  # the block maximum, exactly
         lat[128 * blk:128 * (blk + 1)] = y
 

@@ -106,9 +106,10 @@ def attn_case(cases, name, *, seed, b=1, sq=1, h=1, ps=2, lens=(3,), topk=0, fp8
     attn_results(g, b, sq, h, seed, fp8)
 
 
-def attn_generated(cases, name, seed):
-    # Generated q and cache (inputs_stored 0): lengths a multiple of the page, no spare block.
-    b, sq, h, ps, nb, mb, lens = 1, 1, 2, 2, 1, 2, [2]
+def attn_generated(cases, name, seed, nb=1, mb=2, lens=(2,), block_table=None):
+    # Generated q and cache (inputs_stored 0); by default lengths a multiple of the page, no
+    # spare block.
+    b, sq, h, ps = 1, 1, 2, 2
     g = mc.grp(cases, name)
     mc.attrs(g, [("kind", "attn_core"), ("description", f"fuzz seed {name}"), ("batch", b), ("s_q", sq),
                  ("heads", h), ("d_qk", D), ("d_v", DV), ("page_size", ps), ("num_blocks", nb),
@@ -122,9 +123,10 @@ def attn_generated(cases, name, seed):
             ("std", 1.0), ("shape", np.array(shape, dtype=np.int64)), ("dtype", "bfloat16"),
             ("sha256", hashlib.sha256(bits.astype("<u2").tobytes()).hexdigest())])
     inp = mc.grp(g, "inputs")
-    put(inp, "block_table", np.array([[0, mc.SENTINEL]]), "int32")
-    put(inp, "cache_seqlens", np.array(lens), "int32")
+    put(inp, "block_table", np.array(block_table or [[0, mc.SENTINEL]]), "int32")
+    put(inp, "cache_seqlens", np.array(list(lens)), "int32")
     attn_results(g, b, sq, h, seed)
+    return g
 
 
 def attn_fp8_recipe(cases, name, seed):
@@ -137,22 +139,8 @@ def attn_fp8_recipe(cases, name, seed):
 def attn_needles(cases, name, seed):
     # Schema version 2: generated q and cache with a poisoned spare block and a needle overlay
     # (fixtures/SCHEMA.md "Needles"; the loader checks its structure, not the placement rule).
-    b, sq, h, ps, nb, mb, lens = 1, 1, 2, 2, 3, 3, [4]
-    g = mc.grp(cases, name)
-    mc.attrs(g, [("kind", "attn_core"), ("description", f"fuzz seed {name}"), ("batch", b), ("s_q", sq),
-                 ("heads", h), ("d_qk", D), ("d_v", DV), ("page_size", ps), ("num_blocks", nb),
-                 ("max_blocks", mb), ("cache_format", "bf16"), ("topk", 0), ("softmax_scale", mc.SCALE),
-                 ("causal", 1), ("sentinel_block_id", mc.SENTINEL), ("seed", seed), ("inputs_stored", 0)])
-    gen = mc.grp(g, "generated")
-    for tname, stream, shape in (("q", 0, (b, sq, h, D)), ("kv_cache", 1, (nb, ps, D))):
-        bits = mc.bf16_bits(rand(seed, stream, shape))
-        mc.attrs(mc.grp(gen, tname), [
-            ("algorithm", "splitmix64-uniform-v1"), ("seed", seed), ("stream", stream), ("mean", 0.0),
-            ("std", 1.0), ("shape", np.array(shape, dtype=np.int64)), ("dtype", "bfloat16"),
-            ("sha256", hashlib.sha256(bits.astype("<u2").tobytes()).hexdigest())])
-    inp = mc.grp(g, "inputs")
-    put(inp, "block_table", np.array([[2, 0, mc.SENTINEL]]), "int32")
-    put(inp, "cache_seqlens", np.array(lens), "int32")
+    b, h = 1, 2
+    g = attn_generated(cases, name, seed, nb=3, mb=3, lens=(4,), block_table=[[2, 0, mc.SENTINEL]])
     nd = mc.grp(g, "needles")
     mc.attrs(nd, [("rule", "needles-v1"), ("alpha", 4096.0)])
     tok = np.zeros((2, D))
@@ -165,7 +153,6 @@ def attn_needles(cases, name, seed):
     qv[0, 0, DV] = 1.0
     put(nd, "q_mask", mask, "uint8")
     put(nd, "q_values", mc.bf16_bits(qv), "bfloat16")
-    attn_results(g, b, sq, h, seed)
 
 
 def write_attn(path, family, builders, earliest=False, schema_version=1):

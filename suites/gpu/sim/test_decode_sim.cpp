@@ -41,6 +41,7 @@
 #include <gtest/gtest.h>
 
 #include "decode_sim_harness.hpp"
+#include "smoke_cases.hpp"
 #include "gpu_support.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
@@ -363,6 +364,30 @@ TEST(DecodeSimPlantedRaces, EachRaceFailsInTheLandingModeThatProducesIt) {
     if (r.caught_eager) {
       EXPECT_TRUE(caught[1]) << "the eager landing let the race pass";
     }
+  }
+}
+
+// The device check's smoke problems (suites/device/smoke_cases.hpp) on the kernel source: each
+// selects the instance it is named for and passes, in both landing modes, before a GPU run
+// spends its first minute on them.
+class DecodeSimSmokeProblems : public InBothModes {};
+INSTANTIATE_TEST_SUITE_P(Landing, DecodeSimSmokeProblems, ::testing::ValuesIn(kModes), mode_name);
+
+TEST_P(DecodeSimSmokeProblems, EachSelectsItsInstanceAndPasses) {
+  const auto all = testing::smoke_instances();
+  EXPECT_EQ(all.size(), 12u);  // 3 tiles x 2 cache formats x dense/sparse
+  for (const testing::SmokeInstance& c : all) {
+    SCOPED_TRACE(c.name);
+    const int64_t rows = c.spec.topk > 0 ? c.spec.heads : int64_t{c.spec.s_q} * c.spec.heads;
+    EXPECT_EQ(detail::decode_tile_rows(rows), c.tile_rows);
+    testing::Layout layout;
+    layout.page_size = c.page_size;
+    const testing::Logical lg = testing::make_logical(c.spec);
+    const testing::Paged pg = testing::lay_out(lg, layout);
+    const AttnInputs in = pg.inputs();
+    const SimRun r = run_sim(in, c.forced_splits);
+    EXPECT_GT(r.plan.combine_blocks, 0) << "two forced splits must run the combine";
+    EXPECT_TRUE(judged(c.name, r, in));
   }
 }
 

@@ -102,18 +102,26 @@ int env_or_hardware_threads() {
 // than the fill it would share (about 1 ns per element).
 constexpr std::size_t kMinPerThread = std::size_t{1} << 16;
 
-template <class T, class Fn>
-void fill_parallel(uint64_t seed, uint64_t stream, std::span<T> out, const FillOptions& opt, Fn&& kernel) {
-  if (opt.threads < 0) throw Error(fmt::format("gen::fill: negative thread count {}", opt.threads));
-  const uint64_t k = key(seed, stream);
-  parallel_for(out.size(), kMinPerThread,
-               [&](std::size_t b, std::size_t e) { kernel(k, opt.first + b, out.data() + b, e - b); }, opt.threads);
-}
+template <class T>
+using Kernel = void (*)(uint64_t k, uint64_t first, double mean, double sd, T* out, std::size_t n);
 
 Isa resolve(Isa isa) {
   if (isa == Isa::automatic) return best_isa();
   if (!supported(isa)) throw Error(fmt::format("gen::fill: this CPU does not run the {} kernel", to_string(isa)));
   return isa;
+}
+
+// The range cut into pieces for the threads, each filled by the ISA's kernel from its own counter.
+template <class T>
+void fill_parallel(uint64_t seed, uint64_t stream, double mean, double sd, std::span<T> out, const FillOptions& opt,
+                   Kernel<T> scalar, Kernel<T> avx2, Kernel<T> avx512) {
+  if (opt.threads < 0) throw Error(fmt::format("gen::fill: negative thread count {}", opt.threads));
+  const Isa isa = resolve(opt.isa);
+  const Kernel<T> kernel = isa == Isa::avx512 ? avx512 : isa == Isa::avx2 ? avx2 : scalar;
+  const uint64_t k = key(seed, stream);
+  parallel_for(out.size(), kMinPerThread,
+               [&](std::size_t b, std::size_t e) { kernel(k, opt.first + b, mean, sd, out.data() + b, e - b); },
+               opt.threads);
 }
 
 }  // namespace
@@ -161,26 +169,14 @@ void parallel_for(std::size_t n, std::size_t min_per_thread, const std::function
 // ---- fills --------------------------------------------------------------------------------------
 
 void fill_f64(uint64_t seed, uint64_t stream, double mean, double std, std::span<double> out, const FillOptions& opt) {
-  const Isa isa = resolve(opt.isa);
-  fill_parallel(seed, stream, out, opt, [&](uint64_t k, uint64_t first, double* p, std::size_t n) {
-    switch (isa) {
-      case Isa::avx512: return detail::fill_f64_avx512(k, first, mean, std, p, n);
-      case Isa::avx2: return detail::fill_f64_avx2(k, first, mean, std, p, n);
-      default: return detail::fill_f64_scalar(k, first, mean, std, p, n);
-    }
-  });
+  fill_parallel<double>(seed, stream, mean, std, out, opt, detail::fill_f64_scalar, detail::fill_f64_avx2,
+                        detail::fill_f64_avx512);
 }
 
 void fill_bf16(uint64_t seed, uint64_t stream, double mean, double std, std::span<uint16_t> out,
                const FillOptions& opt) {
-  const Isa isa = resolve(opt.isa);
-  fill_parallel(seed, stream, out, opt, [&](uint64_t k, uint64_t first, uint16_t* p, std::size_t n) {
-    switch (isa) {
-      case Isa::avx512: return detail::fill_bf16_avx512(k, first, mean, std, p, n);
-      case Isa::avx2: return detail::fill_bf16_avx2(k, first, mean, std, p, n);
-      default: return detail::fill_bf16_scalar(k, first, mean, std, p, n);
-    }
-  });
+  fill_parallel<uint16_t>(seed, stream, mean, std, out, opt, detail::fill_bf16_scalar, detail::fill_bf16_avx2,
+                          detail::fill_bf16_avx512);
 }
 
 std::vector<int64_t> permutation(uint64_t seed, uint64_t stream, int64_t n) {

@@ -24,6 +24,7 @@
 
 #include <fmt/format.h>
 
+#include "append_device.hpp"
 #include "append_support.hpp"
 #include "gpu_support.hpp"
 #include "mla/core/numeric.hpp"
@@ -75,17 +76,13 @@ TEST_P(Decode, OneProblemThroughDecodeAndCombine) {
   const SmokeInstance& c = GetParam();
   testing::Layout layout;
   layout.page_size = c.page_size;
-  const testing::Logical lg = testing::make_logical(c.spec);
-  const testing::Paged pg = testing::lay_out(lg, layout);
-  const AttnInputs in = pg.inputs();
+  const auto p = make_problem(c.spec, layout);
   const auto k = cuda::make_mla_decode({.forced_splits = c.forced_splits});
   MLA_SKIP_IF_UNAVAILABLE(*k);
-  ASSERT_EQ(k->check(in.shape), std::nullopt);
-  const AttnOutputs o = run_once(*k, in);
+  ASSERT_EQ(k->check(p->in.shape), std::nullopt);
+  const AttnOutputs o = run_once(*k, p->in);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const Result truth = truth_attention(in);
-  const Result same = same_dtype_attention(in);
-  EXPECT_TRUE(matches(c.name, o, in.shape, truth.out, truth.lse, std::span<const double>(same.out)));
+  EXPECT_TRUE(matches(c.name, o, p->in.shape, p->truth.out, p->truth.lse, std::span<const double>(p->same.out)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Instance, Decode, ::testing::ValuesIn(testing::smoke_instances()),
@@ -93,59 +90,17 @@ INSTANTIATE_TEST_SUITE_P(Instance, Decode, ::testing::ValuesIn(testing::smoke_in
 
 // ---- cache append: both kernels, a few tokens ---------------------------------------------------
 
-template <class T>
-DeviceBuffer to_device(const std::vector<T>& v) {
-  DeviceBuffer b(v.size() * sizeof(T));
-  b.upload(v.data(), v.size() * sizeof(T));
-  return b;
-}
-
-template <class T>
-std::vector<T> to_host(const DeviceBuffer& b) {
-  std::vector<T> v(b.size() / sizeof(T));
-  b.download(v.data(), b.size());
-  return v;
-}
-
-cuda::CacheAppendArgs common_args(const AppendSetup& s, const DeviceBuffer& seq_ids, const DeviceBuffer& positions,
-                                  const DeviceBuffer& table) {
-  cuda::CacheAppendArgs a;
-  a.num_tokens = s.n();
-  a.seq_ids = seq_ids.as<const int32_t>();
-  a.positions = positions.as<const int32_t>();
-  a.block_table = table.as<const int32_t>();
-  a.batch = s.batch;
-  a.max_blocks = s.max_blocks;
-  a.page_size = s.page_size;
-  a.num_blocks = s.num_blocks;
-  a.max_seq_len = s.max_seq_len;
-  a.eps = static_cast<float>(kEps);
-  return a;
-}
-
 using Append = Smoke;
 
 // RMSNorm + RoPE + bf16 rounding on the device against the fp64 expectation (within two bf16
 // steps: the device normalizes in fp32), and no slot but the targets touched.
 TEST_F(Append, Bf16Raw) {
   const AppendSetup s = make_setup(cuda::ActivationDType::bf16);
-  std::vector<uint16_t> lat(s.latent.size()), pe(s.k_pe.size());
-  for (std::size_t i = 0; i < lat.size(); ++i) lat[i] = bf16_from_double(s.latent[i]);
-  for (std::size_t i = 0; i < pe.size(); ++i) pe[i] = bf16_from_double(s.k_pe[i]);
-  const DeviceBuffer d_lat = to_device(lat), d_pe = to_device(pe),
-                     d_w = to_device(std::vector<float>(s.weight.begin(), s.weight.end())), d_f = to_device(s.inv_freq),
-                     d_seq = to_device(s.seq_ids), d_pos = to_device(s.positions), d_tab = to_device(s.block_table);
+  const DeviceInputs d(s, cuda::ActivationDType::bf16);
   const std::vector<uint16_t> before = poisoned_cache(s);
   DeviceBuffer cache = to_device(before);
-  cuda::CacheAppendArgs a = common_args(s, d_seq, d_pos, d_tab);
-  a.dtype = cuda::ActivationDType::bf16;
-  a.latent = d_lat.data();
-  a.k_pe = d_pe.data();
-  a.kv_norm_weight = d_w.as<const float>();
-  a.inv_freq = d_f.as<const double>();
-  a.kv_cache = cache.data();
-  cuda::cache_append(a);
-  const std::vector<uint16_t> after = to_host<uint16_t>(cache);
+  cuda::cache_append(args_for(s, d, cuda::ActivationDType::bf16, cache));
+  const std::vector<uint16_t> after = download<uint16_t>(cache);
   std::vector<bool> written(after.size() / 576, false);
   for (int i = 0; i < s.n(); ++i) {
     const std::size_t slot = slot_of(s, s.seq_ids[static_cast<std::size_t>(i)], s.positions[static_cast<std::size_t>(i)]);
@@ -164,36 +119,29 @@ TEST_F(Append, Bf16Raw) {
   }
 }
 
-// Final token values in: the FP8 bytes must be core's fp8_quantize_token of them, exactly.
+// The same tokens given as final values (bf16): the FP8 bytes must be core's fp8_quantize_token
+// of them, exactly.
 TEST_F(Append, Fp8NormedRoped) {
   const AppendSetup s = make_setup(cuda::ActivationDType::bf16);
-  std::vector<uint16_t> lat(s.latent.size()), pe(s.k_pe.size());
-  for (std::size_t i = 0; i < lat.size(); ++i) lat[i] = bf16_from_double(s.latent[i]);
-  for (std::size_t i = 0; i < pe.size(); ++i) pe[i] = bf16_from_double(s.k_pe[i]);
-  const DeviceBuffer d_lat = to_device(lat), d_pe = to_device(pe), d_seq = to_device(s.seq_ids),
-                     d_pos = to_device(s.positions), d_tab = to_device(s.block_table);
+  const DeviceInputs d(s, cuda::ActivationDType::bf16);
   const std::size_t slots = static_cast<std::size_t>(s.num_blocks) * s.page_size;
   const std::vector<uint8_t> before(slots * kFp8TokenBytes, 0x5A);
   DeviceBuffer cache = to_device(before);
-  cuda::CacheAppendArgs a = common_args(s, d_seq, d_pos, d_tab);
-  a.dtype = cuda::ActivationDType::bf16;
+  cuda::CacheAppendArgs a = args_for(s, d, cuda::ActivationDType::bf16, cache);
   a.input = cuda::AppendInput::normed_roped;
-  a.latent = d_lat.data();
-  a.k_pe = d_pe.data();
   a.format = cuda::AppendCacheFormat::fp8;
   a.scale_fmt = cuda::Fp8ScaleFmt::ue8m0;
-  a.kv_cache = cache.data();
   cuda::cache_append(a);
-  const std::vector<uint8_t> after = to_host<uint8_t>(cache);
+  const std::vector<uint8_t> after = download<uint8_t>(cache);
   std::vector<bool> written(slots, false);
-  std::vector<double> latent(kLatentDim), rope(kRopeDim);
   std::vector<uint8_t> want(kFp8TokenBytes);
   for (int i = 0; i < s.n(); ++i) {
     const std::size_t slot = slot_of(s, s.seq_ids[static_cast<std::size_t>(i)], s.positions[static_cast<std::size_t>(i)]);
     written[slot] = true;
-    for (std::size_t j = 0; j < kLatentDim; ++j) latent[j] = bf16_to_float(lat[static_cast<std::size_t>(i) * kLatentDim + j]);
-    for (std::size_t j = 0; j < kRopeDim; ++j) rope[j] = bf16_to_float(pe[static_cast<std::size_t>(i) * kRopeDim + j]);
-    fp8_quantize_token(latent, rope, ScaleFmt::ue8m0, want);
+    // make_setup rounded the values to bf16, so they are exactly what the device was given.
+    fp8_quantize_token(std::span<const double>(s.latent).subspan(static_cast<std::size_t>(i) * kLatentDim, kLatentDim),
+                       std::span<const double>(s.k_pe).subspan(static_cast<std::size_t>(i) * kRopeDim, kRopeDim),
+                       ScaleFmt::ue8m0, want);
     ASSERT_EQ(std::memcmp(after.data() + slot * kFp8TokenBytes, want.data(), kFp8TokenBytes), 0) << "token " << i;
   }
   for (std::size_t slot = 0; slot < slots; ++slot) {

@@ -48,7 +48,7 @@
 set -u
 set -o pipefail
 
-usage() { sed -n '2,48p' "$0" >&2; exit 3; }
+usage() { sed -n '2,47p' "$0" >&2; exit 3; }
 (($#)) || usage
 OUT=$1
 shift

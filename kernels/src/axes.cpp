@@ -352,9 +352,10 @@ void fill_indices(const AxisPoint& p, std::vector<int32_t>& idx) {
 }
 
 // Sizes a vector of up to several GiB that is then written once, front to back. Its zero-fill
-// would take every page fault in one thread, 4 KiB at a time: on the 2-core CI VM that was 7 of
-// the 8 s the inputs of a 16K-token point took. So on Linux the reserved range is first marked
-// for transparent huge pages and populated by every input thread (MADV_POPULATE_WRITE, Linux
+// would take every page fault in one thread, 4 KiB at a time: on the 2-core CI VM a fresh 2.4 GiB
+// vector's zero-fill took 4.7 s (0.9 s once the VM had backed the memory before), and 1.0 s
+// (0.1 s) when its range was first marked for transparent huge pages and populated. So on Linux
+// the reserved range is marked and populated by every input thread (MADV_POPULATE_WRITE, Linux
 // 5.14); both are advice, and where refused the vector is the same, only slower to make.
 template <class T>
 void resize_for_streaming(std::vector<T>& v, size_t n) {

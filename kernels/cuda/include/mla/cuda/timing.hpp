@@ -56,13 +56,13 @@ class EventTimer {
 
 // Evicts the device L2 before a timed call without leaving dirty lines in it. L2 is write-back:
 // a flush that writes (cudaMemsetAsync) leaves up to a whole L2 of dirty lines, and their
-// write-back to DRAM lands inside the next timed kernel as extra traffic (about +5 % for a decode
-// over 8K tokens, +40 % at 1K). This one streams a read over a buffer of several L2 sizes with
+// write-back to DRAM lands inside the next timed kernel as extra traffic (by the byte model,
+// 60 MB is 5 % of what a b=128 h=16 decode over 8K tokens reads, 40 % at 1K). This one streams a read over a buffer of several L2 sizes with
 // 16-byte L2-allocating loads (ld.global.cg, evict-normal) and no stores: each line it brings in
 // is clean, the timed kernel's own dirty lines (its previous outputs) are evicted and written
 // back during the untimed flush, and what the timed kernel later evicts costs nothing. Four
 // times the L2, not two: the replacement policy is not documented as LRU, and a longer stream
-// gives each old line more chances to go, for about 60 us per flush at H200 bandwidth.
+// gives each old line more chances to go, for about 60 us per flush (240 MiB at 4 TB/s).
 class L2Flusher {
  public:
   // bytes == 0: four times the current device's L2 (cudaDevAttrL2CacheSize), at least 64 MiB;

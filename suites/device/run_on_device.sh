@@ -37,6 +37,7 @@ refuse() {  # the message on stderr and as OUTDIR/summary.md, which the device t
 
 [[ -f $archive ]] || refuse "$archive not found"
 dest=$(mktemp -d /tmp/mla-bundle.XXXXXX)
+trap 'rm -rf "$dest"' EXIT  # the unpacked bundle (74 MiB) is not left behind
 # tar needs xz(1); Python's tarfile (lzma is in the standard library) is the fallback.
 if ! tar -xJf "$archive" -C "$dest" 2>/dev/null; then
   rm -rf "${dest:?}"/*
@@ -61,4 +62,6 @@ if [[ -n $stale ]]; then
   echo "run_on_device.sh: --allow-stale: $stale" >&2
   export MLA_CHECK_STALE_BUNDLE=$stale
 fi
-exec bash "$b/check.sh" "$out" "${rehearse[@]}" "$@"
+rc=0
+bash "$b/check.sh" "$out" "${rehearse[@]}" "$@" || rc=$?
+exit "$rc"

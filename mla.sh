@@ -11,6 +11,8 @@
 #   ./mla.sh sanitize  build every host target with ASan+UBSan (preset asan), run every CPU test
 #   ./mla.sh fuzz [S]  build the libFuzzer targets (preset fuzz, clang), replay suites/fuzz/corpus,
 #                      fuzz the golden loader for S seconds (default 90); suites/fuzz/README.md
+#   ./mla.sh device    build the GPU bundle (preset device, bundle targets only), then rehearse the
+#                      device check with it here (suites/device/README.md); reports/out/device/
 #   ./mla.sh deps | build | goldens | check-goldens | bench
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")"
@@ -98,7 +100,19 @@ case "${1:-help}" in
     ctest --preset asan -j "$JOBS" -L cpu "${@:2}"
     ;;
   fuzz) deps clang libclang-rt-14-dev; suites/fuzz/run_ci.sh "${@:2}" ;;
+  device)
+    # The bundle must keep building (no GPU needed) and its binaries must start from the bundle
+    # with nothing on LD_LIBRARY_PATH: the rehearsal runs every step of the device check that
+    # runs without a GPU, from the archive that would travel, and checks the time plan.
+    deps
+    cmake --preset device >&2
+    cmake --build --preset device -j "$JOBS" --target bundle >&2
+    ls -l build/device/bundle.tar.xz >&2
+    out=${MLA_DEVICE_OUT:-reports/out/device}
+    rm -rf "$out"
+    suites/device/run_on_device.sh "$out" --rehearse
+    ;;
   goldens) deps; PYTHONPATH=reference/python $PY -m mla_ref.goldens write --out fixtures/goldens ;;
   check-goldens) deps; PYTHONPATH=reference/python $PY -m mla_ref.goldens check --dir fixtures/goldens ;;
-  *) sed -n '2,15p' "$0"; exit 2 ;;
+  *) sed -n '2,17p' "$0"; exit 2 ;;
 esac

@@ -45,10 +45,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mla_benchtools import benchjson  # noqa: E402  (reports/tools, also in the bundle's tools/reports)
+
 EXIT_NO_GPU = 77
 D_LATENT, D_ROPE, D_NOPE, D_V_MHA = 512, 64, 128, 128
 D_QK, D_V = D_LATENT + D_ROPE, D_LATENT          # 576, 512: the absorbed problem
-DEEPSEEK_V3_SCALE = 0.1352337789                  # FIELD-NOTES: V3 softmax scale with YaRN mscale 1.0
+DEEPSEEK_V3_SCALE = 0.1352337789                  # docs/field.md: V3 softmax scale with YaRN mscale 1.0
 VARIANTS = ("torch_absorbed_einsum", "torch_sdpa_mha", "torch_sdpa_latent")
 TSV_COLUMNS = ["name", "axis", "batch", "s_q", "heads", "page_size", "topk", "cache", "seqlen_max",
                "seqlen_mean", "causal"]
@@ -271,7 +274,10 @@ def merge(gpu_doc: dict[str, Any], torch_doc: dict[str, Any]) -> dict[str, Any]:
     for k, v in tctx.items():
         if k.startswith("mla_torch") and k not in gctx:
             gctx[k] = v
-    return {"context": gctx, "benchmarks": list(gpu_doc["benchmarks"]) + list(torch_doc["benchmarks"])}
+    merged = {"context": gctx, "benchmarks": list(gpu_doc["benchmarks"]) + list(torch_doc["benchmarks"])}
+    if "mla_run" in gpu_doc:  # a partial GPU run stays marked as one
+        merged = {"mla_run": gpu_doc["mla_run"], **merged}
+    return merged
 
 
 # ---- the GPU part (torch imported only here) -----------------------------------------------------
@@ -292,22 +298,33 @@ def import_torch():
 
 
 class Timer:
-    """CUDA events around each call on the current stream, an L2 flush enqueued before each."""
+    """CUDA events around each call on the current stream, an L2 flush enqueued before each.
+
+    The flush reads (a sum over) a buffer four times the L2 instead of writing it: L2 is
+    write-back, so a fill_() left an L2 of dirty lines whose write-back then counted inside the
+    timed call; lines brought in by loads are clean (suites/device/README.md, "L2 flush")."""
 
     def __init__(self, torch, flush: bool):
         self.torch = torch
         props = torch.cuda.get_device_properties(0)
         l2 = int(getattr(props, "L2_cache_size", 0) or 0) or (64 << 20)
-        self.flush_bytes = max(2 * l2, 32 << 20) if flush else 0
-        self.buf = torch.empty(self.flush_bytes, dtype=torch.uint8, device="cuda") if flush else None
+        self.flush_bytes = max(4 * l2, 64 << 20) if flush else 0
+        self.buf = torch.zeros(self.flush_bytes // 4, dtype=torch.int32, device="cuda") if flush else None
         self.start = torch.cuda.Event(enable_timing=True)
         self.stop = torch.cuda.Event(enable_timing=True)
-        self.fill = 0
+        if self.buf is not None:  # the zero-fill's dirty lines are written back here, untimed
+            self.buf.sum()
+            torch.cuda.synchronize()
+
+    def flush_method(self) -> str:
+        if self.buf is None:
+            return "no L2 flush (warm L2)"
+        return (f"read-only L2 flush: torch int32 sum over {self.flush_bytes >> 20} MiB (4x the L2) before each "
+                "call, untimed; L2 left holding clean lines only")
 
     def once(self, fn) -> float:
         if self.buf is not None:
-            self.fill = (self.fill + 1) & 0xFF
-            self.buf.fill_(self.fill)  # rewrites every line of L2
+            self.buf.sum()  # reads every line of the buffer; the only write is the 8-byte result
         self.start.record()
         fn()
         self.stop.record()
@@ -492,9 +509,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                      "memory_bytes": props.total_memory,
                                      "l2_bytes": int(getattr(props, "L2_cache_size", 0) or 0),
                                      "compute_capability": f"{props.major}.{props.minor}"}),
-        "mla_torch_timing": "CUDA events around each call on the current stream; L2 flush "
-                            f"({timer.flush_bytes} bytes written) before each call, untimed; "
-                            f"{args.warmup} warm-ups; each repetition the mean of >= 3 calls",
+        "mla_torch_timing": "CUDA events around each call on the current stream; "
+                            f"{timer.flush_method()}; {args.warmup} warm-ups; each repetition the mean of >= 3 calls",
+        "mla_torch_l2_flush": timer.flush_method(),
         "mla_ceilings": json.dumps(ceilings),
         "mla_points": json.dumps({p.name: point_json(p) for p in points}),
         "mla_kernels": json.dumps([kernel_json(v, "torch_read_bw", "torch_gemm_bf16") for v in variants]),
@@ -532,8 +549,16 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(doc, f, indent=1)
     print(f"torch_side_by_side: wrote {args.out} ({len(doc['benchmarks'])} rows)", file=sys.stderr)
     if args.merge_with:
-        with open(args.merge_with) as f:
-            gpu_doc = json.load(f)
+        # A partial GPU run (stopped by a timeout, or a file cut off mid-write) is merged as far
+        # as it got and stays marked partial; only an unreadable file is an error.
+        try:
+            gpu_doc, complete, note = benchjson.read_doc(args.merge_with)
+        except benchjson.BenchFileError as e:
+            print(f"torch_side_by_side: cannot merge: {e}", file=sys.stderr)
+            return 1
+        if not complete:
+            gpu_doc = {**gpu_doc, "mla_run": {**gpu_doc.get("mla_run", {}), "complete": False, "note": note}}
+            print(f"torch_side_by_side: {args.merge_with} is a partial run ({note}); merged as such", file=sys.stderr)
         with open(args.merged_out, "w") as f:
             json.dump(merge(gpu_doc, doc), f, indent=1)
         print(f"torch_side_by_side: merged into {args.merged_out}", file=sys.stderr)

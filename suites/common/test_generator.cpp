@@ -1,11 +1,20 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <numeric>
+#include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
+#include "mla/core/numeric.hpp"
 
 namespace {
 
@@ -75,6 +84,165 @@ TEST(Generator, PermutationIsAStableArgsort) {
   }
   EXPECT_TRUE(gen::permutation(1, 1, 0).empty());
   EXPECT_THROW(gen::permutation(1, 1, -1), mla::Error);
+}
+
+// The fast path (vector kernels, threads, any starting counter) against the scalar formula of
+// the schema, element by element and bit for bit: seeds and streams at the edges of uint64,
+// offsets whose counters wrap mod 2^64, lengths around every vector width (4, 8, 16) and
+// odd ones, thread counts that cut the range at odd places, and means/stds that give
+// infinities, NaN and negative zero (the bf16 NaN rule) besides ordinary values.
+struct FastCase {
+  uint64_t seed, stream, first;
+  double mean, sd;
+};
+
+std::vector<FastCase> fast_cases() {
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<FastCase> v = {
+      {0, 0, 0, 0.0, 1.0},        {42, 7, 0, 0.5, 0.02},    {kMax, kMax, 0, -1.5, 4.0},
+      {1, 2, kMax - 5, 0.0, 1.0},  // counters wrap past 2^64 inside the range
+      {3, 4, (uint64_t{1} << 32) - 3, 1e-6, 1e-6}, {5, 6, 123456789, 0.0, 1e300},  // 1e300 * 2^-52 stays finite, float32 overflows to inf
+      {7, 8, 99, 0.0, 1e-40},       // float32 subnormals
+      {9, 10, 0, -0.0, 0.0},        // every value is -0.0 + 0 ... = +0 or -0 exactly as the formula says
+      {11, 12, 5, nan, 1.0},        // NaN: the bf16 rule keeps it quiet with its sign
+      {13, 14, 7, inf, 1.0},        {15, 16, 1, 0.0, inf},  // inf·0 = NaN where u = 0.5
+      {2026, 11, 31, 100.0, 100.0},
+  };
+  // And a spread of ordinary draws: seeds/streams/offsets from the generator itself.
+  for (uint64_t i = 0; i < 20; ++i)
+    v.push_back({gen::bits(1, 1, i), gen::bits(1, 2, i) % 1000, gen::bits(1, 3, i) >> (i % 64),
+                 gen::value(1, 4, i, 0.0, 3.0), std::ldexp(1.0, static_cast<int>(i) - 10)});
+  return v;
+}
+
+std::vector<gen::Isa> isas() {
+  std::vector<gen::Isa> v = {gen::Isa::scalar, gen::Isa::automatic};
+  for (gen::Isa i : {gen::Isa::avx2, gen::Isa::avx512})
+    if (gen::supported(i)) v.push_back(i);
+  return v;
+}
+
+TEST(GeneratorFastPath, EveryKernelEqualsTheScalarFormulaBitForBit) {
+  const std::size_t lengths[] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127, 1000, 4099};
+  std::size_t checked = 0;
+  for (const FastCase& c : fast_cases()) {
+    for (std::size_t n : lengths) {
+      std::vector<double> want(n);
+      std::vector<uint16_t> want16(n);
+      for (std::size_t j = 0; j < n; ++j) {
+        // The schema's formula for element first + j, through the public per-element API.
+        want[j] = gen::value(c.seed, c.stream, c.first + j, c.mean, c.sd);
+        want16[j] = mla::bf16_from_double(want[j]);
+      }
+      for (gen::Isa isa : isas()) {
+        const gen::FillOptions o{.isa = isa, .threads = 1, .first = c.first};
+        std::vector<double> got(n, -1.0);
+        std::vector<uint16_t> got16(n, 0xDEAD);
+        gen::fill_f64(c.seed, c.stream, c.mean, c.sd, got, o);
+        gen::fill_bf16(c.seed, c.stream, c.mean, c.sd, got16, o);
+        for (std::size_t j = 0; j < n; ++j) {
+          ASSERT_EQ(std::bit_cast<uint64_t>(got[j]), std::bit_cast<uint64_t>(want[j]))
+              << gen::to_string(isa) << " f64 seed " << c.seed << " stream " << c.stream << " first " << c.first
+              << " n " << n << " j " << j << ": " << got[j] << " vs " << want[j];
+          ASSERT_EQ(got16[j], want16[j]) << gen::to_string(isa) << " bf16 seed " << c.seed << " first " << c.first
+                                         << " n " << n << " j " << j;
+        }
+        checked += 2 * n;
+      }
+    }
+  }
+  EXPECT_GT(checked, 100000u);
+}
+
+// Threads cut the range into pieces; whatever the cut, the bytes are the single-thread ones.
+TEST(GeneratorFastPath, ThreadSplitsGiveTheSameBytes) {
+  // Long enough that up to 7 threads each get a piece (>= 64K elements), plus odd tails.
+  for (std::size_t n : {std::size_t{(1 << 16) * 7 + 13}, std::size_t{(1 << 17) + 1}, std::size_t{300000}}) {
+    std::vector<uint16_t> ref16(n);
+    std::vector<double> ref(n);
+    const gen::FillOptions one{.isa = gen::Isa::scalar, .threads = 1, .first = 17};
+    gen::fill_bf16(77, 3, 0.0, 2.0, ref16, one);
+    gen::fill_f64(77, 3, 0.0, 2.0, ref, one);
+    for (gen::Isa isa : isas()) {
+      for (int t : {2, 3, 7}) {
+        const gen::FillOptions o{.isa = isa, .threads = t, .first = 17};
+        std::vector<uint16_t> got16(n, 0xDEAD);
+        std::vector<double> got(n, -1.0);
+        gen::fill_bf16(77, 3, 0.0, 2.0, got16, o);
+        gen::fill_f64(77, 3, 0.0, 2.0, got, o);
+        ASSERT_EQ(std::memcmp(got16.data(), ref16.data(), n * 2), 0) << gen::to_string(isa) << " threads " << t << " n " << n;
+        ASSERT_EQ(std::memcmp(got.data(), ref.data(), n * 8), 0) << gen::to_string(isa) << " threads " << t << " n " << n;
+      }
+    }
+  }
+}
+
+// A fill starting at counter `first` is the tail of a fill starting earlier: the loader and the
+// benchmarks may generate a tensor in pieces.
+TEST(GeneratorFastPath, OffsetsContinueTheSameSequence) {
+  std::vector<uint16_t> whole(5000);
+  gen::fill_bf16(8, 9, 0.0, 1.0, whole);
+  for (uint64_t first : {1u, 15u, 16u, 17u, 999u, 4999u}) {
+    std::vector<uint16_t> tail(5000 - first);
+    gen::fill_bf16(8, 9, 0.0, 1.0, tail, {.first = first});
+    ASSERT_TRUE(std::equal(tail.begin(), tail.end(), whole.begin() + static_cast<std::ptrdiff_t>(first))) << first;
+  }
+}
+
+TEST(GeneratorFastPath, ThreadSettingAndErrors) {
+  const int before = gen::threads();
+  EXPECT_GE(before, 1);
+  gen::set_threads(3);
+  EXPECT_EQ(gen::threads(), 3);
+  gen::set_threads(0);
+  EXPECT_EQ(gen::threads(), before);
+  EXPECT_THROW(gen::set_threads(-1), mla::Error);
+  std::vector<double> v(10);
+  EXPECT_THROW(gen::fill_f64(1, 1, 0, 1, v, {.threads = -2}), mla::Error);
+  for (gen::Isa isa : {gen::Isa::avx2, gen::Isa::avx512}) {
+    if (!gen::supported(isa)) {
+      EXPECT_THROW(gen::fill_f64(1, 1, 0, 1, v, {.isa = isa}), mla::Error);
+    }
+  }
+  EXPECT_EQ(gen::best_isa() == gen::Isa::scalar, !gen::supported(gen::Isa::avx2));
+}
+
+TEST(GeneratorFastPath, MlaThreadsFromTheEnvironment) {
+  const char* old = std::getenv("MLA_THREADS");
+  const std::string saved = old ? old : "";
+  ::setenv("MLA_THREADS", "5", 1);
+  EXPECT_EQ(gen::threads(), 5);
+  for (const char* bad : {"0", "-3", "two", "4x", "100000"}) {
+    ::setenv("MLA_THREADS", bad, 1);
+    try {
+      (void)gen::threads();
+      ADD_FAILURE() << "MLA_THREADS=" << bad << " accepted";
+    } catch (const mla::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+  gen::set_threads(2);  // an explicit setting wins over the environment
+  EXPECT_EQ(gen::threads(), 2);
+  gen::set_threads(0);
+  if (old) {
+    ::setenv("MLA_THREADS", saved.c_str(), 1);
+  } else {
+    ::unsetenv("MLA_THREADS");
+  }
+}
+
+TEST(GeneratorFastPath, ParallelForCoversEveryItemOnceAndRethrows) {
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{63}, std::size_t{1000}, std::size_t{100001}}) {
+    std::vector<int> hits(n, 0);
+    gen::parallel_for(n, 10, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) ++hits[i];
+    }, 4);
+    EXPECT_TRUE(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; })) << n;
+  }
+  EXPECT_THROW(gen::parallel_for(1000, 10, [](std::size_t b, std::size_t) {
+    if (b > 0) throw mla::Error("piece failed");
+  }, 4), mla::Error);
 }
 
 }  // namespace

@@ -67,8 +67,26 @@ CaseCache& cache() {
 
 // The flusher and the host-clock fallback's stream sync are shared by every kernel benchmark.
 cuda::L2Flusher& flusher() {
-  static cuda::L2Flusher f;  // 2x the device's L2
+  static cuda::L2Flusher f;  // a read-only stream over 4x the device's L2 (mla/cuda/timing.hpp)
   return f;
+}
+
+std::optional<std::string>& poisoned() {
+  static std::optional<std::string> p;
+  return p;
+}
+
+// After a row failed: whether the context still works. A sticky error (illegal address, trap)
+// is returned by every later synchronize; an ordinary one is cleared by cudaGetLastError.
+void note_if_poisoned(const std::string& row) {
+  if (poisoned()) return;
+  const cudaError_t first = cudaDeviceSynchronize();
+  (void)cudaGetLastError();
+  if (first == cudaSuccess) return;
+  const cudaError_t again = cudaDeviceSynchronize();
+  if (again != cudaSuccess)
+    poisoned() = fmt::format("{}: {} ({}), the CUDA context is unusable from there on", row,
+                             cudaGetErrorName(again), cudaGetErrorString(again));
 }
 
 // Every timed call's seconds and the call's models, per "kernel/point", for the ratio rows that
@@ -101,6 +119,11 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
   const axes::AxisPoint& p = *kc.point;
   const GpuBenchOptions& o = kc.setup->options;
   Timed& record = timings()[impl.info().name + "/" + p.name];
+  if (const auto& why = poisoned()) {
+    record.error = "not run: an earlier row left the CUDA context unusable: " + *why;
+    st.SkipWithError(record.error.c_str());
+    return;
+  }
   if (auto why = impl.unavailable()) {
     record.error = "unavailable: " + *why;
     st.SkipWithError(record.error.c_str());
@@ -124,7 +147,7 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
     PreparedAttention& run = cache().get_prepared(impl, p);
     // Byte model: q + the cache bytes of every token some query attends, read once (sparse: the
     // distinct valid indices of each sequence) + out + lse. FLOP model: 2·(576 + 512) per
-    // attended (query row, key) pair and head. Both from mla_cost_model (FIELD-NOTES).
+    // attended (query row, key) pair and head. Both from mla_cost_model (docs/field.md).
     const CostModel cost = impl.cost(in);
     const AttnTraffic traffic = attention_traffic(in);
     // Events bracket exactly the implementation's work when it tells us its stream; otherwise
@@ -155,7 +178,9 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
           dt = std::chrono::duration<double>(Clock::now() - t0).count();
         }
       } catch (const std::exception& e) {
-        st.SkipWithError((std::string("error in run(): ") + e.what()).c_str());
+        record.error = std::string("error in run(): ") + e.what();
+        st.SkipWithError(record.error.c_str());
+        note_if_poisoned(fmt::format("mla/{}/{}", impl.info().name, p.name));
         break;
       }
       st.SetIterationTime(dt);
@@ -206,6 +231,7 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
   } catch (const std::exception& e) {
     record.error = std::string("error: ") + e.what();
     st.SkipWithError(record.error.c_str());
+    note_if_poisoned(fmt::format("mla/{}/{}", impl.info().name, p.name));
   }
 }
 
@@ -244,7 +270,7 @@ void bench_ratio(benchmark::State& st, const AttentionImpl* impl, const axes::Ax
   st.counters["bf16_calls"] = C(static_cast<double>(tb.seconds.size()));
   st.counters["fp8_calls"] = C(static_cast<double>(tf.seconds.size()));
   st.SetLabel(fmt::format("measured fp8/bf16 speedup {:.3f}x (medians {:.4f} / {:.4f} ms over {} / {} calls); byte "
-                          "model {:.3f}x fewer bytes ({:.0f} vs {:.0f} B per cache token); issue 5 target >= 1.65x",
+                          "model {:.3f}x fewer bytes ({:.0f} vs {:.0f} B per cache token); FP8 target >= 1.65x",
                           mb / mf, 1e3 * mb, 1e3 * mf, tb.seconds.size(), tf.seconds.size(),
                           tb.model_bytes / tf.model_bytes, tb.cache_bytes_per_token, tf.cache_bytes_per_token));
 }
@@ -333,6 +359,7 @@ void add_gpu_context(const GpuBenchSetup& s) {
       "manual time: CUDA events around run() on the implementation's stream (host clock around run()+synchronize() "
       "when it does not expose one; the row's label says which); L2 flush enqueued before each call, untimed");
   benchmark::AddCustomContext("mla_gpu_l2_flush_bytes", s.options.flush_l2 ? std::to_string(flusher().bytes()) : "0");
+  benchmark::AddCustomContext("mla_gpu_l2_flush", s.options.flush_l2 ? flusher().method() : "none (--mla_no_flush): warm L2");
 }
 
 nlohmann::ordered_json ceilings_json(const GpuBenchSetup& s) {
@@ -436,5 +463,7 @@ void register_gpu_clock_row() {
 }
 
 void release_gpu_bench_cache() { cache().clear(); }
+
+std::optional<std::string> context_poisoned() { return poisoned(); }
 
 }  // namespace mla::device

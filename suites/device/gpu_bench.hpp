@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+
 #include <nlohmann/json.hpp>
 
 #include "mla/cuda/ceilings.hpp"
@@ -72,5 +73,10 @@ void register_gpu_clock_row();
 // Frees the cached inputs and prepared implementation (call after RunSpecifiedBenchmarks, before
 // the CUDA runtime is torn down at exit).
 void release_gpu_bench_cache();
+
+// Set once a kernel row left the CUDA context unusable (a sticky error: an illegal address, a
+// kernel trap): which row and the error. Every later row is then skipped with that reason
+// instead of failing with the same error, so the first failure is the one the output names.
+std::optional<std::string> context_poisoned();
 
 }  // namespace mla::device

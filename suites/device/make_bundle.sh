@@ -8,28 +8,33 @@
 #   lib/    every shared library those binaries load that is not part of the system (ldd), so the
 #           Debian 12 build runs on the device image. Left out: the glibc family (the loader must
 #           match the system's), the driver's libcuda/libnvidia-*, and libcublas/libcublasLt
-#           (52 + 517 MiB; check.sh takes them from the image's torch wheel nvidia-cublas)
-#   lib/compat/  libstdc++ and libgcc_s of the build machine, used by check.sh only when the
-#           image's own are too old for the binaries (a newer system libstdc++ is preferred:
-#           libcublas from the wheel may need it)
+#           (52 + 517 MiB; check.sh links them into lib/ from the image's CUDA 13 wheel,
+#           site-packages/nvidia/cu13/lib, or its CUDA install: nothing goes on LD_LIBRARY_PATH)
+#   lib/compat/  libstdc++ and libgcc_s of the build machine, linked into lib/ by check.sh only
+#           when the image's own are too old for the binaries (a newer system libstdc++ is
+#           preferred: libcublas from the wheel may need it)
 #   tools/  check.sh, reports/tools (report generator, torch side-by-side), this README
 #   goldens/  only with --with-goldens (31 MiB): the repository copy travels with the working
 #           tree anyway, and carrying both would take the call past its 64 MiB
+#   source.sha256  sha256 of every file of the source tree that travels to the device machine
+#           (source_list.sh); run_on_device.sh refuses the bundle when the tree it runs in differs
 #   MANIFEST.txt  build facts (commit, architectures, compiler) and sha256 of every file
 # and OUT_DIR.tar.xz, the same folder compressed: the file to carry to the device machine.
 #
-# Usage: make_bundle.sh --build BUILD_DIR --out OUT_DIR [--source SRC_DIR] [--with-goldens]
+# Usage: make_bundle.sh --build BUILD_DIR --out OUT_DIR [--source SRC_DIR] [--sources LIST] [--with-goldens]
+#   --sources: the list source_list.sh wrote (the build's copy); default: written now
 # The binaries must be linked with an $ORIGIN/../lib rpath (MLA_BUNDLE=ON, preset `device`).
 set -euo pipefail
 
 die() { echo "make_bundle.sh: $*" >&2; exit 1; }
 
-BUILD="" OUT="" SRC="" GOLDENS=0
+BUILD="" OUT="" SRC="" GOLDENS=0 SOURCES=""
 while (($#)); do
   case "$1" in
     --build) BUILD=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --source) SRC=$2; shift 2 ;;
+    --sources) SOURCES=$2; shift 2 ;;
     --with-goldens) GOLDENS=1; shift ;;
     *) die "unknown argument $1 (see the header of this script)" ;;
   esac
@@ -43,7 +48,7 @@ command -v python3 >/dev/null || die "python3 is needed to read CTest's test lis
 
 cache_var() { sed -n "s/^$1:[A-Z]*=//p" "$BUILD/CMakeCache.txt"; }
 [[ $(cache_var MLA_BUNDLE) == ON ]] ||
-  echo "make_bundle.sh: warning: $BUILD was not configured with MLA_BUNDLE=ON; the binaries have no \$ORIGIN/../lib rpath and check.sh relies on LD_LIBRARY_PATH alone" >&2
+  echo "make_bundle.sh: warning: $BUILD was not configured with MLA_BUNDLE=ON; the binaries have no \$ORIGIN/../lib rpath and will not find the bundled libraries" >&2
 
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib/compat" "$OUT/tools"
@@ -79,6 +84,7 @@ copy_bin "$BUILD/suites/certify/mla" 1
 ln -sf mla "$OUT/bin/mla-certify"
 copy_bin "$BUILD/suites/device/mla-gpu-bench" 1
 copy_bin "$BUILD/kernels/plugin/examples/cuda_plugin.so" 1  # the CUDA example plug-in check.sh certifies
+copy_bin "$BUILD/suites/device/mla-input-rates" 1  # check.sh --rehearse: the bench's host half
 copy_bin "$BUILD/suites/bench/mla-bench" 0
 
 # ---- libraries ----------------------------------------------------------------------------------
@@ -115,6 +121,11 @@ mkdir -p "$OUT/tools/reports"
 if ((GOLDENS)); then
   cp -r "$SRC/fixtures/goldens" "$OUT/goldens"
 fi
+if [[ -n $SOURCES ]]; then
+  cp "$SOURCES" "$OUT/source.sha256"
+else
+  bash "$SRC/suites/device/source_list.sh" "$SRC" "$OUT/source.sha256"
+fi
 
 # ---- checks and manifest ------------------------------------------------------------------------
 # Every bundled library must be the one each binary resolves (the rpath reaches lib/ first).
@@ -132,6 +143,7 @@ done
   echo "# MLA GPU bundle"
   echo "created: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) ($(. /etc/os-release && echo "$PRETTY_NAME"))"
   echo "source commit: $(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$SRC" diff --quiet HEAD 2>/dev/null || echo ' (working tree had changes)')"
+  echo "source tree: $(wc -l <"$OUT/source.sha256") files, list sha256 $(sha256sum "$OUT/source.sha256" | cut -c1-64) (source.sha256)"
   echo "build: $BUILD ($(cache_var CMAKE_BUILD_TYPE)), CUDA architectures $(cache_var MLA_CUDA_ARCHITECTURES), MLA_BUNDLE=$(cache_var MLA_BUNDLE)"
   nvcc=$(sed -n 's/^set(CMAKE_CUDA_COMPILER "\(.*\)")$/\1/p' "$BUILD"/CMakeFiles/*/CMakeCUDACompiler.cmake 2>/dev/null | head -1)
   echo "compilers: $(cache_var CMAKE_CXX_COMPILER) ($("$(cache_var CMAKE_CXX_COMPILER)" -dumpfullversion 2>/dev/null)), ${nvcc:-nvcc?} ($("${nvcc:-false}" --version 2>/dev/null | tail -1))"

@@ -18,9 +18,17 @@
 //                                       reads) and exit; needs no GPU
 //   --mla_probe                         print the GPU snapshot (JSON: name, driver, clocks, or why there
 //                                       is no usable GPU) and exit 0, or 77 without a usable GPU
+//   --mla_input_threads=N               threads that build the inputs (default: MLA_THREADS, else
+//                                       every core)
 //
-// Exit status: 0 ran; 2 bad usage; 77 no usable CUDA device (the reason on stderr; the
-// conventional "skipped" status, so CTest and suites/device/check.sh record a skip).
+// --benchmark_out=FILE (JSON) is written by this program, not by Google Benchmark: after the
+// context and after every benchmark FILE is rewritten as a complete document of the rows so far
+// (gpu_bench.hpp, incremental_json_reporter), with "mla_run": {"complete": ...} at the top, so
+// a run stopped by a timeout keeps every finished row and says it did not finish.
+//
+// Exit status: 0 ran; 2 bad usage; 3 a row left the CUDA context unusable (the later rows say
+// so; stderr names the row); 77 no usable CUDA device (the reason on stderr; the conventional
+// "skipped" status, so CTest and suites/device/check.sh record a skip).
 //
 // The JSON has the layout mla-bench writes (reports/tools reads both): context mla_ceilings,
 // mla_kernels (roof_bw / roof_peak name GPU ceilings), mla_points, plus mla_gpu* entries.
@@ -36,8 +44,10 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_host.hpp"
+#include "bench_rows.hpp"
 #include "gpu_bench.hpp"
 #include "mla/core/error.hpp"
+#include "mla/core/generator.hpp"
 #include "mla/cuda/device.hpp"
 #include "mla/kernels/axes.hpp"
 #include "mla/kernels/registry.hpp"
@@ -54,6 +64,8 @@ struct Options {
   std::size_t stream_mib = 2048;
   int gemm_n = 8192;
   double max_mem_gib = 0;
+  int input_threads = 0;
+  std::string json_out;  // --benchmark_out, when its format is JSON
 };
 
 Options take_options(int& argc, char** argv) {
@@ -71,9 +83,28 @@ Options take_options(int& argc, char** argv) {
     else if (k == "--mla_max_mem_gib") o.max_mem_gib = f.num(0.001);
     else if (k == "--mla_list") o.list = true;
     else if (k == "--mla_probe") o.probe = true;
+    else if (k == "--mla_input_threads") o.input_threads = static_cast<int>(f.num(1));
     else return false;
     return true;
   });
+  // --benchmark_out=FILE with the JSON format (the default) is taken here: the incremental
+  // reporter writes FILE. Another format is left to Google Benchmark.
+  std::string out, format = "json";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--benchmark_out=", 0) == 0) out = a.substr(16);
+    if (a.rfind("--benchmark_out_format=", 0) == 0) format = a.substr(23);
+  }
+  if (!out.empty() && format == "json") {
+    int w = 1;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a.rfind("--benchmark_out=", 0) != 0 && a.rfind("--benchmark_out_format=", 0) != 0) argv[w++] = argv[i];
+    }
+    argc = w;
+    argv[argc] = nullptr;
+    o.json_out = out;
+  }
   return o;
 }
 
@@ -95,6 +126,8 @@ int main(int argc, char** argv) {
   std::vector<const mla::axes::AxisPoint*> points;
   try {
     o = take_options(argc, argv);
+    if (o.input_threads > 0) mla::gen::set_threads(o.input_threads);
+    (void)mla::gen::threads();  // a malformed MLA_THREADS is a usage error, not a failure mid-run
     if (!o.points.empty()) {
       for (const auto& name : o.points) {
         const auto* p = mla::axes::find(name);
@@ -164,6 +197,9 @@ int main(int argc, char** argv) {
   // the GPU is named by mla_gpu_name.
   benchmark::AddCustomContext("mla_cpu_model", mla::bench::cpu_model());
   benchmark::AddCustomContext("mla_threads", "1");
+  benchmark::AddCustomContext("mla_input_threads", std::to_string(mla::gen::threads()));
+  benchmark::AddCustomContext("mla_input_generator", std::string("splitmix64-uniform-v1, ") +
+                                                         mla::gen::to_string(mla::gen::best_isa()) + " kernel");
   benchmark::AddCustomContext("mla_hardware_threads", std::to_string(std::thread::hardware_concurrency()));
   benchmark::AddCustomContext("mla_tier", o.points.empty() ? mla::axes::to_string(o.tier) : "explicit points");
   mla::device::add_gpu_context(setup);
@@ -179,8 +215,22 @@ int main(int argc, char** argv) {
   mla::device::register_gpu_kernel_benchmarks(setup, impls, points);
   mla::device::register_gpu_format_ratio_rows(impls, points);
   mla::device::register_gpu_clock_row();
-  benchmark::RunSpecifiedBenchmarks();
+  if (o.json_out.empty()) {
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    benchmark::ConsoleReporter console(benchmark::ConsoleReporter::OO_None);
+    const auto file = mla::device::incremental_json_reporter(o.json_out, [] {
+      const auto why = mla::device::context_poisoned();
+      return why ? *why : std::string();
+    });
+    const auto tee = mla::device::tee_reporter({&console, file.get()});
+    benchmark::RunSpecifiedBenchmarks(tee.get());
+  }
   benchmark::Shutdown();
   mla::device::release_gpu_bench_cache();
+  if (const auto why = mla::device::context_poisoned()) {
+    std::cerr << "mla-gpu-bench: stopped timing at " << *why << "\n";
+    return 3;
+  }
   return 0;
 }

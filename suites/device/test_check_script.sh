@@ -26,12 +26,15 @@ probe=$("$build/suites/device/mla-gpu-bench" --mla_probe >/dev/null 2>&1; echo $
 if [[ $probe == 77 ]]; then
   ((rc == 2)) || fail "without a GPU check.sh must exit 2 (skipped, nothing failed), got $rc"
   ! grep -E '\| (FAIL|TIMEOUT) \|' "$out/summary.md" || fail "a step failed without a GPU"
-  for step in bench sanitize_memcheck sanitize_racecheck sanitize_synccheck; do
-    grep -qE "^\| $step \| SKIP \| [0-9]+ \| no usable GPU: CUDA unavailable" "$out/summary.md" ||
+  for step in smoke_bench bench sanitize_memcheck sanitize_racecheck sanitize_synccheck; do
+    grep -qE "^\| $step \| SKIP \| [0-9]+ \| [0-9]* \| no usable GPU: CUDA unavailable" "$out/summary.md" ||
       fail "step $step is not a SKIP naming the reason"
   done
   grep -qE '^\| torch \| SKIP \| [0-9]+ \| .*skipped' "$out/summary.md" || fail "torch step is not a SKIP with the reason"
   grep -qE '^\| test_mla_cuda_attention_tests \| SKIP \|' "$out/summary.md" || fail "GPU tests did not skip"
+  grep -qE '^\| smoke_tests \| SKIP \| [0-9]+ \| [0-9]+ \| 14 tests, 0 failed, 14 skipped' "$out/summary.md" ||
+    fail "the smoke step did not run its 14 tests (skipped without a GPU)"
+  grep -q "LD_LIBRARY_PATH (inherited, not set by the check)" "$out/device.txt" || fail "device.txt does not report LD_LIBRARY_PATH"
   grep -qE '^\| certify \| SKIP \|.*unavailable' "$out/summary.md" || fail "certify did not record the kernels as unavailable"
   grep -q "Device check: INCOMPLETE" "$out/summary.md" || fail "verdict line missing"
 else

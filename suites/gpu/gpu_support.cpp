@@ -82,6 +82,16 @@ Result truth_attention(const AttnInputs& in) {
   return Result{std::move(t.out), std::move(t.lse)};
 }
 
+std::unique_ptr<Problem> make_problem(const testing::AttnSpec& spec, const testing::Layout& layout) {
+  auto p = std::make_unique<Problem>();
+  p->logical = testing::make_logical(spec);
+  p->paged = testing::lay_out(p->logical, layout);
+  p->in = p->paged.inputs();
+  p->truth = truth_attention(p->in);
+  p->same = same_dtype_attention(p->in);
+  return p;
+}
+
 AttnOutputs run_once(const AttentionImpl& impl, const AttnInputs& in) {
   auto prepared = impl.prepare(in);
   prepared->run();

@@ -3,6 +3,7 @@
 // implementation once, and judging through the tolerance engine.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <span>
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "mla/cuda/device.hpp"
+#include "mla/cuda/device_buffer.hpp"
 #include "mla/kernels/attention.hpp"
 #include "support/attn_builder.hpp"
 
@@ -55,6 +57,16 @@ AttnOutputs run_once(const AttentionImpl& impl, const AttnInputs& in);
 ::testing::AssertionResult bitwise_equal(const std::string& what, std::span<const double> a,
                                          std::span<const double> b);
 
+// A synthetic problem laid out (pages, poison, sentinels) with its fp64 truth and same-dtype
+// reference; `in` views `paged`, so the problem stays where it was made.
+struct Problem {
+  testing::Logical logical;
+  testing::Paged paged;
+  AttnInputs in;
+  Result truth, same;
+};
+std::unique_ptr<Problem> make_problem(const testing::AttnSpec& spec, const testing::Layout& layout);
+
 // A named synthetic attention problem (built with mla_test_support's make_logical/lay_out).
 struct NamedSpec {
   std::string name;
@@ -66,6 +78,20 @@ void PrintTo(const NamedSpec& c, std::ostream* os);
 
 // The synthetic cases the GPU suite runs every kernel on, each aimed at a hazard.
 std::vector<NamedSpec> synthetic_cases();
+
+// A device copy of `v`, and a whole device buffer read back as T (both synchronous).
+template <class T>
+cuda::DeviceBuffer to_device(const std::vector<T>& v) {
+  cuda::DeviceBuffer b(v.size() * sizeof(T));
+  b.upload(v.data(), v.size() * sizeof(T));
+  return b;
+}
+template <class T>
+std::vector<T> download(const cuda::DeviceBuffer& b) {
+  std::vector<T> v(b.size() / sizeof(T));
+  b.download(v.data(), b.size());
+  return v;
+}
 
 std::vector<int64_t> out_shape(const AttnShape& s);  // {b, s_q, h, 512}
 std::vector<int64_t> lse_shape(const AttnShape& s);  // {b, h, s_q}

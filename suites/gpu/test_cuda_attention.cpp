@@ -32,22 +32,7 @@ namespace {
 using testing::AttnSpec;
 using testing::Layout;
 
-struct Prepared {
-  testing::Logical logical;
-  testing::Paged paged;
-  AttnInputs in;
-  Result truth, same;
-};
-
-std::unique_ptr<Prepared> build(const AttnSpec& spec, const Layout& layout) {
-  auto p = std::make_unique<Prepared>();
-  p->logical = testing::make_logical(spec);
-  p->paged = testing::lay_out(p->logical, layout);
-  p->in = p->paged.inputs();
-  p->truth = truth_attention(p->in);
-  p->same = same_dtype_attention(p->in);
-  return p;
-}
+std::unique_ptr<Problem> build(const AttnSpec& spec, const Layout& layout) { return make_problem(spec, layout); }
 
 std::vector<std::unique_ptr<AttentionImpl>> kernels() {
   std::vector<std::unique_ptr<AttentionImpl>> v;

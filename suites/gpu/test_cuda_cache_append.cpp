@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include "append_device.hpp"
 #include "append_support.hpp"
 #include "gpu_support.hpp"
 #include "mla/core/config.hpp"
@@ -33,62 +34,6 @@ namespace {
 using cuda::ActivationDType;
 using cuda::DeviceBuffer;
 
-template <class T>
-DeviceBuffer to_device(const std::vector<T>& v) {
-  DeviceBuffer b(v.size() * sizeof(T));
-  b.upload(v.data(), v.size() * sizeof(T));
-  return b;
-}
-
-// The device-side copies of a setup's inputs, in the requested activation dtype.
-struct DeviceInputs {
-  DeviceBuffer latent, k_pe, weight, inv_freq, seq_ids, positions, block_table;
-  DeviceInputs(const AppendSetup& s, ActivationDType dtype) {
-    auto act = [&](const std::vector<double>& v) {
-      if (dtype == ActivationDType::bf16) {
-        std::vector<uint16_t> b(v.size());
-        for (std::size_t i = 0; i < v.size(); ++i) b[i] = bf16_from_double(v[i]);
-        return to_device(b);
-      }
-      return to_device(std::vector<float>(v.begin(), v.end()));
-    };
-    latent = act(s.latent);
-    k_pe = act(s.k_pe);
-    weight = to_device(std::vector<float>(s.weight.begin(), s.weight.end()));
-    inv_freq = to_device(s.inv_freq);
-    seq_ids = to_device(s.seq_ids);
-    positions = to_device(s.positions);
-    block_table = to_device(s.block_table);
-  }
-};
-
-cuda::CacheAppendArgs args_for(const AppendSetup& s, const DeviceInputs& d, ActivationDType dtype, DeviceBuffer& cache) {
-  cuda::CacheAppendArgs a;
-  a.num_tokens = s.n();
-  a.dtype = dtype;
-  a.latent = d.latent.data();
-  a.k_pe = d.k_pe.data();
-  a.kv_norm_weight = d.weight.as<const float>();
-  a.inv_freq = d.inv_freq.as<const double>();
-  a.seq_ids = d.seq_ids.as<const int32_t>();
-  a.positions = d.positions.as<const int32_t>();
-  a.block_table = d.block_table.as<const int32_t>();
-  a.batch = s.batch;
-  a.max_blocks = s.max_blocks;
-  a.page_size = s.page_size;
-  a.num_blocks = s.num_blocks;
-  a.max_seq_len = s.max_seq_len;
-  a.kv_cache = cache.as<uint16_t>();
-  a.eps = static_cast<float>(kEps);
-  return a;
-}
-
-std::vector<uint16_t> download(const DeviceBuffer& b) {
-  std::vector<uint16_t> v(b.size() / sizeof(uint16_t));
-  b.download(v.data(), b.size());
-  return v;
-}
-
 class CudaCacheAppend : public ::testing::TestWithParam<ActivationDType> {};
 
 TEST_P(CudaCacheAppend, MatchesFp64AndTouchesOnlyItsSlots) {
@@ -99,7 +44,7 @@ TEST_P(CudaCacheAppend, MatchesFp64AndTouchesOnlyItsSlots) {
   const std::vector<uint16_t> before = poisoned_cache(s);
   DeviceBuffer cache = to_device(before);
   cuda::cache_append(args_for(s, d, dtype, cache));
-  const std::vector<uint16_t> after = download(cache);
+  const std::vector<uint16_t> after = download<uint16_t>(cache);
 
   std::vector<double> got, want;
   std::vector<bool> written(after.size() / 576, false);
@@ -160,7 +105,7 @@ void expect_capacity_error(AppendSetup s, int32_t seq, int32_t pos, const std::s
     EXPECT_NE(m.find(fmt::format("position {}", pos)), std::string::npos) << m;
     EXPECT_NE(m.find(needle), std::string::npos) << m;
   }
-  EXPECT_TRUE(download(cache) == before) << "a rejected append wrote to the cache";
+  EXPECT_TRUE(download<uint16_t>(cache) == before) << "a rejected append wrote to the cache";
 }
 
 TEST(CudaCacheAppendCapacity, PastCapacityIsAnErrorAndWritesNothing) {
@@ -196,7 +141,7 @@ TEST(CudaCacheAppendCapacity, MalformedTokensAreErrorsNotCapacity) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(fmt::format("sequence id {}", seq)), std::string::npos) << e.what();
     }
-    EXPECT_TRUE(download(cache) == before) << "a rejected append wrote to the cache";
+    EXPECT_TRUE(download<uint16_t>(cache) == before) << "a rejected append wrote to the cache";
   }
 }
 

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "append_device.hpp"
 #include "append_support.hpp"
 #include "fp8_append_support.hpp"
 #include "gpu_support.hpp"
@@ -28,20 +29,6 @@ using cuda::AppendCacheFormat;
 using cuda::AppendInput;
 using cuda::DeviceBuffer;
 using cuda::Fp8ScaleFmt;
-
-template <class T>
-DeviceBuffer to_device(const std::vector<T>& v) {
-  DeviceBuffer b(v.size() * sizeof(T));
-  b.upload(v.data(), v.size() * sizeof(T));
-  return b;
-}
-
-template <class T>
-std::vector<T> download(const DeviceBuffer& b) {
-  std::vector<T> v(b.size() / sizeof(T));
-  b.download(v.data(), b.size());
-  return v;
-}
 
 int64_t slot_index(const std::vector<int32_t>& bt, int max_blocks, int page_size, int32_t seq, int32_t pos) {
   return int64_t{bt[static_cast<std::size_t>(seq) * max_blocks + pos / page_size]} * page_size + pos % page_size;
@@ -124,62 +111,20 @@ TEST_F(CudaFp8Golden, OtherScaleFormatMatchesCoreEncoding) {
   }
 }
 
-// Raw inputs of the bf16 append test's setup on the device.
-struct RawDevice {
-  DeviceBuffer latent, k_pe, weight, inv_freq, seq_ids, positions, block_table;
-  RawDevice(const AppendSetup& s, cuda::ActivationDType dtype) {
-    auto act = [&](const std::vector<double>& v) {
-      if (dtype == cuda::ActivationDType::bf16) {
-        std::vector<uint16_t> b(v.size());
-        for (std::size_t i = 0; i < v.size(); ++i) b[i] = bf16_from_double(v[i]);
-        return to_device(b);
-      }
-      return to_device(std::vector<float>(v.begin(), v.end()));
-    };
-    latent = act(s.latent);
-    k_pe = act(s.k_pe);
-    weight = to_device(std::vector<float>(s.weight.begin(), s.weight.end()));
-    inv_freq = to_device(s.inv_freq);
-    seq_ids = to_device(s.seq_ids);
-    positions = to_device(s.positions);
-    block_table = to_device(s.block_table);
-  }
-  cuda::CacheAppendArgs args(const AppendSetup& s, cuda::ActivationDType dtype, void* cache) const {
-    cuda::CacheAppendArgs a;
-    a.num_tokens = s.n();
-    a.dtype = dtype;
-    a.latent = latent.data();
-    a.k_pe = k_pe.data();
-    a.kv_norm_weight = weight.as<const float>();
-    a.inv_freq = inv_freq.as<const double>();
-    a.seq_ids = seq_ids.as<const int32_t>();
-    a.positions = positions.as<const int32_t>();
-    a.block_table = block_table.as<const int32_t>();
-    a.batch = s.batch;
-    a.max_blocks = s.max_blocks;
-    a.page_size = s.page_size;
-    a.num_blocks = s.num_blocks;
-    a.max_seq_len = s.max_seq_len;
-    a.kv_cache = cache;
-    a.eps = static_cast<float>(kEps);
-    return a;
-  }
-};
-
 TEST(CudaCacheAppendFp8, RawInputsEncodeTheDevicesOwnBf16Token) {
   MLA_SKIP_WITHOUT_CUDA();
   for (auto dtype : {cuda::ActivationDType::bf16, cuda::ActivationDType::f32}) {
     const AppendSetup s = make_setup(dtype);
-    const RawDevice d(s, dtype);
+    const DeviceInputs d(s, dtype);
     DeviceBuffer bf16_dev = to_device(poisoned_cache(s));
-    cuda::cache_append(d.args(s, dtype, bf16_dev.data()));
+    cuda::cache_append(args_for(s, d, dtype, bf16_dev));
     const std::vector<uint16_t> bf16_cache = download<uint16_t>(bf16_dev);
     for (auto fmt : {Fp8ScaleFmt::fp32, Fp8ScaleFmt::ue8m0}) {
       SCOPED_TRACE(fmt::format("{} inputs, {} scales", dtype == cuda::ActivationDType::bf16 ? "bf16" : "f32",
                                fmt_name(fmt)));
       std::vector<uint8_t> want = fp8_poisoned_cache(static_cast<std::size_t>(s.num_blocks) * s.page_size);
       DeviceBuffer cache = to_device(want);
-      cuda::CacheAppendArgs a = d.args(s, dtype, cache.data());
+      cuda::CacheAppendArgs a = args_for(s, d, dtype, cache);
       a.format = AppendCacheFormat::fp8;
       a.scale_fmt = fmt;
       cuda::cache_append(a);
@@ -204,11 +149,11 @@ TEST(CudaCacheAppendFp8, PastCapacityIsAnErrorAndWritesNothing) {
   s.positions.push_back(60);  // max_seq_len 60
   s.latent.resize(s.latent.size() + 512, 0.5);
   s.k_pe.resize(s.k_pe.size() + 64, 0.5);
-  const RawDevice d(s, cuda::ActivationDType::bf16);
+  const DeviceInputs d(s, cuda::ActivationDType::bf16);
   for (auto input : {AppendInput::raw, AppendInput::normed_roped}) {
     const std::vector<uint8_t> before = fp8_poisoned_cache(static_cast<std::size_t>(s.num_blocks) * s.page_size);
     DeviceBuffer cache = to_device(before);
-    cuda::CacheAppendArgs a = d.args(s, cuda::ActivationDType::bf16, cache.data());
+    cuda::CacheAppendArgs a = args_for(s, d, cuda::ActivationDType::bf16, cache);
     a.format = AppendCacheFormat::fp8;
     a.scale_fmt = Fp8ScaleFmt::ue8m0;
     a.input = input;

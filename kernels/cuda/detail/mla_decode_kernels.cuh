@@ -112,6 +112,9 @@ enum Mutant : int {
   kInvalidNotMasked = 3,     // sparse: an invalid index is zero-filled but its score kept (0)
   kDequantKeepsStale = 4,    // FP8: an unloaded token's row dequantizes whatever smem held
   kSlowDequantOnly = 5,      // not a bug: the general e4m3 decode everywhere (fast path's twin)
+  // Planted races (suites/gpu/sim: each must be caught by the cp.async landing mode it names).
+  kSingleStagingBuffer = 6,  // FP8: the next tile's raw bytes are copied into the buffer being dequantized
+  kNoLoopTopBarrier = 7,     // the loop-top barrier dropped: sSlot rewritten while read, tiles read early
 };
 inline int& decode_mutant() {
   static int m = kNoMutant;
@@ -327,7 +330,7 @@ MLA_GLOBAL void MLA_BOUNDS((Tile<RG, FP8>::kThreads), 1) mla_decode_kernel(const
     }
     MLA_SYNC();
     if (FP8) {
-      unsigned char* base = sRaw + buf * (kNT * kFp8Token);
+      unsigned char* base = sRaw + (MLA_DECODE_MUTANT(kSingleStagingBuffer) ? 0 : buf) * (kNT * kFp8Token);
       for (int i = tid; i < kNT * kFp8Chunks; i += T::kThreads) {
         const int j = i / kFp8Chunks, c = i - j * kFp8Chunks;
         const int64_t slot = sSlot[j];
@@ -352,7 +355,7 @@ MLA_GLOBAL void MLA_BOUNDS((Tile<RG, FP8>::kThreads), 1) mla_decode_kernel(const
   // threads consecutive chunks of a token, so the shared reads and writes are conflict-free
   // and the block's 72 chunks per token keep every thread busy with the same few instructions.
   auto dequant = [&](int buf) {
-    const unsigned char* base = sRaw + buf * (kNT * kFp8Token);
+    const unsigned char* base = sRaw + (MLA_DECODE_MUTANT(kSingleStagingBuffer) ? 0 : buf) * (kNT * kFp8Token);
     for (int i = tid; i < kNT * kChunks; i += T::kThreads) {
       const int j = i / kChunks, c = i - j * kChunks;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
@@ -409,7 +412,7 @@ MLA_GLOBAL void MLA_BOUNDS((Tile<RG, FP8>::kThreads), 1) mla_decode_kernel(const
     cp_async_wait_all();
     // Tile `it` has landed for every thread, and every warp has finished the previous tile's
     // P·V, so the other buffer (tile it-1) may be overwritten by the prefetch below.
-    MLA_SYNC();
+    if (!MLA_DECODE_MUTANT(kNoLoopTopBarrier)) MLA_SYNC();
     if (it + 1 < n_tiles) load_k(w.tok_begin + (it + 1) * kNT, buf ^ 1);
     cp_async_commit();
     if (FP8) {

@@ -61,6 +61,8 @@ class BenchRun:
     ceilings: dict[str, dict[str, Any]]  # key -> {value, unit, method}
     points: dict[str, dict[str, Any]]
     kernels: dict[str, dict[str, Any]]
+    complete: bool = True                # False: the run stopped before its last benchmark
+    run_note: str = ""                   # why, and how many rows it has, when not complete
 
     def kernel_cases(self) -> list[Case]:
         return [c for c in self.cases.values() if c.kind == "kernel"]
@@ -103,16 +105,61 @@ def _json_context_field(ctx: dict[str, Any], key: str, default):
         raise BenchFileError(f"context field {key} is not JSON: {e}") from e
 
 
-def load(path: str | Path) -> BenchRun:
+def _recover_truncated(text: str) -> tuple[dict[str, Any], int] | None:
+    """A Google Benchmark JSON file cut off while it was written (a process killed mid-run): the
+    document up to its last complete row, closed, and that row count; None if even the context
+    is incomplete. Google Benchmark writes rows as `    {` ... `    }` inside `"benchmarks": [`."""
+    start = text.find('"benchmarks": [')
+    if start < 0:
+        return None
+    head = text[:start + len('"benchmarks": [')]
+    end = text.rfind("\n    }")
+    body = text[len(head):end + len("\n    }")] if end > start else ""
+    try:
+        doc = json.loads(head + body + "\n  ]\n}\n")
+    except json.JSONDecodeError:
+        return None
+    return doc, len(doc.get("benchmarks", []))
+
+
+def read_doc(path: str | Path) -> tuple[dict[str, Any], bool, str]:
+    """The benchmark document of `path`, whether its run completed, and a note when it did not.
+
+    Partial runs are accepted, never silently: mla-gpu-bench's incremental file carries
+    "mla_run": {"complete": false, ...} until its run ends normally (a timeout leaves the rows
+    done so far), and a file cut off mid-write has its complete rows recovered. Either way
+    `complete` is False and the note says so."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text())
+        text = p.read_text()
     except FileNotFoundError as e:
         raise BenchFileError(f"{p}: no such file") from e
+    try:
+        doc = json.loads(text)
+        truncated = None
     except json.JSONDecodeError as e:
-        raise BenchFileError(f"{p}: not JSON ({e})") from e
+        rec = _recover_truncated(text)
+        if rec is None:
+            raise BenchFileError(f"{p}: not JSON ({e})") from e
+        doc, n = rec
+        truncated = f"file cut off mid-write; {n} complete rows recovered"
     if not isinstance(doc, dict) or "benchmarks" not in doc or "context" not in doc:
         raise BenchFileError(f"{p}: not Google Benchmark JSON (needs 'context' and 'benchmarks')")
+    state = doc.get("mla_run")
+    complete, note = True, ""
+    if truncated:
+        complete, note = False, truncated
+    elif isinstance(state, dict) and not state.get("complete", True):
+        complete = False
+        note = state.get("note") or (f"the run stopped before its end after {state.get('rows', '?')} benchmarks"
+                + (f" (last: {state['last']})" if state.get("last") else "")
+                + (f"; {state['stopped']}" if state.get("stopped") else ""))
+    return doc, complete, note
+
+
+def load(path: str | Path) -> BenchRun:
+    p = Path(path)
+    doc, complete, note = read_doc(p)
     ctx = doc["context"]
     cases: dict[str, Case] = {}
     for row in doc["benchmarks"]:
@@ -147,7 +194,7 @@ def load(path: str | Path) -> BenchRun:
     return BenchRun(path=str(p), context=ctx, cases=cases,
                     ceilings=_json_context_field(ctx, "mla_ceilings", {}),
                     points=_json_context_field(ctx, "mla_points", {}),
-                    kernels=kernels)
+                    kernels=kernels, complete=complete, run_note=note)
 
 
 def model_slug(cpu_model: str) -> str:

@@ -148,6 +148,10 @@ def render_markdown(run: BenchRun, cert: dict[str, Any] | None = None,
              + (" and an mla-certify certificate" if cert else "") + ". Every number below was measured"
              f" by mla-bench in that run on this machine ({ctx.get('num_cpus', '?')}-CPU host, CPU timings).")
     L.append("")
+    if not run.complete:
+        L.append(f"**Partial run**: {_md_escape(run.run_note)}. Every row below was measured; the benchmarks that"
+                 " did not run are absent from the tables, not passed.")
+        L.append("")
     L.append("## Run")
     L.append("")
     L.append("| what | value |")
@@ -169,7 +173,14 @@ def render_markdown(run: BenchRun, cert: dict[str, Any] | None = None,
          if int(ctx.get("mla_cache_flush_bytes", 0) or 0) else "none"),
         ("Google Benchmark library build", ctx.get("library_build_type")),
         ("axes", ctx.get("mla_axes_note")),
+        ("run", "complete" if run.complete else f"PARTIAL: {run.run_note}"),
     ]
+    # GPU runs (mla-gpu-bench, torch_side_by_side.py) say how they timed and flushed L2.
+    for key, what in (("mla_gpu_timing", "GPU timing"), ("mla_gpu_l2_flush", "GPU L2 flush between timed calls"),
+                      ("mla_torch_l2_flush", "torch L2 flush between timed calls"),
+                      ("mla_input_generator", "input generator")):
+        if ctx.get(key):
+            rows.append((what, ctx.get(key)))
     for k, v in rows:
         L.append(f"| {k} | {_md_escape(str(v))} |")
     L.append("")

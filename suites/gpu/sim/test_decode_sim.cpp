@@ -6,7 +6,7 @@
 //    deployed-precision reference), with outputs pre-filled with NaN and guard bands around
 //    every output and workspace buffer;
 //  * every cp.async source is q or a cache slot of a token < L of its sequence, and for sparse
-//    inputs only a slot some row names with a valid index (FIELD-NOTES bugs 2, 4, 6, 8: no
+//    inputs only a slot some row names with a valid index (docs/field.md, Bugs 2, 4, 6, 8: no
 //    read of a sentinel page, a poisoned slot, a padded head row or an invalid index);
 //  * page permutation and batch order give bitwise-equal results, split counts agree;
 //  * shared-memory addresses are aligned and in range, barriers and warp collectives are
@@ -15,7 +15,10 @@
 //    and same_dtype reference;
 //  * mutation self-checks: known bugs switched on in the kernel source (wrong FP8 scale block,
 //    invalid index read as token 0, invalid index left unmasked, stale rows dequantized) make
-//    these checks fail.
+//    these checks fail;
+//  * every test in both cp.async landing modes (warp_sim.hpp): deferred, where a copy lands at
+//    the wait, and eager, where it lands at issue; planted races (one FP8 staging buffer, a
+//    missing barrier) must fail in the mode that can see them.
 // The simulator models the PTX fragment layouts from their documentation; a GPU run
 // (mla_cuda_attention_tests) remains the judge of the real instructions.
 #include "warp_sim_builtins.hpp"
@@ -28,7 +31,9 @@
 #include <cstring>
 #include <ostream>
 #include <set>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -36,6 +41,7 @@
 #include <gtest/gtest.h>
 
 #include "decode_sim_harness.hpp"
+#include "smoke_cases.hpp"
 #include "gpu_support.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
@@ -48,7 +54,33 @@ namespace {
 
 using simtest::run_sim;
 using simtest::SimRun;
+using sim::CpAsyncLanding;
 namespace dec = detail::decode;
+
+constexpr CpAsyncLanding kModes[] = {CpAsyncLanding::deferred, CpAsyncLanding::eager};
+
+// Sets the landing mode for one test and restores the default after it.
+class LandingScope {
+ public:
+  explicit LandingScope(CpAsyncLanding m) : saved_(sim::cp_async_landing()) { sim::set_cp_async_landing(m); }
+  ~LandingScope() { sim::set_cp_async_landing(saved_); }
+  LandingScope(const LandingScope&) = delete;
+  LandingScope& operator=(const LandingScope&) = delete;
+
+ private:
+  CpAsyncLanding saved_;
+};
+
+// A test run once per landing mode; the mode is part of the test's name (…/deferred, …/eager).
+class InBothModes : public ::testing::TestWithParam<CpAsyncLanding> {
+ protected:
+  void SetUp() override { scope_.emplace(GetParam()); }
+  void TearDown() override { scope_.reset(); }
+
+ private:
+  std::optional<LandingScope> scope_;
+};
+std::string mode_name(const ::testing::TestParamInfo<CpAsyncLanding>& i) { return sim::to_string(i.param); }
 
 struct Case {
   std::string name;
@@ -86,7 +118,7 @@ std::vector<Case> cases() {
       {"sq7_h5_split2", {50, 3}, 7, 5, true, 16, 2, 1.0, 4},
       // 24 rows: the 32-row instance (128 threads).
       {"h8_sq3", {90, 45}, 3, 8, true, 16, 0, 1.0, 5},
-      // Large logits through split and combine (FIELD-NOTES bug 3), splits empty for L = 0.
+      // Large logits through split and combine (docs/field.md, Bugs 3), splits empty for L = 0.
       {"large_logits_split5", {300, 0, 17}, 2, 16, true, 64, 5, 100.0, 6},
       // Non-causal multi-query, page size 1.
       {"noncausal_ps1", {40, 70}, 2, 16, false, 1, 0, 1.0, 7},
@@ -158,10 +190,11 @@ Built build(const Case& c, const testing::Layout& layout) {
   return gputest::matches(what, r.out, in.shape, truth.out, truth.lse, std::span<const double>(same.out));
 }
 
-class DecodeSim : public ::testing::TestWithParam<Case> {};
+class DecodeSim : public ::testing::TestWithParam<std::tuple<Case, CpAsyncLanding>> {};
 
 TEST_P(DecodeSim, MatchesTruthAndReadsOnlyValidTokens) {
-  const Case& c = GetParam();
+  const Case& c = std::get<0>(GetParam());
+  const LandingScope mode(std::get<1>(GetParam()));
   testing::Layout layout;
   layout.page_size = c.page_size;
   const Built b = build(c, layout);
@@ -170,10 +203,15 @@ TEST_P(DecodeSim, MatchesTruthAndReadsOnlyValidTokens) {
   EXPECT_TRUE(judged(c.name, r, b.in));
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernel, DecodeSim, ::testing::ValuesIn(cases()),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Kernel, DecodeSim, ::testing::Combine(::testing::ValuesIn(cases()), ::testing::ValuesIn(kModes)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).name + "_" + sim::to_string(std::get<1>(info.param));
+                         });
 
-TEST(DecodeSimInvariance, LayoutAndBatchOrderAreBitwiseInvariantAndSplitsAgree) {
+class DecodeSimInvariance : public InBothModes {};
+INSTANTIATE_TEST_SUITE_P(Landing, DecodeSimInvariance, ::testing::ValuesIn(kModes), mode_name);
+
+TEST_P(DecodeSimInvariance, LayoutAndBatchOrderAreBitwiseInvariantAndSplitsAgree) {
   for (const Case& c : {Case{"inv", {37, 0, 130, 5, 64}, 2, 8, true, 16, 0, 1.0, 21},
                         Case{"inv_sparse_fp8", {37, 0, 90, 5}, 2, 8, false, 16, 0, 1.0, 22, 40, kFp8}}) {
     SCOPED_TRACE(c.name);
@@ -209,7 +247,10 @@ TEST(DecodeSimInvariance, LayoutAndBatchOrderAreBitwiseInvariantAndSplitsAgree) 
   }
 }
 
-TEST(DecodeSimSelfCheck, TheSimulatorCatchesAForbiddenRead) {
+class DecodeSimSelfCheck : public InBothModes {};
+INSTANTIATE_TEST_SUITE_P(Landing, DecodeSimSelfCheck, ::testing::ValuesIn(kModes), mode_name);
+
+TEST_P(DecodeSimSelfCheck, TheSimulatorCatchesAForbiddenRead) {
   // The read check is what makes "reads only valid tokens" meaningful: remove one token the
   // kernel legitimately reads from the allowed set, and the read must be reported. Dense: the
   // last token of the sequence; sparse FP8: the token of one valid index.
@@ -237,7 +278,7 @@ TEST(DecodeSimSelfCheck, TheSimulatorCatchesAForbiddenRead) {
 
 // Each known bug, switched on in the kernel source, must make the checks above fail on a case
 // that exercises it: a forbidden read reported by the simulator, or results outside tolerance.
-TEST(DecodeSimSelfCheck, KnownBugsInTheKernelAreCaught) {
+TEST_P(DecodeSimSelfCheck, KnownBugsInTheKernelAreCaught) {
   struct Mut {
     dec::Mutant id;
     const char* what;
@@ -246,7 +287,7 @@ TEST(DecodeSimSelfCheck, KnownBugsInTheKernelAreCaught) {
   const Mut muts[] = {
       {dec::kWrongScaleBlock, "FP8 latent chunk scaled by the neighbouring block's scale",
        {"m_scale", {70, 33}, 1, 16, true, 16, 0, 1.0, 31, 0, kFp8, ScaleFmt::ue8m0}},
-      {dec::kInvalidIndexToZero, "invalid sparse index attends token 0 (bug 8)",
+      {dec::kInvalidIndexToZero, "invalid sparse index attends token 0 (docs/field.md, Bugs 8)",
        {"m_zero", {90, 20}, 1, 16, false, 16, 0, 1.0, 32, 40}},
       {dec::kInvalidNotMasked, "invalid sparse index zero-filled but its score kept",
        {"m_mask", {90, 20}, 1, 16, false, 16, 0, 1.0, 33, 40}},
@@ -261,6 +302,92 @@ TEST(DecodeSimSelfCheck, KnownBugsInTheKernelAreCaught) {
     const SimRun r = run_sim(b.in, 0);
     dec::decode_mutant() = dec::kNoMutant;
     EXPECT_FALSE(judged("mutated", r, b.in)) << "the bug went unnoticed";
+  }
+}
+
+// Races planted in the kernel source, each a bug a pipelined kernel really gets wrong, each run
+// in both landing modes. A race is a bug as soon as one landing moment the hardware allows
+// breaks the results, so what must hold is that the mode producing that moment catches it:
+//  * one raw FP8 staging buffer: tile it+1's copies are issued into the bytes tile it is being
+//    dequantized from (write-after-read on a cp.async destination). Only the eager landing
+//    overwrites them in time; with the deferred one the copies wait for the next iteration and
+//    every other test of this file passes;
+//  * no barrier at the top of the main loop, over several tiles: the next tile's slots are
+//    written into sSlot while other warps still read the current tile's (write-after-read on
+//    plain shared memory), caught in both modes;
+//  * the same missing barrier on a one-tile range: the tile is read before every thread's copies
+//    of it landed (read-after-write). Only the deferred landing shows it; eager copies landed at
+//    issue, which is why the eager mode does not replace the deferred one.
+// (A missing barrier between the FP8 dequantization and the MMA reads is not in this list: the
+// simulator runs each thread until it blocks, and the warp collective that precedes those reads
+// lets every other warp finish its dequantization first; compute-sanitizer's racecheck on a GPU
+// is the check for that kind.) The unmutated kernel must pass each case in both modes first.
+TEST(DecodeSimPlantedRaces, EachRaceFailsInTheLandingModeThatProducesIt) {
+  struct Race {
+    dec::Mutant id;
+    const char* what;
+    Case c;
+    bool caught_eager, caught_deferred;  // the failures the test requires (true) or only records
+  };
+  // Forced single split: the 32-token tiles of a sequence run in one loop, prefetches overlapping.
+  const Race races[] = {
+      {dec::kSingleStagingBuffer, "FP8: one raw staging buffer for the tile in use and the prefetch",
+       {"race_staging", {130, 70}, 1, 16, true, 16, 1, 1.0, 51, 0, kFp8, ScaleFmt::fp32}, true, false},
+      {dec::kSingleStagingBuffer, "FP8 sparse: one raw staging buffer",
+       {"race_staging_sparse", {130, 37}, 1, 5, false, 16, 1, 1.0, 52, 100, kFp8, ScaleFmt::fp32}, true, false},
+      {dec::kNoLoopTopBarrier, "bf16: no loop-top barrier, several tiles (sSlot overwritten while read)",
+       {"race_loop_top", {130, 70}, 1, 16, true, 16, 1, 1.0, 54}, true, true},
+      {dec::kNoLoopTopBarrier, "bf16: no loop-top barrier, one tile (read before the copies landed)",
+       {"race_loop_top_one_tile", {32, 20}, 1, 16, true, 16, 1, 1.0, 55}, false, true},
+  };
+  for (const Race& r : races) {
+    SCOPED_TRACE(r.what);
+    const Built b = build(r.c, testing::Layout{});
+    for (CpAsyncLanding m : kModes) {
+      const LandingScope mode(m);
+      ASSERT_TRUE(judged(fmt::format("unmutated, {} landing", sim::to_string(m)), run_sim(b.in, r.c.forced_splits), b.in))
+          << "the case must pass before the race is planted";
+    }
+    bool caught[2] = {};
+    for (int i = 0; i < 2; ++i) {
+      const LandingScope mode(kModes[i]);
+      dec::decode_mutant() = r.id;
+      const SimRun run = run_sim(b.in, r.c.forced_splits);
+      dec::decode_mutant() = dec::kNoMutant;
+      caught[i] = !judged("race", run, b.in);
+    }
+    RecordProperty(r.c.name, fmt::format("deferred {}, eager {}", caught[0] ? "FAILED" : "passed",
+                                         caught[1] ? "FAILED" : "passed"));
+    if (r.caught_deferred) {
+      EXPECT_TRUE(caught[0]) << "the deferred landing let the race pass";
+    }
+    if (r.caught_eager) {
+      EXPECT_TRUE(caught[1]) << "the eager landing let the race pass";
+    }
+  }
+}
+
+// The device check's smoke problems (suites/device/smoke_cases.hpp) on the kernel source: each
+// selects the instance it is named for and passes, in both landing modes, before a GPU run
+// spends its first minute on them.
+class DecodeSimSmokeProblems : public InBothModes {};
+INSTANTIATE_TEST_SUITE_P(Landing, DecodeSimSmokeProblems, ::testing::ValuesIn(kModes), mode_name);
+
+TEST_P(DecodeSimSmokeProblems, EachSelectsItsInstanceAndPasses) {
+  const auto all = testing::smoke_instances();
+  EXPECT_EQ(all.size(), 12u);  // 3 tiles x 2 cache formats x dense/sparse
+  for (const testing::SmokeInstance& c : all) {
+    SCOPED_TRACE(c.name);
+    const int64_t rows = c.spec.topk > 0 ? c.spec.heads : int64_t{c.spec.s_q} * c.spec.heads;
+    EXPECT_EQ(detail::decode_tile_rows(rows), c.tile_rows);
+    testing::Layout layout;
+    layout.page_size = c.page_size;
+    const testing::Logical lg = testing::make_logical(c.spec);
+    const testing::Paged pg = testing::lay_out(lg, layout);
+    const AttnInputs in = pg.inputs();
+    const SimRun r = run_sim(in, c.forced_splits);
+    EXPECT_GT(r.plan.combine_blocks, 0) << "two forced splits must run the combine";
+    EXPECT_TRUE(judged(c.name, r, in));
   }
 }
 
@@ -297,7 +424,10 @@ TEST(DecodeSimFp8, DequantizationIsTheRoundedExactProductForEveryByte) {
 }
 
 // The fast and the general decode inside a whole kernel run: bitwise equal results.
-TEST(DecodeSimFp8, FastAndGeneralDecodesGiveBitwiseEqualResults) {
+class DecodeSimFp8Paths : public InBothModes {};
+INSTANTIATE_TEST_SUITE_P(Landing, DecodeSimFp8Paths, ::testing::ValuesIn(kModes), mode_name);
+
+TEST_P(DecodeSimFp8Paths, FastAndGeneralDecodesGiveBitwiseEqualResults) {
   const Case c{"fp8_paths", {70, 33}, 2, 16, true, 16, 0, 1.0, 41, 0, kFp8, ScaleFmt::fp32};
   const Built b = build(c, testing::Layout{});
   const SimRun fast = run_sim(b.in, 0);
@@ -312,7 +442,10 @@ TEST(DecodeSimFp8, FastAndGeneralDecodesGiveBitwiseEqualResults) {
 // The golden cases of the FP8 and sparse families small enough for the simulator, judged against
 // their stored truth and same_dtype reference (the larger ones run on the GPU:
 // mla_cuda_golden_tests). A missing catalog is a visible skip.
-TEST(DecodeSimGoldens, SmallFp8AndSparseCasesMatchTheirStoredTruth) {
+class DecodeSimGoldens : public InBothModes {};
+INSTANTIATE_TEST_SUITE_P(Landing, DecodeSimGoldens, ::testing::ValuesIn(kModes), mode_name);
+
+TEST_P(DecodeSimGoldens, SmallFp8AndSparseCasesMatchTheirStoredTruth) {
   std::string why;
   const auto cat = testing::open_goldens(why);
   if (!cat) GTEST_SKIP() << why;

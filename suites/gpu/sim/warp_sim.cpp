@@ -53,6 +53,7 @@ struct Block {
 };
 
 Block* g_block = nullptr;
+CpAsyncLanding g_landing = CpAsyncLanding::deferred;
 Fiber* g_cur = nullptr;
 ucontext_t g_main;
 
@@ -119,6 +120,10 @@ float bf16_hi(uint32_t x) { return bf16_to_float(static_cast<uint16_t>(x >> 16))
 
 }  // namespace
 
+const char* to_string(CpAsyncLanding m) { return m == CpAsyncLanding::eager ? "eager" : "deferred"; }
+void set_cp_async_landing(CpAsyncLanding m) { g_landing = m; }
+CpAsyncLanding cp_async_landing() { return g_landing; }
+
 Idx thread_idx() { return Idx{g_cur->tid, 0, 0}; }
 Idx block_idx() { return Idx{g_block->id, 0, 0}; }
 Idx block_dim() { return Idx{g_block->cfg->threads, 1, 1}; }
@@ -164,13 +169,17 @@ void cp_async16(uint32_t dst, const void* src) {
     error(fmt::format("cp.async reads global address {} which the kernel must not touch", src));
     return;
   }
+  // Eager: the bytes land now; the copy stays pending until the wait all the same, so a copy
+  // never waited for is still reported.
+  if (g_landing == CpAsyncLanding::eager) std::memcpy(g_block->smem.data() + dst, src, 16);
   g_cur->pending_copies.emplace_back(dst, src);
 }
 
 void cp_async_commit() {}
 
 void cp_async_wait_all() {
-  for (const auto& [dst, src] : g_cur->pending_copies) std::memcpy(g_block->smem.data() + dst, src, 16);
+  if (g_landing == CpAsyncLanding::deferred)
+    for (const auto& [dst, src] : g_cur->pending_copies) std::memcpy(g_block->smem.data() + dst, src, 16);
   g_cur->pending_copies.clear();
 }
 

@@ -1,9 +1,16 @@
 // The counter-based generator `splitmix64-uniform-v1` (fixtures/SCHEMA.md), implemented
 // identically in reference/python/mla_ref so that cases too large to store are regenerated
 // bit-for-bit and checked by sha256.
+//
+// The fills are the fast path: every element is the schema's formula for its own counter, so a
+// range can be cut anywhere and filled by vector code (AVX2 or AVX-512, chosen at run time for
+// the CPU; binaries are built for the baseline x86-64 ISA) on several threads, and the bits are
+// those of the scalar loop whatever the cut, the ISA or the thread count.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,10 +23,37 @@ uint64_t bits(uint64_t seed, uint64_t stream, uint64_t i);
 double uniform01(uint64_t seed, uint64_t stream, uint64_t i);
 double value(uint64_t seed, uint64_t stream, uint64_t i, double mean, double std);
 
-// Fills `out` with values i = 0..out.size()-1 (float64, or bf16 bits).
-void fill_f64(uint64_t seed, uint64_t stream, double mean, double std, std::span<double> out);
-void fill_bf16(uint64_t seed, uint64_t stream, double mean, double std, std::span<uint16_t> out);
+// Which code fills a range. `automatic` is the widest one this CPU runs.
+enum class Isa { automatic, scalar, avx2, avx512 };
+const char* to_string(Isa isa);
+bool supported(Isa isa);  // scalar and automatic: always
+Isa best_isa();           // avx512 (F+DQ+BW+VL), else avx2, else scalar
+
+// Threads a fill uses when FillOptions::threads is 0: the last set_threads(n) (n >= 1), else
+// MLA_THREADS from the environment (a positive integer; anything else is an mla::Error naming
+// it), else every hardware thread. set_threads(0) returns to the environment's or the default.
+int threads();
+void set_threads(int n);
+
+struct FillOptions {
+  Isa isa = Isa::automatic;  // an unsupported one is an mla::Error
+  int threads = 0;           // 0: threads(); small ranges use fewer (a thread gets >= 64K elements)
+  uint64_t first = 0;        // counter of out[0]: out[j] is element i = first + j (mod 2^64)
+};
+
+// Fills `out` with values i = first .. first + out.size() - 1 (float64, or bf16 bits).
+void fill_f64(uint64_t seed, uint64_t stream, double mean, double std, std::span<double> out,
+              const FillOptions& opt = {});
+void fill_bf16(uint64_t seed, uint64_t stream, double mean, double std, std::span<uint16_t> out,
+               const FillOptions& opt = {});
 // Stable argsort of bits(seed, stream, i), i < n.
 std::vector<int64_t> permutation(uint64_t seed, uint64_t stream, int64_t n);
+
+// Runs body(begin, end) over [0, n) cut into at most `threads` (0: threads()) contiguous pieces
+// of at least `min_per_thread` items, the calling thread taking the first piece; rethrows the
+// first exception a piece threw. For input building whose items are independent (the fills
+// themselves, the per-token FP8 quantization of a generated cache).
+void parallel_for(std::size_t n, std::size_t min_per_thread,
+                  const std::function<void(std::size_t, std::size_t)>& body, int threads = 0);
 
 }  // namespace mla::gen

@@ -4,11 +4,13 @@
 // Why events and not a host clock: a host clock around "launch + synchronize" adds launch and
 // wake-up latency (several microseconds) to every call, which is 10-25% of a memory-bound decode
 // at 1K tokens. Events are stamped by the GPU when the stream reaches them, so they bracket exactly
-// the work enqueued between them (FIELD-NOTES: time only the kernels).
+// the work enqueued between them (docs/field.md, "Measurement practice": time only the kernels).
 //
 // Why an L2 flush: a decode kernel timed back to back finds part of its cache in the 50-60 MB L2
-// left by the previous call and reports a bandwidth no cold call reaches. Writing a buffer of
-// twice the L2 between calls evicts it (FIELD-NOTES: flush L2 between runs).
+// left by the previous call and reports a bandwidth no cold call reaches (docs/field.md,
+// "Measurement practice": flush L2 between runs). How: by reading, not writing, a buffer several
+// times the L2 (L2Flusher below), so that no dirty line is left to be written back during the
+// timed call.
 //
 // C++17 and free of the C++20 interface headers, so .cu files and C++17 tools can include it.
 // Nothing here needs a GPU to be constructed lazily: every class that touches the device checks
@@ -52,22 +54,33 @@ class EventTimer {
   enum class State { idle, started, stopped } state_ = State::idle;
 };
 
-// Evicts the device L2 by writing a buffer of `bytes` (cudaMemsetAsync: the write allocates every
-// line in L2, pushing out what a timed kernel would otherwise find there).
+// Evicts the device L2 before a timed call without leaving dirty lines in it. L2 is write-back:
+// a flush that writes (cudaMemsetAsync) leaves up to a whole L2 of dirty lines, and their
+// write-back to DRAM lands inside the next timed kernel as extra traffic (by the byte model,
+// 60 MB is 5 % of what a b=128 h=16 decode over 8K tokens reads, 40 % at 1K). This one streams a read over a buffer of several L2 sizes with
+// 16-byte L2-allocating loads (ld.global.cg, evict-normal) and no stores: each line it brings in
+// is clean, the timed kernel's own dirty lines (its previous outputs) are evicted and written
+// back during the untimed flush, and what the timed kernel later evicts costs nothing. Four
+// times the L2, not two: the replacement policy is not documented as LRU, and a longer stream
+// gives each old line more chances to go, for about 60 us per flush (240 MiB at 4 TB/s).
 class L2Flusher {
  public:
-  // bytes == 0: twice the current device's L2 (cudaDevAttrL2CacheSize), at least 32 MiB.
+  // bytes == 0: four times the current device's L2 (cudaDevAttrL2CacheSize), at least 64 MiB;
+  // otherwise rounded up to a multiple of 16. The buffer is zero-filled once and then read once,
+  // so even the construction leaves only clean lines.
   explicit L2Flusher(std::size_t bytes = 0);
   // Enqueues the flush on `stream`, so it is ordered before whatever is enqueued next there.
   void flush(cudaStream_t stream);
   std::size_t bytes() const { return buf_.size(); }
   // The L2 size the default was derived from (0 if `bytes` was given).
   std::size_t l2_bytes() const { return l2_; }
+  // One line for a benchmark's context: what a flush does and how much it reads.
+  std::string method() const;
 
  private:
-  DeviceBuffer buf_;
+  DeviceBuffer buf_, sink_;
   std::size_t l2_ = 0;
-  unsigned char next_ = 0;  // alternates, so consecutive flushes never write identical bytes
+  int blocks_ = 1;
 };
 
 // Implemented by a prepared CUDA implementation whose run() enqueues all of its device work on

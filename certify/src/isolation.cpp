@@ -1,9 +1,10 @@
-#include "isolate.hpp"
+#include "mla/certify/isolation.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,8 @@
 #include <thread>
 
 #include <fmt/format.h>
+
+#include "mla/core/error.hpp"
 
 namespace mla::certify {
 namespace {
@@ -62,6 +65,41 @@ std::string ChildOutcome::describe() const {
     case Kind::spawn_failed: return fmt::format("could not start a child process: {}", error);
   }
   return "unknown outcome";
+}
+
+namespace {
+
+void remove_abandoned_work_dirs() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+    const auto name = e.path().filename().string();
+    constexpr std::string_view prefix = "mla-certify-";
+    if (name.rfind(prefix, 0) != 0) continue;
+    const auto dash = name.find('-', prefix.size());
+    const auto digits = name.substr(prefix.size(), dash == std::string::npos ? 0 : dash - prefix.size());
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t owner = static_cast<pid_t>(std::stol(digits));
+    if (owner != ::getpid() && ::kill(owner, 0) != 0 && errno == ESRCH) {
+      std::error_code rm;
+      fs::remove_all(e.path(), rm);
+    }
+  }
+}
+
+}  // namespace
+
+WorkDir::WorkDir() {
+  namespace fs = std::filesystem;
+  remove_abandoned_work_dirs();
+  std::string tmpl = (fs::temp_directory_path() / fmt::format("mla-certify-{}-XXXXXX", ::getpid())).string();
+  if (!mkdtemp(tmpl.data())) throw Error(fmt::format("cannot create a temporary folder in {}", fs::temp_directory_path().string()));
+  path_ = tmpl;
+}
+
+WorkDir::~WorkDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
 }
 
 std::filesystem::path self_executable() {

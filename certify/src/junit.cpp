@@ -1,4 +1,4 @@
-#include "junit.hpp"
+#include "mla/certify/junit.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "mla/kernels/attention.hpp"
+#include "mla/core/kernel.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,42 +8,23 @@
 #include <fmt/ranges.h>
 
 #include "mla/core/error.hpp"
-#include "mla/core/numeric.hpp"
 
 namespace mla {
 
-const char* to_string(CacheFormat f) {
-  switch (f) {
-    case CacheFormat::bf16: return "bf16";
-    case CacheFormat::fp8: return "fp8";
+const char* to_string(KernelRole r) {
+  switch (r) {
+    case KernelRole::oracle: return "oracle";
+    case KernelRole::baseline: return "baseline";
+    case KernelRole::optimized: return "optimized";
   }
   return "unknown";
 }
 
-const char* to_string(OutDType d) {
-  switch (d) {
-    case OutDType::f64: return "f64";
-    case OutDType::f32: return "f32";
-    case OutDType::bf16: return "bf16";
+KernelRole kernel_role_from_string(std::string_view s) {
+  for (auto r : {KernelRole::oracle, KernelRole::baseline, KernelRole::optimized}) {
+    if (s == to_string(r)) return r;
   }
-  return "unknown";
-}
-
-std::size_t cache_bytes_per_token(CacheFormat f) {
-  switch (f) {
-    case CacheFormat::bf16: return kQkDim * 2;  // 1152
-    case CacheFormat::fp8: return kFp8TokenBytes;  // 656
-  }
-  throw Error(fmt::format("unknown cache format {}", static_cast<int>(f)));
-}
-
-std::size_t out_bytes_per_value(OutDType d) {
-  switch (d) {
-    case OutDType::f64: return 8;
-    case OutDType::f32: return 4;
-    case OutDType::bf16: return 2;
-  }
-  throw Error(fmt::format("unknown output dtype {}", static_cast<int>(d)));
+  throw Error(fmt::format("unknown kernel role '{}' (expected oracle, baseline or optimized)", s));
 }
 
 std::optional<std::string> check_capabilities(const Capabilities& caps, const AttnShape& shape) {
@@ -74,6 +55,39 @@ std::optional<std::string> check_capabilities(const Capabilities& caps, const At
   return fmt::format("{}", fmt::join(why, "; "));
 }
 
+std::optional<std::string> check_varlen(const Capabilities& caps, std::span<const int32_t> seqlens) {
+  if (caps.varlen || seqlens.empty()) return std::nullopt;
+  const auto [lo, hi] = std::minmax_element(seqlens.begin(), seqlens.end());
+  if (*lo == *hi) return std::nullopt;
+  return fmt::format("varlen not supported (cache_seqlens range from {} to {})", *lo, *hi);
+}
+
+nlohmann::json to_json(const Capabilities& c) {
+  std::vector<std::string> formats;
+  for (auto f : c.cache_formats) formats.push_back(to_string(f));
+  return {{"cache_formats", formats}, {"min_heads", c.min_heads}, {"max_heads", c.max_heads},
+          {"min_s_q", c.min_s_q},     {"max_s_q", c.max_s_q},     {"page_sizes", c.page_sizes},
+          {"dense", c.dense},         {"sparse", c.sparse},       {"varlen", c.varlen}};
+}
+
+Capabilities capabilities_from_json(const nlohmann::json& j) {
+  try {
+    Capabilities c;
+    for (const auto& f : j.at("cache_formats")) c.cache_formats.push_back(cache_format_from_string(f.get<std::string>()));
+    c.min_heads = j.at("min_heads");
+    c.max_heads = j.at("max_heads");
+    c.min_s_q = j.at("min_s_q");
+    c.max_s_q = j.at("max_s_q");
+    c.page_sizes = j.at("page_sizes").get<std::vector<int>>();
+    c.dense = j.at("dense");
+    c.sparse = j.at("sparse");
+    c.varlen = j.at("varlen");
+    return c;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("malformed capabilities: {}", e.what()));
+  }
+}
+
 namespace {
 
 void need(const char* what, std::size_t have, int64_t want) {
@@ -96,9 +110,7 @@ AttnTraffic attention_traffic(const AttnInputs& in) {
     int64_t tokens = 0;
     if (sh.topk == 0) {
       for (int64_t s = 0; s < sh.s_q; ++s) {
-        // causal: query s sees 0 .. L - s_q + s; the last query sees them all.
-        const int64_t last = sh.causal ? std::min(L - sh.s_q + s, L - 1) : L - 1;
-        const int64_t n = std::max<int64_t>(last + 1, 0);
+        const int64_t n = dense_last_position(sh, L, s) + 1;
         t.pairs += n;
         tokens = std::max(tokens, n);
       }

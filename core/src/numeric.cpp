@@ -37,6 +37,14 @@ uint16_t bf16_from_double(double x) {
   return bf16_from_float(static_cast<float>(x));
 }
 
+const char* to_string(ScaleFmt f) { return f == ScaleFmt::ue8m0 ? "ue8m0" : "fp32"; }
+
+ScaleFmt scale_fmt_from_string(std::string_view s) {
+  if (s == "fp32") return ScaleFmt::fp32;
+  if (s == "ue8m0") return ScaleFmt::ue8m0;
+  throw Error(fmt::format("unknown FP8 scale format '{}' (expected fp32 or ue8m0)", s));
+}
+
 float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
 
 namespace {

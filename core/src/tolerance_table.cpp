@@ -22,7 +22,7 @@
 
 #include "mla/core/error.hpp"
 #include "mla/core/tolerance.hpp"
-#include "mla/kernels/attention.hpp"
+#include "mla/core/attention.hpp"
 
 namespace mla::tol {
 namespace {

@@ -1,5 +1,6 @@
 // Plug-ins whose descriptor breaks one rule each, for the loader's refusals
-// (test_plugin_host.cpp). Test data only: see kernels/plugin/examples for working plug-ins.
+// (suites/certify/test_plugin_host.cpp, test_mla_cli.cpp). See kernels/plugin/examples for
+// working plug-ins.
 #include <cstdint>
 
 #include "mla/plugin/mla_plugin.h"

@@ -1,19 +1,12 @@
-#include "mla/kernels/registry.hpp"
+#include "mla/registry/registry.hpp"
 
 #include <mutex>
 
 #include <fmt/format.h>
 
-#include "../cpu/cpu_kernels.hpp"
 #include "mla/core/error.hpp"
 
 namespace mla {
-
-#if defined(MLA_HAVE_CUDA_KERNELS)
-// kernels/cuda (mla/cuda/register.hpp); mla_kernels is built with MLA_HAVE_CUDA_KERNELS and
-// linked with mla_kernels_cuda only when a CUDA toolkit is present.
-void register_cuda_kernels(Registry& registry);
-#endif
 
 Registry& Registry::instance() {
   static Registry r;
@@ -39,15 +32,7 @@ const AttentionImpl* Registry::find(std::string_view name) const {
 
 void register_builtin_kernels() {
   static std::once_flag once;
-  std::call_once(once, [] {
-    Registry& r = Registry::instance();
-    r.add(cpu::make_cpu_mla_fp64());
-    r.add(cpu::make_cpu_naive_mha_fp64());
-    r.add(cpu::make_cpu_naive_mha_fp32());
-#if defined(MLA_HAVE_CUDA_KERNELS)
-    register_cuda_kernels(r);
-#endif
-  });
+  std::call_once(once, [] { add_builtin_kernels(Registry::instance()); });
 }
 
 }  // namespace mla

@@ -13,7 +13,7 @@
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
-#include "mla/kernels/axes.hpp"
+#include "mla/workloads/axes.hpp"
 
 namespace ax = mla::axes;
 

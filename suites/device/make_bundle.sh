@@ -75,7 +75,7 @@ done
 copy_bin() {  # path, required(1/0)
   if [[ -x $1 ]]; then cp "$1" "$OUT/bin/"; elif [[ $2 == 1 ]]; then die "$1 is missing (build first)"; fi
 }
-copy_bin "$BUILD/suites/certify/mla" 1
+copy_bin "$BUILD/tools/mla/mla" 1
 ln -sf mla "$OUT/bin/mla-certify"
 copy_bin "$BUILD/suites/device/mla-gpu-bench" 1
 copy_bin "$BUILD/kernels/plugin/examples/cuda_plugin.so" 1  # the CUDA example plug-in check.sh certifies

@@ -39,8 +39,8 @@
 #include "gpu_bench.hpp"
 #include "mla/core/error.hpp"
 #include "mla/cuda/device.hpp"
-#include "mla/kernels/axes.hpp"
-#include "mla/kernels/registry.hpp"
+#include "mla/workloads/axes.hpp"
+#include "mla/registry/registry.hpp"
 
 namespace {
 

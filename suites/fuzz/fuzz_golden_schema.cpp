@@ -29,6 +29,7 @@
 #include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/core/sha256.hpp"
+#include "mla/golden/families.hpp"
 
 namespace {
 
@@ -152,6 +153,12 @@ struct Builder {
   std::string pick(std::initializer_list<const char*> choices) {
     if (odd(32)) return in.ConsumeRandomLengthString(16);
     return *(choices.begin() + in.ConsumeIntegralInRange<size_t>(0, choices.size() - 1));
+  }
+  // A family of the catalog description (fixtures/catalog.json), or rarely anything.
+  std::string pick_family() {
+    if (odd(32)) return in.ConsumeRandomLengthString(16);
+    const auto& all = mla::golden::families();
+    return all[in.ConsumeIntegralInRange<size_t>(0, all.size() - 1)].name;
   }
 
   static hid_t group(hid_t parent, const std::string& name) {
@@ -398,8 +405,10 @@ struct Builder {
     c.orig_seq = in.ConsumeBool() ? c.max_seq : num(1, 8);
     const int64_t b = num(1, c.max_batch > 0 && c.max_batch < 8 ? c.max_batch : 3);
     const bool stored = !odd(4);
-    const bool boundary = family == "cache_boundary";
-    str(g, "kind", family);
+    const mla::golden::Family* known = mla::golden::find_family(family);
+    const std::string kind = known ? known->case_kind : family;
+    const bool boundary = kind == "cache_boundary";
+    str(g, "kind", kind);
     str(g, "description", "fuzz");
     str(g, "preset", "fuzz");
     i64(g, "dim", c.dim);
@@ -470,14 +479,14 @@ struct Builder {
 
   void file(hid_t f) {
     rarity = in.PickValueInArray({1, 4, 16, 0});
-    const std::string family = pick({"attn_core", "attn_fp8", "attn_sparse", "attn_stress", "full_layer",
-                                     "cache_boundary"});
+    const std::string family = pick_family();
     i64(f, "schema_version", odd() ? num(0, 3) : 1);
     str(f, "family", family);
     str(f, "generator_version", "fuzz");
     const hid_t cases = group(f, "cases");
     if (cases < 0) return;
-    const bool layer = family == "full_layer" || family == "cache_boundary";
+    const mla::golden::Family* known = mla::golden::find_family(family);
+    const bool layer = known && known->kind == mla::golden::FamilyKind::layer;
     const int n = in.ConsumeIntegralInRange<int>(odd() ? 0 : 1, 2);
     for (int i = 0; i < n; ++i) {
       if (layer != odd()) {

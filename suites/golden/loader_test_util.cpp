@@ -9,7 +9,9 @@
 
 #include <fmt/format.h>
 
-namespace mla::fixtures::testing {
+#include "mla/golden/families.hpp"
+
+namespace mla::golden::testing {
 
 namespace fs = std::filesystem;
 
@@ -27,14 +29,10 @@ TempDir::~TempDir() {
   fs::remove_all(path_, ec);
 }
 
-bool is_attention_family(const std::string& family) {
-  return family == "attn_core" || family == "attn_fp8" || family == "attn_sparse" || family == "attn_stress";
-}
-
 int load_every_case(const fs::path& file) {
   const FileInfo info = read_file_info(file);
   for (const auto& name : info.cases) {
-    if (is_attention_family(info.family)) {
+    if (family(info.family).kind == FamilyKind::attention) {
       (void)load_attn_case(file, name);
     } else {
       (void)load_layer_case(file, name);
@@ -51,4 +49,4 @@ void copy_with_flipped_byte(const fs::path& src, const fs::path& dst, std::uintm
   std::ofstream(dst, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-}  // namespace mla::fixtures::testing
+}  // namespace mla::golden::testing

@@ -6,9 +6,9 @@
 #include <string>
 
 #include "mla/core/error.hpp"
-#include "mla/fixtures/golden.hpp"
+#include "mla/golden/golden.hpp"
 
-namespace mla::fixtures::testing {
+namespace mla::golden::testing {
 
 // fixtures/bad of this source tree.
 std::filesystem::path corpus_dir();
@@ -26,8 +26,6 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-bool is_attention_family(const std::string& family);
-
 // Reads the file header and loads every case through the family's loader; returns the count.
 int load_every_case(const std::filesystem::path& file);
 
@@ -35,4 +33,4 @@ int load_every_case(const std::filesystem::path& file);
 void copy_with_flipped_byte(const std::filesystem::path& src, const std::filesystem::path& dst,
                             std::uintmax_t offset);
 
-}  // namespace mla::fixtures::testing
+}  // namespace mla::golden::testing

@@ -18,25 +18,16 @@
 
 #include "mla/core/error.hpp"
 #include "mla/core/numeric.hpp"
-#include "mla/fixtures/golden.hpp"
+#include "mla/golden/golden.hpp"
+#include "support/goldens.hpp"
 
-namespace mla::fixtures {
+namespace mla::golden {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Fp8Case {
-  std::string file, name;
-};
-
-std::vector<Fp8Case> fp8_cases(const Catalog& cat) {
-  std::vector<Fp8Case> out;
-  for (const char* file : {"attn_fp8.h5", "attn_sparse.h5"}) {
-    if (!cat.sha256.count(file)) continue;
-    for (const auto& s : summarize_cases(cat.file(file)))
-      if (s.shape.find("fp8") != std::string::npos) out.push_back({file, s.name});
-  }
-  return out;
+std::vector<mla::testing::GoldenCaseRef> fp8_cases(const Catalog& cat) {
+  return mla::testing::attention_cases(cat, [](const AttnHeader& h) { return h.shape.cache_format == CacheFormat::fp8; });
 }
 
 class Fp8Source : public ::testing::Test {
@@ -64,7 +55,7 @@ TEST_F(Fp8Source, CoreEncodingOfTheBf16CacheIsTheStoredBytes) {
     ASSERT_EQ(c.shape.cache_format, CacheFormat::fp8);
     const std::size_t slots = static_cast<std::size_t>(c.shape.num_blocks) * c.shape.page_size;
     ASSERT_EQ(c.kv_cache_bf16.size(), slots * kQkDim) << "inputs/kv_cache_bf16 missing or mis-sized";
-    const ScaleFmt fmt = c.scale_fmt == "ue8m0" ? ScaleFmt::ue8m0 : ScaleFmt::fp32;
+    const ScaleFmt fmt = c.scale_fmt;
     fmts[fmt == ScaleFmt::ue8m0] = true;
     float floor_scale = 1e-4f / 448.f;
     if (fmt == ScaleFmt::ue8m0) {
@@ -114,7 +105,7 @@ TEST_F(Fp8Source, CoreEncodingOfTheBf16CacheIsTheStoredBytes) {
 TEST_F(Fp8Source, ABf16SourceThatDoesNotEncodeToTheBytesIsRefused) {
   const auto cases = fp8_cases(cat_);
   ASSERT_FALSE(cases.empty());
-  const Fp8Case fc = cases.front();
+  const auto& fc = cases.front();
   const AttnCase c = load_attn_case(cat_.file(fc.file), fc.name);
   // The first used slot: the sequence with a token, its position 0.
   int seq = 0;
@@ -145,4 +136,4 @@ TEST_F(Fp8Source, ABf16SourceThatDoesNotEncodeToTheBytesIsRefused) {
 }
 
 }  // namespace
-}  // namespace mla::fixtures
+}  // namespace mla::golden

@@ -8,7 +8,7 @@
 
 #include "loader_test_util.hpp"
 
-namespace mla::fixtures {
+namespace mla::golden {
 namespace {
 
 using testing::corpus_dir;
@@ -167,4 +167,4 @@ TEST(BadManifests, DuplicateEntriesAreRefused) {
 }
 
 }  // namespace
-}  // namespace mla::fixtures
+}  // namespace mla::golden

@@ -12,9 +12,10 @@
 #include <fmt/format.h>
 
 #include "loader_test_util.hpp"
+#include "mla/golden/families.hpp"
 #include "mla/core/numeric.hpp"
 
-namespace mla::fixtures {
+namespace mla::golden {
 namespace {
 
 namespace fs = std::filesystem;
@@ -110,7 +111,7 @@ TEST_F(RealCatalog, EveryCaseOfEveryFileLoads) {
     for (const auto& summary : summarize_cases(path)) n_generated += !summary.inputs_stored;
     for (const auto& cname : info.cases) {
       ++n_cases;
-      if (testing::is_attention_family(info.family)) {
+      if (family(info.family).kind == FamilyKind::attention) {
         check_attn_case(load_attn_case(path, cname));
       } else {
         const LayerCase c = load_layer_case(path, cname);
@@ -140,9 +141,7 @@ TEST_F(RealCatalog, EveryCaseOfEveryFileLoads) {
     per_file += fmt::format(" {} {:.2f}s;", name, seconds_since(f0));
   }
   const double total = seconds_since(t0);
-  for (const char* fam : {"full_layer", "attn_core", "attn_fp8", "attn_sparse", "attn_stress", "cache_boundary"}) {
-    EXPECT_TRUE(families.count(fam)) << "the catalog lacks family " << fam;
-  }
+  for (const auto& fam : family_names()) EXPECT_TRUE(families.count(fam)) << "the catalog lacks family " << fam;
   EXPECT_GT(n_generated, 0) << "no generated case: the cross-language generator check did not run";
   RecordProperty("cases", n_cases);
   RecordProperty("generated_cases", n_generated);
@@ -171,4 +170,4 @@ TEST_F(RealCatalog, FlippedByteInARealGoldenFailsTheManifest) {
 }
 
 }  // namespace
-}  // namespace mla::fixtures
+}  // namespace mla::golden

@@ -16,7 +16,7 @@
 #include "mla/core/numeric.hpp"
 #include "mla/core/sha256.hpp"
 
-namespace mla::fixtures {
+namespace mla::golden {
 namespace {
 
 namespace fs = std::filesystem;
@@ -158,7 +158,7 @@ TEST(GoodCatalog, Fp8CaseMatchesTheCppCodec) {
   const auto rec = expected().at("attn_fp8.h5");
   const std::string p = "/cases/fp8_ue8m0/";
   ASSERT_EQ(c.shape.cache_format, CacheFormat::fp8);
-  EXPECT_EQ(c.scale_fmt, "ue8m0");
+  EXPECT_EQ(c.scale_fmt, ScaleFmt::ue8m0);
   expect_written(rec, p + "inputs/kv_cache", c.kv_cache);
   expect_written(rec, p + "inputs/kv_cache_dequant", c.kv_cache_dequant);
   expect_written(rec, p + "unquantized/out", c.unquantized_out);
@@ -246,4 +246,4 @@ TEST(GoodCatalog, DefaultDirFollowsTheEnvironment) {
 }
 
 }  // namespace
-}  // namespace mla::fixtures
+}  // namespace mla::golden

@@ -12,10 +12,8 @@ namespace mla::testing {
 
 namespace {
 
-constexpr std::size_t kD = 576, kDv = 512;
+constexpr std::size_t kD = 576;
 constexpr uint16_t kBf16NaN = 0x7FC0;
-
-std::size_t bytes_per_token(CacheFormat f) { return f == CacheFormat::fp8 ? kFp8TokenBytes : kD * 2; }
 
 void poison(uint8_t* slot, CacheFormat f) {
   if (f == CacheFormat::bf16) {
@@ -28,7 +26,7 @@ void poison(uint8_t* slot, CacheFormat f) {
   for (std::size_t j = 0; j < kRopeDim; ++j) std::memcpy(slot + kLatentDim + 16 + 2 * j, &kBf16NaN, 2);
 }
 
-std::vector<int> resolve(const std::vector<int>& order, std::size_t n) {
+std::vector<int> resolve(const std::vector<int>& order, std::size_t n) {  // empty: identity
   if (!order.empty()) return order;
   std::vector<int> id(n);
   std::iota(id.begin(), id.end(), 0);
@@ -40,8 +38,13 @@ std::vector<int> resolve(const std::vector<int>& order, std::size_t n) {
 Logical make_logical(const AttnSpec& spec) {
   Logical lg;
   lg.spec = spec;
+  lg.s_q = spec.s_q;
+  lg.heads = spec.heads;
+  lg.topk = spec.topk;
+  lg.causal = spec.causal;
+  lg.softmax_scale = spec.softmax_scale;
   const std::size_t B = spec.seqlens.size();
-  const std::size_t bpt = bytes_per_token(spec.format);
+  const std::size_t bpt = cache_bytes_per_token(spec.format);
   for (std::size_t b = 0; b < B; ++b) {
     const int64_t L = spec.seqlens[b];
     std::vector<uint16_t> q(static_cast<std::size_t>(spec.s_q * spec.heads) * kD);
@@ -95,7 +98,7 @@ Paged lay_out(const Logical& lg, const Layout& layout) {
   const AttnSpec& spec = lg.spec;
   const std::vector<int> order = resolve(layout.order, spec.seqlens.size());
   const int ps = layout.page_size;
-  const std::size_t bpt = bytes_per_token(spec.format);
+  const std::size_t bpt = cache_bytes_per_token(spec.format);
   if (ps < 1) throw std::invalid_argument("page_size must be >= 1");
 
   int64_t used = 0, longest = 0;
@@ -138,54 +141,5 @@ Paged lay_out(const Logical& lg, const Layout& layout) {
   }
   return p;
 }
-
-Expected oracle(const Logical& lg, const std::vector<int>& order_in) {
-  const AttnSpec& spec = lg.spec;
-  const std::vector<int> order = resolve(order_in, spec.seqlens.size());
-  const int64_t B = static_cast<int64_t>(order.size()), SQ = spec.s_q, H = spec.heads;
-  Expected e;
-  e.out.assign(static_cast<std::size_t>(B * SQ * H) * kDv, 0.0);
-  e.lse.assign(static_cast<std::size_t>(B * H * SQ), std::numeric_limits<double>::infinity());
-  for (int64_t i = 0; i < B; ++i) {
-    const std::size_t o = static_cast<std::size_t>(order[static_cast<std::size_t>(i)]);
-    const int64_t L = spec.seqlens[o];
-    const std::vector<double>& v = lg.values[o];
-    for (int64_t s = 0; s < SQ; ++s) {
-      std::vector<int64_t> pos;
-      if (spec.topk == 0) {
-        const int64_t last = spec.causal ? L - SQ + s : L - 1;
-        for (int64_t t = 0; t <= std::min(last, L - 1); ++t) pos.push_back(t);
-      } else {
-        for (int64_t k = 0; k < spec.topk; ++k) {
-          const int32_t idx = lg.indices[o][static_cast<std::size_t>(s * spec.topk + k)];
-          if (idx >= 0 && idx < L) pos.push_back(idx);
-        }
-      }
-      for (int64_t h = 0; h < H; ++h) {
-        if (pos.empty()) continue;
-        const uint16_t* q = lg.q[o].data() + (s * H + h) * kD;
-        std::vector<double> sc(pos.size());
-        double mx = -std::numeric_limits<double>::infinity();
-        for (std::size_t j = 0; j < pos.size(); ++j) {
-          double dot = 0;
-          for (std::size_t d = 0; d < kD; ++d) dot += static_cast<double>(bf16_to_float(q[d])) * v[pos[j] * kD + d];
-          sc[j] = dot * spec.softmax_scale;
-          mx = std::max(mx, sc[j]);
-        }
-        double sum = 0;
-        for (double& x : sc) sum += (x = std::exp(x - mx));
-        double* out = e.out.data() + ((i * SQ + s) * H + h) * kDv;
-        for (std::size_t j = 0; j < pos.size(); ++j) {
-          for (std::size_t d = 0; d < kDv; ++d) out[d] += sc[j] / sum * v[pos[j] * kD + d];
-        }
-        e.lse[static_cast<std::size_t>((i * H + h) * SQ + s)] = mx + std::log(sum);
-      }
-    }
-  }
-  return e;
-}
-
-std::vector<int64_t> out_shape(const AttnShape& s) { return {s.batch, s.s_q, s.heads, 512}; }
-std::vector<int64_t> lse_shape(const AttnShape& s) { return {s.batch, s.heads, s.s_q}; }
 
 }  // namespace mla::testing

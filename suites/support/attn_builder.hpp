@@ -1,6 +1,7 @@
 // Synthetic attention-core inputs for the unit tests, built the way the goldens are (paged,
-// poisoned, sentinel block ids, invalid sparse indices) but small, and an independent
-// plain-loop float64 oracle to hold implementations to.
+// poisoned, sentinel block ids, invalid sparse indices) but small, with the logical problem
+// they lay out, for the plain-loop float64 oracle (mla/ref/plain_loop.hpp) to hold
+// implementations to.
 //
 // Content is generated per *logical* sequence and then laid out, so the same logical problem
 // can be laid out with another page size, another physical block permutation or another batch
@@ -11,11 +12,16 @@
 #include <vector>
 
 #include "mla/core/numeric.hpp"
-#include "mla/kernels/attention.hpp"
+#include "mla/core/attention.hpp"
+#include "mla/core/config.hpp"
+#include "mla/core/presets.hpp"
+#include "mla/ref/plain_loop.hpp"
 
 namespace mla::testing {
 
 inline constexpr int32_t kSentinel = 2147483647;
+
+inline double softmax_scale_v3() { return mla::softmax_scale(preset("v3").config); }
 
 struct AttnSpec {
   std::vector<int32_t> seqlens{37, 0, 130};
@@ -25,18 +31,17 @@ struct AttnSpec {
   CacheFormat format = CacheFormat::bf16;
   ScaleFmt scale_fmt = ScaleFmt::fp32;
   bool causal = true;
-  double softmax_scale = 0.1352337789;  // V3's, any positive value would do
+  double softmax_scale = softmax_scale_v3();  // V3's, any positive value would do
   double q_std = 1.0;
   double kv_std = 1.0;
   uint64_t seed = 1;
 };
 
-struct Logical {
+// The logical problem (per sequence q, exact token values and indices: the plain-loop oracle's
+// input) and the bytes of its tokens in the spec's cache format.
+struct Logical : ref::LogicalAttention {
   AttnSpec spec;
-  std::vector<std::vector<uint16_t>> q;       // per sequence: [s_q, h, 576] bf16 bits
   std::vector<std::vector<uint8_t>> tokens;   // per sequence: [L, bytes_per_token]
-  std::vector<std::vector<double>> values;    // per sequence: [L, 576] exact values (fp8: dequantized)
-  std::vector<std::vector<int32_t>> indices;  // per sequence: [s_q, topk]
 };
 Logical make_logical(const AttnSpec& spec);
 
@@ -53,14 +58,9 @@ struct Paged : AttnBuffers {
 };
 Paged lay_out(const Logical& lg, const Layout& layout);
 
-struct Expected {
-  std::vector<double> out;  // [b, s_q, h, 512]
-  std::vector<double> lse;  // [b, h, s_q]
-};
-// Straight loops in float64 over the logical values, sequences in `order` (empty: identity).
-Expected oracle(const Logical& lg, const std::vector<int>& order = {});
-
-std::vector<int64_t> out_shape(const AttnShape& s);  // {b, s_q, h, 512}
-std::vector<int64_t> lse_shape(const AttnShape& s);  // {b, h, s_q}
+// The plain-loop oracle of the logical problem, sequences in `order` (empty: identity).
+inline ref::AttnResult oracle(const Logical& lg, const std::vector<int>& order = {}) {
+  return ref::attention_plain_loop(lg, order);
+}
 
 }  // namespace mla::testing

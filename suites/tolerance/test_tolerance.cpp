@@ -12,7 +12,7 @@
 #include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/core/tolerance.hpp"
-#include "mla/kernels/attention.hpp"
+#include "mla/core/attention.hpp"
 
 namespace {
 

@@ -55,9 +55,9 @@ void* allocate_or_throw(std::size_t n, std::size_t align) {
 
 }  // namespace
 
-namespace mla::certify {
+namespace mla::tools {
 int64_t live_heap_bytes() { return g_live.load(std::memory_order_relaxed); }
-}  // namespace mla::certify
+}  // namespace mla::tools
 
 constexpr std::size_t kDefaultAlign = alignof(std::max_align_t);
 

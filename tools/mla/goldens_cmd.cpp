@@ -10,16 +10,15 @@
 
 #include "mla/core/error.hpp"
 #include "mla/core/numeric.hpp"
-#include "mla/fixtures/golden.hpp"
+#include "mla/golden/families.hpp"
+#include "mla/golden/golden.hpp"
 
-namespace mla::certify {
+namespace mla::tools {
 namespace {
 
-namespace fx = mla::fixtures;
+namespace fx = mla::golden;
 
-bool is_attention(const std::string& family) {
-  return family == "attn_core" || family == "attn_fp8" || family == "attn_sparse" || family == "attn_stress";
-}
+bool is_attention(const std::string& family) { return fx::family(family).kind == fx::FamilyKind::attention; }
 
 std::string shape_str(const std::vector<int64_t>& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
@@ -70,7 +69,8 @@ void inspect_attention(const fx::AttnCase& c, std::ostream& out) {
   out << fmt::format("  shape: batch {} s_q {} heads {} d_qk {} d_v {} page_size {} num_blocks {} max_blocks {} topk {} "
                      "{} cache{} {}\n",
                      s.batch, s.s_q, s.heads, s.d_qk, s.d_v, s.page_size, s.num_blocks, s.max_blocks, s.topk,
-                     to_string(s.cache_format), c.scale_fmt.empty() ? "" : " (scale " + c.scale_fmt + ")",
+                     to_string(s.cache_format),
+                     s.cache_format == CacheFormat::fp8 ? fmt::format(" (scale {})", to_string(c.scale_fmt)) : "",
                      s.topk > 0 ? "sparse" : (s.causal ? "dense causal" : "dense"));
   out << fmt::format("  softmax_scale {:.10g}, seed {}, sentinel block id {}, inputs {}\n", c.softmax_scale, c.seed,
                      c.sentinel_block_id, c.inputs_stored ? "stored" : "generated (sha256 checked)");
@@ -216,4 +216,4 @@ int goldens_inspect(const std::filesystem::path& dir, const std::string& file, c
   return 0;
 }
 
-}  // namespace mla::certify
+}  // namespace mla::tools

@@ -7,7 +7,7 @@
 #include <iosfwd>
 #include <string>
 
-namespace mla::certify {
+namespace mla::tools {
 
 // Files (family, schema, digest, provenance) and their cases with shapes. Exit status.
 int goldens_list(const std::filesystem::path& dir, bool verify, std::ostream& out);
@@ -19,4 +19,4 @@ int goldens_validate(const std::filesystem::path& dir, std::ostream& out);
 int goldens_inspect(const std::filesystem::path& dir, const std::string& file, const std::string& case_name,
                     std::ostream& out);
 
-}  // namespace mla::certify
+}  // namespace mla::tools

@@ -20,14 +20,14 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "append_cases.hpp"
-#include "certifier.hpp"
 #include "goldens_cmd.hpp"
 #include "memory.hpp"
+#include "mla/certify/certify.hpp"
+#include "mla/certify/child.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/presets.hpp"
-#include "mla/fixtures/golden.hpp"
-#include "runner.hpp"
+#include "mla/golden/families.hpp"
+#include "mla/golden/golden.hpp"
 
 #ifndef MLA_SOURCE_DIR
 #define MLA_SOURCE_DIR ""
@@ -37,6 +37,17 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace cert = mla::certify;
+namespace tools = mla::tools;
+
+// The family names `--family` accepts, as the certificate's rows name them.
+std::string certified_families() {
+  std::string attention, appends;
+  for (const auto& f : mla::golden::families()) {
+    if (f.certify == mla::golden::Certified::attention) attention += (attention.empty() ? "" : ", ") + f.certified_as;
+    if (f.certify == mla::golden::Certified::append) appends += (appends.empty() ? "" : ", ") + f.certified_as + " (plug-in appends)";
+  }
+  return attention + (appends.empty() ? "" : ", " + appends);
+}
 
 int report_error(const char* what, const std::exception& e, int code) {
   std::fflush(stdout);
@@ -70,9 +81,9 @@ int main(int argc, char** argv) {
   certify->add_option("--out", o.out, "report folder: certificate.json, .md and .junit.xml")->required();
   certify->add_option("--kernel", o.kernels, "registered implementations to certify (repeatable; default: all)");
   certify->add_option("--plugin", plugins,
-                      "shared library exposing the C ABI of kernels/include/mla/plugin/mla_plugin.h (repeatable); "
+                      "shared library exposing the C ABI of kernels/plugin/include/mla/plugin/mla_plugin.h (repeatable); "
                       "alone it certifies only the plug-ins");
-  certify->add_option("--family", o.families, "only these families: attn_core, attn_fp8, attn_sparse, attn_stress, cache_append (plug-in appends)");
+  certify->add_option("--family", o.families, "only these families: " + certified_families());
   certify->add_option("--case", o.case_regex, "only cases whose '<family>/<case>' matches this regex (ECMAScript)");
   certify->add_option("--max-tokens", o.max_tokens,
                       "skip (as SKIPPED) cases whose cache holds more tokens, e.g. 32768 leaves out the 128K case")
@@ -92,8 +103,8 @@ int main(int argc, char** argv) {
   certify->add_flag("--no-probe-unclaimed", no_probe,
                     "do not run cases outside a kernel's claimed capabilities for information");
   certify->add_option("--kernel-extra", o.extras,
-                      "test only: add a deliberately broken implementation (dropped_last: ignores each sequence's last "
-                      "cached token; throws, leaky, bf16_only: certifier self-tests)");
+                      "test only: add a deliberately broken implementation (kernels/faults: dropped_last ignores each "
+                      "sequence's last cached token; throws, leaky, bf16_only are certifier self-tests)");
 
   // ---- goldens ----
   std::string goldens_dir;
@@ -172,7 +183,7 @@ int main(int argc, char** argv) {
   if (*c_run) {
     cert::KernelRef k;
     if (!c_kernel.empty()) k.builtin = c_kernel;
-    if (!c_extra.empty()) k.extra = c_extra;
+    if (!c_extra.empty()) k.fault = c_extra;
     if (!c_plugin.empty()) k.plugin = fs::path(c_plugin);
     try {
       return cert::child_run(k, c_inputs, c_result, c_repeats, !c_unclaimed);
@@ -196,7 +207,7 @@ int main(int argc, char** argv) {
   }
 
   if (*certify) {
-    if (o.goldens.empty()) o.goldens = mla::fixtures::default_goldens_dir();
+    if (o.goldens.empty()) o.goldens = mla::golden::default_goldens_dir();
     for (const auto& p : plugins) o.plugins.emplace_back(p);
     o.isolate = !in_process;
     o.probe_unclaimed = !no_probe;
@@ -214,11 +225,11 @@ int main(int argc, char** argv) {
   }
 
   if (*goldens) {
-    const fs::path dir = goldens_dir.empty() ? mla::fixtures::default_goldens_dir() : fs::path(goldens_dir);
+    const fs::path dir = goldens_dir.empty() ? mla::golden::default_goldens_dir() : fs::path(goldens_dir);
     try {
-      if (*g_list) return cert::goldens_list(dir, !no_verify, std::cout);
-      if (*g_validate) return cert::goldens_validate(dir, std::cout);
-      if (*g_inspect) return cert::goldens_inspect(dir, inspect_file, inspect_case, std::cout);
+      if (*g_list) return tools::goldens_list(dir, !no_verify, std::cout);
+      if (*g_validate) return tools::goldens_validate(dir, std::cout);
+      if (*g_inspect) return tools::goldens_inspect(dir, inspect_file, inspect_case, std::cout);
     } catch (const std::exception& e) {
       return report_error("goldens", e, 1);
     }
@@ -233,7 +244,7 @@ int main(int argc, char** argv) {
         return 0;
       }
       const auto& p = mla::preset(preset_name);
-      cert::MemoryQuery q;
+      tools::MemoryQuery q;
       q.config = p.config;
       const bool overridden = heads || nope || rope || vdim || rank;
       if (heads) q.config.n_heads = *heads;
@@ -245,11 +256,11 @@ int main(int argc, char** argv) {
       q.layers = layers.value_or(p.n_layers);
       q.context = context.value_or(p.config.max_seq_len);
       q.batch = batch;
-      const auto rows = cert::memory_model(q);
-      std::vector<cert::MemoryCheck> checks;
-      if (check) checks = cert::memory_check(q, [] { return cert::live_heap_bytes(); }, check_kernel);
+      const auto rows = tools::memory_model(q);
+      std::vector<tools::MemoryCheck> checks;
+      if (check) checks = tools::memory_check(q, [] { return tools::live_heap_bytes(); }, check_kernel);
       if (json_out) {
-        auto j = cert::memory_json(q, rows);
+        auto j = tools::memory_json(q, rows);
         if (check) {
           nlohmann::json cj = nlohmann::json::array();
           for (const auto& c : checks) {
@@ -262,8 +273,8 @@ int main(int argc, char** argv) {
         }
         std::cout << j.dump(1) << "\n";
       } else {
-        std::cout << cert::render_memory(q, rows);
-        if (check) std::cout << cert::render_checks(checks);
+        std::cout << tools::render_memory(q, rows);
+        if (check) std::cout << tools::render_checks(checks);
       }
       for (const auto& c : checks) {
         if (c.checked() && !c.ok) return 1;

@@ -9,10 +9,11 @@
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
-#include "mla/kernels/registry.hpp"
+#include "mla/core/presets.hpp"
+#include "mla/registry/registry.hpp"
 #include "mla/ref/layer.hpp"
 
-namespace mla::certify {
+namespace mla::tools {
 namespace {
 
 std::string grouped(int64_t v) {
@@ -62,7 +63,7 @@ SyntheticCase synthetic(CacheFormat f, int heads, int num_blocks) {
   s.num_blocks = num_blocks;
   s.max_blocks = kSmallBlocks;
   s.cache_format = f;
-  c.view.softmax_scale = 0.1352337789;  // V3's, any finite value works
+  c.view.softmax_scale = softmax_scale(preset("v3").config);  // V3's; any finite value works
   c.q.resize(static_cast<std::size_t>(heads) * kQkDim);
   gen::fill_bf16(11, 1, 0.0, 1.0, c.q);
   const std::size_t slots = static_cast<std::size_t>(num_blocks) * kPage;
@@ -317,4 +318,4 @@ std::string render_checks(const std::vector<MemoryCheck>& checks) {
   return s;
 }
 
-}  // namespace mla::certify
+}  // namespace mla::tools

@@ -14,7 +14,7 @@
 
 #include "mla/core/presets.hpp"
 
-namespace mla::certify {
+namespace mla::tools {
 
 struct MemoryQuery {
   ModelConfig config;  // config.preset names it ("custom" for flags only)
@@ -59,4 +59,4 @@ std::string render_checks(const std::vector<MemoryCheck>& checks);
 // The counter behind the executable's allocation functions (alloc_probe.cpp).
 int64_t live_heap_bytes();
 
-}  // namespace mla::certify
+}  // namespace mla::tools

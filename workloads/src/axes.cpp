@@ -1,4 +1,4 @@
-#include "mla/kernels/axes.hpp"
+#include "mla/workloads/axes.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +12,7 @@
 #include "mla/core/config.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
+#include "mla/core/presets.hpp"
 
 namespace mla::axes {
 
@@ -49,16 +50,7 @@ int64_t AxisPoint::total_tokens() const {
   return n;
 }
 
-double deepseek_v3_softmax_scale() {
-  ModelConfig c;  // defaults are the V3 attention dims; V3 sets mscale 1.0
-  c.mscale = 1.0;
-  double s = 1.0 / std::sqrt(static_cast<double>(c.qk_head_dim()));
-  if (c.yarn()) {
-    const double m = 0.1 * c.mscale * std::log(c.rope_factor) + 1.0;
-    s *= m * m;
-  }
-  return s;
-}
+double deepseek_v3_softmax_scale() { return softmax_scale(preset("v3").config); }
 
 void derive_paging(AxisPoint& p) {
   AttnShape& s = p.shape;
@@ -233,7 +225,7 @@ std::vector<AxisPoint> build_catalog() {
                  ScaleFmt::ue8m0));
   }
 
-  // --- edges: the shapes real users crashed on (FIELD-NOTES bugs 1-8); small, every tier ------
+  // --- edges: the shapes real users crashed on (docs/field.md, "Bugs", 1-8); small, every tier
   constexpr unsigned kEdge = cpu_full | gpu;
   add(dense("edge_len0_mixed", A::edge, kEdge, 4, 1, 16, {0, 5, 0, 64}, 701,
             "zero-length sequences among non-empty ones (0/0 in the split combine)"));

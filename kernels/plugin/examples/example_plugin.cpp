@@ -1,8 +1,8 @@
-// Example plug-ins for the MLA plug-in C ABI (kernels/include/mla/plugin/mla_plugin.h).
+// Example plug-ins for the MLA plug-in C ABI (kernels/plugin/include/mla/plugin/mla_plugin.h).
 //
 // One self-contained source — no library of this suite is linked — so it doubles as the
 // template for a kernel of your own: copy it, replace decode(), build it with
-//   g++ -O2 -shared -fPIC -fvisibility=hidden -I kernels/include my_kernel.cpp -o my_kernel.so
+//   g++ -O2 -shared -fPIC -fvisibility=hidden -I kernels/plugin/include my_kernel.cpp -o my_kernel.so
 // and run `mla certify --plugin ./my_kernel.so`.
 //
 // The kernel: MLA attention-core decode with float64 accumulation (scores, softmax and P·V) and

@@ -6,9 +6,9 @@
 #include <fmt/format.h>
 
 #include "mla/core/error.hpp"
-#include "mla/kernels/append.hpp"
+#include "mla/ref/append.hpp"
 
-namespace mla {
+namespace mla::ref {
 namespace {
 
 constexpr int64_t kLatent = static_cast<int64_t>(kLatentDim), kRope = static_cast<int64_t>(kRopeDim);
@@ -46,6 +46,7 @@ std::vector<int64_t> append_slots(const AppendProblem& p) {
       throw Error(fmt::format("append: token {} writes sequence {} position {} a second time in one call", i, seq, pos));
     }
     const int64_t page = pos / p.page_size;
+    // The capacity rules, in the order first_token_past_capacity() applies them.
     if (pos >= p.max_seq_len) {
       throw CapacityError(fmt::format("cache capacity exceeded: token {} of sequence {} at position {} >= max_seq_len {}",
                                       i, seq, pos, p.max_seq_len));
@@ -66,27 +67,33 @@ std::vector<int64_t> append_slots(const AppendProblem& p) {
   return slots;
 }
 
+std::optional<int64_t> first_token_past_capacity(const AppendProblem& p) {
+  for (int64_t i = 0; i < p.num_tokens; ++i) {
+    const int64_t seq = p.seq_ids[static_cast<std::size_t>(i)], pos = p.positions[static_cast<std::size_t>(i)];
+    const int64_t page = pos / p.page_size;
+    if (pos >= p.max_seq_len || page >= p.max_blocks) return i;
+    const int32_t block = p.block_table[static_cast<std::size_t>(seq * p.max_blocks + page)];
+    if (block < 0 || block >= p.num_blocks) return i;
+  }
+  return std::nullopt;
+}
+
 std::vector<double> append_values_f64(const AppendProblem& p) {
   (void)append_slots(p);
   std::vector<double> out(static_cast<std::size_t>(p.num_tokens * (kLatent + kRope)));
   for (int64_t i = 0; i < p.num_tokens; ++i) {
     double* o = out.data() + i * (kLatent + kRope);
-    const uint16_t* x = p.latent.data() + i * kLatent;
+    const double* x = p.latent.data() + i * kLatent;
     double ss = 0;
-    for (int64_t j = 0; j < kLatent; ++j) {
-      const double v = bf16_to_float(x[j]);
-      ss += v * v;
-    }
+    for (int64_t j = 0; j < kLatent; ++j) ss += x[j] * x[j];
     const double inv_rms = 1.0 / std::sqrt(ss / static_cast<double>(kLatent) + p.eps);
-    for (int64_t j = 0; j < kLatent; ++j) {
-      o[j] = static_cast<double>(bf16_to_float(x[j])) * inv_rms * static_cast<double>(bf16_to_float(p.kv_norm_weight[j]));
-    }
-    const uint16_t* pe = p.k_pe.data() + i * kRope;
+    for (int64_t j = 0; j < kLatent; ++j) o[j] = x[j] * inv_rms * p.kv_norm_weight[static_cast<std::size_t>(j)];
+    const double* pe = p.k_pe.data() + i * kRope;
     const double pos = p.positions[static_cast<std::size_t>(i)];
     for (int64_t j = 0; j < kRope / 2; ++j) {
       const double a = pos * p.inv_freq[static_cast<std::size_t>(j)];
       const double c = std::cos(a), s = std::sin(a);
-      const double x0 = bf16_to_float(pe[2 * j]), x1 = bf16_to_float(pe[2 * j + 1]);
+      const double x0 = pe[2 * j], x1 = pe[2 * j + 1];
       o[kLatent + 2 * j] = x0 * c - x1 * s;
       o[kLatent + 2 * j + 1] = x0 * s + x1 * c;
     }
@@ -116,4 +123,4 @@ void cache_append_reference(const AppendProblem& p, std::span<uint8_t> kv_cache)
   }
 }
 
-}  // namespace mla
+}  // namespace mla::ref

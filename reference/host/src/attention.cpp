@@ -21,17 +21,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // 64-query × 128-head block of scores stays at 64 MB.
 constexpr int64_t kChunk = 1024;
 
-const char* format_name(CacheFormat f) { return f == CacheFormat::fp8 ? "fp8" : "bf16"; }
-
-void expect_size(const char* what, std::size_t got, int64_t want, const AttnShape& sh) {
-  if (static_cast<int64_t>(got) != want) {
-    throw Error(fmt::format("{}: expected {} elements for batch={} s_q={} heads={} page_size={} num_blocks={} "
-                            "max_blocks={} topk={} cache_format={}, got {}",
-                            what, want, sh.batch, sh.s_q, sh.heads, sh.page_size, sh.num_blocks, sh.max_blocks,
-                            sh.topk, format_name(sh.cache_format), got));
-  }
-}
-
 struct Workspace {
   MatrixRM k;  // [kChunk, 576] decoded tokens
   MatrixRM s;  // [rows, kChunk] scores, then probabilities
@@ -94,75 +83,6 @@ void attend(const PagedCache& cache, int64_t b, const MatrixRM& Q, int64_t g0, i
 
 }  // namespace
 
-std::size_t token_bytes(CacheFormat f) { return f == CacheFormat::fp8 ? kFp8TokenBytes : kQkDim * 2; }
-
-int64_t dense_last_position(const AttnShape& shape, int64_t L, int64_t s) {
-  if (L <= 0) return -1;
-  const int64_t last = shape.causal ? L - shape.s_q + s : L - 1;
-  return std::clamp<int64_t>(last, -1, L - 1);
-}
-
-std::vector<int64_t> sparse_row_positions(const AttnInputs& in, int64_t b, int64_t s) {
-  const AttnShape& sh = in.shape;
-  const int64_t L = in.cache_seqlens[static_cast<std::size_t>(b)];
-  const auto row = in.indices.subspan(static_cast<std::size_t>((b * sh.s_q + s) * sh.topk),
-                                      static_cast<std::size_t>(sh.topk));
-  std::vector<int64_t> pos;
-  pos.reserve(row.size());
-  for (int32_t idx : row) {
-    if (idx >= 0 && idx < L) pos.push_back(idx);
-  }
-  std::sort(pos.begin(), pos.end());
-  const auto dup = std::adjacent_find(pos.begin(), pos.end());
-  if (dup != pos.end()) {
-    throw Error(fmt::format("indices[{}][{}] holds valid position {} more than once (valid entries of a row "
-                            "must be distinct)",
-                            b, s, *dup));
-  }
-  return pos;
-}
-
-void validate_attention_inputs(const AttnInputs& in) {
-  const AttnShape& sh = in.shape;
-  if (sh.d_qk != kDqk || sh.d_v != kDv) {
-    throw UnsupportedError(fmt::format("d_qk={} d_v={}: the MLA attention core is defined for 576/512", sh.d_qk,
-                                       sh.d_v));
-  }
-  auto at_least = [](const char* name, int64_t v, int64_t lo) {
-    if (v < lo) throw Error(fmt::format("{}={} must be >= {}", name, v, lo));
-  };
-  at_least("batch", sh.batch, 1);
-  at_least("s_q", sh.s_q, 1);
-  at_least("heads", sh.heads, 1);
-  at_least("page_size", sh.page_size, 1);
-  at_least("num_blocks", sh.num_blocks, 0);
-  at_least("max_blocks", sh.max_blocks, 0);
-  at_least("topk", sh.topk, 0);
-  if (sh.cache_format != CacheFormat::bf16 && sh.cache_format != CacheFormat::fp8) {
-    throw Error(fmt::format("cache_format={} is not a known format", static_cast<int>(sh.cache_format)));
-  }
-  if (!std::isfinite(in.softmax_scale)) throw Error(fmt::format("softmax_scale={} is not finite", in.softmax_scale));
-  const int64_t b = sh.batch, sq = sh.s_q, h = sh.heads;
-  expect_size("q", in.q.size(), b * sq * h * kDqk, sh);
-  expect_size("kv_cache", in.kv_cache.size(),
-              int64_t{sh.num_blocks} * sh.page_size * static_cast<int64_t>(token_bytes(sh.cache_format)), sh);
-  expect_size("block_table", in.block_table.size(), b * sh.max_blocks, sh);
-  expect_size("cache_seqlens", in.cache_seqlens.size(), b, sh);
-  expect_size("indices", in.indices.size(), sh.topk > 0 ? b * sq * sh.topk : 0, sh);
-  const int64_t cap = int64_t{sh.max_blocks} * sh.page_size;
-  for (int64_t i = 0; i < b; ++i) {
-    const int64_t L = in.cache_seqlens[static_cast<std::size_t>(i)];
-    if (L < 0 || L > cap) {
-      throw Error(fmt::format("cache_seqlens[{}]={} outside [0, max_blocks*page_size={}]", i, L, cap));
-    }
-  }
-  if (sh.topk > 0) {
-    for (int64_t i = 0; i < b; ++i) {
-      for (int64_t s = 0; s < sq; ++s) (void)sparse_row_positions(in, i, s);
-    }
-  }
-}
-
 PagedCache::PagedCache(const AttnInputs& in) : in_(&in) { validate_attention_inputs(in); }
 
 const uint8_t* PagedCache::slot(int64_t b, int64_t t) const {
@@ -178,7 +98,7 @@ const uint8_t* PagedCache::slot(int64_t b, int64_t t) const {
                             blk, sh.num_blocks, t, L));
   }
   return in_->kv_cache.data() +
-         (blk * sh.page_size + t % sh.page_size) * static_cast<int64_t>(token_bytes(sh.cache_format));
+         (blk * sh.page_size + t % sh.page_size) * static_cast<int64_t>(cache_bytes_per_token(sh.cache_format));
 }
 
 void PagedCache::token(int64_t b, int64_t t, double* out) const {
@@ -205,11 +125,8 @@ void PagedCache::token(int64_t b, int64_t t, float* out) const {
   for (std::size_t d = 0; d < kQkDim; ++d) out[d] = bf16_to_float(bits[d]);
 }
 
-AttnResult attention_fp64(const AttnInputs& in, const AttnOptions& opt) {
+AttnResult attention_fp64(const AttnInputs& in) {
   const PagedCache cache(in);
-  if (opt.drop_trailing_tokens < 0) {
-    throw Error(fmt::format("drop_trailing_tokens={} must be >= 0", opt.drop_trailing_tokens));
-  }
   const AttnShape& sh = in.shape;
   const int64_t B = sh.batch, SQ = sh.s_q, H = sh.heads, R = SQ * H;
   AttnResult res;
@@ -229,12 +146,9 @@ AttnResult attention_fp64(const AttnInputs& in, const AttnOptions& opt) {
     m.setConstant(-kInf);
     l.setZero();
     const int64_t L = cache.seqlen(b);
-    const int64_t visible = std::max<int64_t>(0, L - opt.drop_trailing_tokens);
     if (sh.topk == 0) {
       lim.resize(static_cast<std::size_t>(SQ));
-      for (int64_t s = 0; s < SQ; ++s) {
-        lim[static_cast<std::size_t>(s)] = std::min(dense_last_position(sh, L, s), visible - 1);
-      }
+      for (int64_t s = 0; s < SQ; ++s) lim[static_cast<std::size_t>(s)] = dense_last_position(sh, L, s);
       const int64_t n = std::max<int64_t>(lim.back() + 1, 0);  // limits grow with s
       pos.resize(static_cast<std::size_t>(n));
       for (int64_t t = 0; t < n; ++t) pos[static_cast<std::size_t>(t)] = t;
@@ -243,7 +157,6 @@ AttnResult attention_fp64(const AttnInputs& in, const AttnOptions& opt) {
       lim.assign(1, std::numeric_limits<int64_t>::max());
       for (int64_t s = 0; s < SQ; ++s) {
         pos = sparse_row_positions(in, b, s);
-        std::erase_if(pos, [&](int64_t p) { return p >= visible; });
         attend(cache, b, Q, s, 1, H, pos, lim, in.softmax_scale, O, m, l, ws);
       }
     }

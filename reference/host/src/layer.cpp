@@ -90,7 +90,7 @@ void validate_config(const ModelConfig& c) {
   positive("max_batch_size", c.max_batch_size);
   if (c.q_lora_rank < 0) throw Error(fmt::format("ModelConfig.q_lora_rank={} must be >= 0", c.q_lora_rank));
   (void)rope_inv_freq(c);  // checks the rope fields
-  if (!std::isfinite(softmax_scale(c))) {
+  if (!std::isfinite(mla::softmax_scale(c))) {
     throw Error(fmt::format("softmax scale is not finite (mscale={}, rope_factor={})", c.mscale, c.rope_factor));
   }
 }
@@ -171,7 +171,7 @@ MlaLayer::MlaLayer(const ModelConfig& cfg, LayerWeights weights, Form form)
     : cfg_(cfg), w_(std::move(weights)), form_(form) {
   validate_config(cfg_);
   w_.validate(cfg_);
-  scale_ = ref::softmax_scale(cfg_);
+  scale_ = mla::softmax_scale(cfg_);
   inv_freq_ = rope_inv_freq(cfg_);
   const int64_t H = cfg_.n_heads;
   const int64_t a_cols = form_ == Form::naive ? H * cfg_.qk_head_dim() : cfg_.kv_lora_rank;

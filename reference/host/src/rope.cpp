@@ -81,19 +81,6 @@ std::vector<double> rope_inv_freq(const ModelConfig& cfg) {
   return f;
 }
 
-double softmax_scale(const ModelConfig& cfg) {
-  const int64_t d = cfg.qk_head_dim();
-  if (d <= 0) throw Error(fmt::format("qk_nope_head_dim + qk_rope_head_dim = {} must be > 0", d));
-  // pow(d, -0.5) rather than 1/sqrt(d): the same operation as upstream's `d ** -0.5`.
-  double s = std::pow(static_cast<double>(d), -0.5);
-  if (cfg.yarn()) {
-    if (!(cfg.rope_factor > 0.0)) throw Error(fmt::format("rope_factor={} must be > 0", cfg.rope_factor));
-    const double m = 0.1 * cfg.mscale * std::log(cfg.rope_factor) + 1.0;
-    s = s * m * m;
-  }
-  return s;
-}
-
 void apply_rope(std::span<double> v, int64_t pos, std::span<const double> inv_freq) {
   if (v.size() != 2 * inv_freq.size()) {
     throw Error(fmt::format("apply_rope: {} values for {} frequencies (need 2 per frequency)", v.size(),

@@ -6,7 +6,7 @@
 //    deployed-precision reference), with outputs pre-filled with NaN and guard bands around
 //    every output and workspace buffer;
 //  * every cp.async source is q or a cache slot of a token < L of its sequence, and for sparse
-//    inputs only a slot some row names with a valid index (FIELD-NOTES bugs 2, 4, 6, 8: no
+//    inputs only a slot some row names with a valid index (docs/field.md, "Bugs", 2, 4, 6, 8: no
 //    read of a sentinel page, a poisoned slot, a padded head row or an invalid index);
 //  * page permutation and batch order give bitwise-equal results, split counts agree;
 //  * shared-memory addresses are aligned and in range, barriers and warp collectives are
@@ -86,7 +86,7 @@ std::vector<Case> cases() {
       {"sq7_h5_split2", {50, 3}, 7, 5, true, 16, 2, 1.0, 4},
       // 24 rows: the 32-row instance (128 threads).
       {"h8_sq3", {90, 45}, 3, 8, true, 16, 0, 1.0, 5},
-      // Large logits through split and combine (FIELD-NOTES bug 3), splits empty for L = 0.
+      // Large logits through split and combine (docs/field.md, "Bugs", 3), splits empty for L = 0.
       {"large_logits_split5", {300, 0, 17}, 2, 16, true, 64, 5, 100.0, 6},
       // Non-causal multi-query, page size 1.
       {"noncausal_ps1", {40, 70}, 2, 16, false, 1, 0, 1.0, 7},
@@ -155,7 +155,7 @@ Built build(const Case& c, const testing::Layout& layout) {
   if (!r.errors.empty()) return ::testing::AssertionFailure() << what << ": " << fmt::format("{}", fmt::join(r.errors, "\n"));
   const gputest::Result truth = gputest::truth_attention(in);
   const gputest::Result same = gputest::same_dtype_attention(in);
-  return gputest::matches(what, r.out, in.shape, truth.out, truth.lse, std::span<const double>(same.out));
+  return gputest::matches(what, r.out, in.shape, truth, &same);
 }
 
 class DecodeSim : public ::testing::TestWithParam<Case> {};
@@ -203,8 +203,8 @@ TEST(DecodeSimInvariance, LayoutAndBatchOrderAreBitwiseInvariantAndSplitsAgree) 
     for (int n : {1, 2, 7, 40}) {
       const SimRun rs = run_sim(ba.in, n);
       ASSERT_TRUE(rs.errors.empty()) << fmt::format("{}", fmt::join(rs.errors, "\n"));
-      EXPECT_TRUE(gputest::matches(fmt::format("splits={}", n), rs.out, ba.in.shape, truth.out, truth.lse));
-      EXPECT_TRUE(gputest::matches(fmt::format("splits={} vs automatic", n), rs.out, ba.in.shape, ra.out.out, ra.out.lse));
+      EXPECT_TRUE(gputest::matches(fmt::format("splits={}", n), rs.out, ba.in.shape, truth));
+      EXPECT_TRUE(gputest::matches(fmt::format("splits={} vs automatic", n), rs.out, ba.in.shape, gputest::Result{ra.out.out, ra.out.lse}));
     }
   }
 }
@@ -323,9 +323,9 @@ TEST(DecodeSimGoldens, SmallFp8AndSparseCasesMatchTheirStoredTruth) {
       skipped.push_back(file + " (not in the catalog)");
       continue;
     }
-    const auto info = fixtures::read_file_info(cat->file(file));
+    const auto info = golden::read_file_info(cat->file(file));
     for (const auto& name : info.cases) {
-      const auto c = fixtures::load_attn_case(cat->file(file), name);
+      const auto c = golden::load_attn_case(cat->file(file), name);
       const AttnInputs in = c.inputs();
       // The simulator costs ~ row tiles × key tiles: today's cases (up to 2·2048 keys × 64 heads)
       // take ~20 s together; anything much larger is left to the GPU.
@@ -340,11 +340,7 @@ TEST(DecodeSimGoldens, SmallFp8AndSparseCasesMatchTheirStoredTruth) {
       SCOPED_TRACE(file + ":" + name);
       const SimRun r = run_sim(in, 0);
       ASSERT_TRUE(r.errors.empty()) << fmt::format("{}", fmt::join(r.errors, "\n"));
-      std::vector<double> same_out(c.same_dtype_out.size());
-      for (std::size_t i = 0; i < same_out.size(); ++i) same_out[i] = bf16_to_float(c.same_dtype_out[i]);
-      std::optional<std::span<const double>> same;
-      if (same_out.size() == c.truth_out.size()) same = std::span<const double>(same_out);
-      EXPECT_TRUE(gputest::matches(file + ":" + name, r.out, in.shape, c.truth_out, c.truth_lse, same));
+      EXPECT_TRUE(gputest::matches(file + ":" + name, r.out, in.shape, c));
       ++ran;
     }
   }

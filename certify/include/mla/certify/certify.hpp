@@ -1,31 +1,26 @@
 // The certification run behind `mla certify`: every selected implementation (registered
-// kernels, certifier self-test kernels, external plug-ins) on every selected attention-core case
-// of the golden catalog, each call in a child process with a deadline, judged in this process
-// by the tolerance engine, recorded in a certificate (JSON, Markdown, JUnit XML) that is
+// kernels, fault kernels for the certifier's own tests, external plug-ins) on every selected case
+// of the golden catalog, each call in a child process with a deadline, judged in this process by
+// the one judge (mla/judge), recorded in a certificate (JSON, Markdown, JUnit XML) that is
 // rewritten after every case.
+//
+// Along its seams (certify/src): plan (which implementations, which cases), resume (which
+// results of a previous certificate still hold), attention case (one case for every
+// implementation), append case (plug-ins' appends), isolation (child processes) and the one wire
+// format of the messages exchanged with them.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <iosfwd>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "mla/core/error.hpp"
-#include "mla/kernels/attention.hpp"
 #include "mla/reports/certificate.hpp"
 
 namespace mla::certify {
-
-// The attention-core families, in certification order.
-const std::vector<std::string>& attention_families();
-
-// Implementations that are not in the registry, added by name for tests of the certifier
-// itself (a kernel known to be wrong must certify red). Throws UsageError on an unknown name.
-std::unique_ptr<AttentionImpl> make_extra_kernel(const std::string& name);
-std::vector<std::string> extra_kernel_names();
 
 // Cases holding more cache slots than this are never run for information on a shape the
 // kernel does not claim: the probe is a courtesy, and must stay cheap next to the claimed work.
@@ -38,10 +33,10 @@ inline constexpr const char* kJunitName = "certificate.junit.xml";
 
 struct Options {
   std::filesystem::path goldens, out;
-  std::vector<std::string> kernels;   // registry (or self-test) names; empty and no plug-ins: all
+  std::vector<std::string> kernels;   // registry (or fault kernel) names; empty and no plug-ins: all
   std::vector<std::filesystem::path> plugins;  // shared libraries exposing the C ABI
-  std::vector<std::string> families;  // empty: all attention families in the catalog
-  std::vector<std::string> extras;    // make_extra_kernel names
+  std::vector<std::string> families;  // certified families (as the certificate names them); empty: all
+  std::vector<std::string> extras;    // fault kernels (mla/faults/faults.hpp) by name
   std::optional<std::string> case_regex;  // ECMAScript, searched in "<family>/<case>"
   std::optional<int64_t> max_tokens;      // skip cases whose cache holds more tokens
   int repeats = 2;  // runs per case; results must be bitwise identical across them (plug-ins: >= 2)

@@ -1,62 +1,40 @@
-// Running one kernel on one case, in whichever process: the certifier's parent calls execute()
-// directly (--in-process) or starts a child (`mla __child run ...`) that reads the case inputs
-// from a file, calls execute() and writes a RunResult file back. Judging against the truth
-// always happens in the parent: a child only runs code, it never decides a verdict.
+// The child side of process isolation: `mla __child run | append | describe` builds the
+// implementation it was named, calls it on the case it was handed and writes back what happened
+// (protocol.hpp). It never judges: verdicts are the parent's. The parent calls execute()
+// directly for --in-process runs of registered kernels.
 #pragma once
 
-#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
-#include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "mla/kernels/attention.hpp"
+#include "mla/certify/protocol.hpp"
+#include "mla/core/kernel.hpp"
 
 namespace mla::certify {
 
-struct RunResult {
-  enum class Status { ran, unsupported, error };
-  Status status = Status::error;
-  std::string message;  // unsupported / error: why
-  AttnOutputs outputs;  // ran: the first run's results
-  double run_seconds = 0;  // fastest run() + synchronize()
-  std::optional<double> bytes, flops;
-  // Faults found while running, each a FAIL reason: results differing between repeated runs,
-  // inputs changed by the kernel, writes outside its output (plug-ins).
-  std::vector<std::string> reasons;
-};
-
-// Runs `impl` on `in` `repeats` times (at least 1). `enforce_caps` false skips the capability
-// check, for informational runs of shapes the kernel does not claim. Never throws: a kernel's
-// exception becomes Status::error.
+// Runs `impl` on `in` `repeats` times (at least 1): the capability check (unless
+// `enforce_caps` is false, for informational runs of shapes the kernel does not claim), the cost
+// model, prepare, and every run timed and compared bitwise with the first; inputs checksummed
+// before and after. Never throws: a kernel's exception becomes Status::error.
 RunResult execute(const AttentionImpl& impl, const AttnInputs& in, int repeats, bool enforce_caps);
 
-// Owned copies of a case's inputs, as written to and read from an inputs file.
-using CaseInputs = AttnBuffers;
-
-// Binary files with a JSON header line; every size is checked on reading (mla::Error).
-void write_inputs(const std::filesystem::path& file, const AttnInputs& in);
-CaseInputs read_inputs(const std::filesystem::path& file);
-void write_result(const std::filesystem::path& file, const RunResult& r);
-RunResult read_result(const std::filesystem::path& file);
-
-// What a child needs to build the kernel it runs.
+// What a child needs to build the implementation it runs: exactly one is set.
 struct KernelRef {
-  std::optional<std::string> builtin;          // registry name
-  std::optional<std::string> extra;            // certifier self-test kernel (make_extra_kernel)
-  std::optional<std::filesystem::path> plugin; // shared library (C ABI)
+  std::optional<std::string> builtin;           // registry name
+  std::optional<std::string> fault;             // a fault kernel (mla/faults/faults.hpp) by name
+  std::optional<std::filesystem::path> plugin;  // shared library (C ABI)
 };
 
-// `mla __child run`: exit 0 after writing the result file (whatever the kernel did, short of
-// killing the process); non-zero only when the child itself could not work.
+// `mla __child run`: exit 0 after writing the result (whatever the kernel did, short of killing
+// the process); non-zero only when the child itself could not work.
 int child_run(const KernelRef& kernel, const std::filesystem::path& inputs, const std::filesystem::path& result,
               int repeats, bool enforce_caps);
-// `mla __child describe --plugin`: loads the plug-in and writes its descriptor as JSON.
+// `mla __child append`: calls the plug-in's append `repeats` (>= 2) times, each on a fresh copy
+// of the cache, and writes the first call's outcome plus any difference between the calls.
+int child_append(const std::filesystem::path& plugin, const std::filesystem::path& inputs,
+                 const std::filesystem::path& result, int repeats);
+// `mla __child describe`: loads the plug-in and writes its validated descriptor.
 int child_describe(const std::filesystem::path& plugin, const std::filesystem::path& result);
-
-nlohmann::json capabilities_json(const Capabilities& c);
-Capabilities capabilities_from_json(const nlohmann::json& j);
 
 }  // namespace mla::certify

@@ -1,6 +1,7 @@
 // Child processes with a deadline: the certifier runs every kernel call in one, so a crash (a
 // signal), a hang (the deadline) or a sticky CUDA error (the process ends with it) costs one
-// verdict, not the run.
+// verdict, not the run. What they exchange is the wire format of wire.hpp, in files of a
+// private work folder.
 #pragma once
 
 #include <filesystem>
@@ -34,5 +35,19 @@ std::string signal_description(int sig);
 
 // The path of the running executable (/proc/self/exe), for re-executing it as a child.
 std::filesystem::path self_executable();
+
+// A private folder for the files exchanged with children, named after this process: one left
+// behind by a certifier that was killed (its pid gone) is removed by the next.
+class WorkDir {
+ public:
+  WorkDir();  // throws mla::Error when no folder can be created
+  ~WorkDir();
+  WorkDir(const WorkDir&) = delete;
+  WorkDir& operator=(const WorkDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 }  // namespace mla::certify

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 namespace mla {
 
@@ -26,6 +27,9 @@ inline constexpr std::size_t kQkDim = 576;
 inline constexpr std::size_t kFp8BlockSize = 128;
 
 enum class ScaleFmt { fp32, ue8m0 };
+// "fp32" / "ue8m0", the schema's `scale_fmt` words; the parser throws mla::Error on another word.
+const char* to_string(ScaleFmt f);
+ScaleFmt scale_fmt_from_string(std::string_view s);
 
 // Quantizes one token: latent (512 values) and rope (64 values, rounded to bf16) into `out`
 // (656 bytes). Scale per 128-value block = max(amax, 1e-4)/448 in float32, rounded up to a

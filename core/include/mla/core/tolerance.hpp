@@ -22,10 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace mla {
-enum class CacheFormat;  // mla/kernels/attention.hpp
-enum class OutDType;
-}  // namespace mla
+#include "mla/core/attention.hpp"
 
 namespace mla::tol {
 

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "mla/core/numeric.hpp"
-#include "mla/kernels/attention.hpp"
+#include "mla/core/attention.hpp"
 
 namespace mla::axes {
 
@@ -86,8 +86,8 @@ std::vector<const AxisPoint*> select(Tier t);
 // nullptr when absent.
 const AxisPoint* find(std::string_view name);
 
-// DeepSeek-V3/V3.1 softmax scale (qk head dim 192, YaRN mscale² with mscale 1, factor 40),
-// computed from `ModelConfig` defaults rather than written down: every point uses it.
+// DeepSeek-V3/V3.1 softmax scale (qk head dim 192, YaRN mscale² with mscale 1, factor 40):
+// mla::softmax_scale of the v3 preset, never written down: every point uses it.
 double deepseek_v3_softmax_scale();
 
 // Host bytes `build_inputs` allocates for a point (so callers can refuse a point that does not

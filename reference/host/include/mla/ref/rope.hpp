@@ -1,8 +1,9 @@
 // Rotary embedding of DeepSeek MLA in float64: YaRN-corrected inverse frequencies (upstream
-// `precompute_freqs_cis`) and the softmax scale with its mscale² factor.
+// `precompute_freqs_cis`). The softmax scale with its mscale² factor is mla::softmax_scale
+// (mla/core/config.hpp).
 //
 // Why float64 throughout: upstream builds the table in float32, which drifts by up to 6e-4 rad
-// near position 16383 (FIELD-NOTES); the truth must not inherit that.
+// near position 16383 (docs/field.md, "Upstream semantics"); the truth must not inherit that.
 #pragma once
 
 #include <cstdint>
@@ -32,9 +33,6 @@ std::vector<double> yarn_linear_ramp(double low, double high, int64_t n);
 // f/factor·(1-smooth) + f·smooth with smooth = 1 - ramp. Throws mla::Error on an odd or
 // non-positive rope dim or a non-positive base/factor.
 std::vector<double> rope_inv_freq(const ModelConfig& cfg);
-
-// (nope+rope)^-0.5, times (0.1·mscale·ln(rope_factor) + 1)² under YaRN.
-double softmax_scale(const ModelConfig& cfg);
 
 // Rotates interleaved pairs (2i, 2i+1) of `v` (length 2·inv_freq.size()) by pos·inv_freq[i].
 void apply_rope(std::span<double> v, int64_t pos, std::span<const double> inv_freq);

@@ -1,0 +1,40 @@
+// THE list of built-in implementations, in registration order (the order of the certificate
+// and the benchmark tables). One line per kernel: X(name) registers what
+// mla::builtin::make_<name>() returns, a function the kernel's own source file defines (it is
+// declared here, so adding a kernel touches no header).
+#include <memory>
+
+#include "mla/registry/registry.hpp"
+
+// Host kernels (kernels/cpu, always built).
+#define MLA_BUILTIN_CPU_KERNELS(X) \
+  X(cpu_mla_fp64)                  \
+  X(cpu_naive_mha_fp64)            \
+  X(cpu_naive_mha_fp32)
+
+// CUDA kernels (kernels/cuda, built whenever a CUDA toolkit is present).
+#define MLA_BUILTIN_CUDA_KERNELS(X) \
+  X(cuda_naive_mha_cublas)          \
+  X(cuda_mla_decode)
+
+namespace mla::builtin {
+#define MLA_DECLARE_FACTORY(name) std::unique_ptr<AttentionImpl> make_##name();
+MLA_BUILTIN_CPU_KERNELS(MLA_DECLARE_FACTORY)
+#if defined(MLA_HAVE_CUDA_KERNELS)
+MLA_BUILTIN_CUDA_KERNELS(MLA_DECLARE_FACTORY)
+#endif
+#undef MLA_DECLARE_FACTORY
+}  // namespace mla::builtin
+
+namespace mla {
+
+void add_builtin_kernels(Registry& registry) {
+#define MLA_ADD(name) registry.add(builtin::make_##name());
+  MLA_BUILTIN_CPU_KERNELS(MLA_ADD)
+#if defined(MLA_HAVE_CUDA_KERNELS)
+  MLA_BUILTIN_CUDA_KERNELS(MLA_ADD)
+#endif
+#undef MLA_ADD
+}
+
+}  // namespace mla

@@ -48,7 +48,7 @@ from typing import Any
 EXIT_NO_GPU = 77
 D_LATENT, D_ROPE, D_NOPE, D_V_MHA = 512, 64, 128, 128
 D_QK, D_V = D_LATENT + D_ROPE, D_LATENT          # 576, 512: the absorbed problem
-DEEPSEEK_V3_SCALE = 0.1352337789                  # FIELD-NOTES: V3 softmax scale with YaRN mscale 1.0
+DEEPSEEK_V3_SCALE = 0.1352337789                  # docs/field.md: V3 softmax scale, YaRN mscale 1.0
 VARIANTS = ("torch_absorbed_einsum", "torch_sdpa_mha", "torch_sdpa_latent")
 TSV_COLUMNS = ["name", "axis", "batch", "s_q", "heads", "page_size", "topk", "cache", "seqlen_max",
                "seqlen_mean", "causal"]
@@ -135,7 +135,7 @@ def cost_model(p: Point, variant: str) -> tuple[float, float]:
     tokens = p.batch * p.seqlen_max
     pairs = p.batch * attended_pairs(p)
     if variant == "torch_absorbed_einsum":
-        # Identical to mla_cost_model (kernels/src/attention.cpp) with bf16 output: q, the latent
+        # Identical to mla_cost_model (core/src/kernel.cpp) with bf16 output: q, the latent
         # cache read once (1152 B/token), out, and 4 B of lse per row (torch writes none, but the
         # same model keeps the rows comparable with the CUDA kernels' rows byte for byte).
         return (rows * D_QK * 2 + tokens * (D_QK * 2) + rows * D_V * 2 + rows * 4,

@@ -1,4 +1,4 @@
-// L1: fault tests (issue 8). What goes wrong around a certification — a report folder that
+// L1: fault tests. What goes wrong around a certification — a report folder that
 // cannot be written, goldens changed or deleted while the run is going, kernels that crash,
 // hang, return NaN or write outside their output, a certifier killed halfway — must end in a
 // clear verdict or error, a certificate that is still written, and `--resume` reproducing

@@ -135,7 +135,7 @@ json memory_json(const std::string& args) {
 }
 
 TEST(MlaMemory, ByteModelMatchesTheFieldNotes) {
-  // FIELD-NOTES, "KV-cache bytes per token per layer": naive MHA 81 920 B (128 heads) and
+  // docs/field.md, "KV-cache bytes per token and layer": naive MHA 81 920 B (128 heads) and
   // 10 240 B (16 heads), MLA bf16 1 152, latent only 1 024, FP8 656, indexer +132.
   const auto v3 = memory_json("--preset v3");
   EXPECT_EQ(v3["layouts"]["naive_mha_bf16"]["bytes_per_token_per_layer"], 81920);

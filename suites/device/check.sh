@@ -328,7 +328,7 @@ EOF
 fi
 
 # ---- 3. bench (alone on the GPU) ---------------------------------------------------------------
-# decode_b128_h16_sq1_sk8192 and its FP8 twin are issue 5's bf16-vs-FP8 comparison (mla-gpu-bench
+# decode_b128_h16_sq1_sk8192 and its FP8 twin are the bf16-vs-FP8 comparison (mla-gpu-bench
 # adds an mla_ratio row with the measured speedup); the sk8192 top-2048 pair is sparse decode.
 BENCH_POINTS=${MLA_CHECK_POINTS:-decode_b128_h16_sq1_sk1024,decode_b128_h16_sq1_sk4096,decode_b128_h16_sq1_sk8192,fp8_b128_h16_sq1_sk8192,decode_b128_h16_sq1_sk16384,compute_b128_h64_sq1_sk4096,compute_b128_h64_sq2_sk4096,compute_b128_h128_sq1_sk4096,compute_b128_h128_sq2_sk4096,sparse_b64_h128_sq1_sk8192_top2048_bf16,sparse_b64_h128_sq1_sk8192_top2048_fp8}
 "$GPU_BENCH" --mla_list --mla_points="$BENCH_POINTS" >"$R/bench/points.tsv" 2>"$R/logs/points.log"

@@ -146,7 +146,7 @@ TEST(Yarn, RampGuardsEqualEnds) {
 }
 
 TEST(Yarn, SoftmaxScaleMatchesFieldNotes) {
-  // FIELD-NOTES quote 10 decimals; the check is exact at that precision.
+  // docs/field.md quotes 10 decimals; the check is exact at that precision.
   EXPECT_EQ(fmt::format("{:.10f}", softmax_scale(v3_config())), "0.1352337789");
   EXPECT_EQ(fmt::format("{:.10f}", softmax_scale(v2_lite_config())), "0.1147213868");
 }

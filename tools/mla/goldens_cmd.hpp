@@ -1,5 +1,5 @@
 // `mla goldens list | validate | inspect`: the golden catalog seen through the loader library
-// (mla_fixtures: open_catalog, verify_file, read_file_info, summarize_cases, load_*_case), the
+// (mla_golden: open_catalog, verify_file, read_file_info, summarize_cases, load_*_case), the
 // same code every suite reads it with.
 #pragma once
 

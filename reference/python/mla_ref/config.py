@@ -94,7 +94,7 @@ def kv_bytes_per_token(args: ModelArgs, layout: str) -> int:
 
     naive_bf16: upstream attn_impl="naive" caches, bf16: k_cache holds nope+rope per head and
         v_cache holds v per head -> 2 * h * (nope + rope + v). V3 (128 heads): 2*128*320 = 81 920;
-        16 heads: 10 240 (FIELD-NOTES).
+        16 heads: 10 240 (docs/field.md, "KV-cache bytes per token and layer").
     mla_bf16:   latent + shared rope key, bf16 -> 2 * (kv_lora_rank + rope) = 1 152.
     latent_bf16: latent only (rope recomputed / stored elsewhere) -> 2 * kv_lora_rank = 1 024.
     fp8_v32:    V3.2 FlashMLA layout: kv_lora_rank e4m3 bytes + 4 B per 128-block scale + 2 B per

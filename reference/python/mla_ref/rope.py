@@ -1,8 +1,8 @@
 """Rotary embedding with YaRN frequency correction (upstream `precompute_freqs_cis`), in float64.
 
-Upstream computes the table in float32; the truth pipeline computes it in float64 (the float32
-table differs by up to 6e-4 in angle near position 16383, FIELD-NOTES). The fp32 and bf16 pipelines
-use cos/sin of the float64 angle rounded to float32 (SCHEMA.md, "Pipelines").
+Upstream computes the table in float32; the truth pipeline computes it in float64 (the float32 table
+differs by up to 6e-4 in angle near position 16383: docs/field.md, "Upstream semantics"). The fp32
+and bf16 pipelines use cos/sin of the float64 angle rounded to float32 (SCHEMA.md, "Pipelines").
 """
 from __future__ import annotations
 

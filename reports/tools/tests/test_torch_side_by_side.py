@@ -76,7 +76,7 @@ def test_decompressed_mha_reads_field_notes_bytes_per_token():
     b1, _ = tsb.cost_model(p, "torch_sdpa_mha")
     p2 = tsb.Point(**{**p.__dict__, "seqlen_max": 2048, "seqlen_mean": 2048.0})
     b2, _ = tsb.cost_model(p2, "torch_sdpa_mha")
-    assert (b2 - b1) / (128 * 1024) == 10240  # naive MHA, 16 heads (FIELD-NOTES)
+    assert (b2 - b1) / (128 * 1024) == 10240  # naive MHA, 16 heads (docs/field.md)
     lb1, lf = tsb.cost_model(p, "torch_sdpa_latent")
     lb2, _ = tsb.cost_model(p2, "torch_sdpa_latent")
     assert (lb2 - lb1) / (128 * 1024) == 16 * (576 + 512) * 2  # cuda_naive_mha_cublas's model

@@ -4,11 +4,11 @@
 // Why events and not a host clock: a host clock around "launch + synchronize" adds launch and
 // wake-up latency (several microseconds) to every call, which is 10-25% of a memory-bound decode
 // at 1K tokens. Events are stamped by the GPU when the stream reaches them, so they bracket exactly
-// the work enqueued between them (FIELD-NOTES: time only the kernels).
+// the work enqueued between them (time only the kernels: docs/field.md, "Measurement practice").
 //
 // Why an L2 flush: a decode kernel timed back to back finds part of its cache in the 50-60 MB L2
 // left by the previous call and reports a bandwidth no cold call reaches. Writing a buffer of
-// twice the L2 between calls evicts it (FIELD-NOTES: flush L2 between runs).
+// twice the L2 between calls evicts it (docs/field.md, "Measurement practice").
 //
 // C++17 and free of the C++20 interface headers, so .cu files and C++17 tools can include it.
 // Nothing here needs a GPU to be constructed lazily: every class that touches the device checks

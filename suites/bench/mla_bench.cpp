@@ -487,6 +487,7 @@ int main(int argc, char** argv) {
     kj.push_back({{"name", k->info().name},
                   {"backend", k->info().backend},
                   {"description", k->info().description},
+                  {"role", mla::to_string(k->info().role)},
                   {"out_dtype", mla::to_string(k->info().out_dtype)},
                   {"unavailable", why ? *why : ""},
                   // Which measured ceilings judge it (keys of mla_ceilings); null: none measured.

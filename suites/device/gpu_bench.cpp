@@ -124,7 +124,7 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
     PreparedAttention& run = cache().get_prepared(impl, p);
     // Byte model: q + the cache bytes of every token some query attends, read once (sparse: the
     // distinct valid indices of each sequence) + out + lse. FLOP model: 2·(576 + 512) per
-    // attended (query row, key) pair and head. Both from mla_cost_model (FIELD-NOTES).
+    // attended (query row, key) pair and head. Both from mla_cost_model (docs/field.md).
     const CostModel cost = impl.cost(in);
     const AttnTraffic traffic = attention_traffic(in);
     // Events bracket exactly the implementation's work when it tells us its stream; otherwise
@@ -244,7 +244,7 @@ void bench_ratio(benchmark::State& st, const AttentionImpl* impl, const axes::Ax
   st.counters["bf16_calls"] = C(static_cast<double>(tb.seconds.size()));
   st.counters["fp8_calls"] = C(static_cast<double>(tf.seconds.size()));
   st.SetLabel(fmt::format("measured fp8/bf16 speedup {:.3f}x (medians {:.4f} / {:.4f} ms over {} / {} calls); byte "
-                          "model {:.3f}x fewer bytes ({:.0f} vs {:.0f} B per cache token); issue 5 target >= 1.65x",
+                          "model {:.3f}x fewer bytes ({:.0f} vs {:.0f} B per cache token); target >= 1.65x",
                           mb / mf, 1e3 * mb, 1e3 * mf, tb.seconds.size(), tf.seconds.size(),
                           tb.model_bytes / tf.model_bytes, tb.cache_bytes_per_token, tf.cache_bytes_per_token));
 }
@@ -348,6 +348,7 @@ nlohmann::ordered_json kernel_json(const AttentionImpl& impl) {
   return {{"name", impl.info().name},
           {"backend", impl.info().backend},
           {"description", impl.info().description},
+          {"role", to_string(impl.info().role)},
           {"out_dtype", to_string(impl.info().out_dtype)},
           {"unavailable", why ? *why : ""},
           {"roof_bw", kRoofBw},

@@ -30,9 +30,10 @@ def point(axis="decode_memory", batch=4, s_q=1, heads=16, seqlen=1024, mean=None
             "seqlen_mean": seqlen if mean is None else mean, "total_tokens": batch * seqlen, "seed": 1}
 
 
-def kernel(name, out_dtype="f64", backend="cpu"):
+def kernel(name, out_dtype="f64", backend="cpu", role="optimized"):
     cpu = backend == "cpu"
-    return {"name": name, "backend": backend, "description": "test", "out_dtype": out_dtype, "unavailable": "",
+    return {"name": name, "backend": backend, "description": "test", "role": role, "out_dtype": out_dtype,
+            "unavailable": "",
             "roof_bw": "read_bw" if cpu else None,
             "roof_peak": ("fma_f64" if out_dtype == "f64" else "fma_f32") if cpu else None}
 

@@ -6,8 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "mla/core/numeric.hpp"
-#include "mla/judge/attention.hpp"
+#include "mla/judge/golden.hpp"
 #include "session.hpp"
 
 namespace mla::certify {
@@ -28,13 +27,6 @@ nlohmann::json shape_json(const golden::AttnCase& c) {
   return shape_json(c.shape, c.shape.cache_format, c.scale_fmt, &c.cache_seqlens);
 }
 
-std::vector<double> widen(const std::vector<uint16_t>& bf16) {
-  std::vector<double> v(bf16.size());
-  for (std::size_t i = 0; i < bf16.size(); ++i) v[i] = static_cast<double>(bf16_to_float(bf16[i]));
-  return v;
-}
-std::vector<double> widen(const std::vector<float>& f) { return {f.begin(), f.end()}; }
-
 std::optional<std::string> refusal(const Implementation& k, const AttnShape& shape) {
   auto no = k.impl ? k.impl->check(shape) : check_capabilities(k.info.caps, shape);
   if (no) return std::string(kNotClaimed) + *no;
@@ -43,21 +35,6 @@ std::optional<std::string> refusal(const Implementation& k, const AttnShape& sha
 
 bool too_large_to_probe(const golden::AttnHeader& h) { return h.cache_tokens() > kProbeMaxCacheTokens; }
 
-// The golden case and what its results are judged against.
-struct LoadedCase {
-  golden::AttnCase c;
-  std::vector<double> same_out, same_lse;
-  AttentionTruth truth() const {
-    AttentionTruth t;
-    t.out = c.truth_out;
-    t.lse = c.truth_lse;
-    t.same_dtype_out = same_out;
-    t.same_dtype_lse = same_lse;
-    t.unquantized_out = c.unquantized_out;
-    t.unquantized_lse = c.unquantized_lse;
-    return t;
-  }
-};
 
 class AttentionCase {
  public:
@@ -126,15 +103,14 @@ class AttentionCase {
     }
     if (runnable.empty() && probes.empty()) return;
 
-    LoadedCase lc;
+    golden::AttnCase c;
     try {
-      lc.c = golden::load_attn_case(path, ref_.name);
+      c = golden::load_attn_case(path, ref_.name);
     } catch (const std::exception& e) {
       fail_all(runnable, fmt::format("case failed to load: {}", e.what()), &header);
       for (const auto* k : probes) s_.record(*k, unsupported(header, refused[k]));
       return;
     }
-    const golden::AttnCase& c = lc.c;
     // Varlen is a property of the lengths, known only now.
     for (auto it = runnable.begin(); it != runnable.end();) {
       if (auto no = check_varlen((*it)->info.caps, c.cache_seqlens)) {
@@ -146,8 +122,7 @@ class AttentionCase {
       }
     }
 
-    lc.same_out = widen(c.same_dtype_out);
-    lc.same_lse = widen(c.same_dtype_lse);
+    const GoldenTruth truth(c);
     const auto isolated = [&](const Implementation* k) { return s_.isolated(*k); };
     if (std::any_of(runnable.begin(), runnable.end(), isolated) || std::any_of(probes.begin(), probes.end(), isolated)) {
       inputs_ = s_.work.path() / fmt::format("case-{}.inputs", index_);
@@ -162,11 +137,11 @@ class AttentionCase {
 
     // Claimed shapes first, then the informational runs, in the certificate's kernel order.
     std::map<const Implementation*, reports::CaseResult> results;
-    for (const auto* k : runnable) results[k] = judged(*k, lc, run(*k, c, /*enforce_caps=*/true));
+    for (const auto* k : runnable) results[k] = judged(*k, c, truth, run(*k, c, /*enforce_caps=*/true));
     for (const auto* k : probes) {
       auto r = unsupported(header, refused[k]);
       r.shape = shape_json(c);
-      if (probe_worthwhile(header)) r.reasons.push_back(probe_reason(*k, lc, run(*k, c, /*enforce_caps=*/false)));
+      if (probe_worthwhile(header)) r.reasons.push_back(probe_reason(*k, c, truth, run(*k, c, /*enforce_caps=*/false)));
       results[k] = std::move(r);
     }
     for (const auto& k : s_.implementations) {
@@ -238,8 +213,8 @@ class AttentionCase {
     return r;
   }
 
-  reports::CaseResult judged(const Implementation& k, const LoadedCase& lc, const RunResult& run) const {
-    const golden::AttnCase& c = lc.c;
+  reports::CaseResult judged(const Implementation& k, const golden::AttnCase& c, const GoldenTruth& truth,
+                             const RunResult& run) const {
     auto r = s_.base_result(ref_);
     r.description = c.description;
     r.shape = shape_json(c);
@@ -258,7 +233,7 @@ class AttentionCase {
     }
     r.run_seconds = run.run_seconds;
     try {
-      auto j = judge_attention(c.shape, Declaration{k.info.out_dtype}, run.outputs, lc.truth());
+      auto j = judge_attention(c.shape, Declaration{k.info.out_dtype}, run.outputs, truth.view());
       r.out = std::move(j.out);
       r.lse = std::move(j.lse);
       r.out_vs_unquantized = std::move(j.out_vs_unquantized);
@@ -274,8 +249,9 @@ class AttentionCase {
     return r;
   }
 
-  std::string probe_reason(const Implementation& k, const LoadedCase& lc, const RunResult& run) const {
-    const auto r = judged(k, lc, run);
+  std::string probe_reason(const Implementation& k, const golden::AttnCase& c, const GoldenTruth& truth,
+                           const RunResult& run) const {
+    const auto r = judged(k, c, truth, run);
     switch (r.verdict) {
       case Verdict::pass: return kProbePass;
       case Verdict::fail: return fmt::format("{}would FAIL ({})", kProbePrefix, r.reasons.front());

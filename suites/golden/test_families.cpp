@@ -21,7 +21,9 @@ TEST(Families, TheDescriptionDeclaresEveryFamilyOnceWithHowItIsJudged) {
     EXPECT_EQ(f.file(), f.name + ".h5");
     EXPECT_FALSE(f.about.empty()) << f.name;
     EXPECT_EQ(&family(f.name), &f);
-    if (f.kind == FamilyKind::attention) EXPECT_EQ(f.case_kind, "attn_core") << f.name;
+    if (f.kind == FamilyKind::attention) {
+      EXPECT_EQ(f.case_kind, "attn_core") << f.name;
+    }
   }
   EXPECT_EQ(find_family("no_such_family"), nullptr);
   EXPECT_THROW((void)family("no_such_family"), Error);

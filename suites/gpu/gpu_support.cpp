@@ -91,7 +91,7 @@ std::vector<NamedSpec> synthetic_cases() {
 
 ::testing::AssertionResult matches(const std::string& what, const AttnOutputs& got, const AttnShape& shape,
                                    const golden::AttnCase& c) {
-  return testing::matches(what, got, shape, testing::GoldenTruth(c).view());
+  return testing::matches(what, got, shape, GoldenTruth(c).view());
 }
 
 ::testing::AssertionResult bitwise_equal(const std::string& what, std::span<const double> a,

@@ -21,23 +21,17 @@
 namespace mla::gputest {
 namespace {
 
-class CudaGoldens : public ::testing::TestWithParam<std::string> {};
+class CudaGoldens : public testing::GoldenFamilyTest {};
 
 TEST_P(CudaGoldens, EveryCaseMatchesTruthOrIsRefused) {
   MLA_SKIP_WITHOUT_CUDA();
-  std::string why;
-  const auto cat = testing::open_goldens(why);
-  if (!cat) GTEST_SKIP() << why;
-  const std::string file = GetParam() + ".h5";
-  if (!cat->sha256.count(file)) GTEST_SKIP() << file << " is not in the catalog at " << cat->dir;
-  const auto info = golden::read_file_info(cat->file(file));
-  ASSERT_FALSE(info.cases.empty()) << file << " has no cases";
+  const std::string& file = name_;
   std::vector<std::unique_ptr<AttentionImpl>> ks;
   ks.push_back(cuda::make_mla_decode());
   ks.push_back(cuda::make_naive_mha_cublas());
   std::map<std::string, int> ran, refused;
-  for (const auto& name : info.cases) {
-    const auto c = golden::load_attn_case(cat->file(file), name);
+  for (const auto& name : cases_) {
+    const auto c = golden::load_attn_case(file_, name);
     const AttnInputs in = c.inputs();
     for (const auto& k : ks) {
       const std::string id = fmt::format("{}:{} {}", file, name, k->info().name);

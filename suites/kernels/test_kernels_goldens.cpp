@@ -20,23 +20,17 @@ namespace {
 
 using testing::judged;
 
-class KernelsOnFamily : public ::testing::TestWithParam<std::string> {};
+class KernelsOnFamily : public testing::GoldenFamilyTest {};
 
 TEST_P(KernelsOnFamily, EveryCpuKernelMatchesTruth) {
-  std::string why;
-  const auto cat = testing::open_goldens(why);
-  if (!cat) GTEST_SKIP() << why;
-  const std::string file = GetParam() + ".h5";
-  if (!cat->sha256.count(file)) GTEST_SKIP() << file << " is not in the catalog at " << cat->dir;
   register_builtin_kernels();
-  const auto info = golden::read_file_info(cat->file(file));
-  ASSERT_FALSE(info.cases.empty()) << file << " has no cases";
+  const std::string& file = name_;
   int ran = 0;
   std::map<std::string, testing::Worst> out_err, lse_err;
-  for (const auto& name : info.cases) {
-    const auto c = golden::load_attn_case(cat->file(file), name);
+  for (const auto& name : cases_) {
+    const auto c = golden::load_attn_case(file_, name);
     const AttnInputs in = c.inputs();
-    const testing::GoldenTruth truth(c);
+    const GoldenTruth truth(c);
     for (const auto& k : Registry::instance().attention()) {
       // The oracle computes ref::attention_fp64, which mla_reference_golden_tests judges case by
       // case; its wrapper is covered by the unit tests and the certifier. Not running it twice

@@ -21,32 +21,25 @@ namespace {
 using testing::bitwise_equal;
 using testing::judged;
 
-class AttnFamily : public ::testing::TestWithParam<std::string> {};
+class AttnFamily : public testing::GoldenFamilyTest {};
 
 TEST_P(AttnFamily, ReferenceMatchesTruth) {
-  std::string why;
-  const auto cat = testing::open_goldens(why);
-  if (!cat) GTEST_SKIP() << why;
-  const std::string file = GetParam() + ".h5";
-  if (!cat->sha256.count(file)) GTEST_SKIP() << file << " is not in the catalog at " << cat->dir;
-  const auto info = golden::read_file_info(cat->file(file));
-  ASSERT_FALSE(info.cases.empty()) << file << " has no cases";
   testing::Worst out_err, lse_err;
-  for (const auto& name : info.cases) {
-    SCOPED_TRACE(file + ":" + name);
-    const auto c = golden::load_attn_case(cat->file(file), name);
+  for (const auto& name : cases_) {
+    SCOPED_TRACE(name_ + ":" + name);
+    const auto c = golden::load_attn_case(file_, name);
     const AttnInputs in = c.inputs();
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = ref::attention_fp64(in);
     const double secs = testing::seconds_since(t0);
     RecordProperty(name + "_seconds", fmt::format("{:.3f}", secs));
-    if (secs > 1.0) std::fprintf(stderr, "[reference] %s:%s %.2f s\n", file.c_str(), name.c_str(), secs);
+    if (secs > 1.0) std::fprintf(stderr, "[reference] %s:%s %.2f s\n", name_.c_str(), name.c_str(), secs);
     AttnOutputs o;
     o.dtype = OutDType::f64;
     o.out = r.out;
     o.lse = r.lse;
     AttentionJudgement j;
-    EXPECT_TRUE(testing::matches(name, o, in.shape, testing::GoldenTruth(c).view(), std::nullopt, &j));
+    EXPECT_TRUE(testing::matches(name, o, in.shape, GoldenTruth(c).view(), std::nullopt, &j));
     out_err.add(j.out);
     lse_err.add(j.lse);
     if (in.shape.cache_format == CacheFormat::fp8 && !c.kv_cache_dequant.empty()) {
@@ -116,20 +109,13 @@ std::vector<std::string> layer_families(const std::string& kind) {
   return out;
 }
 
-class FullLayer : public ::testing::TestWithParam<std::string> {};
+class FullLayer : public testing::GoldenFamilyTest {};
 
 TEST_P(FullLayer, BothFormsMatchFp64Golden) {
-  std::string why;
-  const auto cat = testing::open_goldens(why);
-  if (!cat) GTEST_SKIP() << why;
-  const std::string file = GetParam() + ".h5";
-  if (!cat->sha256.count(file)) GTEST_SKIP() << file << " is not in the catalog";
-  const auto info = golden::read_file_info(cat->file(file));
-  ASSERT_FALSE(info.cases.empty());
   testing::Worst out_err, im_err;
-  for (const auto& name : info.cases) {
-    SCOPED_TRACE(file + ":" + name);
-    const auto lc = golden::load_layer_case(cat->file(file), name);
+  for (const auto& name : cases_) {
+    SCOPED_TRACE(name_ + ":" + name);
+    const auto lc = golden::load_layer_case(file_, name);
     check_config_constants(lc);
     const auto w = weights_of(lc);
     const auto t0 = std::chrono::steady_clock::now();
@@ -163,20 +149,13 @@ TEST_P(FullLayer, BothFormsMatchFp64Golden) {
 INSTANTIATE_TEST_SUITE_P(Catalog, FullLayer, ::testing::ValuesIn(layer_families("full_layer")),
                          [](const auto& info) { return info.param; });
 
-class CacheBoundary : public ::testing::TestWithParam<std::string> {};
+class CacheBoundary : public testing::GoldenFamilyTest {};
 
 TEST_P(CacheBoundary, AcceptsLastSlotAndRejectsPastIt) {
-  std::string why;
-  const auto cat = testing::open_goldens(why);
-  if (!cat) GTEST_SKIP() << why;
-  const std::string file = GetParam() + ".h5";
-  if (!cat->sha256.count(file)) GTEST_SKIP() << file << " is not in the catalog";
-  const auto info = golden::read_file_info(cat->file(file));
-  ASSERT_FALSE(info.cases.empty());
   testing::Worst out_err, im_err;
-  for (const auto& name : info.cases) {
-    SCOPED_TRACE(file + ":" + name);
-    const auto lc = golden::load_layer_case(cat->file(file), name);
+  for (const auto& name : cases_) {
+    SCOPED_TRACE(name_ + ":" + name);
+    const auto lc = golden::load_layer_case(file_, name);
     ASSERT_TRUE(lc.accept.has_value() && lc.reject.has_value());
     check_config_constants(lc);
     const auto w = weights_of(lc);

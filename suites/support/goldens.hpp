@@ -4,6 +4,8 @@
 #pragma once
 
 #include <chrono>
+
+#include <gtest/gtest.h>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -12,7 +14,7 @@
 #include "mla/core/numeric.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
-#include "mla/judge/attention.hpp"
+#include "mla/judge/golden.hpp"
 
 namespace mla::testing {
 
@@ -47,28 +49,26 @@ std::vector<GoldenCaseRef> attention_cases(const golden::Catalog& cat, Keep keep
   return out;
 }
 
-// A golden attention case's truth for judge_attention: its fp64 truth, its deployed-precision
-// reference (widened from the stored bf16 / fp32) and, for FP8, its unquantized result.
-class GoldenTruth {
- public:
-  explicit GoldenTruth(const golden::AttnCase& c) : c_(c) {
-    for (uint16_t b : c.same_dtype_out) same_out_.push_back(bf16_to_float(b));
-    same_lse_.assign(c.same_dtype_lse.begin(), c.same_dtype_lse.end());
+// A test over one family of the catalog description, the parameter (instantiate with
+// ValuesIn(golden::family_names(...))): SetUp skips, with the reason, when there is no catalog or
+// the family's file is not in it, and reads the family's case names (a family without cases is a
+// failure, not a vacuous pass).
+class GoldenFamilyTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    catalog_ = open_goldens(why);
+    if (!catalog_) GTEST_SKIP() << why;
+    name_ = golden::family(GetParam()).file();
+    if (!catalog_->sha256.count(name_)) GTEST_SKIP() << name_ << " is not in the catalog at " << catalog_->dir;
+    file_ = catalog_->file(name_);
+    cases_ = golden::read_file_info(file_).cases;
+    ASSERT_FALSE(cases_.empty()) << name_ << " has no cases";
   }
-  AttentionTruth view() const {
-    AttentionTruth t;
-    t.out = c_.truth_out;
-    t.lse = c_.truth_lse;
-    t.same_dtype_out = same_out_;
-    t.same_dtype_lse = same_lse_;
-    t.unquantized_out = c_.unquantized_out;
-    t.unquantized_lse = c_.unquantized_lse;
-    return t;
-  }
-
- private:
-  const golden::AttnCase& c_;
-  std::vector<double> same_out_, same_lse_;
+  std::optional<golden::Catalog> catalog_;
+  std::string name_;            // the family's file name, "<family>.h5"
+  std::filesystem::path file_;  // its path, verified against the manifest
+  std::vector<std::string> cases_;
 };
 
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {

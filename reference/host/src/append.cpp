@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -7,6 +8,7 @@
 
 #include "mla/core/error.hpp"
 #include "mla/ref/append.hpp"
+#include "mla/ref/rope.hpp"
 
 namespace mla::ref {
 namespace {
@@ -89,14 +91,8 @@ std::vector<double> append_values_f64(const AppendProblem& p) {
     const double inv_rms = 1.0 / std::sqrt(ss / static_cast<double>(kLatent) + p.eps);
     for (int64_t j = 0; j < kLatent; ++j) o[j] = x[j] * inv_rms * p.kv_norm_weight[static_cast<std::size_t>(j)];
     const double* pe = p.k_pe.data() + i * kRope;
-    const double pos = p.positions[static_cast<std::size_t>(i)];
-    for (int64_t j = 0; j < kRope / 2; ++j) {
-      const double a = pos * p.inv_freq[static_cast<std::size_t>(j)];
-      const double c = std::cos(a), s = std::sin(a);
-      const double x0 = pe[2 * j], x1 = pe[2 * j + 1];
-      o[kLatent + 2 * j] = x0 * c - x1 * s;
-      o[kLatent + 2 * j + 1] = x0 * s + x1 * c;
-    }
+    std::copy(pe, pe + kRope, o + kLatent);
+    apply_rope({o + kLatent, static_cast<std::size_t>(kRope)}, p.positions[static_cast<std::size_t>(i)], p.inv_freq);
   }
   return out;
 }

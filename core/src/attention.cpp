@@ -236,21 +236,23 @@ AttnShape attn_shape_from_attributes(const ShapeAttributes& a) {
   s.topk = static_cast<int>(a.integer("topk", 0, kMax));
   s.causal = a.integer("causal", 0, 1) != 0;
   const std::string format = a.string("cache_format");
-  if (format == "bf16") {
-    s.cache_format = CacheFormat::bf16;
-  } else if (format == "fp8") {
-    s.cache_format = CacheFormat::fp8;
-  } else {
-    a.refuse("cache_format", "cache_format 'bf16' or 'fp8'", fmt::format("'{}'", format));
+  for (auto f : {CacheFormat::bf16, CacheFormat::fp8}) {
+    if (format == to_string(f)) {
+      s.cache_format = f;
+      return s;
+    }
   }
-  return s;
+  a.refuse("cache_format", "cache_format 'bf16' or 'fp8'", fmt::format("'{}'", format));
+  return s;  // not reached: refuse() throws
 }
 
 ScaleFmt fp8_scale_fmt_from_attributes(const ShapeAttributes& a) {
-  const std::string f = a.string("scale_fmt");
-  if (f == "fp32") return ScaleFmt::fp32;
-  if (f == "ue8m0") return ScaleFmt::ue8m0;
-  a.refuse("scale_fmt", "scale_fmt 'fp32' or 'ue8m0'", fmt::format("'{}'", f));
+  const std::string s = a.string("scale_fmt");
+  for (auto f : {ScaleFmt::fp32, ScaleFmt::ue8m0}) {
+    if (s == to_string(f)) return f;
+  }
+  a.refuse("scale_fmt", "scale_fmt 'fp32' or 'ue8m0'", fmt::format("'{}'", s));
+  return ScaleFmt::fp32;  // not reached: refuse() throws
 }
 
 }  // namespace mla

@@ -40,8 +40,9 @@ uint16_t bf16_from_double(double x) {
 const char* to_string(ScaleFmt f) { return f == ScaleFmt::ue8m0 ? "ue8m0" : "fp32"; }
 
 ScaleFmt scale_fmt_from_string(std::string_view s) {
-  if (s == "fp32") return ScaleFmt::fp32;
-  if (s == "ue8m0") return ScaleFmt::ue8m0;
+  for (auto f : {ScaleFmt::fp32, ScaleFmt::ue8m0}) {
+    if (s == to_string(f)) return f;
+  }
   throw Error(fmt::format("unknown FP8 scale format '{}' (expected fp32 or ue8m0)", s));
 }
 

@@ -115,7 +115,7 @@ TEST_F(CertifyPlugins, CorrectPluginsCertifyGreenInBothOutputDtypes) {
       ASSERT_TRUE(c.out.has_value());
       // Judged by the table entry of the dtype it declared, with the error ratio against the
       // bf16 reference (a lower-precision output is held to the deployed pipeline).
-      const auto format = c.shape.at("cache_format") == "fp8" ? mla::CacheFormat::fp8 : mla::CacheFormat::bf16;
+      const auto format = mla::cache_format_from_string(c.shape.at("cache_format").get<std::string>());
       EXPECT_EQ(c.out->tolerance, mla::tol::tolerance_for(dtype, format, "out").name);
       EXPECT_TRUE(c.out->error_ratio.has_value());
       ++passed;

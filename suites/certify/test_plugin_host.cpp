@@ -15,6 +15,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "mla/certify/certify.hpp"
 #include "mla/certify/child.hpp"
@@ -24,7 +25,9 @@
 #include "mla/certify/wire.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
+#include "mla/core/presets.hpp"
 #include "mla/core/tolerance.hpp"
+#include "mla/judge/attention.hpp"
 #include "mla/registry/registry.hpp"
 #include "mla/plugin/host.hpp"
 #include "test_util.hpp"
@@ -236,7 +239,7 @@ Synthetic synthetic(int s_q, std::vector<int32_t> lengths, int heads = 4) {
   s.page_size = 16;
   s.max_blocks = 4;
   s.num_blocks = s.batch * s.max_blocks;
-  c.in.softmax_scale = 0.1352337789;
+  c.in.softmax_scale = mla::softmax_scale(mla::preset("v3").config);
   c.q.resize(static_cast<std::size_t>(s.batch) * s_q * heads * 576);
   mla::gen::fill_bf16(5, 1, 0.0, 1.0, c.q);
   std::vector<uint16_t> vals(static_cast<std::size_t>(s.num_blocks) * s.page_size * 576);
@@ -281,16 +284,15 @@ TEST(AuditedCall, GoodPluginMatchesTheFp64ReferenceThroughTheAbi) {
   mla::register_builtin_kernels();
   const auto ref = mla::certify::execute(*mla::Registry::instance().find("cpu_mla_fp64"), c.in, 1, true);
   ASSERT_EQ(ref.status, mla::certify::RunResult::Status::ran) << ref.message;
-  const auto& s = c.in.shape;
-  const std::vector<int64_t> out_shape{s.batch, s.s_q, s.heads, 512}, lse_shape{s.batch, s.heads, s.s_q};
-  // The float32 plug-in against float64 results, under the table's float32 tolerances: a
-  // layout mistake anywhere in the ABI (q, pages, block table, out or lse order) fails this.
-  const auto out = mla::tol::judge("out", r.outputs.out, ref.outputs.out, out_shape,
-                                   mla::tol::tolerance_for(mla::OutDType::f32, mla::CacheFormat::bf16, "out"));
-  const auto lse = mla::tol::judge("lse", r.outputs.lse, ref.outputs.lse, lse_shape,
-                                   mla::tol::tolerance_for(mla::OutDType::f32, mla::CacheFormat::bf16, "lse"));
-  EXPECT_EQ(out.verdict, mla::tol::Verdict::pass) << (out.reasons.empty() ? "" : out.reasons.front());
-  EXPECT_EQ(lse.verdict, mla::tol::Verdict::pass) << (lse.reasons.empty() ? "" : lse.reasons.front());
+  // The float32 plug-in against float64 results, by the judge under the table's float32
+  // tolerances: a layout mistake anywhere in the ABI (q, pages, block table, out or lse order)
+  // fails this.
+  mla::AttentionTruth truth;
+  truth.out = ref.outputs.out;
+  truth.lse = ref.outputs.lse;
+  const auto j = mla::judge_attention(c.in.shape, mla::Declaration{mla::OutDType::f32}, r.outputs, truth);
+  EXPECT_TRUE(j.pass()) << fmt::format("{}", fmt::join(j.reasons, "; "));
+  EXPECT_EQ(j.out.tolerance, "attn.out.f32");
   EXPECT_EQ(r.outputs.dtype, mla::OutDType::f32);
 }
 

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "mla/core/error.hpp"
+#include "mla/core/presets.hpp"
 #include "mla/cuda/attention.hpp"
 #include "mla/cuda/cache_append.hpp"
 #include "mla/cuda/check.hpp"
@@ -196,7 +197,7 @@ struct HostInputs {
   AttnInputs view() const {
     AttnInputs in;
     in.shape = shape;
-    in.softmax_scale = 0.1352337789;
+    in.softmax_scale = softmax_scale(preset("v3").config);
     in.q = q;
     in.kv_cache = cache;
     in.block_table = table;

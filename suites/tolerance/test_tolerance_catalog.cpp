@@ -51,7 +51,7 @@ Results read_results(const fs::path& file, const std::string& name) {
   r.name = name;
   std::string fmt;
   g.openAttribute("cache_format").read(g.openAttribute("cache_format").getStrType(), fmt);
-  r.format = fmt == "fp8" ? mla::CacheFormat::fp8 : mla::CacheFormat::bf16;
+  r.format = mla::cache_format_from_string(fmt);
   std::vector<int64_t> s1, s2;
   r.truth_out = read<double>(g, "truth/out", H5::PredType::NATIVE_DOUBLE, r.out_shape);
   r.truth_lse = read<double>(g, "truth/lse", H5::PredType::NATIVE_DOUBLE, r.lse_shape);

@@ -6,16 +6,19 @@
 
 #include "mla/registry/registry.hpp"
 
-// Host kernels (kernels/cpu, always built).
+// Host kernels (kernels/cpu, always built). Every line ends in a backslash, so adding a kernel
+// is adding one line.
 #define MLA_BUILTIN_CPU_KERNELS(X) \
   X(cpu_mla_fp64)                  \
   X(cpu_naive_mha_fp64)            \
-  X(cpu_naive_mha_fp32)
+  X(cpu_naive_mha_fp32)            \
+  /* end of the host kernels */
 
 // CUDA kernels (kernels/cuda, built whenever a CUDA toolkit is present).
 #define MLA_BUILTIN_CUDA_KERNELS(X) \
   X(cuda_naive_mha_cublas)          \
-  X(cuda_mla_decode)
+  X(cuda_mla_decode)                \
+  /* end of the CUDA kernels */
 
 namespace mla::builtin {
 #define MLA_DECLARE_FACTORY(name) std::unique_ptr<AttentionImpl> make_##name();

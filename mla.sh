@@ -68,7 +68,7 @@ case "${1:-help}" in
     # The certificate decides the exit code; the roofline report beside it is produced even
     # when a kernel fails, so a red run still shows where the time went.
     rc=0
-    "$BUILD_DIR/suites/certify/mla" certify --goldens fixtures/goldens --out "$out" "${@:2}" || rc=$?
+    "$BUILD_DIR/tools/mla/mla" certify --goldens fixtures/goldens --out "$out" "${@:2}" || rc=$?
     if [ "$rc" -le 1 ] && [ -z "${MLA_NO_BENCH:-}" ]; then
       log "roofline benchmark (quick tier) -> $out/bench.json"
       "$BUILD_DIR/suites/bench/mla-bench" --mla_quick --benchmark_out="$out/bench.json" \

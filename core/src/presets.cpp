@@ -25,8 +25,8 @@ ModelConfig tiny(bool qlora, bool yarn) {
 }
 
 ModelConfig v3(int64_t heads) {
-  // DeepSeek-V3/V3.1 671B (FIELD-NOTES: dim 7168, 128 heads, q_lora 1536, kv_lora 512, rope 64,
-  // nope 128, v 128, mscale 1.0); tensor parallelism shards the heads.
+  // DeepSeek-V3/V3.1 671B (docs/field.md, "Upstream semantics": dim 7168, 128 heads, q_lora
+  // 1536, kv_lora 512, rope 64, nope 128, v 128, mscale 1.0); tensor parallelism shards the heads.
   ModelConfig c;
   c.dim = 7168;
   c.n_heads = heads;
@@ -53,7 +53,7 @@ Preset make(std::string name, std::string description, ModelConfig cfg, int64_t 
 }  // namespace
 
 const std::vector<Preset>& presets() {
-  // Layer counts: V3 has 61 layers, V2-Lite 27 (FIELD-NOTES, upstream configs); the tiny test
+  // Layer counts: V3 has 61 layers, V2-Lite 27 (docs/field.md, "Upstream semantics"); the tiny test
   // models are one layer (they exist to exercise a layer, not a model).
   static const std::vector<Preset> table{
       make("tiny", "test model: 4 heads, q-LoRA, YaRN on", tiny(true, true), 1),

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "mla/core/error.hpp"
 
@@ -64,24 +66,26 @@ double number_from_json(const nlohmann::json& j) {
 
 }  // namespace
 
+// The verdict words, once: a new verdict is one enumerator and one row here.
+constexpr std::pair<Verdict, const char*> kVerdictWords[] = {
+    {Verdict::pass, "PASS"},   {Verdict::fail, "FAIL"},        {Verdict::unsupported, "UNSUPPORTED"},
+    {Verdict::error, "ERROR"}, {Verdict::skipped, "SKIPPED"},
+};
+
 const char* to_string(Verdict v) {
-  switch (v) {
-    case Verdict::pass: return "PASS";
-    case Verdict::fail: return "FAIL";
-    case Verdict::unsupported: return "UNSUPPORTED";
-    case Verdict::error: return "ERROR";
-    case Verdict::skipped: return "SKIPPED";
+  for (const auto& [verdict, word] : kVerdictWords) {
+    if (verdict == v) return word;
   }
   return "?";
 }
 
 Verdict verdict_from_string(std::string_view s) {
-  for (auto v : {Verdict::pass, Verdict::fail, Verdict::unsupported, Verdict::error,
-                 Verdict::skipped}) {
-    if (s == to_string(v)) return v;
+  std::vector<std::string_view> words;
+  for (const auto& [verdict, word] : kVerdictWords) {
+    if (s == word) return verdict;
+    words.push_back(word);
   }
-  throw Error(fmt::format("unknown verdict '{}' (expected PASS, FAIL, UNSUPPORTED, ERROR or SKIPPED)",
-                          s));
+  throw Error(fmt::format("unknown verdict '{}' (expected {})", s, fmt::join(words, ", ")));
 }
 
 std::string format_index(std::span<const int64_t> index) {

@@ -22,7 +22,7 @@
 
 #include "mla/core/error.hpp"
 #include "mla/core/tolerance.hpp"
-#include "mla/kernels/attention.hpp"
+#include "mla/core/attention.hpp"
 
 namespace mla::tol {
 namespace {
@@ -116,8 +116,8 @@ std::vector<Tolerance> build() {
 
   // ---- FP8 quantization, information only --------------------------------------------------
   // Never gates a verdict: it records how far an FP8 kernel is from the fp64 result on the
-  // unquantized cache, so quantization error and kernel error are reported apart (FIELD-NOTES
-  // bug 7). No bound is honest here: on the catalog's edge blocks (values up to 1e3) e4m3
+  // unquantized cache, so quantization error and kernel error are reported apart (docs/field.md,
+  // "Bugs", 7). No bound is honest here: on the catalog's edge blocks (values up to 1e3) e4m3
   // rounding of k legitimately moves logits by several units, and outputs with them (measured:
   // lse by up to 3.8, out by up to 185 of max|truth| 1e3).
   add({.name = "attn.fp8_quantization.info",
@@ -156,7 +156,7 @@ std::vector<Tolerance> build() {
   // normal value) with the token's own block scale. Subnormal codes round to half of 2^-9·scale,
   // and scale <= 2·amax/448 (ue8m0 rounds it up), amax <= max|truth|: 2^-9/448·max|truth|, plus
   // the bf16 entry's 2^-18. cos_diff: uniform rounding of <= 2^-4 relative gives ~3e-4.
-  // The certifier also checks every code and scale for consistency (suites/certify/append_cases.cpp),
+  // The append judge also checks every code and scale for consistency (judge/src/append.cpp),
   // which this element bound alone would not pin down.
   add({.name = "cache.append.fp8.dequant",
        .why = "FP8 cache append, dequantized, vs fp64: e4m3 half-ulp (2^-4 rel) after one bf16 rounding "

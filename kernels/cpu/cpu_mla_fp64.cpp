@@ -1,10 +1,9 @@
 // cpu_mla_fp64: the float64 reference attention core (mla_reference) behind the kernel
-// interface, and its deliberately broken twin for the certifier's self-tests.
+// interface, in the role of the oracle: the first link of the chain a kernel can be run as.
 #include <fmt/format.h>
 
 #include "cpu_kernels.hpp"
 #include "mla/core/error.hpp"
-#include "mla/kernels/perturbed.hpp"
 #include "mla/ref/attention.hpp"
 
 namespace mla::cpu {
@@ -26,11 +25,9 @@ namespace {
 
 class PreparedMlaFp64 final : public PreparedAttention {
  public:
-  PreparedMlaFp64(const AttnInputs& in, ref::AttnOptions opt) : in_(in), opt_(opt) {
-    ref::validate_attention_inputs(in_.view());
-  }
+  explicit PreparedMlaFp64(const AttnInputs& in) : in_(in) { validate_attention_inputs(in_.view()); }
   void run() override {
-    res_ = ref::attention_fp64(in_.view(), opt_);
+    res_ = ref::attention_fp64(in_.view());
     ran_ = true;
   }
   AttnOutputs results() override {
@@ -43,48 +40,37 @@ class PreparedMlaFp64 final : public PreparedAttention {
   }
 
  private:
-  OwnedInputs in_;
-  ref::AttnOptions opt_;
+  AttnBuffers in_;
   ref::AttnResult res_;
   bool ran_ = false;
 };
 
 class MlaFp64 final : public AttentionImpl {
  public:
-  MlaFp64(std::string name, std::string description, ref::AttnOptions opt) : opt_(opt) {
-    info_.name = std::move(name);
+  MlaFp64() {
+    info_.name = "cpu_mla_fp64";
     info_.backend = "cpu";
-    info_.description = std::move(description);
+    info_.description = "float64 absorbed MLA attention core (the truth reference), online softmax, Eigen";
+    info_.role = KernelRole::oracle;
     info_.out_dtype = OutDType::f64;
     info_.caps = host_capabilities();
   }
   const KernelInfo& info() const override { return info_; }
   std::unique_ptr<PreparedAttention> prepare(const AttnInputs& in) const override {
     if (auto why = check(in.shape)) throw UnsupportedError(fmt::format("{}: {}", info_.name, *why));
-    return std::make_unique<PreparedMlaFp64>(in, opt_);
+    return std::make_unique<PreparedMlaFp64>(in);
   }
 
  private:
   KernelInfo info_;
-  ref::AttnOptions opt_;
 };
 
 }  // namespace
 
-std::unique_ptr<AttentionImpl> make_cpu_mla_fp64() {
-  return std::make_unique<MlaFp64>(
-      "cpu_mla_fp64", "float64 absorbed MLA attention core (the truth reference), online softmax, Eigen", ref::AttnOptions{});
-}
-
 }  // namespace mla::cpu
 
-namespace mla {
+namespace mla::builtin {
 
-std::unique_ptr<AttentionImpl> make_dropped_last_token_kernel() {
-  ref::AttnOptions opt;
-  opt.drop_trailing_tokens = 1;
-  return std::make_unique<cpu::MlaFp64>("cpu_mla_fp64_dropped_last_token",
-                                        "PERTURBED: cpu_mla_fp64 that never attends the last cache token", opt);
-}
+std::unique_ptr<AttentionImpl> make_cpu_mla_fp64() { return std::make_unique<cpu::MlaFp64>(); }
 
-}  // namespace mla
+}  // namespace mla::builtin

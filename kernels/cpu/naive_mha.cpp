@@ -57,10 +57,10 @@ class PreparedNaive final : public PreparedAttention {
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
  public:
-  explicit PreparedNaive(const AttnInputs& in) : in_(in), cache_(in_.view()) {}
+  explicit PreparedNaive(const AttnInputs& in) : in_(in), view_(in_.view()), cache_(view_) {}
 
   void run() override {
-    const AttnInputs& in = in_.view();
+    const AttnInputs& in = view_;
     const AttnShape& sh = in.shape;
     const int64_t B = sh.batch, SQ = sh.s_q, H = sh.heads, R = SQ * H;
     out_.assign(static_cast<std::size_t>(B * R * ref::kDv), 0.0);
@@ -75,14 +75,14 @@ class PreparedNaive final : public PreparedAttention {
       const int64_t L = cache_.seqlen(b);
       if (sh.topk == 0) {
         lim.resize(static_cast<std::size_t>(SQ));
-        for (int64_t s = 0; s < SQ; ++s) lim[static_cast<std::size_t>(s)] = ref::dense_last_position(sh, L, s);
+        for (int64_t s = 0; s < SQ; ++s) lim[static_cast<std::size_t>(s)] = dense_last_position(sh, L, s);
         std::vector<int64_t> pos(static_cast<std::size_t>(std::max<int64_t>(lim.back() + 1, 0)));
         for (std::size_t t = 0; t < pos.size(); ++t) pos[t] = static_cast<int64_t>(t);
         decompress(b, pos);
         attend(b, Q, 0, SQ, lim);
       } else {
         for (int64_t s = 0; s < SQ; ++s) {
-          const std::vector<int64_t> pos = ref::sparse_row_positions(in, b, s);
+          const std::vector<int64_t> pos = sparse_row_positions(in, b, s);
           decompress(b, pos);
           lim.assign(1, static_cast<int64_t>(pos.size()) - 1);  // every gathered token is attended
           attend(b, Q, s, 1, lim);
@@ -112,9 +112,9 @@ class PreparedNaive final : public PreparedAttention {
   // Query groups [g0, g0+ng) of sequence b (a group = the H head rows of one query token)
   // against the decompressed K/V; group g sees gathered tokens 0..lim[g] (none when < 0).
   void attend(int64_t b, const Mat& Q, int64_t g0, int64_t ng, const std::vector<int64_t>& lim) {
-    const AttnShape& sh = in_.view().shape;
+    const AttnShape& sh = view_.shape;
     const int64_t H = sh.heads, SQ = sh.s_q, n = k_.rows();
-    const T scale = static_cast<T>(in_.view().softmax_scale);
+    const T scale = static_cast<T>(view_.softmax_scale);
     const int64_t groups_per_block = std::max<int64_t>(1, kScoreBudget / std::max<int64_t>(n, 1) / H);
     for (int64_t gb = 0; gb < ng; gb += groups_per_block) {
       const int64_t gn = std::min(groups_per_block, ng - gb);
@@ -145,7 +145,8 @@ class PreparedNaive final : public PreparedAttention {
     }
   }
 
-  OwnedInputs in_;
+  AttnBuffers in_;   // a private copy (prepare's contract)
+  AttnInputs view_;  // of in_, alive as long as cache_ reads through it
   ref::PagedCache cache_;
   Mat k_, v_;
   std::vector<double> out_, lse_;
@@ -161,6 +162,7 @@ class NaiveMha final : public AttentionImpl {
     info_.description = fmt::format(
         "naive MHA in {}: latent cache decompressed to per-sequence K (576) / V (512), full softmax(QK^T)V",
         sizeof(T) == 8 ? "float64" : "float32");
+    info_.role = KernelRole::baseline;
     info_.out_dtype = Traits<T>::dtype;
     info_.caps = host_capabilities();
   }
@@ -192,8 +194,11 @@ class NaiveMha final : public AttentionImpl {
 };
 
 }  // namespace
-
-std::unique_ptr<AttentionImpl> make_cpu_naive_mha_fp64() { return std::make_unique<NaiveMha<double>>(); }
-std::unique_ptr<AttentionImpl> make_cpu_naive_mha_fp32() { return std::make_unique<NaiveMha<float>>(); }
-
 }  // namespace mla::cpu
+
+namespace mla::builtin {
+
+std::unique_ptr<AttentionImpl> make_cpu_naive_mha_fp64() { return std::make_unique<cpu::NaiveMha<double>>(); }
+std::unique_ptr<AttentionImpl> make_cpu_naive_mha_fp32() { return std::make_unique<cpu::NaiveMha<float>>(); }
+
+}  // namespace mla::builtin

@@ -42,43 +42,6 @@ std::optional<std::string> check_mla_shape(const std::string& kernel, const Capa
   return detail::check_dense_bf16_shape(kernel, caps, as_dense);
 }
 
-// validate_paged_inputs (span sizes, 0 <= L <= max_blocks·page_size, a finite scale, every used
-// block-table entry j < ceil(L/ps) inside [0, num_blocks)) for either cache format, plus the
-// sparse indices: the size [b, s_q, topk] and distinct valid entries per row. A repeated valid
-// index would be attended twice, which no reference does: refused rather than computed. Invalid
-// entries (-1, negative, >= L) are the kernel's to skip, not errors.
-void validate_mla_inputs(const std::string& kernel, const AttnInputs& in) {
-  detail::validate_paged_inputs(kernel, in);
-  const AttnShape& s = in.shape;
-  const int64_t b = s.batch, sq = s.s_q;
-  if (s.topk == 0) {
-    if (!in.indices.empty())
-      throw Error(fmt::format("{}: indices given ({} elements) for dense attention", kernel, in.indices.size()));
-    return;
-  }
-  const int64_t want = b * sq * s.topk;
-  if (static_cast<int64_t>(in.indices.size()) != want)
-    throw Error(fmt::format("{}: indices has {} elements, the shape [b={}, s_q={}, topk={}] needs {}", kernel,
-                            in.indices.size(), s.batch, s.s_q, s.topk, want));
-  std::vector<int32_t> valid;
-  for (int64_t bi = 0; bi < b; ++bi) {
-    const int32_t L = in.cache_seqlens[static_cast<std::size_t>(bi)];
-    for (int64_t qi = 0; qi < sq; ++qi) {
-      const auto row = in.indices.subspan(static_cast<std::size_t>((bi * sq + qi) * s.topk),
-                                          static_cast<std::size_t>(s.topk));
-      valid.clear();
-      for (int32_t t : row)
-        if (t >= 0 && t < L) valid.push_back(t);
-      std::sort(valid.begin(), valid.end());
-      const auto dup = std::adjacent_find(valid.begin(), valid.end());
-      if (dup != valid.end())
-        throw Error(fmt::format("{}: indices[{}][{}] holds valid position {} more than once (valid entries of "
-                                "a row must be distinct)",
-                                kernel, bi, qi, *dup));
-    }
-  }
-}
-
 // StreamBound: run() enqueues all of its work on stream_, so benchmarks can time it with events.
 class PreparedMlaDecode final : public PreparedAttention, public StreamBound {
  public:
@@ -242,6 +205,7 @@ class CudaMlaDecode final : public AttentionImpl {
         "cache (FP8 dequantized to bf16 in shared memory), dense or sparse top-k, online fp32 softmax, "
         "split-KV with an lse-weighted combine";
     if (opt.forced_splits > 0) info_.description += fmt::format(" (forced {} splits)", opt.forced_splits);
+    info_.role = KernelRole::optimized;
     info_.out_dtype = OutDType::bf16;
     info_.caps = mla_decode_caps();
   }
@@ -266,7 +230,7 @@ class CudaMlaDecode final : public AttentionImpl {
 
   std::unique_ptr<PreparedAttention> prepare(const AttnInputs& in) const override {
     if (auto why = check(in.shape)) throw UnsupportedError(*why);
-    validate_mla_inputs(info_.name, in);
+    validate_attention_inputs(in, info_.name);
     if (auto why = unavailable()) throw Error(fmt::format("{}: {}", info_.name, *why));
     return std::make_unique<PreparedMlaDecode>(in, opt_, info_.name);
   }
@@ -283,3 +247,9 @@ std::unique_ptr<AttentionImpl> make_mla_decode(MlaDecodeOptions opt) {
 }
 
 }  // namespace mla::cuda
+
+namespace mla::builtin {
+
+std::unique_ptr<AttentionImpl> make_cuda_mla_decode() { return cuda::make_mla_decode(); }
+
+}  // namespace mla::builtin

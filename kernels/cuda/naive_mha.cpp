@@ -173,6 +173,7 @@ class CudaNaiveMha final : public AttentionImpl {
     info_.description =
         "naive MHA baseline: per-head K/V materialised from the paged cache, cuBLAS bf16 GEMMs "
         "(fp32 accumulate), fp32 softmax, bf16 probabilities and output";
+    info_.role = KernelRole::baseline;
     info_.out_dtype = OutDType::bf16;
     info_.caps = detail::dense_bf16_caps();
   }
@@ -200,7 +201,7 @@ class CudaNaiveMha final : public AttentionImpl {
 
   std::unique_ptr<PreparedAttention> prepare(const AttnInputs& in) const override {
     if (auto why = check(in.shape)) throw UnsupportedError(*why);
-    detail::validate_dense_bf16_inputs(info_.name, in);
+    validate_attention_inputs(in, info_.name);
     if (auto why = unavailable()) throw Error(fmt::format("{}: {}", info_.name, *why));
     return std::make_unique<PreparedNaive>(in);
   }
@@ -214,3 +215,9 @@ class CudaNaiveMha final : public AttentionImpl {
 std::unique_ptr<AttentionImpl> make_naive_mha_cublas() { return std::make_unique<CudaNaiveMha>(); }
 
 }  // namespace mla::cuda
+
+namespace mla::builtin {
+
+std::unique_ptr<AttentionImpl> make_cuda_naive_mha_cublas() { return cuda::make_naive_mha_cublas(); }
+
+}  // namespace mla::builtin

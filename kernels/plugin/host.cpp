@@ -36,6 +36,16 @@ bool valid_name(const std::string& n) {
 
 }  // namespace
 
+std::string describe_rc(int32_t rc) {
+  switch (rc) {
+    case MLA_PLUGIN_OK: return "MLA_PLUGIN_OK";
+    case MLA_PLUGIN_ERROR: return "MLA_PLUGIN_ERROR";
+    case MLA_PLUGIN_UNSUPPORTED: return "MLA_PLUGIN_UNSUPPORTED";
+    case MLA_PLUGIN_CAPACITY: return "MLA_PLUGIN_CAPACITY";
+    default: return fmt::format("unknown code {}", rc);
+  }
+}
+
 Capabilities capabilities_from(const mla_plugin_capabilities& c) {
   Capabilities caps;
   if (c.cache_formats & MLA_PLUGIN_CACHE_BF16) caps.cache_formats.push_back(CacheFormat::bf16);
@@ -261,17 +271,9 @@ class PreparedPlugin final : public PreparedAttention, public AuditedCall {
         bt_(in.block_table.begin(), in.block_table.end()),
         sl_(in.cache_seqlens.begin(), in.cache_seqlens.end()),
         idx_(in.indices.begin(), in.indices.end()) {
+    // The plug-in gets what every implementation gets: inputs the contract calls well formed.
+    validate_attention_inputs(in, lib_->info().name);
     const auto& s = shape_;
-    const auto expect = [](const char* what, std::size_t have, int64_t want) {
-      if (want < 0 || have != static_cast<std::size_t>(want)) {
-        throw Error(fmt::format("{} has {} elements, the shape needs {}", what, have, want));
-      }
-    };
-    expect("q", q_.size(), int64_t{s.batch} * s.s_q * s.heads * s.d_qk);
-    expect("kv_cache", kv_.size(), int64_t{s.num_blocks} * s.page_size * static_cast<int64_t>(cache_bytes_per_token(s.cache_format)));
-    expect("block_table", bt_.size(), int64_t{s.batch} * s.max_blocks);
-    expect("cache_seqlens", sl_.size(), s.batch);
-    expect("indices", idx_.size(), s.topk > 0 ? int64_t{s.batch} * s.s_q * s.topk : 0);
     n_out_ = static_cast<std::size_t>(s.batch) * s.s_q * s.heads * s.d_v;
     n_lse_ = static_cast<std::size_t>(s.batch) * s.heads * s.s_q;
     digests_ = current_digests();

@@ -45,13 +45,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+# The Python reference's model constants: reference/python in a checkout; the bundle carries
+# mla_ref next to this file (suites/device/make_bundle.sh).
+sys.path.insert(1, os.path.join(HERE, os.pardir, os.pardir, "reference", "python"))
 from mla_benchtools import benchjson  # noqa: E402  (reports/tools, also in the bundle's tools/reports)
 
 EXIT_NO_GPU = 77
 D_LATENT, D_ROPE, D_NOPE, D_V_MHA = 512, 64, 128, 128
 D_QK, D_V = D_LATENT + D_ROPE, D_LATENT          # 576, 512: the absorbed problem
-DEEPSEEK_V3_SCALE = 0.1352337789                  # docs/field.md: V3 softmax scale with YaRN mscale 1.0
 VARIANTS = ("torch_absorbed_einsum", "torch_sdpa_mha", "torch_sdpa_latent")
 TSV_COLUMNS = ["name", "axis", "batch", "s_q", "heads", "page_size", "topk", "cache", "seqlen_max",
                "seqlen_mean", "causal"]
@@ -138,7 +141,7 @@ def cost_model(p: Point, variant: str) -> tuple[float, float]:
     tokens = p.batch * p.seqlen_max
     pairs = p.batch * attended_pairs(p)
     if variant == "torch_absorbed_einsum":
-        # Identical to mla_cost_model (kernels/src/attention.cpp) with bf16 output: q, the latent
+        # Identical to mla_cost_model (core/src/kernel.cpp) with bf16 output: q, the latent
         # cache read once (1152 B/token), out, and 4 B of lse per row (torch writes none, but the
         # same model keeps the rows comparable with the CUDA kernels' rows byte for byte).
         return (rows * D_QK * 2 + tokens * (D_QK * 2) + rows * D_V * 2 + rows * 4,
@@ -345,8 +348,22 @@ class Timer:
         return times, iters
 
 
-def make_case(torch, p: Point, variant: str, gen):
-    """Inputs on the GPU (normal values, never zeros) and the call to time."""
+def v3_softmax_scale() -> float:
+    """DeepSeek-V3's softmax scale (YaRN on, mscale 1.0: docs/field.md, "Upstream semantics"), as
+    the Python reference defines it (mla_ref.config), not a copy of its digits. Imported with the
+    GPU part, not with the module: the reference needs numpy, the usage checks and the no-GPU
+    exit do not."""
+    try:
+        from mla_ref import config  # noqa: PLC0415
+    except Exception as e:
+        raise RuntimeError(f"the Python reference's config (mla_ref.config) is not importable "
+                           f"({type(e).__name__}: {e})") from e
+    return config.preset("v3").softmax_scale
+
+
+def make_case(torch, p: Point, variant: str, gen, scale: float):
+    """Inputs on the GPU (normal values, never zeros) and the call to time; `scale` is the
+    softmax scale (v3_softmax_scale())."""
     F = torch.nn.functional
     b, s, h, L = p.batch, p.s_q, p.heads, p.seqlen_max
     bf16 = torch.bfloat16
@@ -371,7 +388,7 @@ def make_case(torch, p: Point, variant: str, gen):
 
         def call():
             scores = (torch.einsum("bshc,btc->bsht", q_lat, kv) +
-                      torch.einsum("bshr,btr->bsht", q_pe, pe)) * DEEPSEEK_V3_SCALE
+                      torch.einsum("bshr,btr->bsht", q_pe, pe)) * scale
             if neg is not None:
                 scores = scores + neg
             probs = scores.softmax(dim=-1, dtype=torch.float32).to(bf16)
@@ -389,7 +406,7 @@ def make_case(torch, p: Point, variant: str, gen):
             attn_mask = mask_bool
 
     def call():
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=DEEPSEEK_V3_SCALE)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
     return call, "SDPA default dispatcher; eligible backends: " + sdpa_backends(torch, call)
 
 
@@ -458,6 +475,7 @@ def select(args: argparse.Namespace) -> tuple[list[Point], list[str]]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     points, variants = select(args)
     torch = import_torch()
+    scale = v3_softmax_scale()
     torch.backends.cuda.matmul.allow_tf32 = False
     gen = torch.Generator(device="cuda")
     gen.manual_seed(20251130)
@@ -484,7 +502,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 rows.append(error_row(name, "unsupported: " + why))
                 continue
             try:
-                call, how = make_case(torch, p, v, gen)
+                call, how = make_case(torch, p, v, gen, scale)
                 times, iters = timer.measure(call, args.warmup, args.reps, args.min_rep_s)
             except Exception as e:  # an OOM or a backend refusal is a row, not the end of the run
                 rows.append(error_row(name, f"error: {type(e).__name__}: {str(e).splitlines()[0][:300]}"))

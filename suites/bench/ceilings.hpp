@@ -2,7 +2,7 @@
 // sum and triad) and peak arithmetic (an FMA loop per ISA and an Eigen GEMM).
 //
 // Why measured and not datasheet: a % of ceiling is only meaningful against what this machine,
-// in this VM, with this thread count, actually sustains (FIELD-NOTES: measurement practice).
+// in this VM, with this thread count, actually sustains (docs/field.md, "Measurement practice").
 // Every probe exists twice: as a registered Google Benchmark (so its rows sit in the same JSON
 // as the kernels and are tracked by the regression gate) and as `measure_*` here, run before
 // the benchmarks so that the values can go into the JSON context and the kernels' counters.

@@ -1,5 +1,5 @@
 // mla-bench: every registered attention implementation that can run here, over the shared axes
-// (mla/kernels/axes.hpp), with the machine's ceilings measured in the same run.
+// (mla/workloads/axes.hpp), with the machine's ceilings measured in the same run.
 //
 //   mla-bench --mla_quick --benchmark_out=run.json --benchmark_out_format=json
 //
@@ -57,9 +57,9 @@
 #include "gpu_bench.hpp"
 #include "mla/cuda/device.hpp"
 #endif
-#include "mla/kernels/attention.hpp"
-#include "mla/kernels/axes.hpp"
-#include "mla/kernels/registry.hpp"
+#include "mla/core/kernel.hpp"
+#include "mla/workloads/axes.hpp"
+#include "mla/registry/registry.hpp"
 
 namespace {
 
@@ -487,6 +487,7 @@ int main(int argc, char** argv) {
     kj.push_back({{"name", k->info().name},
                   {"backend", k->info().backend},
                   {"description", k->info().description},
+                  {"role", mla::to_string(k->info().role)},
                   {"out_dtype", mla::to_string(k->info().out_dtype)},
                   {"unavailable", why ? *why : ""},
                   // Which measured ceilings judge it (keys of mla_ceilings); null: none measured.

@@ -1,6 +1,6 @@
-// The shared axes: the table says what the brief and FIELD-NOTES require, and build_inputs
-// produces exactly the bytes its contract describes (checked against the generator and codecs
-// element by element, not against numbers copied from a run).
+// The shared axes: the table holds the shapes docs/field.md names (FlashMLA's decode points, the
+// bugs' edges), and build_inputs produces exactly the bytes its contract describes (checked
+// against the generator and codecs element by element, not against numbers copied from a run).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
-#include "mla/kernels/axes.hpp"
+#include "mla/workloads/axes.hpp"
 
 namespace ax = mla::axes;
 
@@ -101,7 +101,7 @@ TEST(AxesCatalog, TierParsingAndLookup) {
 }
 
 TEST(AxesCatalog, SoftmaxScaleIsTheV3One) {
-  // FIELD-NOTES: mscale 1.0 gives 0.1352337789 (YaRN always active in the upstream demo).
+  // docs/field.md, "Upstream semantics": mscale 1.0 gives 0.1352337789 (YaRN always on).
   EXPECT_NEAR(ax::deepseek_v3_softmax_scale(), 0.1352337789, 1e-10);
 }
 

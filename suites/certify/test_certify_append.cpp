@@ -9,11 +9,13 @@
 
 #include <fmt/format.h>
 
-#include "append_cases.hpp"
+#include "mla/certify/append_case.hpp"
+#include "mla/golden/families.hpp"
+#include "mla/judge/append.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/numeric.hpp"
-#include "mla/fixtures/golden.hpp"
-#include "mla/kernels/append.hpp"
+#include "mla/golden/golden.hpp"
+#include "mla/ref/append.hpp"
 #include "mla/plugin/host.hpp"
 #include "mla/reports/certificate.hpp"
 #include "test_util.hpp"
@@ -29,18 +31,23 @@ using mla::certify::testing::slurp;
 using mla::certify::testing::TempDir;
 using mla::tol::Verdict;
 
-const fs::path kGoldens = mla::fixtures::default_goldens_dir();
+const fs::path kGoldens = mla::golden::default_goldens_dir();
+
+// The family the catalog description certifies as appends (cache_boundary, rows cache_append).
+const mla::golden::Family& append_family() {
+  return mla::golden::family(mla::golden::family_names(mla::golden::Certified::append).at(0));
+}
 
 bool has_reason(const mla::reports::CaseResult& r, const std::string& words) {
   return std::any_of(r.reasons.begin(), r.reasons.end(), [&](const std::string& w) { return w.find(words) != std::string::npos; });
 }
 std::string reasons(const mla::reports::CaseResult& r) { return fmt::format("{}", fmt::join(r.reasons, " | ")); }
 
-std::vector<mla::fixtures::LayerCase> boundary_goldens() {
-  const auto catalog = mla::fixtures::open_catalog(kGoldens, /*verify_files=*/false);
-  const auto path = catalog.file(mla::certify::kAppendGoldenFile);
-  std::vector<mla::fixtures::LayerCase> out;
-  for (const auto& name : mla::fixtures::read_file_info(path).cases) out.push_back(mla::fixtures::load_layer_case(path, name));
+std::vector<mla::golden::LayerCase> boundary_goldens() {
+  const auto catalog = mla::golden::open_catalog(kGoldens, /*verify_files=*/false);
+  const auto path = catalog.file(append_family().file());
+  std::vector<mla::golden::LayerCase> out;
+  for (const auto& name : mla::golden::read_file_info(path).cases) out.push_back(mla::golden::load_layer_case(path, name));
   return out;
 }
 
@@ -61,7 +68,7 @@ AppendRun reference_run(const AppendCase& c) {
   r.ran = true;
   r.kv_cache = c.in.kv_cache;
   try {
-    mla::cache_append_reference(mla::certify::problem_of(c), r.kv_cache);
+    mla::ref::cache_append_reference(c.problem(), r.kv_cache);
     r.rc = MLA_PLUGIN_OK;
   } catch (const mla::CapacityError&) {
     r.rc = MLA_PLUGIN_CAPACITY;
@@ -71,7 +78,7 @@ AppendRun reference_run(const AppendCase& c) {
 
 mla::reports::CaseResult judged(const AppendCase& c, const AppendRun& run) {
   mla::reports::CaseResult r;
-  mla::certify::judge_append(c, run, r);
+  mla::certify::judge_append_run(c, run, r);
   return r;
 }
 
@@ -83,19 +90,15 @@ class AppendGoldens : public ::testing::Test {
 };
 
 TEST(AppendReference, CapacityIsCheckedBeforeAnyWrite) {
-  std::vector<uint16_t> latent(2 * 512, mla::bf16_from_float(1.0f)), k_pe(2 * 64, mla::bf16_from_float(0.5f)),
-      weight(512, mla::bf16_from_float(1.0f));
-  std::vector<double> inv_freq(32, 0.1);
-  std::vector<int32_t> seq{0, 0}, pos{3, 8}, table{0, 1};
-  mla::AppendProblem p;
+  mla::ref::AppendProblem p;
   p.num_tokens = 2;
-  p.latent = latent;
-  p.k_pe = k_pe;
-  p.kv_norm_weight = weight;
-  p.inv_freq = inv_freq;
-  p.seq_ids = seq;
-  p.positions = pos;
-  p.block_table = table;
+  p.latent.assign(2 * 512, 1.0);
+  p.k_pe.assign(2 * 64, 0.5);
+  p.kv_norm_weight.assign(512, 1.0);
+  p.inv_freq.assign(32, 0.1);
+  p.seq_ids = {0, 0};
+  p.positions = {3, 8};
+  p.block_table = {0, 1};
   p.batch = 1;
   p.max_blocks = 2;
   p.page_size = 4;
@@ -103,13 +106,15 @@ TEST(AppendReference, CapacityIsCheckedBeforeAnyWrite) {
   p.max_seq_len = 8;  // position 8 is one past the end, although its page exists
   std::vector<uint8_t> cache(2 * 4 * 1152, 0xA5);
   const auto before = cache;
-  EXPECT_THROW(mla::cache_append_reference(p, cache), mla::CapacityError);
+  EXPECT_THROW(mla::ref::cache_append_reference(p, cache), mla::CapacityError);
   EXPECT_EQ(cache, before) << "a rejected append wrote the cache";
-  pos[1] = 7;
-  mla::cache_append_reference(p, cache);
+  EXPECT_EQ(mla::ref::first_token_past_capacity(p), 1);
+  p.positions[1] = 7;
+  EXPECT_EQ(mla::ref::first_token_past_capacity(p), std::nullopt);
+  mla::ref::cache_append_reference(p, cache);
   EXPECT_NE(cache, before);
-  pos[1] = -1;
-  EXPECT_THROW(mla::append_slots(p), mla::Error);
+  p.positions[1] = -1;
+  EXPECT_THROW(mla::ref::append_slots(p), mla::Error);
 }
 
 TEST_F(AppendGoldens, CasesCoverPageEdgesTheLastValidPositionAndARejection) {
@@ -147,7 +152,8 @@ TEST_F(AppendGoldens, Fp8RuleRefusesAWrongScaleOrCode) {
     if (c.format != mla::CacheFormat::fp8 || c.expect_capacity) continue;
     SCOPED_TRACE(c.name);
     const auto good = reference_run(c);
-    const std::size_t token = static_cast<std::size_t>(c.slots[0]) * mla::kFp8TokenBytes;
+    const auto slots = mla::ref::append_slots(c.problem());
+    const std::size_t token = static_cast<std::size_t>(slots[0]) * mla::kFp8TokenBytes;
     {
       // Scale doubled and codes halved: the dequantized values barely move (a "fooling" kernel),
       // but the scale is not the recipe's.
@@ -169,8 +175,8 @@ TEST_F(AppendGoldens, Fp8RuleRefusesAWrongScaleOrCode) {
       // the bf16 band, near a rounding boundary; two never is), anywhere in the call.
       auto bad = good;
       std::size_t at = 0;
-      for (std::size_t i = 0; i < c.slots.size() && !at; ++i) {
-        const std::size_t base = static_cast<std::size_t>(c.slots[i]) * mla::kFp8TokenBytes;
+      for (std::size_t i = 0; i < slots.size() && !at; ++i) {
+        const std::size_t base = static_cast<std::size_t>(slots[i]) * mla::kFp8TokenBytes;
         for (std::size_t j = 0; j < 512 && !at; ++j) {
           const int mag = bad.kv_cache[base + j] & 0x7F;
           if (mag >= 0x10 && mag < 0x70) at = base + j;
@@ -188,8 +194,9 @@ TEST_F(AppendGoldens, AWriteToASlotNoTokenMapsToFails) {
   for (const auto& c : all_cases()) {
     if (c.expect_capacity) continue;
     auto run = reference_run(c);
+    const auto slots = mla::ref::append_slots(c.problem());
     int64_t slot = 0;
-    while (std::find(c.slots.begin(), c.slots.end(), slot) != c.slots.end()) ++slot;
+    while (std::find(slots.begin(), slots.end(), slot) != slots.end()) ++slot;
     run.kv_cache[static_cast<std::size_t>(slot) * mla::cache_bytes_per_token(c.format) + 7] ^= 1;
     const auto r = judged(c, run);
     EXPECT_TRUE(has_reason(r, "untouched slots")) << c.name << ": " << reasons(r);
@@ -222,7 +229,7 @@ std::vector<mla::reports::CaseResult> append_rows(const Certified& c, const std:
   for (const auto& k : c.cert.kernels) {
     if (k.name != kernel) continue;
     for (const auto& r : k.cases) {
-      if (r.family == mla::certify::kAppendFamily) rows.push_back(r);
+      if (r.family == append_family().certified_as) rows.push_back(r);
     }
   }
   return rows;
@@ -346,7 +353,7 @@ TEST_F(AppendGoldens, CudaPluginLoadsAndIsSkippedWithoutAGpu) {
     ASSERT_EQ(k.name, "cuda_plugin");
     for (const auto& r : k.cases) {
       ++total;
-      appends += r.family == mla::certify::kAppendFamily;
+      appends += r.family == append_family().certified_as;
       EXPECT_EQ(r.verdict, Verdict::skipped) << r.name;
       EXPECT_TRUE(has_reason(r, *why)) << reasons(r);
     }

@@ -16,12 +16,12 @@
 
 #include <fmt/format.h>
 
-#include "case_index.hpp"
-#include "certifier.hpp"
+#include "mla/certify/certify.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/core/tolerance.hpp"
-#include "mla/fixtures/golden.hpp"
-#include "mla/kernels/perturbed.hpp"
+#include "mla/golden/families.hpp"
+#include "mla/golden/golden.hpp"
+#include "mla/faults/faults.hpp"
 #include "mla/reports/certificate.hpp"
 #include "test_predict.hpp"
 #include "test_util.hpp"
@@ -46,7 +46,7 @@ constexpr int64_t kMaxTokens = MLA_CERTIFY_MAX_TOKENS;
 #define CertifyCatalog CertifyFullCatalog
 #endif
 
-const fs::path kGoldens = mla::fixtures::default_goldens_dir();
+const fs::path kGoldens = mla::golden::default_goldens_dir();
 
 bool catalog_present() { return fs::exists(kGoldens / "MANIFEST.sha256"); }
 
@@ -56,13 +56,13 @@ struct CaseId {
 };
 
 // Every attention case in the catalog with its header, in certification order.
-std::vector<std::pair<CaseId, mla::certify::CaseHeader>> catalog_cases() {
-  const auto catalog = mla::fixtures::open_catalog(kGoldens, /*verify_files=*/false);
-  std::vector<std::pair<CaseId, mla::certify::CaseHeader>> out;
-  for (const auto& family : mla::certify::attention_families()) {
+std::vector<std::pair<CaseId, mla::golden::AttnHeader>> catalog_cases() {
+  const auto catalog = mla::golden::open_catalog(kGoldens, /*verify_files=*/false);
+  std::vector<std::pair<CaseId, mla::golden::AttnHeader>> out;
+  for (const auto& family : mla::golden::family_names(mla::golden::Certified::attention)) {
     const auto file = catalog.file(family + ".h5");
-    for (const auto& name : mla::fixtures::read_file_info(file).cases) {
-      out.push_back({{family, name}, mla::certify::read_case_header(file, name)});
+    for (const auto& name : mla::golden::read_file_info(file).cases) {
+      out.push_back({{family, name}, mla::golden::read_attn_header(file, name)});
     }
   }
   return out;
@@ -96,7 +96,7 @@ const mla::reports::KernelReport* kernel(const mla::reports::Certificate& c, con
 }
 
 std::string max_tokens_arg() { return kMaxTokens > 0 ? "--max-tokens " + std::to_string(kMaxTokens) : ""; }
-bool over_limit(const mla::certify::CaseHeader& h) { return kMaxTokens > 0 && h.cache_tokens() > kMaxTokens; }
+bool over_limit(const mla::golden::AttnHeader& h) { return kMaxTokens > 0 && h.cache_tokens() > kMaxTokens; }
 
 // Each certification runs once per process, on first use: ctest runs every test in a process
 // of its own, so a suite-wide setup would repeat both runs for every test.
@@ -111,7 +111,7 @@ class CertifyCatalog : public ::testing::Test {
     return c;
   }
   static const std::string& dropped_name() {
-    static const std::string name = mla::make_dropped_last_token_kernel()->info().name;
+    static const std::string name = mla::faults::make("dropped_last")->info().name;
     return name;
   }
   static const Certified& dropped() {
@@ -172,7 +172,7 @@ TEST_F(CertifyCatalog, RegisteredImplementationsCertifyGreenOnEveryCase) {
         EXPECT_TRUE(c.out_vs_unquantized.has_value()) << "FP8 quantization error not recorded for " << c.name;
       }
     }
-    for (const auto& f : mla::certify::attention_families()) EXPECT_TRUE(families_passed.count(f)) << f;
+    for (const auto& f : mla::golden::family_names(mla::golden::Certified::attention)) EXPECT_TRUE(families_passed.count(f)) << f;
   }
 
   // The table's why lines promise headroom over what these implementations measure (fp64:
@@ -262,7 +262,7 @@ TEST_F(CertifyCatalog, DroppedLastTokenKernelFailsExactlyWhereTheTokenMatters) {
   ASSERT_NE(k, nullptr);
   EXPECT_NE(r.stdout_text.find(dropped_name()), std::string::npos) << r.stdout_text;
 
-  const auto catalog = mla::fixtures::open_catalog(kGoldens, /*verify_files=*/false);
+  const auto catalog = mla::golden::open_catalog(kGoldens, /*verify_files=*/false);
   int predicted_fail = 0, predicted_pass = 0;
   std::map<std::string, int> fails_per_family;
   for (const auto& got : k->cases) {
@@ -271,7 +271,7 @@ TEST_F(CertifyCatalog, DroppedLastTokenKernelFailsExactlyWhereTheTokenMatters) {
       EXPECT_NE(got.reasons.front().find("--max-tokens"), std::string::npos);
       continue;
     }
-    const auto c = mla::fixtures::load_attn_case(catalog.file(got.file), got.name);
+    const auto c = mla::golden::load_attn_case(catalog.file(got.file), got.name);
     const auto p = mla::certify::testing::predict_dropped_last(c, mla::OutDType::f64);
     if (p.must_fail) {
       ++predicted_fail;
@@ -292,7 +292,7 @@ TEST_F(CertifyCatalog, DroppedLastTokenKernelFailsExactlyWhereTheTokenMatters) {
   }
   EXPECT_GT(predicted_fail, 0);
   // Every family with a non-empty sequence has a case the broken kernel gets wrong.
-  for (const auto& f : mla::certify::attention_families()) EXPECT_GT(fails_per_family[f], 0) << f;
+  for (const auto& f : mla::golden::family_names(mla::golden::Certified::attention)) EXPECT_GT(fails_per_family[f], 0) << f;
   std::cerr << "dropped_last: " << predicted_fail << " cases must fail, " << predicted_pass
             << " cannot differ beyond tolerance\n";
 }

@@ -1,4 +1,4 @@
-// L1: fault tests (issue 8). What goes wrong around a certification — a report folder that
+// L1: fault tests. What goes wrong around a certification — a report folder that
 // cannot be written, goldens changed or deleted while the run is going, kernels that crash,
 // hang, return NaN or write outside their output, a certifier killed halfway — must end in a
 // clear verdict or error, a certificate that is still written, and `--resume` reproducing
@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 
 #include "mla/core/sha256.hpp"
-#include "mla/fixtures/golden.hpp"
+#include "mla/golden/golden.hpp"
 #include "mla/reports/certificate.hpp"
 #include "test_util.hpp"
 
@@ -31,7 +31,7 @@ using mla::certify::testing::TempDir;
 using mla::certify::testing::without_timings;
 using nlohmann::json;
 
-const fs::path kGoldens = mla::fixtures::default_goldens_dir();
+const fs::path kGoldens = mla::golden::default_goldens_dir();
 const std::string kMla = MLA_CLI_EXE;
 
 class Faults : public ::testing::Test {
@@ -98,7 +98,7 @@ TEST_F(Faults, GoldenChangedOrDeletedMidRunIsAnErrorForItsCasesOnly) {
   TempDir tmp;
   const auto cat = tmp.path() / "goldens";
   fs::create_directories(cat);
-  const auto original = mla::fixtures::open_catalog(kGoldens, /*verify_files=*/false);
+  const auto original = mla::golden::open_catalog(kGoldens, /*verify_files=*/false);
   std::ofstream manifest(cat / "MANIFEST.sha256");
   for (const char* f : {"attn_core.h5", "attn_fp8.h5", "attn_sparse.h5"}) {
     fs::copy(kGoldens / f, cat / f);
@@ -272,8 +272,8 @@ TEST_F(Faults, KilledRunLeavesAPartialCertificateAndResumeFinishesIt) {
   EXPECT_EQ(done.status, 1) << done.output;
   EXPECT_EQ(kept_count(done.output), static_cast<int>(cert.kernels[0].cases.size())) << done.output;
   EXPECT_TRUE(done.cert["complete"].get<bool>());
-  const auto catalog = mla::fixtures::open_catalog(kGoldens, /*verify_files=*/false);
-  EXPECT_EQ(done.cert["kernels"][0]["cases"].size(), mla::fixtures::read_file_info(catalog.file("attn_core.h5")).cases.size());
+  const auto catalog = mla::golden::open_catalog(kGoldens, /*verify_files=*/false);
+  EXPECT_EQ(done.cert["kernels"][0]["cases"].size(), mla::golden::read_file_info(catalog.file("attn_core.h5")).cases.size());
   int timed_out = 0;
   for (const auto& c : done.cert["kernels"][0]["cases"]) {
     if (c["verdict"] == "ERROR") {

@@ -11,10 +11,10 @@
 
 #include <fmt/format.h>
 
-#include "case_index.hpp"
-#include "certifier.hpp"
+#include "mla/certify/certify.hpp"
 #include "mla/core/tolerance.hpp"
-#include "mla/fixtures/golden.hpp"
+#include "mla/golden/families.hpp"
+#include "mla/golden/golden.hpp"
 #include "mla/reports/certificate.hpp"
 #include "test_predict.hpp"
 #include "test_util.hpp"
@@ -29,7 +29,7 @@ using mla::certify::testing::slurp;
 using mla::certify::testing::TempDir;
 using mla::tol::Verdict;
 
-const fs::path kGoldens = mla::fixtures::default_goldens_dir();
+const fs::path kGoldens = mla::golden::default_goldens_dir();
 // The generated long-context cases are L2 material (test_certify_long).
 constexpr int64_t kMaxTokens = 16384;
 
@@ -70,9 +70,9 @@ const mla::reports::KernelReport& kernel(const Certified& c, const std::string& 
 }
 
 // The case behind a result, loaded (without re-hashing) for a prediction.
-mla::fixtures::AttnCase load(const mla::reports::CaseResult& r) {
-  static const auto catalog = mla::fixtures::open_catalog(kGoldens, /*verify_files=*/false);
-  return mla::fixtures::load_attn_case(catalog.file(r.file), r.name);
+mla::golden::AttnCase load(const mla::reports::CaseResult& r) {
+  static const auto catalog = mla::golden::open_catalog(kGoldens, /*verify_files=*/false);
+  return mla::golden::load_attn_case(catalog.file(r.file), r.name);
 }
 
 bool any_reason(const mla::reports::CaseResult& r, const std::string& words) {
@@ -115,7 +115,7 @@ TEST_F(CertifyPlugins, CorrectPluginsCertifyGreenInBothOutputDtypes) {
       ASSERT_TRUE(c.out.has_value());
       // Judged by the table entry of the dtype it declared, with the error ratio against the
       // bf16 reference (a lower-precision output is held to the deployed pipeline).
-      const auto format = c.shape.at("cache_format") == "fp8" ? mla::CacheFormat::fp8 : mla::CacheFormat::bf16;
+      const auto format = mla::cache_format_from_string(c.shape.at("cache_format").get<std::string>());
       EXPECT_EQ(c.out->tolerance, mla::tol::tolerance_for(dtype, format, "out").name);
       EXPECT_TRUE(c.out->error_ratio.has_value());
       ++passed;
@@ -181,7 +181,7 @@ TEST_F(CertifyPlugins, DroppedLastTokenFailsWhereTheTokenMatters) {
     EXPECT_NE(c.verdict, Verdict::error) << reasons(c);
     for (const auto& why : c.reasons) EXPECT_TRUE(why.rfind("out: ", 0) == 0 || why.rfind("lse: ", 0) == 0) << why;
   }
-  for (const auto& f : mla::certify::attention_families()) EXPECT_GT(fails[f], 0) << f;
+  for (const auto& f : mla::golden::family_names(mla::golden::Certified::attention)) EXPECT_GT(fails[f], 0) << f;
 }
 
 TEST_F(CertifyPlugins, Base2LseFailsOnLseAlone) {

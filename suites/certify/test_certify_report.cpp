@@ -9,7 +9,8 @@
 #include <set>
 #include <sstream>
 
-#include "certifier.hpp"
+#include "mla/certify/certify.hpp"
+#include "mla/faults/faults.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/reports/certificate.hpp"
@@ -298,10 +299,10 @@ TEST(CertifyCli, UnreadableCatalogExitsTwoAndWritesNothingMisleading) {
   EXPECT_FALSE(fs::exists(out / "certificate.json")) << "a catalog that failed verification was certified";
 }
 
-TEST(CertifyExtras, UnknownExtraKernelIsAUsageError) {
-  EXPECT_THROW(mla::certify::make_extra_kernel("no_such"), mla::certify::UsageError);
-  for (const auto& name : mla::certify::extra_kernel_names()) {
-    const auto k = mla::certify::make_extra_kernel(name);
+TEST(CertifyExtras, EveryFaultKernelIsBuiltAndAnUnknownOneRefused) {
+  EXPECT_THROW(mla::faults::make("no_such"), mla::Error);
+  for (const auto& name : mla::faults::names()) {
+    const auto k = mla::faults::make(name);
     ASSERT_NE(k, nullptr);
     EXPECT_FALSE(k->info().name.empty());
   }

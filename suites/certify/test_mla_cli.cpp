@@ -1,6 +1,6 @@
 // L0: the `mla` command line besides the full certification — subcommand dispatch and the
 // mla-certify alias, `goldens` (on the tiny committed catalog fixtures/bad/good and broken
-// copies of it), `memory` (the byte model against FIELD-NOTES, the Python presets and the
+// copies of it), `memory` (the byte model against docs/field.md, the Python presets and the
 // allocations of the implementations), `report`, and a plug-in certified end to end on the tiny
 // catalog.
 #include <gtest/gtest.h>
@@ -16,7 +16,7 @@
 #include "mla/core/presets.hpp"
 #include "mla/plugin/mla_plugin.h"
 #include "mla/core/sha256.hpp"
-#include "mla/fixtures/golden.hpp"
+#include "mla/golden/golden.hpp"
 #include "mla/reports/certificate.hpp"
 #include "test_util.hpp"
 
@@ -53,17 +53,17 @@ TEST(MlaCli, SubcommandsAndTheAlias) {
 TEST(MlaGoldens, ListValidateInspectTheTinyCatalog) {
   const auto list = mla("goldens --dir " + quote(kTiny) + " list");
   ASSERT_EQ(list.status, 0) << list.out;
-  const auto cat = mla::fixtures::open_catalog(kTiny);
+  const auto cat = mla::golden::open_catalog(kTiny);
   for (const auto& [file, digest] : cat.sha256) {
     EXPECT_NE(list.out.find(file + "  family="), std::string::npos) << list.out;
     EXPECT_NE(list.out.find(digest), std::string::npos);
-    for (const auto& c : mla::fixtures::read_file_info(cat.file(file)).cases) EXPECT_NE(list.out.find(c), std::string::npos);
+    for (const auto& c : mla::golden::read_file_info(cat.file(file)).cases) EXPECT_NE(list.out.find(c), std::string::npos);
   }
   const auto valid = mla("goldens --dir " + quote(kTiny) + " validate");
   EXPECT_EQ(valid.status, 0) << valid.out;
   EXPECT_NE(valid.out.find("VALID: 2 files, 3 cases"), std::string::npos) << valid.out;
 
-  const auto c = mla::fixtures::load_attn_case(cat.file("attn_core.h5"), "dense_stored");
+  const auto c = mla::golden::load_attn_case(cat.file("attn_core.h5"), "dense_stored");
   const auto inspect = mla("goldens --dir " + quote(kTiny) + " inspect attn_core.h5 dense_stored");
   ASSERT_EQ(inspect.status, 0) << inspect.out;
   EXPECT_NE(inspect.out.find(fmt::format("cache_seqlens [{}]", fmt::join(c.cache_seqlens, ", "))), std::string::npos)
@@ -77,6 +77,25 @@ TEST(MlaGoldens, ListValidateInspectTheTinyCatalog) {
   EXPECT_EQ(missing.status, 1);
   EXPECT_NE(missing.out.find("dense_generated"), std::string::npos) << "the error lists the cases: " << missing.out;
   EXPECT_EQ(mla("goldens --dir " + quote(kTiny) + " 2>/dev/null").status, 2);
+}
+
+TEST(MlaGoldens, ListShowsEachCaseShapeAndRefusesACorruptCatalogWithTheReason) {
+  const auto list = mla("goldens --dir " + quote(kTiny) + " list");
+  ASSERT_EQ(list.status, 0) << list.out;
+  for (const char* s : {"manifest verified", "attn_core.h5  family=attn_core schema=1", "dense_stored", "generated",
+                        "b=1 s_q=2 h=1 page=2 blocks=3 max_blocks=3 bf16 dense causal", "attn_fp8.h5  family=attn_fp8",
+                        "fp8/ue8m0", "3 cases"}) {
+    EXPECT_NE(list.out.find(s), std::string::npos) << "missing '" << s << "' in:\n" << list.out;
+  }
+  const auto bad = mla("goldens --dir " + quote(fs::path(MLA_SOURCE_DIR) / "fixtures" / "bad" / "manifest_wrong_sha256") +
+                       " list 2>&1");
+  EXPECT_EQ(bad.status, 1) << bad.out;
+  EXPECT_NE(bad.out.find("mla goldens: "), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("attn_core.h5"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("sha256"), std::string::npos) << bad.out;
+  EXPECT_EQ(mla("goldens --dir " + quote(kTiny) + " inspect attn_sparse.h5 x 2>/dev/null").status, 1)
+      << "a file the manifest does not list";
+  EXPECT_EQ(mla("goldens --no-such-option 2>/dev/null").status, 2);
 }
 
 TEST(MlaGoldens, ValidateListsEveryProblem) {
@@ -116,7 +135,7 @@ json memory_json(const std::string& args) {
 }
 
 TEST(MlaMemory, ByteModelMatchesTheFieldNotes) {
-  // FIELD-NOTES, "KV-cache bytes per token per layer": naive MHA 81 920 B (128 heads) and
+  // docs/field.md, "KV-cache bytes per token and layer": naive MHA 81 920 B (128 heads) and
   // 10 240 B (16 heads), MLA bf16 1 152, latent only 1 024, FP8 656, indexer +132.
   const auto v3 = memory_json("--preset v3");
   EXPECT_EQ(v3["layouts"]["naive_mha_bf16"]["bytes_per_token_per_layer"], 81920);
@@ -240,7 +259,7 @@ TEST(MlaMemory, CheckConfirmsTheModelAgainstRealAllocations) {
 TEST(MlaMemory, CheckReportsADifference) {
   // A probe that reports one byte per cached token slot more than the kernel really keeps
   // stands in for a kernel that stores more than the model: the check must say so.
-  mla::certify::MemoryQuery q;
+  mla::tools::MemoryQuery q;
   q.config = mla::preset("v3-tp8").config;
   q.context = 1024;
   // The probe's readings, in the order memory_check takes them (before/after prepare() of the
@@ -251,7 +270,7 @@ TEST(MlaMemory, CheckReportsADifference) {
   const int64_t slots_small = 4 * 64, slots_large = 16 * 64;  // 1024 tokens -> 16 pages
   const std::vector<int64_t> script{0, slots_small * (bf16 + 1), 0, slots_large * (bf16 + 1),
                                     0, slots_small * (fp8 + 1), 0, slots_large * (fp8 + 1)};
-  const auto checks = mla::certify::memory_check(q, [&] { return script.at(calls++); },
+  const auto checks = mla::tools::memory_check(q, [&] { return script.at(calls++); },
                                                  "cpu_mla_fp64");
   int differs = 0;
   for (const auto& c : checks) {
@@ -263,7 +282,7 @@ TEST(MlaMemory, CheckReportsADifference) {
   }
   EXPECT_EQ(differs, 2);
   EXPECT_EQ(calls, script.size());
-  EXPECT_NE(mla::certify::render_checks(checks).find("DIFFERS"), std::string::npos);
+  EXPECT_NE(mla::tools::render_checks(checks).find("DIFFERS"), std::string::npos);
 }
 
 // ---- report ----------------------------------------------------------------------------------

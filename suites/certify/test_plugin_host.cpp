@@ -15,19 +15,35 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
-#include "certifier.hpp"
-#include "isolate.hpp"
-#include "junit.hpp"
+#include "mla/certify/certify.hpp"
+#include "mla/certify/child.hpp"
+#include "mla/certify/isolation.hpp"
+#include "mla/certify/junit.hpp"
+#include "mla/certify/protocol.hpp"
+#include "mla/certify/wire.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
+#include "mla/core/presets.hpp"
 #include "mla/core/tolerance.hpp"
-#include "mla/kernels/registry.hpp"
+#include "mla/judge/attention.hpp"
+#include "mla/registry/registry.hpp"
 #include "mla/plugin/host.hpp"
-#include "runner.hpp"
 #include "test_util.hpp"
 
 namespace {
+
+// The child's messages as files (the wire format of mla/certify/wire.hpp).
+void write_inputs(const std::filesystem::path& file, const mla::AttnInputs& in) {
+  mla::certify::wire::write(file, mla::certify::encode(in));
+}
+mla::AttnBuffers read_inputs(const std::filesystem::path& file) {
+  return mla::certify::decode_attention_inputs(mla::certify::wire::read(file, mla::certify::kAttentionInputs));
+}
+mla::certify::RunResult read_result(const std::filesystem::path& file) {
+  return mla::certify::decode_run_result(mla::certify::wire::read(file, mla::certify::kAttentionResult));
+}
 
 namespace fs = std::filesystem;
 using mla::certify::testing::plugin_path;
@@ -223,7 +239,7 @@ Synthetic synthetic(int s_q, std::vector<int32_t> lengths, int heads = 4) {
   s.page_size = 16;
   s.max_blocks = 4;
   s.num_blocks = s.batch * s.max_blocks;
-  c.in.softmax_scale = 0.1352337789;
+  c.in.softmax_scale = mla::softmax_scale(mla::preset("v3").config);
   c.q.resize(static_cast<std::size_t>(s.batch) * s_q * heads * 576);
   mla::gen::fill_bf16(5, 1, 0.0, 1.0, c.q);
   std::vector<uint16_t> vals(static_cast<std::size_t>(s.num_blocks) * s.page_size * 576);
@@ -268,16 +284,15 @@ TEST(AuditedCall, GoodPluginMatchesTheFp64ReferenceThroughTheAbi) {
   mla::register_builtin_kernels();
   const auto ref = mla::certify::execute(*mla::Registry::instance().find("cpu_mla_fp64"), c.in, 1, true);
   ASSERT_EQ(ref.status, mla::certify::RunResult::Status::ran) << ref.message;
-  const auto& s = c.in.shape;
-  const std::vector<int64_t> out_shape{s.batch, s.s_q, s.heads, 512}, lse_shape{s.batch, s.heads, s.s_q};
-  // The float32 plug-in against float64 results, under the table's float32 tolerances: a
-  // layout mistake anywhere in the ABI (q, pages, block table, out or lse order) fails this.
-  const auto out = mla::tol::judge("out", r.outputs.out, ref.outputs.out, out_shape,
-                                   mla::tol::tolerance_for(mla::OutDType::f32, mla::CacheFormat::bf16, "out"));
-  const auto lse = mla::tol::judge("lse", r.outputs.lse, ref.outputs.lse, lse_shape,
-                                   mla::tol::tolerance_for(mla::OutDType::f32, mla::CacheFormat::bf16, "lse"));
-  EXPECT_EQ(out.verdict, mla::tol::Verdict::pass) << (out.reasons.empty() ? "" : out.reasons.front());
-  EXPECT_EQ(lse.verdict, mla::tol::Verdict::pass) << (lse.reasons.empty() ? "" : lse.reasons.front());
+  // The float32 plug-in against float64 results, by the judge under the table's float32
+  // tolerances: a layout mistake anywhere in the ABI (q, pages, block table, out or lse order)
+  // fails this.
+  mla::AttentionTruth truth;
+  truth.out = ref.outputs.out;
+  truth.lse = ref.outputs.lse;
+  const auto j = mla::judge_attention(c.in.shape, mla::Declaration{mla::OutDType::f32}, r.outputs, truth);
+  EXPECT_TRUE(j.pass()) << fmt::format("{}", fmt::join(j.reasons, "; "));
+  EXPECT_EQ(j.out.tolerance, "attn.out.f32");
   EXPECT_EQ(r.outputs.dtype, mla::OutDType::f32);
 }
 
@@ -325,8 +340,8 @@ TEST(ChildFiles, InputsAndResultsRoundTripBitForBit) {
   TempDir tmp;
   auto c = synthetic(2, {7, 16});
   c.in.shape.cache_format = mla::CacheFormat::bf16;
-  mla::certify::write_inputs(tmp.path() / "in", c.in);
-  const auto back = mla::certify::read_inputs(tmp.path() / "in");
+  write_inputs(tmp.path() / "in", c.in);
+  const auto back = read_inputs(tmp.path() / "in");
   EXPECT_EQ(back.q, c.q);
   EXPECT_EQ(back.kv_cache, c.kv);
   EXPECT_EQ(back.block_table, c.bt);
@@ -347,8 +362,8 @@ TEST(ChildFiles, InputsAndResultsRoundTripBitForBit) {
   r.run_seconds = 0.25;
   r.bytes = 1e6;
   r.reasons = {"wrote 1 bytes past out"};
-  mla::certify::write_result(tmp.path() / "res", r);
-  const auto rr = mla::certify::read_result(tmp.path() / "res");
+  mla::certify::wire::write(tmp.path() / "res", mla::certify::encode(r));
+  const auto rr = read_result(tmp.path() / "res");
   EXPECT_EQ(rr.status, r.status);
   EXPECT_EQ(rr.outputs.dtype, mla::OutDType::bf16);
   ASSERT_EQ(rr.outputs.out.size(), 3u);
@@ -360,9 +375,67 @@ TEST(ChildFiles, InputsAndResultsRoundTripBitForBit) {
   // A truncated file is an error, never a short result.
   const auto text = slurp(tmp.path() / "res");
   std::ofstream(tmp.path() / "short", std::ios::binary) << text.substr(0, text.size() - 3);
-  EXPECT_THROW(mla::certify::read_result(tmp.path() / "short"), mla::Error);
+  EXPECT_THROW(read_result(tmp.path() / "short"), mla::Error);
+  std::ofstream(tmp.path() / "long", std::ios::binary) << text << "x";
+  EXPECT_THROW(read_result(tmp.path() / "long"), mla::Error);
   std::ofstream(tmp.path() / "garbage", std::ios::binary) << "{\"format\": \"other\"}\n";
-  EXPECT_THROW(mla::certify::read_inputs(tmp.path() / "garbage"), mla::Error);
+  EXPECT_THROW(read_inputs(tmp.path() / "garbage"), mla::Error);
+  // One wire format for every message: a message of another kind is refused, naming both.
+  try {
+    (void)read_result(tmp.path() / "in");
+    ADD_FAILURE() << "an inputs message was read as a result";
+  } catch (const mla::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'attention-inputs' message, expected 'attention-result'"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ChildFiles, AppendCallsAndTheirOutcomesRoundTripBitForBit) {
+  TempDir tmp;
+  mla::plugin::AppendCallInputs in;
+  in.num_tokens = 1;
+  in.batch = 1;
+  in.max_blocks = 2;
+  in.page_size = 4;
+  in.num_blocks = 3;
+  in.max_seq_len = 8;
+  in.cache_format = MLA_PLUGIN_CACHE_FP8;
+  in.scale_fmt = MLA_PLUGIN_SCALE_UE8M0;
+  in.eps = 1e-6;
+  in.latent.assign(512, 0x3F80);
+  in.k_pe.assign(64, 0xBF00);
+  in.kv_norm_weight.assign(512, 0x3F80);
+  in.inv_freq.assign(32, 0.1);
+  in.seq_ids = {0};
+  in.positions = {5};
+  in.block_table = {2, 0};
+  in.kv_cache.assign(3 * 4 * 656, 0xA5);
+  mla::certify::wire::write(tmp.path() / "in", mla::certify::encode(in));
+  const auto back = mla::certify::decode_append_inputs(mla::certify::wire::read(tmp.path() / "in", mla::certify::kAppendInputs));
+  EXPECT_EQ(back.num_tokens, 1);
+  EXPECT_EQ(back.max_seq_len, 8);
+  EXPECT_EQ(back.scale_fmt, MLA_PLUGIN_SCALE_UE8M0);
+  EXPECT_EQ(std::memcmp(&back.eps, &in.eps, 8), 0);
+  EXPECT_EQ(back.latent, in.latent);
+  EXPECT_EQ(back.k_pe, in.k_pe);
+  EXPECT_EQ(back.inv_freq, in.inv_freq);
+  EXPECT_EQ(back.positions, in.positions);
+  EXPECT_EQ(back.block_table, in.block_table);
+  EXPECT_EQ(back.kv_cache, in.kv_cache);
+
+  mla::certify::AppendRun r;
+  r.ran = true;
+  r.rc = MLA_PLUGIN_CAPACITY;
+  r.message = "position 8";
+  r.kv_cache = in.kv_cache;
+  r.reasons = {"input latent changed by the append"};
+  mla::certify::wire::write(tmp.path() / "res", mla::certify::encode(r));
+  const auto rr = mla::certify::decode_append_run(mla::certify::wire::read(tmp.path() / "res", mla::certify::kAppendResult));
+  EXPECT_TRUE(rr.ran);
+  EXPECT_EQ(rr.rc, MLA_PLUGIN_CAPACITY);
+  EXPECT_EQ(rr.message, r.message);
+  EXPECT_EQ(rr.kv_cache, r.kv_cache);
+  EXPECT_EQ(rr.reasons, r.reasons);
 }
 
 // ---- child processes -------------------------------------------------------------------------
@@ -406,7 +479,7 @@ TEST(ChildProcess, CrashAndHangOfAPluginBecomeOutcomes) {
   TempDir tmp;
   const auto in = tmp.path() / "case.inputs";
   const auto c = synthetic(4, {0, 9});  // a zero-length sequence (crashes) and s_q 4 (hangs)
-  mla::certify::write_inputs(in, c.in);
+  write_inputs(in, c.in);
   auto child = [&](const std::string& plugin, double timeout) {
     return mla::certify::run_child({MLA_CLI_EXE, "__child", "run", "--inputs", in.string(), "--result",
                                     (tmp.path() / "res").string(), "--plugin", plugin_path(plugin)},
@@ -420,7 +493,7 @@ TEST(ChildProcess, CrashAndHangOfAPluginBecomeOutcomes) {
   // And a plug-in that works: exit 0 with a result that reads back.
   o = child("good_plugin", 30);
   ASSERT_TRUE(o.ok()) << o.describe() << " " << o.stderr_tail;
-  EXPECT_EQ(mla::certify::read_result(tmp.path() / "res").status, mla::certify::RunResult::Status::ran);
+  EXPECT_EQ(read_result(tmp.path() / "res").status, mla::certify::RunResult::Status::ran);
 }
 
 TEST(ChildProcess, SignalNames) {

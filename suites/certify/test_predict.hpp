@@ -12,7 +12,7 @@
 
 #include "mla/core/numeric.hpp"
 #include "mla/core/tolerance.hpp"
-#include "mla/fixtures/golden.hpp"
+#include "mla/golden/golden.hpp"
 
 namespace mla::certify::testing {
 
@@ -25,7 +25,7 @@ struct Prediction {
 // Dropping token L-1 from a row whose softmax gives it weight p turns out into
 // (out - p·v)/(1 - p), i.e. moves it by p·(out - v)/(1 - p), and lse by log(1 - p); a row whose
 // only token it was becomes empty (out 0, lse +inf). p = exp(scale·q·k - lse) from the truth.
-inline Prediction predict_dropped_last(const mla::fixtures::AttnCase& c, mla::OutDType dtype) {
+inline Prediction predict_dropped_last(const mla::golden::AttnCase& c, mla::OutDType dtype) {
   const auto& s = c.shape;
   const auto& out_tol = mla::tol::tolerance_for(dtype, s.cache_format, "out");
   const auto& lse_tol = mla::tol::tolerance_for(dtype, s.cache_format, "lse");
@@ -111,7 +111,7 @@ inline Prediction predict_dropped_last(const mla::fixtures::AttnCase& c, mla::Ou
 // A dense case where some sequence has L > 0 and L % page_size != 0: a kernel that also reads
 // slot L (in a page the sequence owns) reads a NaN-poisoned slot (fixtures/SCHEMA.md) into the
 // last query's softmax, so its row becomes NaN.
-inline bool has_poisoned_slot_in_owned_page(const mla::fixtures::AttnCase& c) {
+inline bool has_poisoned_slot_in_owned_page(const mla::golden::AttnCase& c) {
   if (c.shape.topk > 0) return false;
   for (int32_t L : c.cache_seqlens) {
     if (L > 0 && L % c.shape.page_size != 0) return true;
@@ -119,7 +119,7 @@ inline bool has_poisoned_slot_in_owned_page(const mla::fixtures::AttnCase& c) {
   return false;
 }
 
-inline bool has_empty_sequence(const mla::fixtures::AttnCase& c) {
+inline bool has_empty_sequence(const mla::golden::AttnCase& c) {
   return std::any_of(c.cache_seqlens.begin(), c.cache_seqlens.end(), [](int32_t L) { return L == 0; });
 }
 

@@ -112,7 +112,7 @@ for t in json.load(sys.stdin).get("tests", []):  # gtest binaries only, as make_
     if not any(a.startswith("--gtest_filter=") for a in cmd[1:]): continue
     if cmd[0].startswith(sys.argv[1] + "/") and cmd[0] not in seen: seen.append(cmd[0])
 print("\n".join(seen))' "$BUNDLE")
-  MLA=$BUNDLE/suites/certify/mla GPU_BENCH=$BUNDLE/suites/device/mla-gpu-bench
+  MLA=$BUNDLE/tools/mla/mla GPU_BENCH=$BUNDLE/suites/device/mla-gpu-bench
   SMOKE=$BUNDLE/suites/device/mla_gpu_smoke_tests INPUT_RATES=$BUNDLE/suites/device/mla-input-rates
   CUDA_PLUGIN=$BUNDLE/kernels/plugin/examples/cuda_plugin.so
   REPO_GUESS=$SRC

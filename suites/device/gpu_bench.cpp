@@ -375,6 +375,7 @@ nlohmann::ordered_json kernel_json(const AttentionImpl& impl) {
   return {{"name", impl.info().name},
           {"backend", impl.info().backend},
           {"description", impl.info().description},
+          {"role", to_string(impl.info().role)},
           {"out_dtype", to_string(impl.info().out_dtype)},
           {"unavailable", why ? *why : ""},
           {"roof_bw", kRoofBw},

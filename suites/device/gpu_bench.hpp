@@ -16,8 +16,8 @@
 
 #include "mla/cuda/ceilings.hpp"
 #include "mla/cuda/timing.hpp"
-#include "mla/kernels/attention.hpp"
-#include "mla/kernels/axes.hpp"
+#include "mla/core/kernel.hpp"
+#include "mla/workloads/axes.hpp"
 
 namespace mla::device {
 

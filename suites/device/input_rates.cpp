@@ -28,7 +28,7 @@
 #include "bench_host.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
-#include "mla/kernels/axes.hpp"
+#include "mla/workloads/axes.hpp"
 
 namespace {
 

@@ -13,7 +13,9 @@
 #   lib/compat/  libstdc++ and libgcc_s of the build machine, linked into lib/ by check.sh only
 #           when the image's own are too old for the binaries (a newer system libstdc++ is
 #           preferred: libcublas from the wheel may need it)
-#   tools/  check.sh, reports/tools (report generator, torch side-by-side), this README
+#   tools/  check.sh, reports/tools (report generator, torch side-by-side) with the Python
+#           reference beside it (tools/reports/mla_ref: the side-by-side's model constants),
+#           this README
 #   goldens/  only with --with-goldens (31 MiB): the repository copy travels with the working
 #           tree anyway, and carrying both would take the call past its 64 MiB
 #   source.sha256  sha256 of every file of the source tree that travels to the device machine
@@ -80,7 +82,7 @@ done
 copy_bin() {  # path, required(1/0)
   if [[ -x $1 ]]; then cp "$1" "$OUT/bin/"; elif [[ $2 == 1 ]]; then die "$1 is missing (build first)"; fi
 }
-copy_bin "$BUILD/suites/certify/mla" 1
+copy_bin "$BUILD/tools/mla/mla" 1
 ln -sf mla "$OUT/bin/mla-certify"
 copy_bin "$BUILD/suites/device/mla-gpu-bench" 1
 copy_bin "$BUILD/kernels/plugin/examples/cuda_plugin.so" 1  # the CUDA example plug-in check.sh certifies
@@ -118,6 +120,11 @@ mkdir -p "$OUT/tools/reports"
 (cd "$SRC/reports/tools" && find . -type f -name '*.py' ! -path './tests/*' ! -path '*/__pycache__/*' -print0 |
   while IFS= read -r -d '' f; do mkdir -p "$OUT/tools/reports/$(dirname "$f")"; cp "$f" "$OUT/tools/reports/$f"; done)
 [[ -f $OUT/tools/reports/torch_side_by_side.py ]] || die "reports/tools/torch_side_by_side.py is missing"
+# The Python reference (132 KiB), whose model constants the side-by-side reads (mla_ref.config):
+# beside it, where torch_side_by_side.py looks when there is no source tree around it.
+mkdir -p "$OUT/tools/reports/mla_ref"
+cp "$SRC"/reference/python/mla_ref/*.py "$OUT/tools/reports/mla_ref/"
+[[ -f $OUT/tools/reports/mla_ref/config.py ]] || die "reference/python/mla_ref/config.py is missing"
 if ((GOLDENS)); then
   cp -r "$SRC/fixtures/goldens" "$OUT/goldens"
 fi

@@ -49,8 +49,8 @@
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/cuda/device.hpp"
-#include "mla/kernels/axes.hpp"
-#include "mla/kernels/registry.hpp"
+#include "mla/workloads/axes.hpp"
+#include "mla/registry/registry.hpp"
 
 namespace {
 

@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "mla/kernels/attention.hpp"
+#include "mla/core/attention.hpp"
 #include "support/attn_builder.hpp"
 
 namespace mla::testing {

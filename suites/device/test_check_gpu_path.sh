@@ -21,6 +21,7 @@ b=$work/bundle fakebin=$work/fakebin out=$work/out venv=$work/venv
 mkdir -p "$b/bin" "$b/lib/compat" "$b/tools" "$fakebin" "$venv/bin" "$venv/lib/python3.11/site-packages/nvidia/cu13/lib"
 cp "$check" "$b/check.sh"
 cp -r "$repo/reports/tools" "$b/tools/reports"
+mkdir -p "$b/tools/reports/mla_ref" && cp "$repo"/reference/python/mla_ref/*.py "$b/tools/reports/mla_ref/"  # as make_bundle.sh
 echo "source commit: fake" >"$b/MANIFEST.txt"
 ln -s "$(command -v python3)" "$venv/bin/python3"
 : >"$venv/lib/python3.11/site-packages/nvidia/cu13/lib/libcublas.so.13"

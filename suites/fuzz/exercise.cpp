@@ -9,18 +9,19 @@
 #include <hdf5.h>
 
 #include "mla/core/error.hpp"
-#include "mla/fixtures/golden.hpp"
+#include "mla/golden/families.hpp"
+#include "mla/golden/golden.hpp"
 
 namespace mla::fuzz {
 
-namespace fx = mla::fixtures;
+namespace fx = mla::golden;
 
 namespace {
 
-bool is_attention_family(const std::string& f) {
-  return f == "attn_core" || f == "attn_fp8" || f == "attn_sparse" || f == "attn_stress";
+bool is_family(const std::string& f, fx::FamilyKind kind) {
+  const fx::Family* fam = fx::find_family(f);
+  return fam && fam->kind == kind;
 }
-bool is_layer_family(const std::string& f) { return f == "full_layer" || f == "cache_boundary"; }
 
 // Runs one entry point; a refusal is counted, anything else escapes.
 template <class F>
@@ -55,8 +56,8 @@ Outcome exercise_golden_file(const std::filesystem::path& file) {
       for (const auto& s : summaries) names.push_back(s.name);
     }
   });
-  const bool attn = family.empty() || is_attention_family(family);
-  const bool layer = family.empty() || is_layer_family(family);
+  const bool attn = family.empty() || is_family(family, fx::FamilyKind::attention);
+  const bool layer = family.empty() || is_family(family, fx::FamilyKind::layer);
   for (const auto& name : names) {
     if (attn && attempt(o, [&] { (void)fx::load_attn_case(file, name); })) ++o.loaded;
     if (layer && attempt(o, [&] { (void)fx::load_layer_case(file, name); })) ++o.loaded;

@@ -1,12 +1,13 @@
 // libFuzzer target, structure-aware: the input bytes choose the *contents* of a golden file
 // (families, case attributes and their types, dataset shapes, storage types, dtype attributes,
 // block tables, lengths, indices, start positions, generated-tensor descriptors with matching or
-// wrong digests, FP8 bytes with a matching or wrong dequantization) and HDF5 writes a well-formed
-// file from them. fuzz_golden_loader mutates bytes, so most of its inputs stop in HDF5's own
-// parsing; here HDF5 always reads a sound file and every execution reaches the loader's schema
-// checks and its arithmetic (paging, slot poisoning, FP8 check, step bounds). Mostly consistent
-// choices with rare deviations keep it deep: each attribute or dataset is usually right, and
-// sometimes missing, of the wrong type, of another shape, or huge.
+// wrong digests, FP8 bytes with a matching or wrong dequantization, a named or absent FP8 scale
+// recipe) and HDF5 writes a well-formed file from them. fuzz_golden_loader mutates bytes, so most
+// of its inputs stop in HDF5's own parsing; here HDF5 always reads a sound file and every
+// execution reaches the loader's schema checks and its arithmetic (paging, slot poisoning, FP8
+// check, step bounds). Mostly consistent choices with rare deviations keep it deep: each
+// attribute or dataset is usually right, and sometimes missing, of the wrong type, of another
+// shape, or huge.
 //
 // Same contract as fuzz_golden_loader: mla::Error is the expected refusal; anything else, a
 // sanitizer report, an allocation above the limit or an HDF5 handle left open is a finding.
@@ -29,6 +30,8 @@
 #include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/core/sha256.hpp"
+#include "mla/golden/families.hpp"
+#include "mla/golden/golden.hpp"
 
 namespace {
 
@@ -152,6 +155,12 @@ struct Builder {
   std::string pick(std::initializer_list<const char*> choices) {
     if (odd(32)) return in.ConsumeRandomLengthString(16);
     return *(choices.begin() + in.ConsumeIntegralInRange<size_t>(0, choices.size() - 1));
+  }
+  // A family of the catalog description (fixtures/catalog.json), or rarely anything.
+  std::string pick_family() {
+    if (odd(32)) return in.ConsumeRandomLengthString(16);
+    const auto& all = mla::golden::families();
+    return all[in.ConsumeIntegralInRange<size_t>(0, all.size() - 1)].name;
   }
 
   static hid_t group(hid_t parent, const std::string& name) {
@@ -297,6 +306,7 @@ struct Builder {
     i64(g, "max_blocks", mb);
     str(g, "cache_format", fp8 ? "fp8" : "bf16");
     if (fp8 || odd()) str(g, "scale_fmt", pick({"fp32", "ue8m0"}));
+    if (odd(4)) str(g, "fp8_recipe", pick({"deepseek_v32", "flashmla", "vllm"}));  // absent: DeepSeek's
     i64(g, "topk", topk);
     f64(g, "softmax_scale", odd() ? in.ConsumeFloatingPoint<double>() : 0.0417);
     i64(g, "causal", num(0, 1));
@@ -398,8 +408,10 @@ struct Builder {
     c.orig_seq = in.ConsumeBool() ? c.max_seq : num(1, 8);
     const int64_t b = num(1, c.max_batch > 0 && c.max_batch < 8 ? c.max_batch : 3);
     const bool stored = !odd(4);
-    const bool boundary = family == "cache_boundary";
-    str(g, "kind", family);
+    const mla::golden::Family* known = mla::golden::find_family(family);
+    const std::string kind = known ? known->case_kind : family;
+    const bool boundary = kind == "cache_boundary";
+    str(g, "kind", kind);
     str(g, "description", "fuzz");
     str(g, "preset", "fuzz");
     i64(g, "dim", c.dim);
@@ -470,14 +482,14 @@ struct Builder {
 
   void file(hid_t f) {
     rarity = in.PickValueInArray({1, 4, 16, 0});
-    const std::string family = pick({"attn_core", "attn_fp8", "attn_sparse", "attn_stress", "full_layer",
-                                     "cache_boundary"});
-    i64(f, "schema_version", odd() ? num(0, 3) : 1);
+    const std::string family = pick_family();
+    i64(f, "schema_version", odd() ? num(0, 3) : mla::golden::kSchemaVersion);
     str(f, "family", family);
     str(f, "generator_version", "fuzz");
     const hid_t cases = group(f, "cases");
     if (cases < 0) return;
-    const bool layer = family == "full_layer" || family == "cache_boundary";
+    const mla::golden::Family* known = mla::golden::find_family(family);
+    const bool layer = known && known->kind == mla::golden::FamilyKind::layer;
     const int n = in.ConsumeIntegralInRange<int>(odd() ? 0 : 1, 2);
     for (int i = 0; i < n; ++i) {
       if (layer != odd()) {

@@ -8,8 +8,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import triage  # noqa: E402
 
-LOADER = ("    #7 0x55f475df8335 in mla::fixtures::detail::Reader::open_attr(H5::H5Object&) const "
-          "/work/main/fixtures/loader/h5io.cpp:350:70")
+LOADER = ("    #7 0x55f475df8335 in mla::golden::detail::Reader::open_attr(H5::H5Object&) const "
+          "/work/main/golden/src/h5io.cpp:350:70")
 HDF5_ITER = ("    #3 0x7fa2d89b4ca4 in H5O__msg_iterate_real (/lib/x86_64-linux-gnu/libhdf5_serial.so.103+0x1b4ca4) "
              "(BuildId: e923ff058f7cfc1a31cc68764211396ffb3aeb91)")
 HDF5_ANON = ("    #2 0x7fa2d8990f18  (/lib/x86_64-linux-gnu/libhdf5_serial.so.103+0x190f18) "

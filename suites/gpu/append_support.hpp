@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -13,6 +14,8 @@
 #include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/cuda/cache_append.hpp"
+#include "mla/judge/append.hpp"
+#include "mla/ref/append.hpp"
 #include "mla/ref/rope.hpp"
 
 namespace mla::gputest {
@@ -36,6 +39,27 @@ struct AppendSetup {
   std::vector<double> inv_freq;      // [32]
 
   int n() const { return static_cast<int>(seq_ids.size()); }
+
+  // The oracle's (and the judge's) view of the call: the same exact inputs, bf16 cache.
+  ref::AppendProblem problem() const {
+    ref::AppendProblem p;
+    p.num_tokens = n();
+    p.latent = latent;
+    p.k_pe = k_pe;
+    p.kv_norm_weight = weight;
+    p.inv_freq = inv_freq;
+    p.eps = kEps;
+    p.seq_ids = seq_ids;
+    p.positions = positions;
+    p.block_table = block_table;
+    p.batch = batch;
+    p.max_blocks = max_blocks;
+    p.page_size = page_size;
+    p.num_blocks = num_blocks;
+    p.max_seq_len = max_seq_len;
+    p.format = CacheFormat::bf16;
+    return p;
+  }
 };
 
 inline AppendSetup make_setup(ActivationDType dtype) {
@@ -69,23 +93,27 @@ inline AppendSetup make_setup(ActivationDType dtype) {
   return s;
 }
 
-// fp64: y = x / sqrt(mean(x²) + eps) · w on the latent, RoPE on k_pe at the token's position.
+// The fp64 oracle's value of token i (mla::ref::append_values_f64): y = x / sqrt(mean(x²) + eps)
+// · w on the latent, interleaved RoPE on k_pe at the token's position.
 inline std::vector<double> expected_token(const AppendSetup& s, int i) {
-  std::vector<double> out(576);
-  const double* x = s.latent.data() + static_cast<std::size_t>(i) * 512;
-  double ss = 0;
-  for (int j = 0; j < 512; ++j) ss += x[j] * x[j];
-  const double inv_rms = 1.0 / std::sqrt(ss / 512 + kEps);
-  for (int j = 0; j < 512; ++j) out[static_cast<std::size_t>(j)] = x[j] * inv_rms * s.weight[static_cast<std::size_t>(j)];
-  std::vector<double> pe(s.k_pe.begin() + i * 64, s.k_pe.begin() + (i + 1) * 64);
-  ref::apply_rope(pe, s.positions[static_cast<std::size_t>(i)], s.inv_freq);
-  std::copy(pe.begin(), pe.end(), out.begin() + 512);
-  return out;
+  const std::vector<double> all = ref::append_values_f64(s.problem());
+  return std::vector<double>(all.begin() + static_cast<std::ptrdiff_t>(i) * 576, all.begin() + (i + 1) * 576);
 }
 
 // A cache with every slot NaN-poisoned (bf16 0x7FC0).
 inline std::vector<uint16_t> poisoned_cache(const AppendSetup& s) {
   return std::vector<uint16_t>(static_cast<std::size_t>(s.num_blocks) * s.page_size * 576, kPoison);
+}
+
+// A bf16-cache append of the setup's tokens that returned OK, judged by the one append judge as a
+// plug-in's append is certified: every value against the fp64 oracle ("cache.append.bf16"), every
+// slot no token maps to bit for bit.
+inline AppendJudgement judge_bf16_append(const AppendSetup& s, const std::vector<uint16_t>& before,
+                                         const std::vector<uint16_t>& after) {
+  auto bytes = [](const std::vector<uint16_t>& v) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(uint16_t));
+  };
+  return judge_append(s.problem(), bytes(before), bytes(after), AppendCall{AppendStatus::ok, "", ""});
 }
 
 inline std::size_t slot_of(const AppendSetup& s, int32_t seq, int32_t pos) {

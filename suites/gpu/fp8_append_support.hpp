@@ -1,7 +1,7 @@
 // The FP8 cache-append problems shared by the GPU test and the simulator test.
 //
-// Golden problems: every FP8 case of the catalog (attn_fp8, and the fp8 cases of attn_sparse)
-// turned into an append. Its tokens are the case's inputs/kv_cache_bf16 (already normalized and
+// Golden problems: every FP8 case of the catalog (of every attention family of
+// fixtures/catalog.json) turned into an append. Its tokens are the case's inputs/kv_cache_bf16 (already normalized and
 // roped), one per slot some sequence uses, at that sequence and position, appended in an order
 // unrelated to positions into a cache whose every slot holds the FP8 poison token. The whole
 // cache afterwards must equal the case's inputs/kv_cache byte for byte: written slots because the
@@ -22,7 +22,7 @@
 #include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/cuda/cache_append.hpp"
-#include "mla/fixtures/golden.hpp"
+#include "mla/golden/golden.hpp"
 #include "support/goldens.hpp"
 
 namespace mla::gputest {
@@ -84,18 +84,18 @@ inline std::optional<std::vector<Fp8GoldenProblem>> load_fp8_golden_problems(std
   const auto cat = testing::open_goldens(why);
   if (!cat) return std::nullopt;
   std::vector<Fp8GoldenProblem> out;
-  for (const char* file : {"attn_fp8.h5", "attn_sparse.h5"}) {
-    if (!cat->sha256.count(file)) continue;
-    for (const auto& name : fixtures::read_file_info(cat->file(file)).cases) {
-      const auto c = fixtures::load_attn_case(cat->file(file), name);
-      if (c.shape.cache_format != CacheFormat::fp8) continue;
-      // The CUDA FP8 append writes DeepSeek's scale recipe only; FlashMLA-recipe cases are for
-      // kernels that declare that recipe.
-      if (c.fp8_recipe != "deepseek_v32") continue;
+  // The CUDA FP8 append writes DeepSeek's scale recipe only; FlashMLA-recipe cases are for
+  // kernels that declare that recipe.
+  const auto fp8 = testing::attention_cases(*cat, [](const golden::AttnHeader& h) {
+    return h.shape.cache_format == CacheFormat::fp8 && h.fp8_recipe == Fp8Recipe::deepseek_v32;
+  });
+  for (const auto& ref : fp8) {
+    {
+      const auto c = golden::load_attn_case(cat->file(ref.file), ref.name);
       Fp8GoldenProblem p;
-      p.id = fmt::format("{}:{}", file, name);
+      p.id = fmt::format("{}:{}", ref.file, ref.name);
       if (c.kv_cache_bf16.empty()) throw Error(p.id + " has no inputs/kv_cache_bf16 (regenerate: ./mla.sh goldens)");
-      p.scale_fmt = c.scale_fmt == "ue8m0" ? cuda::Fp8ScaleFmt::ue8m0 : cuda::Fp8ScaleFmt::fp32;
+      p.scale_fmt = c.scale_fmt == ScaleFmt::ue8m0 ? cuda::Fp8ScaleFmt::ue8m0 : cuda::Fp8ScaleFmt::fp32;
       p.batch = c.shape.batch;
       p.page_size = c.shape.page_size;
       p.num_blocks = c.shape.num_blocks;

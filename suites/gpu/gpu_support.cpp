@@ -9,72 +9,14 @@
 #include <fmt/ranges.h>
 
 #include "mla/core/numeric.hpp"
-#include "mla/core/tolerance.hpp"
 #include "mla/ref/attention.hpp"
+#include "mla/ref/same_dtype.hpp"
 
 namespace mla::gputest {
 
 Result same_dtype_attention(const AttnInputs& in) {
-  const ref::PagedCache cache(in);
-  const AttnShape& s = in.shape;
-  const int64_t B = s.batch, SQ = s.s_q, H = s.heads;
-  Result r;
-  r.out.assign(static_cast<std::size_t>(B * SQ * H * 512), 0.0);
-  r.lse.assign(static_cast<std::size_t>(B * H * SQ), std::numeric_limits<float>::infinity());
-  const float scale = static_cast<float>(in.softmax_scale);
-  const bool fp8 = s.cache_format == CacheFormat::fp8;
-  std::vector<float> kv, q(576), x, p;
-  std::vector<int64_t> pos;
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t L = cache.seqlen(b);
-    for (int64_t sq = 0; sq < SQ; ++sq) {
-      // The keys of this query: dense, positions 0 .. last (causal-aware); sparse, the row's
-      // valid indices (ascending: the order only moves fp32 rounding).
-      if (s.topk > 0) {
-        pos = ref::sparse_row_positions(in, b, sq);
-      } else {
-        pos.resize(static_cast<std::size_t>(ref::dense_last_position(s, L, sq) + 1));
-        for (std::size_t j = 0; j < pos.size(); ++j) pos[j] = static_cast<int64_t>(j);
-      }
-      const int64_t n = static_cast<int64_t>(pos.size());
-      if (n <= 0) continue;
-      kv.resize(static_cast<std::size_t>(n * 576));
-      for (int64_t j = 0; j < n; ++j) {
-        float* k = kv.data() + j * 576;
-        cache.token(b, pos[static_cast<std::size_t>(j)], k);
-        // FP8: the dequantized value rounded to bf16, as a kernel dequantizing into bf16 tiles
-        // sees it (the schema's definition; the rope part is bf16 already).
-        if (fp8)
-          for (int d = 0; d < 576; ++d) k[d] = bf16_to_float(bf16_from_float(k[d]));
-      }
-      x.resize(static_cast<std::size_t>(n));
-      p.resize(static_cast<std::size_t>(n));
-      for (int64_t h = 0; h < H; ++h) {
-        const uint16_t* qb = in.q.data() + ((b * SQ + sq) * H + h) * 576;
-        for (int d = 0; d < 576; ++d) q[static_cast<std::size_t>(d)] = bf16_to_float(qb[d]);
-        float m = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < n; ++j) {
-          float dot = 0.f;
-          const float* k = kv.data() + j * 576;
-          for (int d = 0; d < 576; ++d) dot += q[static_cast<std::size_t>(d)] * k[d];
-          x[static_cast<std::size_t>(j)] = dot * scale;
-          m = std::max(m, x[static_cast<std::size_t>(j)]);
-        }
-        float sum = 0.f;
-        for (int64_t j = 0; j < n; ++j) sum += (p[static_cast<std::size_t>(j)] = std::exp(x[static_cast<std::size_t>(j)] - m));
-        for (int64_t j = 0; j < n; ++j)
-          p[static_cast<std::size_t>(j)] = bf16_to_float(bf16_from_float(p[static_cast<std::size_t>(j)] / sum));
-        double* o = r.out.data() + ((b * SQ + sq) * H + h) * 512;
-        for (int c = 0; c < 512; ++c) {
-          float acc = 0.f;
-          for (int64_t j = 0; j < n; ++j) acc += p[static_cast<std::size_t>(j)] * kv[static_cast<std::size_t>(j * 576 + c)];
-          o[c] = bf16_to_float(bf16_from_float(acc));
-        }
-        r.lse[static_cast<std::size_t>((b * H + h) * SQ + sq)] = static_cast<double>(m + std::log(sum));
-      }
-    }
-  }
-  return r;
+  ref::AttnResult r = ref::attention_same_dtype(in);
+  return Result{std::move(r.out), std::move(r.lse)};
 }
 
 Result truth_attention(const AttnInputs& in) {
@@ -145,30 +87,21 @@ std::vector<NamedSpec> synthetic_cases() {
 }
 
 
-std::vector<int64_t> out_shape(const AttnShape& s) { return {s.batch, s.s_q, s.heads, 512}; }
-std::vector<int64_t> lse_shape(const AttnShape& s) { return {s.batch, s.heads, s.s_q}; }
+::testing::AssertionResult matches(const std::string& what, const AttnOutputs& got, const AttnShape& shape,
+                                   const Result& truth, const Result* same) {
+  AttentionTruth t;
+  t.out = truth.out;
+  t.lse = truth.lse;
+  if (same) {
+    t.same_dtype_out = same->out;
+    t.same_dtype_lse = same->lse;
+  }
+  return testing::matches(what, got, shape, t);
+}
 
-::testing::AssertionResult matches(const std::string& what, const AttnOutputs& got,
-                                   const AttnShape& shape, std::span<const double> truth_out,
-                                   std::span<const double> truth_lse,
-                                   std::optional<std::span<const double>> same_out) {
-  const auto os = out_shape(shape), ls = lse_shape(shape);
-  const tol::Tolerance& to = tol::tolerance_for(got.dtype, shape.cache_format, "out");
-  const tol::Tolerance& tl = tol::tolerance_for(got.dtype, shape.cache_format, "lse");
-  const tol::Comparison co = tol::judge("out", got.out, truth_out, os, to, same_out);
-  const tol::Comparison cl = tol::judge("lse", got.lse, truth_lse, ls, tl);
-  if (co.verdict == tol::Verdict::pass && cl.verdict == tol::Verdict::pass) return ::testing::AssertionSuccess();
-  auto describe = [](const tol::Comparison& c, const tol::Tolerance& t) {
-    if (c.verdict == tol::Verdict::pass) return std::string();
-    return fmt::format("\n  {} fails '{}': {} (max abs {:.3g} at {}, max rel {:.3g} at {}, {} of {} "
-                       "elements outside, NaN mismatches {}, Inf mismatches {}{})",
-                       c.what, t.name, fmt::join(c.reasons, "; "), c.max_abs_err,
-                       tol::format_index(c.max_abs_index), c.max_rel_err,
-                       tol::format_index(c.max_rel_index), c.elements_failed, c.numel, c.nan_mismatch,
-                       c.inf_mismatch,
-                       c.error_ratio ? fmt::format(", error ratio {:.3g}", *c.error_ratio) : std::string());
-  };
-  return ::testing::AssertionFailure() << what << describe(co, to) << describe(cl, tl);
+::testing::AssertionResult matches(const std::string& what, const AttnOutputs& got, const AttnShape& shape,
+                                   const golden::AttnCase& c) {
+  return testing::matches(what, got, shape, GoldenTruth(c).view());
 }
 
 ::testing::AssertionResult bitwise_equal(const std::string& what, std::span<const double> a,

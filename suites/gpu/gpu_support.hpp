@@ -1,6 +1,6 @@
-// Shared helpers of the GPU suite: skipping without a device, the deployed-precision CPU
-// reference (the schema's `same_dtype` recipe) for the error-ratio rule, running an
-// implementation once, and judging through the tolerance engine.
+// Shared helpers of the GPU suite: skipping without a device, the oracles on the host (the fp64
+// truth and the deployed-precision reference of reference/host) for the judge, running an
+// implementation once, and judging through THE judge (judge_attention, as the certifier does).
 #pragma once
 
 #include <memory>
@@ -12,10 +12,12 @@
 
 #include <gtest/gtest.h>
 
+#include "mla/core/kernel.hpp"
 #include "mla/cuda/device.hpp"
 #include "mla/cuda/device_buffer.hpp"
-#include "mla/kernels/attention.hpp"
 #include "support/attn_builder.hpp"
+#include "support/expect.hpp"
+#include "support/goldens.hpp"
 
 // Skips the current test, with the reason, when `impl` cannot run on this machine.
 #define MLA_SKIP_IF_UNAVAILABLE(impl)                                 \
@@ -34,24 +36,22 @@ struct Result {
   std::vector<double> lse;  // [b, h, s_q]
 };
 
-// fixtures/SCHEMA.md `same_dtype`: fp32 scores over the exact bf16 inputs, fp32 softmax, P
-// rounded to bf16, fp32 P·V, output rounded to bf16, lse in fp32 (widened here). Empty rows:
-// out 0, lse +inf. Reads only tokens < L through the validated paged-cache accessor.
+// The deployed-precision reference (mla::ref::attention_same_dtype, fixtures/SCHEMA.md's
+// `same_dtype` recipe) and the fp64 truth (mla::ref::attention_fp64).
 Result same_dtype_attention(const AttnInputs& in);
-
-// The fp64 truth (mla::ref::attention_fp64).
 Result truth_attention(const AttnInputs& in);
 
 // prepare, run, synchronize, results.
 AttnOutputs run_once(const AttentionImpl& impl, const AttnInputs& in);
 
-// out and lse judged against the truth with the table entries for the result's dtype; the
-// same-dtype output (when given) arms the error-ratio rule. The failure message carries every
-// failed rule and the worst element's index.
-::testing::AssertionResult matches(const std::string& what, const AttnOutputs& got,
-                                   const AttnShape& shape, std::span<const double> truth_out,
-                                   std::span<const double> truth_lse,
-                                   std::optional<std::span<const double>> same_out = std::nullopt);
+// `got` against `truth` through judge_attention (testing::matches): the table entries of the
+// result's dtype and cache format; `same` (the deployed-precision reference, out and lse) arms
+// the error-ratio rule, as the certificate's judgement does.
+::testing::AssertionResult matches(const std::string& what, const AttnOutputs& got, const AttnShape& shape,
+                                   const Result& truth, const Result* same = nullptr);
+// A golden case's truth, deployed-precision reference and (FP8) unquantized result.
+::testing::AssertionResult matches(const std::string& what, const AttnOutputs& got, const AttnShape& shape,
+                                   const golden::AttnCase& c);
 
 // Bit-for-bit equality of two result vectors (NaN equal to NaN only with the same bits).
 ::testing::AssertionResult bitwise_equal(const std::string& what, std::span<const double> a,
@@ -92,8 +92,5 @@ std::vector<T> download(const cuda::DeviceBuffer& b) {
   b.download(v.data(), b.size());
   return v;
 }
-
-std::vector<int64_t> out_shape(const AttnShape& s);  // {b, s_q, h, 512}
-std::vector<int64_t> lse_shape(const AttnShape& s);  // {b, h, s_q}
 
 }  // namespace mla::gputest

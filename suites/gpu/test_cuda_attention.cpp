@@ -7,7 +7,7 @@
 //
 // Then the metamorphic properties: page permutation, page size and batch order give bitwise
 // equal results; different split counts agree within tolerance; repeated runs are bitwise
-// identical, also after another problem ran in between (FIELD-NOTES bug 12).
+// identical, also after another problem ran in between (docs/field.md, "Bugs", 12).
 #include <memory>
 #include <ostream>
 #include <string>
@@ -55,8 +55,7 @@ TEST_P(CudaAttention, MatchesTruth) {
     ASSERT_EQ(k->check(p->in.shape), std::nullopt);
     const AttnOutputs o = run_once(*k, p->in);
     EXPECT_EQ(o.dtype, k->info().out_dtype);
-    EXPECT_TRUE(matches(c.name + " " + k->info().name, o, p->in.shape, p->truth.out, p->truth.lse,
-                        std::span<const double>(p->same.out)));
+    EXPECT_TRUE(matches(c.name + " " + k->info().name, o, p->in.shape, p->truth, &p->same));
   }
 }
 
@@ -108,8 +107,7 @@ TEST_P(CudaMlaDecodeFp8Sparse, MatchesTruth) {
     ASSERT_EQ(k->check(p->in.shape), std::nullopt);
     const AttnOutputs o = run_once(*k, p->in);
     EXPECT_EQ(o.dtype, OutDType::bf16);
-    EXPECT_TRUE(matches(c.name + " " + k->info().name, o, p->in.shape, p->truth.out, p->truth.lse,
-                        std::span<const double>(p->same.out)));
+    EXPECT_TRUE(matches(c.name + " " + k->info().name, o, p->in.shape, p->truth, &p->same));
   }
 }
 
@@ -196,16 +194,15 @@ TEST(CudaAttentionSplits, ForcedSplitCountsAgree) {
     const auto one = cuda::make_mla_decode({.forced_splits = 1});
     MLA_SKIP_IF_UNAVAILABLE(*one);
     const AttnOutputs base = run_once(*one, p->in);
-    EXPECT_TRUE(matches("splits=1", base, p->in.shape, p->truth.out, p->truth.lse,
-                        std::span<const double>(p->same.out)));
+    EXPECT_TRUE(matches("splits=1", base, p->in.shape, p->truth, &p->same));
     for (int n : {2, 3, 5, 16, 64}) {
       const auto k = cuda::make_mla_decode({.forced_splits = n});
       const AttnOutputs o = run_once(*k, p->in);
       const std::string what = fmt::format("splits={}", n);
-      EXPECT_TRUE(matches(what, o, p->in.shape, p->truth.out, p->truth.lse, std::span<const double>(p->same.out)));
+      EXPECT_TRUE(matches(what, o, p->in.shape, p->truth, &p->same));
       // And against the unsplit kernel: the two differ only by fp32 rounding of the combine
       // and bf16 rounding of the outputs, within the same bf16 bounds.
-      EXPECT_TRUE(matches(what + " vs splits=1", o, p->in.shape, base.out, base.lse));
+      EXPECT_TRUE(matches(what + " vs splits=1", o, p->in.shape, Result{base.out, base.lse}));
     }
   }
 }
@@ -238,7 +235,7 @@ TEST(CudaAttentionRepeat, RepeatedRunsAreBitwiseIdenticalAndStateDoesNotLeak) {
     const AttnOutputs fresh = run_once(*k, p->in);
     EXPECT_TRUE(bitwise_equal("out after another problem", fresh.out, first.out));
     EXPECT_TRUE(bitwise_equal("lse after another problem", fresh.lse, first.lse));
-    EXPECT_TRUE(matches("repeat", first, p->in.shape, p->truth.out, p->truth.lse, std::span<const double>(p->same.out)));
+    EXPECT_TRUE(matches("repeat", first, p->in.shape, p->truth, &p->same));
   }
 }
 

@@ -3,7 +3,7 @@
 // arming the error-ratio rule. cuda_mla_decode claims every family (bf16 and FP8 caches, dense
 // and sparse) and must run every case; a case outside a kernel's capabilities (the naive
 // baseline: FP8, sparse) must be refused with mla::UnsupportedError, never routed elsewhere
-// (FIELD-NOTES bug 9).
+// (docs/field.md, "Bugs", 9).
 #include <map>
 #include <string>
 
@@ -14,32 +14,25 @@
 #include "mla/core/error.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/cuda/attention.hpp"
-#include "mla/fixtures/golden.hpp"
+#include "mla/golden/families.hpp"
+#include "mla/golden/golden.hpp"
 #include "support/goldens.hpp"
 
 namespace mla::gputest {
 namespace {
 
-class CudaGoldens : public ::testing::TestWithParam<std::string> {};
+class CudaGoldens : public testing::GoldenFamilyTest {};
 
 TEST_P(CudaGoldens, EveryCaseMatchesTruthOrIsRefused) {
   MLA_SKIP_WITHOUT_CUDA();
-  std::string why;
-  const auto cat = testing::open_goldens(why);
-  if (!cat) GTEST_SKIP() << why;
-  const std::string file = GetParam() + ".h5";
-  if (!cat->sha256.count(file)) GTEST_SKIP() << file << " is not in the catalog at " << cat->dir;
-  const auto info = fixtures::read_file_info(cat->file(file));
-  ASSERT_FALSE(info.cases.empty()) << file << " has no cases";
+  const std::string& file = name_;
   std::vector<std::unique_ptr<AttentionImpl>> ks;
   ks.push_back(cuda::make_mla_decode());
   ks.push_back(cuda::make_naive_mha_cublas());
   std::map<std::string, int> ran, refused;
-  for (const auto& name : info.cases) {
-    const auto c = fixtures::load_attn_case(cat->file(file), name);
+  for (const auto& name : cases_) {
+    const auto c = golden::load_attn_case(file_, name);
     const AttnInputs in = c.inputs();
-    std::vector<double> same_out(c.same_dtype_out.size());
-    for (std::size_t i = 0; i < same_out.size(); ++i) same_out[i] = bf16_to_float(c.same_dtype_out[i]);
     for (const auto& k : ks) {
       const std::string id = fmt::format("{}:{} {}", file, name, k->info().name);
       SCOPED_TRACE(id);
@@ -57,7 +50,7 @@ TEST_P(CudaGoldens, EveryCaseMatchesTruthOrIsRefused) {
         // Allowed only for the naive baseline's resource limit found at prepare (its per-head
         // workspace on a long context), and recorded; the decode kernel claims every shape its
         // check() accepts.
-        if (k->info().name != "cuda_naive_mha_cublas") {
+        if (k->info().role != KernelRole::baseline) {
           ADD_FAILURE() << "check() accepted the case but prepare refused it: " << e.what();
           continue;
         }
@@ -66,9 +59,7 @@ TEST_P(CudaGoldens, EveryCaseMatchesTruthOrIsRefused) {
         continue;
       }
       EXPECT_EQ(o.dtype, k->info().out_dtype);
-      std::optional<std::span<const double>> same;
-      if (same_out.size() == c.truth_out.size()) same = std::span<const double>(same_out);
-      EXPECT_TRUE(matches(id, o, in.shape, c.truth_out, c.truth_lse, same));
+      EXPECT_TRUE(matches(id, o, in.shape, c));
       ++ran[k->info().name];
     }
   }
@@ -82,8 +73,7 @@ TEST_P(CudaGoldens, EveryCaseMatchesTruthOrIsRefused) {
   EXPECT_EQ(refused["cuda_mla_decode"], 0) << "cuda_mla_decode refused cases of " << file;
 }
 
-INSTANTIATE_TEST_SUITE_P(Catalog, CudaGoldens,
-                         ::testing::Values("attn_core", "attn_fp8", "attn_sparse", "attn_stress"),
+INSTANTIATE_TEST_SUITE_P(Catalog, CudaGoldens, ::testing::ValuesIn(golden::family_names(golden::FamilyKind::attention)),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

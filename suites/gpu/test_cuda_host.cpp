@@ -1,6 +1,6 @@
 // L0 (CPU): the host-side behaviour of the CUDA kernels, which must hold on every machine,
 // with or without a GPU: error macros, "no GPU" detection without crashing, registration,
-// capability refusals naming the shape (FIELD-NOTES bug 9: never a silent fallback), input
+// capability refusals naming the shape (docs/field.md, "Bugs", 9: never a silent fallback), input
 // validation before any device work, the cost model, and cache-append argument checks.
 #include <cmath>
 #include <limits>
@@ -11,12 +11,13 @@
 #include <gtest/gtest.h>
 
 #include "mla/core/error.hpp"
+#include "mla/core/presets.hpp"
 #include "mla/cuda/attention.hpp"
 #include "mla/cuda/cache_append.hpp"
 #include "mla/cuda/check.hpp"
 #include "mla/cuda/device.hpp"
-#include "mla/cuda/register.hpp"
-#include "mla/kernels/registry.hpp"
+#include "mla/registry/registry.hpp"
+#include "mla/registry/registry.hpp"
 
 namespace mla::cuda {
 namespace {
@@ -77,14 +78,15 @@ TEST(CudaDevice, AnyRuntimeErrorMeansUnavailableNeverACrash) {
   }
 }
 
-TEST(CudaRegistry, RegistersBothKernelsWithTheirClaims) {
+TEST(CudaRegistry, RegistersBothKernelsWithTheirClaimsAndRoles) {
   Registry r;
-  register_cuda_kernels(r);
+  add_builtin_kernels(r);
   for (const char* name : {"cuda_naive_mha_cublas", "cuda_mla_decode"}) {
     const AttentionImpl* k = r.find(name);
     ASSERT_NE(k, nullptr) << name;
     const KernelInfo& info = k->info();
     EXPECT_EQ(info.backend, "cuda");
+    EXPECT_EQ(info.role, std::string(name) == "cuda_mla_decode" ? KernelRole::optimized : KernelRole::baseline) << name;
     EXPECT_EQ(info.out_dtype, OutDType::bf16) << name;
     EXPECT_FALSE(info.description.empty());
     // The decode kernel reads both cache formats and sparse index lists; the naive baseline
@@ -104,7 +106,7 @@ TEST(CudaRegistry, RegistersBothKernelsWithTheirClaims) {
     EXPECT_TRUE(info.caps.varlen);
   }
   // Registering twice is a duplicate, refused by the registry.
-  EXPECT_THROW(register_cuda_kernels(r), Error);
+  EXPECT_THROW(add_builtin_kernels(r), Error);
   EXPECT_EQ(make_mla_decode(MlaDecodeOptions{.forced_splits = 3})->info().name, "cuda_mla_decode_splits3");
   EXPECT_THROW((void)make_mla_decode(MlaDecodeOptions{.forced_splits = -1}), Error);
 }
@@ -195,7 +197,7 @@ struct HostInputs {
   AttnInputs view() const {
     AttnInputs in;
     in.shape = shape;
-    in.softmax_scale = 0.1352337789;
+    in.softmax_scale = softmax_scale(preset("v3").config);
     in.q = q;
     in.kv_cache = cache;
     in.block_table = table;

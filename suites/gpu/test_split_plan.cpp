@@ -1,7 +1,7 @@
 // L0 (CPU): the split-KV planner of the CUDA decode kernel. Everything the kernel's grid and
 // token ranges depend on is decided here, so these properties are checked without a GPU:
 // exact coverage of every token for every row tile, empty sequences still written, grid
-// limits (FIELD-NOTES bug 10), forced split counts, and permutation invariance.
+// limits (docs/field.md, "Bugs", 10), forced split counts, and permutation invariance.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>

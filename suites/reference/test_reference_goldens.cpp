@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "mla/core/error.hpp"
+#include "mla/golden/families.hpp"
 #include "mla/ref/attention.hpp"
 #include "mla/ref/layer.hpp"
 #include "mla/ref/rope.hpp"
@@ -20,28 +21,27 @@ namespace {
 using testing::bitwise_equal;
 using testing::judged;
 
-class AttnFamily : public ::testing::TestWithParam<std::string> {};
+class AttnFamily : public testing::GoldenFamilyTest {};
 
 TEST_P(AttnFamily, ReferenceMatchesTruth) {
-  std::string why;
-  const auto cat = testing::open_goldens(why);
-  if (!cat) GTEST_SKIP() << why;
-  const std::string file = GetParam() + ".h5";
-  if (!cat->sha256.count(file)) GTEST_SKIP() << file << " is not in the catalog at " << cat->dir;
-  const auto info = fixtures::read_file_info(cat->file(file));
-  ASSERT_FALSE(info.cases.empty()) << file << " has no cases";
   testing::Worst out_err, lse_err;
-  for (const auto& name : info.cases) {
-    SCOPED_TRACE(file + ":" + name);
-    const auto c = fixtures::load_attn_case(cat->file(file), name);
+  for (const auto& name : cases_) {
+    SCOPED_TRACE(name_ + ":" + name);
+    const auto c = golden::load_attn_case(file_, name);
     const AttnInputs in = c.inputs();
     const auto t0 = std::chrono::steady_clock::now();
     const auto r = ref::attention_fp64(in);
     const double secs = testing::seconds_since(t0);
     RecordProperty(name + "_seconds", fmt::format("{:.3f}", secs));
-    if (secs > 1.0) std::fprintf(stderr, "[reference] %s:%s %.2f s\n", file.c_str(), name.c_str(), secs);
-    EXPECT_TRUE(judged(name + " out", r.out, c.truth_out, testing::out_shape(in.shape), "attn.out.f64", &out_err));
-    EXPECT_TRUE(judged(name + " lse", r.lse, c.truth_lse, testing::lse_shape(in.shape), "attn.lse.f64", &lse_err));
+    if (secs > 1.0) std::fprintf(stderr, "[reference] %s:%s %.2f s\n", name_.c_str(), name.c_str(), secs);
+    AttnOutputs o;
+    o.dtype = OutDType::f64;
+    o.out = r.out;
+    o.lse = r.lse;
+    AttentionJudgement j;
+    EXPECT_TRUE(testing::matches(name, o, in.shape, GoldenTruth(c).view(), std::nullopt, &j));
+    out_err.add(j.out);
+    lse_err.add(j.lse);
     if (in.shape.cache_format == CacheFormat::fp8 && !c.kv_cache_dequant.empty()) {
       // Our decode of every token a sequence owns is bit-identical to the writer's dequantization.
       const ref::PagedCache cache(in);
@@ -61,18 +61,17 @@ TEST_P(AttnFamily, ReferenceMatchesTruth) {
   RecordProperty("lse_error", lse_err.str());
 }
 
-INSTANTIATE_TEST_SUITE_P(Catalog, AttnFamily,
-                         ::testing::Values("attn_core", "attn_fp8", "attn_sparse", "attn_stress"),
+INSTANTIATE_TEST_SUITE_P(Catalog, AttnFamily, ::testing::ValuesIn(golden::family_names(golden::FamilyKind::attention)),
                          [](const auto& info) { return info.param; });
 
-ref::LayerWeights weights_of(const fixtures::LayerCase& lc) {
+ref::LayerWeights weights_of(const golden::LayerCase& lc) {
   ref::LayerWeights w;
   for (const auto& [name, a] : lc.weights) w.set(lc.config, name, a.shape, a.data);
   return w;
 }
 
 // Runs one step and judges whatever fp64 results the golden holds for `form`.
-void check_step(ref::MlaLayer& layer, const fixtures::LayerStep& st, const std::string& where, int& compared,
+void check_step(ref::MlaLayer& layer, const golden::LayerStep& st, const std::string& where, int& compared,
                 testing::Worst& out_err, testing::Worst& im_err) {
   const std::string form = ref::to_string(layer.form());
   const auto r = layer.forward(st.x.shape, st.x.data, st.start_pos);
@@ -94,24 +93,29 @@ void check_step(ref::MlaLayer& layer, const fixtures::LayerStep& st, const std::
   }
 }
 
-void check_config_constants(const fixtures::LayerCase& lc) {
+void check_config_constants(const golden::LayerCase& lc) {
   const auto inv = ref::rope_inv_freq(lc.config);
   EXPECT_TRUE(judged(lc.name + " rope/inv_freq", inv, lc.inv_freq.data, lc.inv_freq.shape, "layer.intermediate.f64"));
-  const std::vector<double> mine{ref::softmax_scale(lc.config)}, theirs{lc.softmax_scale};
+  const std::vector<double> mine{softmax_scale(lc.config)}, theirs{lc.softmax_scale};
   EXPECT_TRUE(judged(lc.name + " softmax_scale", mine, theirs, {1}, "layer.intermediate.f64"));
 }
 
-TEST(FullLayer, BothFormsMatchFp64Golden) {
-  std::string why;
-  const auto cat = testing::open_goldens(why);
-  if (!cat) GTEST_SKIP() << why;
-  if (!cat->sha256.count("full_layer.h5")) GTEST_SKIP() << "full_layer.h5 is not in the catalog";
-  const auto info = fixtures::read_file_info(cat->file("full_layer.h5"));
-  ASSERT_FALSE(info.cases.empty());
+// The layer families of the catalog description whose cases are of `kind`.
+std::vector<std::string> layer_families(const std::string& kind) {
+  std::vector<std::string> out;
+  for (const auto& f : golden::families()) {
+    if (f.kind == golden::FamilyKind::layer && f.case_kind == kind) out.push_back(f.name);
+  }
+  return out;
+}
+
+class FullLayer : public testing::GoldenFamilyTest {};
+
+TEST_P(FullLayer, BothFormsMatchFp64Golden) {
   testing::Worst out_err, im_err;
-  for (const auto& name : info.cases) {
-    SCOPED_TRACE("full_layer.h5:" + name);
-    const auto lc = fixtures::load_layer_case(cat->file("full_layer.h5"), name);
+  for (const auto& name : cases_) {
+    SCOPED_TRACE(name_ + ":" + name);
+    const auto lc = golden::load_layer_case(file_, name);
     check_config_constants(lc);
     const auto w = weights_of(lc);
     const auto t0 = std::chrono::steady_clock::now();
@@ -142,17 +146,16 @@ TEST(FullLayer, BothFormsMatchFp64Golden) {
   RecordProperty("intermediate_error", im_err.str());
 }
 
-TEST(CacheBoundary, AcceptsLastSlotAndRejectsPastIt) {
-  std::string why;
-  const auto cat = testing::open_goldens(why);
-  if (!cat) GTEST_SKIP() << why;
-  if (!cat->sha256.count("cache_boundary.h5")) GTEST_SKIP() << "cache_boundary.h5 is not in the catalog";
-  const auto info = fixtures::read_file_info(cat->file("cache_boundary.h5"));
-  ASSERT_FALSE(info.cases.empty());
+INSTANTIATE_TEST_SUITE_P(Catalog, FullLayer, ::testing::ValuesIn(layer_families("full_layer")),
+                         [](const auto& info) { return info.param; });
+
+class CacheBoundary : public testing::GoldenFamilyTest {};
+
+TEST_P(CacheBoundary, AcceptsLastSlotAndRejectsPastIt) {
   testing::Worst out_err, im_err;
-  for (const auto& name : info.cases) {
-    SCOPED_TRACE("cache_boundary.h5:" + name);
-    const auto lc = fixtures::load_layer_case(cat->file("cache_boundary.h5"), name);
+  for (const auto& name : cases_) {
+    SCOPED_TRACE(name_ + ":" + name);
+    const auto lc = golden::load_layer_case(file_, name);
     ASSERT_TRUE(lc.accept.has_value() && lc.reject.has_value());
     check_config_constants(lc);
     const auto w = weights_of(lc);
@@ -178,6 +181,9 @@ TEST(CacheBoundary, AcceptsLastSlotAndRejectsPastIt) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Catalog, CacheBoundary, ::testing::ValuesIn(layer_families("cache_boundary")),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace mla

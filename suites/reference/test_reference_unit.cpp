@@ -132,7 +132,7 @@ TEST(Yarn, OffWhenMaxSeqLenDoesNotExceedOriginal) {
   for (std::size_t i = 0; i < f.size(); ++i) {
     EXPECT_EQ(f[i], 1.0 / std::pow(cfg.rope_theta, static_cast<double>(2 * i) / 64.0)) << "dim " << i;
   }
-  EXPECT_EQ(ref::softmax_scale(cfg), std::pow(192.0, -0.5));
+  EXPECT_EQ(softmax_scale(cfg), std::pow(192.0, -0.5));
 }
 
 TEST(Yarn, RampGuardsEqualEnds) {
@@ -146,9 +146,9 @@ TEST(Yarn, RampGuardsEqualEnds) {
 }
 
 TEST(Yarn, SoftmaxScaleMatchesFieldNotes) {
-  // FIELD-NOTES quote 10 decimals; the check is exact at that precision.
-  EXPECT_EQ(fmt::format("{:.10f}", ref::softmax_scale(v3_config())), "0.1352337789");
-  EXPECT_EQ(fmt::format("{:.10f}", ref::softmax_scale(v2_lite_config())), "0.1147213868");
+  // docs/field.md quotes 10 decimals; the check is exact at that precision.
+  EXPECT_EQ(fmt::format("{:.10f}", softmax_scale(v3_config())), "0.1352337789");
+  EXPECT_EQ(fmt::format("{:.10f}", softmax_scale(v2_lite_config())), "0.1147213868");
 }
 
 TEST(Rope, RotatesInterleavedPairs) {
@@ -419,8 +419,7 @@ TEST_P(CoreVsOracle, MatchesPlainLoops) {
   const auto paged = testing::lay_out(lg, layout);
   const auto got = ref::attention_fp64(paged.inputs());
   const auto want = testing::oracle(lg);
-  EXPECT_TRUE(judged("out", got.out, want.out, testing::out_shape(paged.shape), "attn.out.f64"));
-  EXPECT_TRUE(judged("lse", got.lse, want.lse, testing::lse_shape(paged.shape), "attn.lse.f64"));
+  EXPECT_TRUE(testing::matches("attention_fp64 vs plain loops", got, paged.shape, want));
   // Rows that attend nothing: exactly 0 and +inf, and only those.
   for (std::size_t i = 0; i < want.lse.size(); ++i) EXPECT_EQ(std::isinf(got.lse[i]), std::isinf(want.lse[i])) << i;
 }
@@ -473,7 +472,7 @@ TEST(Core, InvalidSparseIndicesAreSkippedNotClamped) {
   EXPECT_TRUE(bitwise_equal("lse", r.lse, r2.lse));
   // ... and equal to the oracle, which never looks at an invalid entry.
   const auto want = testing::oracle(lg);
-  EXPECT_TRUE(judged("out", r.out, want.out, testing::out_shape(p.shape), "attn.out.f64"));
+  EXPECT_TRUE(testing::matches("attention_fp64 vs plain loops", r, p.shape, want));
 }
 
 TEST(Core, DuplicateValidIndicesAreRefused) {

@@ -12,7 +12,7 @@
 #include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/core/tolerance.hpp"
-#include "mla/kernels/attention.hpp"
+#include "mla/core/attention.hpp"
 
 namespace {
 
@@ -141,7 +141,7 @@ TEST(ToleranceTable, BoundsSeparateThePrecisions) {
   EXPECT_EQ(q.verdict, Verdict::pass) << all_reasons(q);
 }
 
-// FIELD-NOTES bug 11: one wrong element in 4M hides from a global cosine check.
+// docs/field.md, "Bugs", 11: one wrong element in 4M hides from a global cosine check.
 TEST(ToleranceEngine, OneBadElementInFourMillionFailsWhileCosineAlonePasses) {
   const std::vector<int64_t> shape{64, 1, 128, 512};
   const int64_t n = numel_of(shape);

@@ -13,15 +13,13 @@
 
 #include "mla/core/numeric.hpp"
 #include "mla/core/tolerance.hpp"
-#include "mla/fixtures/golden.hpp"
-#include "mla/kernels/attention.hpp"
+#include "mla/golden/families.hpp"
+#include "mla/golden/golden.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using mla::tol::Verdict;
-
-const std::vector<std::string> kFamilies{"attn_core", "attn_fp8", "attn_sparse", "attn_stress"};
 
 // Only the four result arrays and the cache format: no inputs, so the long generated cases
 // cost a few hundred kilobytes here instead of a regenerated 10^8-value cache.
@@ -53,7 +51,7 @@ Results read_results(const fs::path& file, const std::string& name) {
   r.name = name;
   std::string fmt;
   g.openAttribute("cache_format").read(g.openAttribute("cache_format").getStrType(), fmt);
-  r.format = fmt == "fp8" ? mla::CacheFormat::fp8 : mla::CacheFormat::bf16;
+  r.format = mla::cache_format_from_string(fmt);
   std::vector<int64_t> s1, s2;
   r.truth_out = read<double>(g, "truth/out", H5::PredType::NATIVE_DOUBLE, r.out_shape);
   r.truth_lse = read<double>(g, "truth/lse", H5::PredType::NATIVE_DOUBLE, r.lse_shape);
@@ -67,11 +65,11 @@ Results read_results(const fs::path& file, const std::string& name) {
 }
 
 std::vector<Results> all_results() {
-  const auto catalog = mla::fixtures::open_catalog(mla::fixtures::default_goldens_dir());
+  const auto catalog = mla::golden::open_catalog(mla::golden::default_goldens_dir());
   std::vector<Results> out;
-  for (const auto& family : kFamilies) {
+  for (const auto& family : mla::golden::family_names(mla::golden::FamilyKind::attention)) {
     const auto file = catalog.file(family + ".h5");
-    for (const auto& name : mla::fixtures::read_file_info(file).cases) {
+    for (const auto& name : mla::golden::read_file_info(file).cases) {
       out.push_back(read_results(file, name));
       out.back().name = family + "/" + name;
     }
@@ -82,7 +80,7 @@ std::vector<Results> all_results() {
 class TableOnCatalog : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto dir = mla::fixtures::default_goldens_dir();
+    const auto dir = mla::golden::default_goldens_dir();
     if (!fs::exists(dir / "MANIFEST.sha256")) GTEST_SKIP() << "no golden catalog at " << dir;
     if (results_.empty()) results_ = all_results();
   }

@@ -172,8 +172,8 @@ MLA_GLOBAL void MLA_BOUNDS(32 * kTokensPerBlock, 1)
     for (int k = 0; k < kLatent / 32; ++k) lat[k] = to_bf16(x[k] * inv_rms * a.kv_norm_weight[lane + 32 * k]);
 
     // Interleaved RoPE by pos·inv_freq[lane]. The angle and its sine/cosine are taken in fp64:
-    // an fp32 angle is off by up to ~6e-4 rad near position 16K (FIELD-NOTES), far more than the
-    // bf16 result can hide.
+    // an fp32 angle is off by up to ~6e-4 rad near position 16K (docs/field.md, "Upstream
+    // semantics"), far more than the bf16 result can hide.
     const float x0 = load_act(a, a.k_pe, int64_t{i} * kRope + 2 * lane);
     const float x1 = load_act(a, a.k_pe, int64_t{i} * kRope + 2 * lane + 1);
     double sn = 0.0, cs = 1.0;

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "mla/kernels/attention.hpp"
+#include "mla/core/kernel.hpp"
 
 namespace mla::cuda::detail {
 
@@ -20,15 +20,9 @@ Capabilities dense_bf16_caps();
 std::optional<std::string> check_dense_bf16_shape(std::string_view kernel, const Capabilities& caps,
                                                   const AttnShape& shape);
 
-// Checks the buffers against the shape before anything reaches the device: span sizes (the
-// cache in bytes of its format), 0 <= cache_seqlens[i] <= max_blocks·page_size, a finite softmax
-// scale, and every block-table entry a sequence uses (j < ceil(L/ps)) inside [0, num_blocks), so
-// no kernel can be made to read outside the cache. Entries past ceil(L/ps) are not looked at
-// (sentinels live there). Indices are the caller's to check. Throws mla::Error naming the
-// kernel, the field and the values.
-void validate_paged_inputs(std::string_view kernel, const AttnInputs& in);
-// validate_paged_inputs for a dense kernel: no indices may be given.
-void validate_dense_bf16_inputs(std::string_view kernel, const AttnInputs& in);
+// Inputs are checked by mla::validate_attention_inputs (mla/core/attention.hpp) before anything
+// reaches the device: span sizes, lengths, every used block-table entry inside the cache, and
+// distinct valid sparse indices, so no kernel can be made to read outside its buffers.
 
 // Exact widening of bf16 bits / fp32 to double.
 std::vector<double> widen_bf16(const std::vector<uint16_t>& bits);

@@ -29,7 +29,7 @@
 // b = vb / s_q; an invalid t (t < 0 or t >= L_b) is never resolved through the block table, its
 // row of the tile is zero-filled and its score masked to -inf, exactly as a token past the end.
 //
-// Safety rules the code keeps (FIELD-NOTES bugs 1-6, 8, 10):
+// Safety rules the code keeps (docs/field.md, "Bugs", 1-6, 8, 10):
 //  * it reads the block table only at t / page_size for tokens t < L of the sequence, and cache
 //    slots only of those tokens: entries past ceil(L/ps) (sentinels) and slots past L (NaN) are
 //    never touched;
@@ -108,7 +108,7 @@ struct Tile {
 enum Mutant : int {
   kNoMutant = 0,
   kWrongScaleBlock = 1,      // FP8: a latent chunk uses the neighbouring block's scale
-  kInvalidIndexToZero = 2,   // sparse: an invalid index loads token 0 (FIELD-NOTES bug 8)
+  kInvalidIndexToZero = 2,   // sparse: an invalid index loads token 0 (docs/field.md, "Bugs", 8)
   kInvalidNotMasked = 3,     // sparse: an invalid index is zero-filled but its score kept (0)
   kDequantKeepsStale = 4,    // FP8: an unloaded token's row dequantizes whatever smem held
   kSlowDequantOnly = 5,      // not a bug: the general e4m3 decode everywhere (fast path's twin)

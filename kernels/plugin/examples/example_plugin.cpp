@@ -1,15 +1,16 @@
-// Example plug-ins for the MLA plug-in C ABI (kernels/include/mla/plugin/mla_plugin.h).
+// Example plug-ins for the MLA plug-in C ABI (kernels/plugin/include/mla/plugin/mla_plugin.h).
 //
 // One self-contained source — no library of this suite is linked — so it doubles as the
 // template for a kernel of your own: copy it, replace decode(), build it with
-//   g++ -O2 -shared -fPIC -fvisibility=hidden -I kernels/include my_kernel.cpp -o my_kernel.so
+//   g++ -O2 -shared -fPIC -fvisibility=hidden -I kernels/plugin/include my_kernel.cpp -o my_kernel.so
 // and run `mla certify --plugin ./my_kernel.so`.
 //
 // The kernel: MLA attention-core decode with float64 accumulation (scores, softmax and P·V) and
 // float32 (or bf16) output, so the only error is the final rounding. kernels/plugin/examples/
 // CMakeLists.txt compiles it once correct (good_plugin, good_plugin_bf16, underclaims) and once
 // per bug (MLA_EXAMPLE_FAULT): each bug is one a real decode kernel has shipped with
-// (FIELD-NOTES), and the certifier's tests check that each is caught with the right reason.
+// (docs/field.md, "Bugs"), and the certifier's tests check that each is caught with the right
+// reason.
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -269,7 +270,7 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
   }
 #if MLA_EXAMPLE_FAULT == FAULT_WRITES_OUT_OF_BOUNDS
   if (S == 2) {
-    // Multi-token decode indexes one row past the batch (FIELD-NOTES bug 6).
+    // Multi-token decode indexes one row past the batch (docs/field.md, "Bugs", 6).
     float* past = static_cast<float*>(a.out) + B * S * H * kDv;
     for (int d = 0; d < kDv; ++d) past[d] = 0.0f;
   }

@@ -23,13 +23,13 @@ import h5py
 import numpy as np
 import torch
 
-from . import __version__, attention, config, generator, layer, needles, numerics, rope, tolerances
+from . import __version__, attention, catalog, config, generator, layer, needles, numerics, rope, tolerances
 
 SCHEMA_VERSION = 2
 CANONICAL_COMMAND = "python3 -m mla_ref.goldens write --out fixtures/goldens"
-FAMILIES = ("full_layer", "attn_core", "attn_fp8", "attn_sparse", "attn_stress", "cache_boundary")
-FAMILY_SEEDS = {"full_layer": 1000, "attn_core": 2000, "attn_fp8": 3000, "attn_sparse": 4000,
-                "attn_stress": 5000, "cache_boundary": 6000}
+# The families and their seeds are the catalog description's (fixtures/catalog.json).
+FAMILIES = catalog.NAMES
+FAMILY_SEEDS = {f.name: f.seed for f in catalog.FAMILIES}
 # generator streams of attention-core inputs
 Q_STREAM, CACHE_STREAM, PERM_STREAM, INDEX_STREAM_BASE = 1, 2, 3, 100
 STORAGE = {"float64": "<f8", "float32": "<f4", "bfloat16": "<u2", "int32": "<i4", "fp8_kv_v32": "u1", "uint8": "u1"}
@@ -111,6 +111,26 @@ def root_attrs(family: str, command: str):
 
 PROVENANCE_ATTRS = ("generator_version", "torch_version", "numpy_version", "h5py_version", "python_version", "command")
 
+# How each family of the catalog description is written: family name -> writer(cases_node, seed0).
+# A layer family registers its writer; an attention family registers the function returning its
+# case specs (written by write_attn_specs). Every described family needs one, and only those.
+WRITERS = {}
+
+
+def family_writer(name):
+    def register(fn):
+        catalog.family(name)  # KeyError for a family fixtures/catalog.json does not describe
+        WRITERS[name] = fn
+        return fn
+    return register
+
+
+def attention_family(name):
+    def register(specs_fn):
+        family_writer(name)(lambda root, seed0: write_attn_specs(root, seed0, specs_fn()))
+        return specs_fn
+    return register
+
 
 # ================================================================ full layer
 
@@ -168,6 +188,7 @@ def full_layer_case(root: Node, name, description, preset_name, seed, batch, pre
             case.group("final_cache").group("fp64").group(f).f64(cname, c)
 
 
+@family_writer("full_layer")
 def write_full_layer(root: Node, seed0: int):
     cases = [
         ("tiny_qlora_yarn", "tiny preset, q-LoRA on, YaRN on: prefill 5 then 4 decode steps, batch 2", "tiny", 2, 5, 4, 1),
@@ -183,6 +204,7 @@ def write_full_layer(root: Node, seed0: int):
         full_layer_case(root, name, desc, pr, seed0 + i, b, pre, nd, stored)
 
 
+@family_writer("cache_boundary")
 def write_cache_boundary(root: Node, seed0: int):
     preset_name, seed, batch = "tiny", seed0, 1
     args = config.preset(preset_name)
@@ -388,6 +410,7 @@ def write_attn_specs(root: Node, seed0: int, specs):
         write_attn_case(root, build_attn_case(spec, seed0 + i if spec.seed is None else spec.seed))
 
 
+@attention_family("attn_core")
 def attn_core_specs():
     S = AttnSpec
     return [
@@ -413,6 +436,7 @@ def attn_core_specs():
     ]
 
 
+@attention_family("attn_fp8")
 def attn_fp8_specs():
     S = AttnSpec
     return [
@@ -465,6 +489,7 @@ def make_indices(n_valid_fn, all_invalid_rows=()):
     return build
 
 
+@attention_family("attn_sparse")
 def attn_sparse_specs():
     S = AttnSpec
 
@@ -524,6 +549,7 @@ def _equal(q, cache, bt, lengths):
             cache[bt[i, t // cache.shape[1]], t % cache.shape[1], :256] = common
 
 
+@attention_family("attn_stress")
 def attn_stress_specs():
     S = AttnSpec
     return [
@@ -552,20 +578,19 @@ def attn_stress_specs():
 
 # ================================================================ files
 
+def _check_writers():
+    missing = [f for f in FAMILIES if f not in WRITERS]
+    if missing:
+        raise RuntimeError(f"fixtures/catalog.json describes families no writer writes: {missing}")
+
+
 def write_family(family: str, path: str, command: str):
+    _check_writers()
     seed0 = FAMILY_SEEDS[family]
     with h5py.File(path, "w") as f:
         root = Node(f)
         root.attrs(root_attrs(family, command))
-        cases = root.group("cases")
-        if family == "full_layer":
-            write_full_layer(cases, seed0)
-        elif family == "cache_boundary":
-            write_cache_boundary(cases, seed0)
-        else:
-            specs = {"attn_core": attn_core_specs, "attn_fp8": attn_fp8_specs, "attn_sparse": attn_sparse_specs,
-                     "attn_stress": attn_stress_specs}[family]()
-            write_attn_specs(cases, seed0, specs)
+        WRITERS[family](root.group("cases"), seed0)
 
 
 def sha256_file(path):

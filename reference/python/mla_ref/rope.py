@@ -1,9 +1,8 @@
 """Rotary embedding with YaRN frequency correction (upstream `precompute_freqs_cis`), in float64.
 
-Upstream computes the table in float32; the truth pipeline computes it in float64 (the float32
-table differs by up to 6e-4 in angle near position 16383, docs/field.md "Upstream semantics").
-The fp32 and bf16 pipelines use cos/sin of the float64 angle rounded to float32 (SCHEMA.md,
-"Pipelines").
+Upstream computes the table in float32; the truth pipeline computes it in float64 (the float32 table
+differs by up to 6e-4 in angle near position 16383: docs/field.md, "Upstream semantics"). The fp32
+and bf16 pipelines use cos/sin of the float64 angle rounded to float32 (SCHEMA.md, "Pipelines").
 
 Every number here defines a case, so none comes from the installed library's pow/log/cos: the
 correction range, the frequencies and cos/sin are the float64 values nearest to the exact real

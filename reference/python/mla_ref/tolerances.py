@@ -11,7 +11,7 @@ CORE_VS_LAYER_FP64_REL = 1e-12
 PAGE_PERMUTATION_REL = 0.0
 # YaRN inverse frequencies vs the closed form (both float64)
 YARN_FREQ_REL = 1e-15
-# softmax-scale constants quoted in docs/field.md to 10 decimals
+# softmax-scale constants quoted in docs/field.md ("Upstream semantics") to 10 decimals
 SOFTMAX_SCALE_ABS = 5e-11
 # sanity: pipelines vs the fp64 truth on the tiny preset (relative to the output's max magnitude)
 FP32_VS_FP64_REL = 1e-5

@@ -3,6 +3,3 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # reference/python, so `import mla_ref` works without PYTHONPATH
-
-REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
-GOLDENS = os.environ.get("MLA_GOLDENS_DIR", os.path.join(REPO, "fixtures", "goldens"))

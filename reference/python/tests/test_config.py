@@ -9,7 +9,8 @@ from mla_ref import tolerances as T
 
 
 def test_softmax_scale_constants():
-    # docs/field.md: mscale 1.0 -> 0.1352337789, mscale 0.707 -> 0.1147213868 (YaRN on: 16384 > 4096)
+    # docs/field.md, "Upstream semantics": mscale 1.0 -> 0.1352337789, mscale 0.707 -> 0.1147213868
+    # (YaRN on: 16384 > 4096)
     assert abs(config.preset("v3").softmax_scale - 0.1352337789) < T.SOFTMAX_SCALE_ABS
     for p in ("v3-tp2", "v3-tp4", "v3-tp8"):
         assert config.preset(p).softmax_scale == config.preset("v3").softmax_scale

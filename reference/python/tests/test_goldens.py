@@ -7,9 +7,9 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import GOLDENS
+from catalog_dir import GOLDENS
 from mla_ref import attention as A
-from mla_ref import config, generator, goldens, layer, needles, numerics
+from mla_ref import catalog, config, generator, goldens, layer, needles, numerics
 from mla_ref import tolerances as T
 
 pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(GOLDENS, "MANIFEST.sha256")),
@@ -60,7 +60,7 @@ def test_schema_attrs_and_dtypes(name):
             assert d.dtype.byteorder in ("<", "|", "="), n
 
 
-ATTN_FAMILIES = ("attn_core.h5", "attn_fp8.h5", "attn_sparse.h5", "attn_stress.h5")
+ATTN_FAMILIES = tuple(f.file for f in catalog.FAMILIES if f.kind == "attention")
 
 
 @pytest.mark.parametrize("name", ATTN_FAMILIES)
@@ -69,7 +69,7 @@ def test_attn_cases_shapes_and_poison(name):
         for cname, c in f["cases"].items():
             at = c.attrs
             b, s_q, h, ps, nb, mb = (int(at[k]) for k in ("batch", "s_q", "heads", "page_size", "num_blocks", "max_blocks"))
-            assert at["kind"] == "attn_core" and at["d_qk"] == 576 and at["d_v"] == 512
+            assert at["kind"] == catalog.family(f.attrs["family"]).case_kind and at["d_qk"] == 576 and at["d_v"] == 512
             assert at["sentinel_block_id"] == 2147483647
             assert at["causal"] == (0 if at["topk"] else 1)
             bt, sl = c["inputs/block_table"][()], c["inputs/cache_seqlens"][()]

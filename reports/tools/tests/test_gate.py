@@ -3,7 +3,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import bench_json
+from benchfiles import bench_json
 
 from mla_benchtools import gate
 

@@ -6,7 +6,7 @@ import json
 import sys
 
 import pytest
-from conftest import bench_json, kernel, point
+from benchfiles import bench_json, kernel, point
 
 import torch_side_by_side as tsb
 from mla_benchtools import benchjson, report

@@ -3,7 +3,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import CEILINGS, bench_json, kernel, point
+from benchfiles import CEILINGS, bench_json, kernel, point
 
 from mla_benchtools import benchjson, report
 
@@ -33,7 +33,8 @@ def sample_run():
         cases[name(NAIVE, p)] = ([200.0 + i, 210.0 + i, 190.0 + i], naive_c)  # median 200+i ms
     cases[name(GPU, "cpu_decode_sk1024")] = ([1.0, 1.0, 1.0], mla_c)
     cases["ceiling/read_bw/real_time/threads:1"] = ([10.0, 10.0, 10.0], {"bytes_per_second": 19e9})
-    kernels = [kernel(MLA, "f64"), kernel(NAIVE, "f32"), kernel(GPU, "bf16", backend="cuda")]
+    kernels = [kernel(MLA, "f64", role="oracle"), kernel(NAIVE, "f32", role="baseline"),
+               kernel(GPU, "bf16", backend="cuda")]
     return bench_json(cases, points=pts, kernels=kernels,
                       errors={name(MLA, "cpu_huge"): "too large for this machine: inputs 9 GiB"})
 
@@ -59,6 +60,17 @@ def test_metrics_use_model_median_and_the_kernels_roofs(run):
     g = report.metrics_for(run, run.cases[name(GPU, "cpu_decode_sk1024")])
     assert g.pct is None and g.bound is None  # no device ceiling: no percentage invented
     assert report.metrics_for(run, run.cases[name(MLA, "cpu_huge")]) is None
+
+
+def test_baselines_are_the_kernels_declared_so_never_a_naming_convention(write_json):
+    run = benchjson.load(write_json(sample_run()))
+    assert report.default_baselines(run) == [NAIVE]
+    # A kernel whose name says naive but whose registry entry does not is no baseline, and the
+    # other way round.
+    data = sample_run()
+    data["context"]["mla_kernels"] = json.dumps([kernel(MLA, "f64", role="baseline"), kernel(NAIVE, "f32"),
+                                                 kernel(GPU, "bf16", backend="cuda")])
+    assert report.default_baselines(benchjson.load(write_json(data))) == [MLA]
 
 
 def test_markdown_has_every_case_speedups_and_skips(run):

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import TOOLS, bench_json, kernel, point
+from benchfiles import TOOLS, bench_json, kernel, point
 
 import torch_side_by_side as tsb
 from mla_benchtools import benchjson, report
@@ -76,13 +77,34 @@ def test_decompressed_mha_reads_field_notes_bytes_per_token():
     b1, _ = tsb.cost_model(p, "torch_sdpa_mha")
     p2 = tsb.Point(**{**p.__dict__, "seqlen_max": 2048, "seqlen_mean": 2048.0})
     b2, _ = tsb.cost_model(p2, "torch_sdpa_mha")
-    assert (b2 - b1) / (128 * 1024) == 10240  # naive MHA, 16 heads (FIELD-NOTES)
+    assert (b2 - b1) / (128 * 1024) == 10240  # naive MHA, 16 heads (docs/field.md)
     lb1, lf = tsb.cost_model(p, "torch_sdpa_latent")
     lb2, _ = tsb.cost_model(p2, "torch_sdpa_latent")
     assert (lb2 - lb1) / (128 * 1024) == 16 * (576 + 512) * 2  # cuda_naive_mha_cublas's model
     assert lf == tsb.cost_model(p, "torch_absorbed_einsum")[1]
     with pytest.raises(tsb.UsageError):
         tsb.cost_model(p, "nope")
+
+
+def test_the_softmax_scale_is_the_python_references(tmp_path):
+    # One definition (mla_ref.config, correctly rounded), read by the side-by-side, not copied:
+    # from the source tree, and from the bundle's layout (make_bundle.sh puts reference/python's
+    # mla_ref beside the tools, with no source tree around them).
+    from mla_ref import config
+    want = config.preset("v3").softmax_scale
+    assert tsb.v3_softmax_scale() == want
+    tools = tmp_path / "tools" / "reports"
+    shutil.copytree(TOOLS, tools, ignore=shutil.ignore_patterns("tests", "__pycache__"))
+    shutil.copytree(Path(config.__file__).parent, tools / "mla_ref", ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import torch_side_by_side as t;"
+            " s = t.v3_softmax_scale(); import mla_ref; print(mla_ref.__file__); print(repr(s))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-c", code, str(tools)], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    where, scale = r.stdout.split()
+    assert Path(where).parent == tools / "mla_ref"
+    assert float(scale) == want
 
 
 def test_unsupported_points_say_why():

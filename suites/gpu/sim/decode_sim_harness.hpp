@@ -18,7 +18,7 @@
 
 #include "mla/core/numeric.hpp"
 #include "mla/cuda/split_plan.hpp"
-#include "mla/kernels/attention.hpp"
+#include "mla/core/attention.hpp"
 
 namespace mla::cuda::simtest {
 

@@ -6,12 +6,12 @@
 //    deployed-precision reference), with outputs pre-filled with NaN and guard bands around
 //    every output and workspace buffer;
 //  * every cp.async source is q or a cache slot of a token < L of its sequence, and for sparse
-//    inputs only a slot some row names with a valid index (docs/field.md, Bugs 2, 4, 6, 8: no
+//    inputs only a slot some row names with a valid index (docs/field.md, "Bugs", 2, 4, 6, 8: no
 //    read of a sentinel page, a poisoned slot, a padded head row or an invalid index);
 //  * page permutation and batch order give bitwise-equal results, split counts agree;
 //  * shared-memory addresses are aligned and in range, barriers and warp collectives are
 //    reached by every thread, no cp.async is left un-waited;
-//  * the small golden cases of attn_fp8 and attn_sparse, judged against their stored truth
+//  * the small FP8 and sparse golden cases of the catalog, judged against their stored truth
 //    and same_dtype reference;
 //  * mutation self-checks: known bugs switched on in the kernel source (wrong FP8 scale block,
 //    invalid index read as token 0, invalid index left unmasked, stale rows dequantized) make
@@ -118,7 +118,7 @@ std::vector<Case> cases() {
       {"sq7_h5_split2", {50, 3}, 7, 5, true, 16, 2, 1.0, 4},
       // 24 rows: the 32-row instance (128 threads).
       {"h8_sq3", {90, 45}, 3, 8, true, 16, 0, 1.0, 5},
-      // Large logits through split and combine (docs/field.md, Bugs 3), splits empty for L = 0.
+      // Large logits through split and combine (docs/field.md, "Bugs", 3), splits empty for L = 0.
       {"large_logits_split5", {300, 0, 17}, 2, 16, true, 64, 5, 100.0, 6},
       // Non-causal multi-query, page size 1.
       {"noncausal_ps1", {40, 70}, 2, 16, false, 1, 0, 1.0, 7},
@@ -187,7 +187,7 @@ Built build(const Case& c, const testing::Layout& layout) {
   if (!r.errors.empty()) return ::testing::AssertionFailure() << what << ": " << fmt::format("{}", fmt::join(r.errors, "\n"));
   const gputest::Result truth = gputest::truth_attention(in);
   const gputest::Result same = gputest::same_dtype_attention(in);
-  return gputest::matches(what, r.out, in.shape, truth.out, truth.lse, std::span<const double>(same.out));
+  return gputest::matches(what, r.out, in.shape, truth, &same);
 }
 
 class DecodeSim : public ::testing::TestWithParam<std::tuple<Case, CpAsyncLanding>> {};
@@ -241,8 +241,8 @@ TEST_P(DecodeSimInvariance, LayoutAndBatchOrderAreBitwiseInvariantAndSplitsAgree
     for (int n : {1, 2, 7, 40}) {
       const SimRun rs = run_sim(ba.in, n);
       ASSERT_TRUE(rs.errors.empty()) << fmt::format("{}", fmt::join(rs.errors, "\n"));
-      EXPECT_TRUE(gputest::matches(fmt::format("splits={}", n), rs.out, ba.in.shape, truth.out, truth.lse));
-      EXPECT_TRUE(gputest::matches(fmt::format("splits={} vs automatic", n), rs.out, ba.in.shape, ra.out.out, ra.out.lse));
+      EXPECT_TRUE(gputest::matches(fmt::format("splits={}", n), rs.out, ba.in.shape, truth));
+      EXPECT_TRUE(gputest::matches(fmt::format("splits={} vs automatic", n), rs.out, ba.in.shape, gputest::Result{ra.out.out, ra.out.lse}));
     }
   }
 }
@@ -439,9 +439,9 @@ TEST_P(DecodeSimFp8Paths, FastAndGeneralDecodesGiveBitwiseEqualResults) {
   EXPECT_TRUE(gputest::bitwise_equal("lse", fast.out.lse, general.out.lse));
 }
 
-// The golden cases of the FP8 and sparse families small enough for the simulator, judged against
-// their stored truth and same_dtype reference (the larger ones run on the GPU:
-// mla_cuda_golden_tests). A missing catalog is a visible skip.
+// The FP8 and sparse golden cases small enough for the simulator, judged against their stored
+// truth and same_dtype reference (the larger ones run on the GPU: mla_cuda_golden_tests). A
+// missing catalog is a visible skip.
 class DecodeSimGoldens : public InBothModes {};
 INSTANTIATE_TEST_SUITE_P(Landing, DecodeSimGoldens, ::testing::ValuesIn(kModes), mode_name);
 
@@ -451,35 +451,29 @@ TEST_P(DecodeSimGoldens, SmallFp8AndSparseCasesMatchTheirStoredTruth) {
   if (!cat) GTEST_SKIP() << why;
   int ran = 0;
   std::vector<std::string> skipped;
-  for (const std::string file : {"attn_fp8.h5", "attn_sparse.h5"}) {
-    if (!cat->sha256.count(file)) {
-      skipped.push_back(file + " (not in the catalog)");
+  // Every FP8 or sparse case of the catalog's attention families, whichever family holds it.
+  const auto refs = testing::attention_cases(*cat, [](const golden::AttnHeader& h) {
+    return h.shape.cache_format == CacheFormat::fp8 || h.shape.topk > 0;
+  });
+  for (const auto& ref : refs) {
+    const std::string id = ref.file + ":" + ref.name;
+    const auto c = golden::load_attn_case(cat->file(ref.file), ref.name);
+    const AttnInputs in = c.inputs();
+    // The simulator costs ~ row tiles × key tiles: today's cases (up to 2·2048 keys × 64 heads)
+    // take ~20 s together; anything much larger is left to the GPU.
+    const int64_t keys = in.shape.topk > 0
+                             ? int64_t{in.shape.topk} * in.shape.s_q
+                             : *std::max_element(c.cache_seqlens.begin(), c.cache_seqlens.end()) * in.shape.s_q;
+    const int64_t work = int64_t{in.shape.batch} * keys * in.shape.heads;
+    if (work > 300 * 1024) {
+      skipped.push_back(id);
       continue;
     }
-    const auto info = fixtures::read_file_info(cat->file(file));
-    for (const auto& name : info.cases) {
-      const auto c = fixtures::load_attn_case(cat->file(file), name);
-      const AttnInputs in = c.inputs();
-      // The simulator costs ~ row tiles × key tiles: today's cases (up to 2·2048 keys × 64 heads)
-      // take ~20 s together; anything much larger is left to the GPU.
-      const int64_t keys = in.shape.topk > 0
-                               ? int64_t{in.shape.topk} * in.shape.s_q
-                               : *std::max_element(c.cache_seqlens.begin(), c.cache_seqlens.end()) * in.shape.s_q;
-      const int64_t work = int64_t{in.shape.batch} * keys * in.shape.heads;
-      if (work > 300 * 1024) {
-        skipped.push_back(file + ":" + name);
-        continue;
-      }
-      SCOPED_TRACE(file + ":" + name);
-      const SimRun r = run_sim(in, 0);
-      ASSERT_TRUE(r.errors.empty()) << fmt::format("{}", fmt::join(r.errors, "\n"));
-      std::vector<double> same_out(c.same_dtype_out.size());
-      for (std::size_t i = 0; i < same_out.size(); ++i) same_out[i] = bf16_to_float(c.same_dtype_out[i]);
-      std::optional<std::span<const double>> same;
-      if (same_out.size() == c.truth_out.size()) same = std::span<const double>(same_out);
-      EXPECT_TRUE(gputest::matches(file + ":" + name, r.out, in.shape, c.truth_out, c.truth_lse, same));
-      ++ran;
-    }
+    SCOPED_TRACE(id);
+    const SimRun r = run_sim(in, 0);
+    ASSERT_TRUE(r.errors.empty()) << fmt::format("{}", fmt::join(r.errors, "\n"));
+    EXPECT_TRUE(gputest::matches(id, r.out, in.shape, c));
+    ++ran;
   }
   RecordProperty("ran", ran);
   RecordProperty("left_to_the_gpu", fmt::format("{}", fmt::join(skipped, " ")));

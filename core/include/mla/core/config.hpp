@@ -29,4 +29,10 @@ struct ModelConfig {
   bool yarn() const { return max_seq_len > original_seq_len; }
 };
 
+// The softmax scale of the layer: (nope+rope)^-0.5, times (0.1·mscale·ln(rope_factor) + 1)²
+// under YaRN (docs/field.md, "Upstream semantics": 0.1352337789 for V3's mscale 1.0). The one
+// C++ definition: the reference layer, the workloads and the tools all call it. Throws
+// mla::Error on a non-positive head dimension or rope_factor.
+double softmax_scale(const ModelConfig& cfg);
+
 }  // namespace mla

@@ -27,8 +27,10 @@ inline constexpr std::size_t kQkDim = 576;
 inline constexpr std::size_t kFp8BlockSize = 128;
 
 enum class ScaleFmt { fp32, ue8m0 };
-const char* to_string(ScaleFmt f);                  // "fp32", "ue8m0"
-ScaleFmt scale_fmt_from_string(std::string_view s);  // throws mla::Error naming the known ones
+// "fp32" / "ue8m0", the schema's `scale_fmt` words; the parser throws mla::Error naming the
+// known ones on another word.
+const char* to_string(ScaleFmt f);
+ScaleFmt scale_fmt_from_string(std::string_view s);
 
 // How a block's float32 scale is derived from its amax (fixtures/SCHEMA.md, "FP8 scale
 // recipes"). Both are in deployed use and differ only for blocks with amax below 448·1e-4:

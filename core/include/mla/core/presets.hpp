@@ -2,7 +2,7 @@
 // counts the Python side does not need) and the KV-cache byte model per token and layer.
 //
 // Why one table here: the memory model, the CLI and the tests all need the same numbers; a
-// second table elsewhere would drift. suites/certify/test_presets.cpp checks this table against
+// second table elsewhere would drift. suites/certify/test_mla_cli.cpp checks this table against
 // the Python presets field by field, and the byte model against the Python kv_bytes_per_token.
 #pragma once
 

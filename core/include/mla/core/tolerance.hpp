@@ -2,8 +2,8 @@
 // looked up by name from the one table in core/src/tolerance_table.cpp (no literal tolerance
 // anywhere else).
 //
-// The contract per comparison (FIELD-NOTES: FlashMLA's and FlashAttention's methods, combined,
-// against an fp64 truth that neither of them has):
+// The contract per comparison (FlashMLA's and FlashAttention's methods, docs/field.md,
+// "Tolerance methods in use", combined against an fp64 truth that neither of them has):
 //  1. equal shapes; 2. equal NaN / +Inf / -Inf masks;
 //  3. every finite element within atol OR rtol of the truth (the worst one is reported with its
 //     multi-index, so a rare mismatch cannot hide behind a good global score); atol may scale
@@ -22,10 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace mla {
-enum class CacheFormat;  // mla/kernels/attention.hpp
-enum class OutDType;
-}  // namespace mla
+#include "mla/core/attention.hpp"
 
 namespace mla::tol {
 

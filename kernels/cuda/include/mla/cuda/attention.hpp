@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "mla/kernels/attention.hpp"
+#include "mla/core/kernel.hpp"
 
 namespace mla::cuda {
 

@@ -3,14 +3,15 @@
 //
 // Per token: kv_norm (RMSNorm, fp32, eps 1e-6 by default, times the weight) on the 512-wide
 // latent, interleaved RoPE on the 64-wide k_pe at the token's position (pairs (2i, 2i+1) rotated
-// by pos·inv_freq[i]; a half-split RoPE is wrong by O(1), FIELD-NOTES), both rounded to bf16 and
-// written to cache[block_table[seq][pos / ps]][pos % ps] = [latent 512 | k_pe 64].
+// by pos·inv_freq[i]; a half-split RoPE is wrong by O(1), docs/field.md, "Upstream semantics"),
+// both rounded to bf16 and written to
+// cache[block_table[seq][pos / ps]][pos % ps] = [latent 512 | k_pe 64].
 //
-// Capacity (FIELD-NOTES: upstream has no sliding window; a single-token write past the end is
-// silently dropped there): a position at or past max_seq_len, or one whose page the block table
-// does not provide (past max_blocks, or an entry outside [0, num_blocks) such as the sentinel),
-// is found on the device, reported through a flag read back after the launch, and thrown as
-// mla::CapacityError. The check runs before any write, so a rejected call writes nothing.
+// Capacity (docs/field.md, "Upstream semantics": upstream has no sliding window; a single-token
+// write past the end is silently dropped there): a position at or past max_seq_len, or one whose
+// page the block table does not provide (past max_blocks, or an entry outside [0, num_blocks) such
+// as the sentinel), is found on the device, reported through a flag read back after the launch, and
+// thrown as mla::CapacityError. The check runs before any write, so a rejected call writes nothing.
 //
 // FP8: the token is first produced in bf16 exactly as for the bf16 cache, then each block of
 // 128 latent values is encoded: scale = max(amax, 1e-4)/448 in float32 (ue8m0: rounded up to a

@@ -2,9 +2,10 @@
 // copy bandwidth (device-to-device cudaMemcpyAsync) and bf16 tensor-core throughput (a cuBLAS
 // GEMM with fp32 accumulation).
 //
-// Why measured and not the datasheet: FIELD-NOTES (measurement practice) asks for bandwidth as a
-// % of a bandwidth measured on the same GPU. On the H200 here a copy moves about 4.3 TB/s against
-// 4.8 on the datasheet, and bf16 GEMM reaches 770-800 TFLOP/s against about 990.
+// Why measured and not the datasheet: bandwidth is reported as a % of a bandwidth measured on the
+// same GPU (docs/field.md, "Measurement practice"). A copy or a GEMM reaches a fraction of the
+// datasheet's figure that depends on the part, its clocks and its power limit, so only a ceiling
+// measured in the same run says how close a kernel is.
 //
 // Byte accounting: the read probe counts the bytes it reads; the copy probe counts bytes read plus
 // bytes written (2x the buffer), the convention METHOD.md and most bandwidth tools use.

@@ -21,7 +21,8 @@ struct DeviceInfo {
 
 // Why no CUDA kernel can run in this process (no driver, no device, a device older than sm_80,
 // a binary without code for the device), or nullopt. Never throws: ANY error from the runtime
-// counts as "no GPU" (FIELD-NOTES: binaries must start and skip on machines without a driver).
+// counts as "no GPU": every binary must start, and skip with the reason, on a machine without a
+// driver (CI has none).
 // Decided once per process, for the device current at the first call.
 std::optional<std::string> unavailable_reason();
 

@@ -4,11 +4,11 @@
 // (a row is one (query position, head) pair; a sequence has s_q·heads of them) and one range
 // of cache tokens. When there are too few (sequence, row tile) pairs to fill the GPU, a
 // sequence's tokens are cut into several splits whose partial results a combine kernel merges
-// (FIELD-NOTES: FlashMLA's split-KV). Everything the kernel needs is decided here, so it can be
-// tested without a GPU:
+// (FlashMLA's split-KV: docs/field.md, "How the fastest Hopper MLA decode is built").
+// Everything the kernel needs is decided here, so it can be tested without a GPU:
 //  * every token [0, L) of every sequence is covered exactly once for every row tile, and a
 //    sequence with L = 0 still gets one (empty) work item, so its rows are written (out 0,
-//    lse +inf) rather than left as whatever memory held (FIELD-NOTES bugs 1, 2);
+//    lse +inf) rather than left as whatever memory held (docs/field.md, "Bugs", 1, 2);
 //  * the grid is one-dimensional, with its size checked against the limit, so long sequences
 //    or large s_q never run into the 65535 limit of grid.y/z (bug 10);
 //  * a sequence's split count and token ranges depend only on its own length and on

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "mla/core/error.hpp"
-#include "mla/kernels/attention.hpp"
+#include "mla/core/kernel.hpp"
 #include "mla/plugin/mla_plugin.h"
 
 namespace mla::plugin {
@@ -26,6 +26,9 @@ class PluginError : public Error {
  public:
   using Error::Error;
 };
+
+// "MLA_PLUGIN_OK", "MLA_PLUGIN_CAPACITY", ... or "unknown code N": a status code in messages.
+std::string describe_rc(int32_t rc);
 
 // Capabilities in the C ABI's form <-> the kernel interface's.
 Capabilities capabilities_from(const mla_plugin_capabilities& c);

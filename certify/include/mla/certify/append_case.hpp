@@ -1,0 +1,60 @@
+// Certifying a plug-in's append entry point (ABI 1.1): the cases, built from the family the
+// catalog description certifies as appends (fixtures/catalog.json: cache_boundary, rows of
+// family cache_append), and how a child's outcome becomes a verdict (judge_append,
+// mla/judge/append.hpp, does the judging).
+//
+// Each golden case's configuration gives max_seq_len, the prefill length and the two boundary
+// positions (the accepted write at max_seq_len - 1 and the refused one at max_seq_len) and its
+// RoPE parameters. The ABI's widths are fixed (latent 512, rope 64) while the golden
+// configuration is tiny, so the token values are drawn from the counter-based generator seeded
+// by the golden's seed, and the truth is the fp64 append oracle (mla/ref/append.hpp) on exactly
+// those bf16 inputs.
+//
+// Per claimed format (bf16; fp8 with each claimed scale format) three calls, each on a cache
+// whose every byte starts as a known pattern:
+//   prefill     - a prefill chunk of one sequence across a page boundary plus scattered tokens
+//                 of another (first and last slot of a page, an all-zero latent, a block of
+//                 1e-6-sized values that exercises the 1e-4 scale clamp), in a shuffled order;
+//   last_valid  - a token at max_seq_len - 1, which must be written;
+//   rejected    - valid tokens followed by one at max_seq_len: MLA_PLUGIN_CAPACITY and nothing
+//                 written. The block table maps the page past capacity to a real block, so a
+//                 kernel without a capacity check writes where it is seen instead of crashing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mla/certify/protocol.hpp"
+#include "mla/core/kernel.hpp"
+#include "mla/golden/golden.hpp"
+#include "mla/plugin/host.hpp"
+#include "mla/ref/append.hpp"
+#include "mla/reports/certificate.hpp"
+
+namespace mla::certify {
+
+struct AppendCase {
+  std::string name, description;
+  plugin::AppendCallInputs in;
+  CacheFormat format = CacheFormat::bf16;
+  ScaleFmt scale_fmt = ScaleFmt::fp32;
+  bool expect_capacity = false;  // a token past capacity: the call must be refused
+  // The oracle's view of the call: the same inputs, with the format and scale to write.
+  ref::AppendProblem problem() const;
+  nlohmann::json shape() const;
+};
+
+// The cases of one golden case of the append family for the formats (MLA_PLUGIN_CACHE_*) and
+// FP8 scale formats (MLA_PLUGIN_SCALE_*) a plug-in claims; `caps` picks the page size. Throws
+// mla::Error when the golden's boundary positions are not max_seq_len - 1 and max_seq_len.
+std::vector<AppendCase> make_append_cases(const golden::LayerCase& g, uint32_t formats, uint32_t scale_fmts,
+                                          const Capabilities& caps);
+
+// Fills r.verdict, r.reasons, r.run_seconds and the latent (r.out) / k_pe (r.lse) comparisons
+// from a child's outcome: judge_append, plus the audit's findings for a call that was judged.
+void judge_append_run(const AppendCase& c, const AppendRun& run, reports::CaseResult& r);
+
+}  // namespace mla::certify

@@ -1,0 +1,70 @@
+// The certification run behind `mla certify`: every selected implementation (registered
+// kernels, fault kernels for the certifier's own tests, external plug-ins) on every selected case
+// of the golden catalog, each call in a child process with a deadline, judged in this process by
+// the one judge (mla/judge), recorded in a certificate (JSON, Markdown, JUnit XML) that is
+// rewritten after every case.
+//
+// Along its seams (certify/src): plan (which implementations, which cases), resume (which
+// results of a previous certificate still hold), attention case (one case for every
+// implementation), append case (plug-ins' appends), isolation (child processes) and the one wire
+// format of the messages exchanged with them.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mla/core/error.hpp"
+#include "mla/reports/certificate.hpp"
+
+namespace mla::certify {
+
+// Cases holding more cache slots than this are never run for information on a shape the
+// kernel does not claim: the probe is a courtesy, and must stay cheap next to the claimed work.
+inline constexpr int64_t kProbeMaxCacheTokens = 1 << 16;
+
+// Files the certificate is written to, inside Options::out.
+inline constexpr const char* kJsonName = "certificate.json";
+inline constexpr const char* kMarkdownName = "certificate.md";
+inline constexpr const char* kJunitName = "certificate.junit.xml";
+
+struct Options {
+  std::filesystem::path goldens, out;
+  std::vector<std::string> kernels;   // registry (or fault kernel) names; empty and no plug-ins: all
+  std::vector<std::filesystem::path> plugins;  // shared libraries exposing the C ABI
+  std::vector<std::string> families;  // certified families (as the certificate names them); empty: all
+  std::vector<std::string> extras;    // fault kernels (mla/faults/faults.hpp) by name
+  std::optional<std::string> case_regex;  // ECMAScript, searched in "<family>/<case>"
+  std::optional<int64_t> max_tokens;      // skip cases whose cache holds more tokens
+  int repeats = 2;  // runs per case; results must be bitwise identical across them (plug-ins: >= 2)
+  double timeout_s = 600;  // per (kernel, case) child process
+  bool isolate = true;     // false: registered kernels run in this process (plug-ins never do)
+  bool resume = false;     // reuse results of <out>/certificate.json where still valid
+  bool probe_unclaimed = true;  // run unclaimed shapes for information (cheap cases only)
+  std::filesystem::path self_exe;  // executable re-run as the child; empty: this one
+};
+
+// Bad options (unknown kernel or family, a selection with no case, an invalid regex, a
+// plug-in that cannot be loaded), an unreadable catalog and an unwritable report folder are
+// UsageError; everything that goes wrong inside a case is recorded in the certificate instead.
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Runs the whole certification, writing the certificate after every case. Progress goes to
+// `progress`. Returns the final certificate.
+reports::Certificate run(const Options& options, std::ostream& progress);
+
+// Throws UsageError naming `dir` when a certificate cannot be written there (checked before any
+// work is done).
+void check_writable_folder(const std::filesystem::path& dir);
+
+// sha256 of the tolerance table as the certificate records it: results judged under another
+// table are never reused by --resume.
+std::string tolerance_table_digest();
+
+}  // namespace mla::certify

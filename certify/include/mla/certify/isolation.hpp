@@ -1,0 +1,53 @@
+// Child processes with a deadline: the certifier runs every kernel call in one, so a crash (a
+// signal), a hang (the deadline) or a sticky CUDA error (the process ends with it) costs one
+// verdict, not the run. What they exchange is the wire format of wire.hpp, in files of a
+// private work folder.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace mla::certify {
+
+struct ChildOutcome {
+  enum class Kind { exited, signaled, timed_out, spawn_failed };
+  Kind kind = Kind::spawn_failed;
+  int exit_code = 0;    // exited
+  int signal = 0;       // signaled
+  double timeout_s = 0; // timed_out: the deadline it ran past
+  std::string error;    // spawn_failed: why
+  std::string stderr_tail;  // the last lines the child wrote to stderr/stdout (trimmed)
+
+  bool ok() const { return kind == Kind::exited && exit_code == 0; }
+  // "crashed: killed by signal SIGSEGV (Segmentation fault)", "timed out after 2 s (killed)",
+  // "exited with status 3" — without timings, so a rerun words it identically.
+  std::string describe() const;
+};
+
+// fork + execv(argv[0], argv) in a new process group that dies with this process
+// (PR_SET_PDEATHSIG), stdin from /dev/null, stdout and stderr into `log_file`. Waits at most
+// `timeout_s` seconds, then kills the whole group. Never throws.
+ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, const std::filesystem::path& log_file);
+
+// "SIGSEGV (Segmentation fault)".
+std::string signal_description(int sig);
+
+// The path of the running executable (/proc/self/exe), for re-executing it as a child.
+std::filesystem::path self_executable();
+
+// A private folder for the files exchanged with children, named after this process: one left
+// behind by a certifier that was killed (its pid gone) is removed by the next.
+class WorkDir {
+ public:
+  WorkDir();  // throws mla::Error when no folder can be created
+  ~WorkDir();
+  WorkDir(const WorkDir&) = delete;
+  WorkDir& operator=(const WorkDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace mla::certify

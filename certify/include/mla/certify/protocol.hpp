@@ -1,0 +1,75 @@
+// What the certifier and its child processes say to each other, as messages of the one wire
+// format (wire.hpp): the case a child runs and what it returns, a plug-in's description, an
+// append call and its outcome. The child only runs code; every verdict is decided in the parent
+// from what these messages carry.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mla/certify/wire.hpp"
+#include "mla/core/kernel.hpp"
+#include "mla/plugin/host.hpp"
+
+namespace mla::certify {
+
+// One kernel's runs of one case, as the child reports them.
+struct RunResult {
+  enum class Status { ran, unsupported, error };
+  Status status = Status::error;
+  std::string message;  // unsupported / error: why
+  AttnOutputs outputs;  // ran: the first run's results
+  double run_seconds = 0;  // fastest run() + synchronize()
+  std::optional<double> bytes, flops;
+  // Faults found while running, each a FAIL reason: results differing between repeated runs,
+  // inputs changed by the kernel, writes outside its output (plug-ins).
+  std::vector<std::string> reasons;
+};
+
+// One append call's outcome, as the child reports it.
+struct AppendRun {
+  bool ran = false;      // false: the child could not call the plug-in (message says why)
+  std::string message;   // !ran: why; ran: the plug-in's error text
+  int32_t rc = -1;
+  std::vector<uint8_t> kv_cache;
+  std::vector<std::string> reasons;  // audit violations and differences between repeated calls
+  double run_seconds = 0;
+};
+
+// The message kinds.
+inline constexpr const char* kAttentionInputs = "attention-inputs";
+inline constexpr const char* kAttentionResult = "attention-result";
+inline constexpr const char* kAppendInputs = "append-inputs";
+inline constexpr const char* kAppendResult = "append-result";
+inline constexpr const char* kPluginDescription = "plugin-description";
+
+// Messages refer to the arrays of what they encode: it must outlive wire::write.
+wire::Message encode(const AttnInputs& in);
+wire::Message encode(const RunResult& r);
+wire::Message encode(const plugin::AppendCallInputs& in);
+wire::Message encode(const AppendRun& r);
+// Throws mla::Error naming the field that is missing or malformed.
+AttnBuffers decode_attention_inputs(const wire::Message& m);
+RunResult decode_run_result(const wire::Message& m);
+plugin::AppendCallInputs decode_append_inputs(const wire::Message& m);
+AppendRun decode_append_run(const wire::Message& m);
+
+// A plug-in's descriptor as the certifier records it: what the host validated and read from the
+// library, in the certificate's words.
+struct PluginDescription {
+  KernelInfo info;
+  std::string version;
+  std::optional<std::string> unavailable;
+  uint32_t abi_version = 0, abi_minor = 0;
+  bool device_memory = false;
+  uint32_t append_formats = 0, append_scale_fmts = 0;  // MLA_PLUGIN_CACHE_* / MLA_PLUGIN_SCALE_* bits
+};
+wire::Message encode(const PluginDescription& d);
+PluginDescription decode_plugin_description(const wire::Message& m);
+
+}  // namespace mla::certify

@@ -1,0 +1,402 @@
+#include "mla/certify/append_case.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "mla/core/error.hpp"
+#include "mla/core/generator.hpp"
+#include "mla/golden/families.hpp"
+#include "mla/judge/append.hpp"
+#include "mla/ref/rope.hpp"
+#include "mla/reports/certificate.hpp"
+#include "session.hpp"
+
+namespace mla::certify {
+namespace {
+
+using nlohmann::json;
+using tol::Verdict;
+constexpr int64_t kLat = static_cast<int64_t>(kLatentDim), kRp = static_cast<int64_t>(kRopeDim);
+// Streams of the counter-based generator, one per array, so no two arrays share values.
+enum Stream : uint64_t { kLatentStream = 101, kRopeStream, kWeightStream, kBlockStream, kCacheStream, kOrderStream };
+
+struct Token {
+  int32_t seq, pos;
+};
+
+}  // namespace
+
+ref::AppendProblem AppendCase::problem() const {
+  auto widen = [](const std::vector<uint16_t>& bits) {
+    std::vector<double> v(bits.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) v[i] = bf16_to_float(bits[i]);
+    return v;
+  };
+  ref::AppendProblem p;
+  p.num_tokens = in.num_tokens;
+  p.latent = widen(in.latent);
+  p.k_pe = widen(in.k_pe);
+  p.kv_norm_weight = widen(in.kv_norm_weight);
+  p.inv_freq = in.inv_freq;
+  p.eps = in.eps;
+  p.seq_ids = in.seq_ids;
+  p.positions = in.positions;
+  p.block_table = in.block_table;
+  p.batch = in.batch;
+  p.max_blocks = in.max_blocks;
+  p.page_size = in.page_size;
+  p.num_blocks = in.num_blocks;
+  p.max_seq_len = in.max_seq_len;
+  p.format = format;
+  p.scale_fmt = scale_fmt;
+  return p;
+}
+
+json AppendCase::shape() const {
+  json j = {{"cache_format", to_string(format)}, {"batch", in.batch},         {"page_size", in.page_size},
+            {"num_blocks", in.num_blocks},       {"max_blocks", in.max_blocks}, {"max_seq_len", in.max_seq_len},
+            {"num_tokens", in.num_tokens},       {"positions", in.positions}, {"seq_ids", in.seq_ids}};
+  if (format == CacheFormat::fp8) j["scale_fmt"] = to_string(scale_fmt);
+  return j;
+}
+
+std::vector<AppendCase> make_append_cases(const golden::LayerCase& g, uint32_t formats, uint32_t scale_fmts,
+                                          const Capabilities& caps) {
+  const int64_t msl = g.config.max_seq_len;
+  if (!g.accept || !g.reject || g.steps.empty()) {
+    throw Error(fmt::format("{}/{}: a cache_boundary case needs steps/0, accept and reject", g.file, g.name));
+  }
+  if (g.accept->start_pos != msl - 1 || g.reject->start_pos != msl) {
+    throw Error(fmt::format("{}/{}: accept at {} and reject at {} are not max_seq_len - 1 and max_seq_len ({})", g.file,
+                            g.name, g.accept->start_pos, g.reject->start_pos, msl));
+  }
+  const int64_t prefill = g.steps[0].x.shape.size() >= 2 ? g.steps[0].x.shape[1] : 0;
+  if (msl < 2 || prefill < 1 || prefill > msl) {
+    throw Error(fmt::format("{}/{}: max_seq_len {} / prefill {} leave no room for the cases", g.file, g.name, msl, prefill));
+  }
+  const uint64_t seed = static_cast<uint64_t>(g.seed);
+  const int32_t page = caps.page_sizes.empty() ? 16 : caps.page_sizes.front();
+  const int32_t batch = 2;
+  // One block-table entry past capacity, mapped to a real block (see the header), and two blocks
+  // no sequence maps, whose bytes nothing may touch.
+  const int32_t max_blocks = static_cast<int32_t>((msl + page - 1) / page + 1);
+  const int32_t num_blocks = batch * max_blocks + 2;
+  std::vector<int32_t> block_table(static_cast<std::size_t>(batch * max_blocks));
+  const auto perm = gen::permutation(seed, kBlockStream, num_blocks);
+  for (std::size_t i = 0; i < block_table.size(); ++i) block_table[i] = static_cast<int32_t>(perm[i]);
+
+  ModelConfig cfg = g.config;
+  cfg.qk_rope_head_dim = kRp;  // the ABI's width; the golden's theta and YaRN parameters stay
+  const auto inv_freq = ref::rope_inv_freq(cfg);
+  std::vector<uint16_t> weight(static_cast<std::size_t>(kLat));
+  gen::fill_bf16(seed, kWeightStream, 1.0, 0.2, weight);
+
+  struct Plan {
+    std::string what, description;
+    std::vector<Token> tokens;
+    bool reject;
+  };
+  std::vector<Plan> plans;
+  {
+    Plan p{"prefill", "", {}, false};
+    for (int32_t t = 0; t < prefill && t < msl - 1; ++t) p.tokens.push_back({0, t});
+    std::set<int32_t> seq1;
+    for (int64_t t : {int64_t{0}, int64_t{page} - 1, int64_t{page}, 2 * int64_t{page} - 1}) {
+      if (t < msl - 1) seq1.insert(static_cast<int32_t>(t));
+    }
+    for (int32_t t : seq1) p.tokens.push_back({1, t});
+    // Launch order unrelated to positions.
+    std::vector<Token> shuffled;
+    for (int64_t i : gen::permutation(seed, kOrderStream, static_cast<int64_t>(p.tokens.size()))) {
+      shuffled.push_back(p.tokens[static_cast<std::size_t>(i)]);
+    }
+    p.tokens = shuffled;
+    p.description = fmt::format("{} tokens: positions [0, {}) of sequence 0 and page edges of sequence 1 (page size {})",
+                                p.tokens.size(), std::min<int64_t>(prefill, msl - 1), page);
+    plans.push_back(p);
+  }
+  plans.push_back({"last_valid",
+                   fmt::format("the last valid position max_seq_len - 1 = {} (golden accept step), and a page start", msl - 1),
+                   {{0, static_cast<int32_t>(msl - 1)}, {1, std::min<int32_t>(page, static_cast<int32_t>(msl - 1))}},
+                   false});
+  plans.push_back({"rejected",
+                   fmt::format("two valid tokens, then one at max_seq_len = {} (golden reject step): must return "
+                               "MLA_PLUGIN_CAPACITY having written nothing",
+                               msl),
+                   {{1, 1}, {1, 2}, {0, static_cast<int32_t>(msl)}},
+                   true});
+  if (plans[1].tokens[1].pos == plans[1].tokens[0].pos && plans[1].tokens[1].seq == plans[1].tokens[0].seq) {
+    plans[1].tokens.pop_back();
+  }
+
+  struct Variant {
+    CacheFormat format;
+    ScaleFmt scale;
+    uint32_t abi_scale;
+  };
+  std::vector<Variant> variants;
+  if (formats & MLA_PLUGIN_CACHE_BF16) variants.push_back({CacheFormat::bf16, ScaleFmt::fp32, 0});
+  if (formats & MLA_PLUGIN_CACHE_FP8) {
+    if (scale_fmts & MLA_PLUGIN_SCALE_FP32) variants.push_back({CacheFormat::fp8, ScaleFmt::fp32, MLA_PLUGIN_SCALE_FP32});
+    if (scale_fmts & MLA_PLUGIN_SCALE_UE8M0) variants.push_back({CacheFormat::fp8, ScaleFmt::ue8m0, MLA_PLUGIN_SCALE_UE8M0});
+  }
+
+  std::vector<AppendCase> out;
+  for (const auto& v : variants) {
+    const std::string fmt_name = v.format == CacheFormat::bf16 ? "bf16" : fmt::format("fp8_{}", to_string(v.scale));
+    const std::size_t bpt = cache_bytes_per_token(v.format);
+    for (std::size_t pi = 0; pi < plans.size(); ++pi) {
+      const auto& p = plans[pi];
+      AppendCase c;
+      c.name = fmt::format("{}/{}/{}", g.name, fmt_name, p.what);
+      c.description = fmt::format("append ({}): {}", fmt_name, p.description);
+      c.format = v.format;
+      c.scale_fmt = v.scale;
+      c.expect_capacity = p.reject;
+      auto& in = c.in;
+      const int32_t n = static_cast<int32_t>(p.tokens.size());
+      in.num_tokens = n;
+      in.batch = batch;
+      in.max_blocks = max_blocks;
+      in.page_size = page;
+      in.num_blocks = num_blocks;
+      in.max_seq_len = msl;
+      in.cache_format = v.format == CacheFormat::fp8 ? MLA_PLUGIN_CACHE_FP8 : MLA_PLUGIN_CACHE_BF16;
+      in.scale_fmt = v.abi_scale;
+      in.eps = 1e-6;  // the schema's kv_norm epsilon
+      in.kv_norm_weight = weight;
+      in.inv_freq = inv_freq;
+      in.block_table = block_table;
+      for (const auto& t : p.tokens) {
+        in.seq_ids.push_back(t.seq);
+        in.positions.push_back(t.pos);
+      }
+      // Values keyed by (sequence, position), so a token has the same inputs in every case.
+      in.latent.resize(static_cast<std::size_t>(n * kLat));
+      in.k_pe.resize(static_cast<std::size_t>(n * kRp));
+      for (int32_t i = 0; i < n; ++i) {
+        const uint64_t key = static_cast<uint64_t>(p.tokens[i].seq) * 1000003u + static_cast<uint64_t>(p.tokens[i].pos);
+        std::span<uint16_t> lat(in.latent.data() + i * kLat, static_cast<std::size_t>(kLat));
+        gen::fill_bf16(seed + key, kLatentStream, 0.0, 2.0, lat);
+        gen::fill_bf16(seed + key, kRopeStream, 0.0, 1.0, std::span<uint16_t>(in.k_pe.data() + i * kRp, static_cast<std::size_t>(kRp)));
+        if (p.tokens[i].seq == 1 && p.tokens[i].pos == 0) {
+          std::fill(lat.begin(), lat.end(), uint16_t{0});  // RMSNorm of zeros: eps alone, output 0
+        } else if (p.tokens[i].seq == 0 && p.tokens[i].pos == 1) {
+          // The last 128-block a million times smaller: its amax is below the 1e-4 scale clamp.
+          for (int64_t j = 3 * 128; j < kLat; ++j) lat[static_cast<std::size_t>(j)] = bf16_from_double(bf16_to_float(lat[static_cast<std::size_t>(j)]) * 1e-6);
+        }
+      }
+      in.kv_cache.resize(static_cast<std::size_t>(num_blocks) * page * bpt);
+      for (std::size_t i = 0; i < in.kv_cache.size(); ++i) {
+        in.kv_cache[i] = static_cast<uint8_t>(gen::bits(seed, kCacheStream + pi, i));
+      }
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+// ---- certifying plug-in appends --------------------------------------------------------------
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The family appends are built from (fixtures/catalog.json: certify "append"), if any.
+const golden::Family* append_family() {
+  for (const auto& f : golden::families()) {
+    if (f.certify == golden::Certified::append) return &f;
+  }
+  return nullptr;
+}
+
+AppendStatus status_of(int32_t rc) {
+  switch (rc) {
+    case MLA_PLUGIN_OK: return AppendStatus::ok;
+    case MLA_PLUGIN_CAPACITY: return AppendStatus::capacity;
+    case MLA_PLUGIN_UNSUPPORTED: return AppendStatus::refused;
+    default: return AppendStatus::error;
+  }
+}
+
+AppendRun run_append(Session& s, const Implementation& k, const AppendCase& c, std::size_t index) {
+  const auto inputs = s.work.path() / fmt::format("append-{}.inputs", index);
+  const auto result = s.work.path() / fmt::format("append-{}.result", index);
+  const auto log = s.work.path() / fmt::format("append-{}.log", index);
+  AppendRun r;
+  try {
+    wire::write(inputs, encode(c.in));
+  } catch (const std::exception& e) {
+    r.message = fmt::format("cannot hand the case to a child process: {}", e.what());
+    return r;
+  }
+  const int repeats = std::max(2, s.options.repeats);
+  const auto outcome = run_child({s.self.string(), "__child", "append", "--plugin", k.ref.plugin->string(), "--inputs",
+                                  inputs.string(), "--result", result.string(), "--repeats", std::to_string(repeats)},
+                                 s.options.timeout_s, log);
+  std::error_code ec;
+  if (outcome.ok() && fs::exists(result, ec)) {
+    try {
+      r = decode_append_run(wire::read(result, kAppendResult));
+    } catch (const std::exception& e) {
+      r = AppendRun{};
+      r.message = fmt::format("the child's result is unreadable: {}", e.what());
+    }
+  } else {
+    r.message = outcome.ok() ? "the child exited without writing a result" : outcome.describe();
+    if (!outcome.stderr_tail.empty()) r.message += "; its last output: " + outcome.stderr_tail;
+  }
+  fs::remove(inputs, ec);
+  fs::remove(result, ec);
+  fs::remove(log, ec);
+  return r;
+}
+
+}  // namespace
+
+void judge_append_run(const AppendCase& c, const AppendRun& run, reports::CaseResult& r) {
+  r.shape = c.shape();
+  if (!run.ran) {
+    r.verdict = Verdict::error;
+    r.reasons.push_back(run.message);
+    return;
+  }
+  r.run_seconds = run.run_seconds;
+  const auto j = judge_append(c.problem(), c.in.kv_cache, run.kv_cache,
+                              AppendCall{status_of(run.rc), plugin::describe_rc(run.rc), run.message});
+  r.out = j.latent;
+  r.lse = j.k_pe;
+  r.reasons = j.reasons;
+  r.verdict = j.verdict;
+  // The audit's findings (and differences between repeated calls) make a judged call FAIL.
+  if (r.verdict == Verdict::pass || r.verdict == Verdict::fail) {
+    for (const auto& v : run.reasons) r.reasons.push_back(v);
+    r.verdict = r.reasons.empty() ? Verdict::pass : Verdict::fail;
+  }
+}
+
+bool appends_selected(const Session& s) {
+  const golden::Family* f = append_family();
+  if (!f) return false;
+  const auto& o = s.options.families;
+  return o.empty() || std::find(o.begin(), o.end(), f->certified_as) != o.end();
+}
+
+// Whether some plug-in's append case survives the selection; the names follow
+// make_append_cases ("<golden case>/<format>/<call>"), so this needs no case built.
+bool any_append_case_selected(const Session& s) {
+  if (!appends_selected(s)) return false;
+  if (std::none_of(s.implementations.begin(), s.implementations.end(),
+                   [](const Implementation& k) { return k.plugin && k.append_formats; })) {
+    return false;
+  }
+  const golden::Family& fam = *append_family();
+  if (!s.catalog.sha256.count(fam.file())) return false;
+  if (!s.case_regex) return true;
+  std::vector<std::string> names;
+  try {
+    names = golden::read_file_info(s.catalog.file(fam.file())).cases;
+  } catch (const std::exception&) {
+    return true;  // certify_appends reports the unreadable file as an ERROR row
+  }
+  for (const auto& n : names) {
+    for (const char* f : {"bf16", "fp8_fp32", "fp8_ue8m0"}) {
+      for (const char* what : {"prefill", "last_valid", "rejected"}) {
+        if (std::regex_search(fmt::format("{}/{}/{}/{}", fam.certified_as, n, f, what), *s.case_regex)) return true;
+      }
+    }
+  }
+  return false;
+}
+
+// Every plug-in with an append entry on the append cases of every case of the append family,
+// after the attention cases; rows of family `certified_as` (cache_append), judged here.
+void certify_appends(Session& s) {
+  if (!appends_selected(s)) return;
+  std::vector<const Implementation*> appenders;
+  for (const auto& k : s.implementations) {
+    if (k.plugin && k.append_formats != 0) appenders.push_back(&k);
+  }
+  if (appenders.empty()) return;
+  const golden::Family& fam = *append_family();
+  const std::string family = fam.certified_as, file = fam.file();
+  if (!s.catalog.sha256.count(file)) {
+    const auto note = fmt::format("plug-in appends not certified: {} is not in the catalog", file);
+    s.cert.notes.push_back(note);
+    s.progress << "warning: " << note << "\n";
+    return;
+  }
+  std::vector<golden::LayerCase> goldens;
+  try {
+    golden::verify_file(s.catalog, file);
+    const auto path = s.catalog.file(file);
+    for (const auto& name : golden::read_file_info(path).cases) goldens.push_back(golden::load_layer_case(path, name));
+  } catch (const std::exception& e) {
+    const auto note = fmt::format("plug-in appends not certified: {} cannot be used: {}", file, e.what());
+    s.cert.notes.push_back(note);
+    s.progress << "error: " << note << "\n";
+    for (const auto* k : appenders) {
+      reports::CaseResult r;
+      r.family = family;
+      r.file = file;
+      r.name = "all";
+      r.verdict = Verdict::error;
+      r.reasons.push_back(note);
+      s.record(*k, std::move(r));
+    }
+    s.save();
+    return;
+  }
+  std::size_t index = 0;
+  for (const auto* k : appenders) {
+    for (const auto& g : goldens) {
+      std::vector<AppendCase> cases;
+      try {
+        cases = make_append_cases(g, k->append_formats, k->append_scale_fmts, k->info.caps);
+      } catch (const std::exception& e) {
+        reports::CaseResult r;
+        r.family = family;
+        r.file = file;
+        r.name = g.name;
+        r.verdict = Verdict::error;
+        r.reasons.push_back(fmt::format("append cases cannot be built: {}", e.what()));
+        s.record(*k, std::move(r));
+        continue;
+      }
+      for (const auto& c : cases) {
+        const CaseRef ref{family, file, c.name};
+        if (s.case_regex && !std::regex_search(family + "/" + c.name, *s.case_regex)) continue;
+        const auto t0 = Clock::now();
+        if (auto kept = s.kept(*k, ref)) {
+          s.record(*k, std::move(*kept));
+        } else {
+          auto r = s.base_result(ref);
+          r.description = c.description;
+          r.shape = c.shape();
+          if (k->unavailable) {
+            r.verdict = Verdict::skipped;
+            r.reasons.push_back(*k->unavailable);
+          } else {
+            judge_append_run(c, run_append(s, *k, c, index++), r);
+          }
+          s.record(*k, std::move(r));
+        }
+        s.save();
+        s.progress << fmt::format("[append] {}/{} {:.2f}s: {}={}\n", family, c.name, seconds_since(t0), k->info.name,
+                                  tol::to_string(s.report(*k).cases.back().verdict));
+      }
+    }
+  }
+}
+
+}  // namespace mla::certify

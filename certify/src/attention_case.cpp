@@ -1,0 +1,273 @@
+// One attention case for every implementation of the plan: what can be decided from the case's
+// attributes first (SKIPPED, UNSUPPORTED), then the case loaded once, every run in a child
+// (unless --in-process), and every result judged here by judge_attention.
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "mla/judge/golden.hpp"
+#include "session.hpp"
+
+namespace mla::certify {
+namespace {
+
+namespace fs = std::filesystem;
+using tol::Verdict;
+
+nlohmann::json shape_json(const AttnShape& s, CacheFormat format, ScaleFmt scale_fmt,
+                          const std::vector<int32_t>* seqlens) {
+  nlohmann::json j = to_json(s);
+  if (format == CacheFormat::fp8) j["scale_fmt"] = to_string(scale_fmt);
+  if (seqlens) j["cache_seqlens"] = *seqlens;
+  return j;
+}
+nlohmann::json shape_json(const golden::AttnHeader& h) { return shape_json(h.shape, h.shape.cache_format, h.scale_fmt, nullptr); }
+nlohmann::json shape_json(const golden::AttnCase& c) {
+  return shape_json(c.shape, c.shape.cache_format, c.scale_fmt, &c.cache_seqlens);
+}
+
+std::optional<std::string> refusal(const Implementation& k, const AttnShape& shape) {
+  auto no = k.impl ? k.impl->check(shape) : check_capabilities(k.info.caps, shape);
+  if (no) return std::string(kNotClaimed) + *no;
+  return no;
+}
+
+bool too_large_to_probe(const golden::AttnHeader& h) { return h.cache_tokens() > kProbeMaxCacheTokens; }
+
+
+class AttentionCase {
+ public:
+  AttentionCase(Session& s, const CaseRef& ref, std::size_t index) : s_(s), ref_(ref), index_(index) {}
+
+  void certify() {
+    // Results that --resume may keep; the order of the certificate stays the order of the run.
+    std::vector<const Implementation*> pending;
+    for (const auto& k : s_.implementations) {
+      if (auto kept = s_.kept(k, ref_)) s_.record(k, std::move(*kept));
+      else pending.push_back(&k);
+    }
+    if (pending.empty()) return;
+
+    // The manifest was checked at the start; the file is checked again right before it is
+    // read, so a golden deleted or changed since (by a plug-in, by anyone) is never believed.
+    try {
+      golden::verify_file(s_.catalog, ref_.file);
+    } catch (const std::exception& e) {
+      fail_all(pending, fmt::format("golden file {} failed re-verification before loading: {}", ref_.file, e.what()),
+               nullptr);
+      return;
+    }
+    const auto path = s_.catalog.file(ref_.file);
+    golden::AttnHeader header;
+    try {
+      header = golden::read_attn_header(path, ref_.name);
+    } catch (const std::exception& e) {
+      fail_all(pending, fmt::format("case attributes unreadable: {}", e.what()), nullptr);
+      return;
+    }
+
+    // Decide everything that does not need the arrays first, so a case no implementation can
+    // run is never loaded.
+    std::vector<const Implementation*> runnable, probes;
+    std::map<const Implementation*, std::string> refused;
+    for (const auto* k : pending) {
+      auto r = s_.base_result(ref_);
+      r.description = header.description;
+      r.shape = shape_json(header);
+      try {
+        if (k->unavailable) {
+          r.verdict = Verdict::skipped;
+          r.reasons.push_back(*k->unavailable);
+        } else if (s_.options.max_tokens && header.cache_tokens() > *s_.options.max_tokens) {
+          r.verdict = Verdict::skipped;
+          r.reasons.push_back(fmt::format("cache of {} tokens > --max-tokens {}", header.cache_tokens(), *s_.options.max_tokens));
+        } else if (auto no = refusal(*k, header.shape)) {
+          if (probe_worthwhile(header)) {
+            refused[k] = *no;
+            probes.push_back(k);
+            continue;
+          }
+          r.verdict = Verdict::unsupported;
+          r.reasons.push_back(*no);
+        } else {
+          runnable.push_back(k);
+          continue;
+        }
+      } catch (const std::exception& e) {
+        // A capability query that throws is a defect of the implementation, not of the run.
+        r.verdict = Verdict::error;
+        r.reasons.push_back(fmt::format("exception from unavailable()/check(): {}", e.what()));
+      }
+      s_.record(*k, std::move(r));
+    }
+    if (runnable.empty() && probes.empty()) return;
+
+    golden::AttnCase c;
+    try {
+      c = golden::load_attn_case(path, ref_.name);
+    } catch (const std::exception& e) {
+      fail_all(runnable, fmt::format("case failed to load: {}", e.what()), &header);
+      for (const auto* k : probes) s_.record(*k, unsupported(header, refused[k]));
+      return;
+    }
+    // Varlen is a property of the lengths, known only now.
+    for (auto it = runnable.begin(); it != runnable.end();) {
+      if (auto no = check_varlen((*it)->info.caps, c.cache_seqlens)) {
+        refused[*it] = std::string(kNotClaimed) + *no;
+        probes.push_back(*it);
+        it = runnable.erase(it);
+      } else {
+        ++it;
+      }
+    }
+
+    const GoldenTruth truth(c);
+    const auto isolated = [&](const Implementation* k) { return s_.isolated(*k); };
+    if (std::any_of(runnable.begin(), runnable.end(), isolated) || std::any_of(probes.begin(), probes.end(), isolated)) {
+      inputs_ = s_.work.path() / fmt::format("case-{}.inputs", index_);
+      try {
+        wire::write(inputs_, encode(c.view()));
+      } catch (const std::exception& e) {
+        fail_all(runnable, fmt::format("cannot hand the case to a child process: {}", e.what()), &header);
+        for (const auto* k : probes) s_.record(*k, unsupported(header, refused[k]));
+        return;
+      }
+    }
+
+    // Claimed shapes first, then the informational runs, in the certificate's kernel order.
+    std::map<const Implementation*, reports::CaseResult> results;
+    for (const auto* k : runnable) results[k] = judged(*k, c, truth, run(*k, c, /*enforce_caps=*/true));
+    for (const auto* k : probes) {
+      auto r = unsupported(header, refused[k]);
+      r.shape = shape_json(c);
+      if (probe_worthwhile(header)) r.reasons.push_back(probe_reason(*k, c, truth, run(*k, c, /*enforce_caps=*/false)));
+      results[k] = std::move(r);
+    }
+    for (const auto& k : s_.implementations) {
+      const auto it = results.find(&k);
+      if (it != results.end()) s_.record(k, std::move(it->second));
+    }
+    std::error_code ec;
+    if (!inputs_.empty()) fs::remove(inputs_, ec);
+  }
+
+ private:
+  void fail_all(const std::vector<const Implementation*>& ks, const std::string& why, const golden::AttnHeader* h) {
+    for (const auto* k : ks) {
+      auto r = s_.base_result(ref_);
+      if (h) {
+        r.description = h->description;
+        r.shape = shape_json(*h);
+      }
+      r.verdict = Verdict::error;
+      r.reasons.push_back(why);
+      s_.record(*k, std::move(r));
+    }
+  }
+
+  bool probe_worthwhile(const golden::AttnHeader& h) const { return s_.options.probe_unclaimed && !too_large_to_probe(h); }
+
+  reports::CaseResult unsupported(const golden::AttnHeader& h, const std::string& why) const {
+    auto r = s_.base_result(ref_);
+    r.description = h.description;
+    r.shape = shape_json(h);
+    r.verdict = Verdict::unsupported;
+    r.reasons.push_back(why);
+    return r;
+  }
+
+  // In this process for --in-process registered kernels, else in a child with a deadline.
+  RunResult run(const Implementation& k, const golden::AttnCase& c, bool enforce_caps) {
+    // A plug-in is always called at least twice: repeatability is part of its contract.
+    const int repeats = k.plugin ? std::max(2, s_.options.repeats) : s_.options.repeats;
+    if (!s_.isolated(k)) return execute(*k.impl, c.view(), repeats, enforce_caps);
+
+    const auto result = s_.work.path() / fmt::format("case-{}-{}.result", index_, k.report_index);
+    const auto log = s_.work.path() / fmt::format("case-{}-{}.log", index_, k.report_index);
+    std::vector<std::string> argv{s_.self.string(), "__child", "run", "--inputs", inputs_.string(), "--result",
+                                  result.string(), "--repeats", std::to_string(repeats)};
+    if (k.ref.plugin) argv.insert(argv.end(), {"--plugin", k.ref.plugin->string()});
+    if (k.ref.fault) argv.insert(argv.end(), {"--extra", *k.ref.fault});
+    if (k.ref.builtin) argv.insert(argv.end(), {"--kernel", *k.ref.builtin});
+    if (!enforce_caps) argv.push_back("--unclaimed");
+    const auto outcome = run_child(argv, s_.options.timeout_s, log);
+
+    RunResult r;
+    std::error_code ec;
+    if (outcome.ok() && fs::exists(result, ec)) {
+      try {
+        r = decode_run_result(wire::read(result, kAttentionResult));
+      } catch (const std::exception& e) {
+        r.status = RunResult::Status::error;
+        r.message = fmt::format("the child's result is unreadable: {}", e.what());
+      }
+    } else {
+      r.status = RunResult::Status::error;
+      r.message = outcome.describe();
+      if (outcome.ok()) r.message = "the child exited without writing a result";
+      if (!outcome.stderr_tail.empty()) r.message += "; its last output: " + outcome.stderr_tail;
+    }
+    fs::remove(result, ec);
+    fs::remove(log, ec);
+    return r;
+  }
+
+  reports::CaseResult judged(const Implementation& k, const golden::AttnCase& c, const GoldenTruth& truth,
+                             const RunResult& run) const {
+    auto r = s_.base_result(ref_);
+    r.description = c.description;
+    r.shape = shape_json(c);
+    r.bytes = run.bytes;
+    r.flops = run.flops;
+    switch (run.status) {
+      case RunResult::Status::unsupported:
+        r.verdict = Verdict::unsupported;
+        r.reasons.push_back(run.message);
+        return r;
+      case RunResult::Status::error:
+        r.verdict = Verdict::error;
+        r.reasons.push_back(run.message);
+        return r;
+      case RunResult::Status::ran: break;
+    }
+    r.run_seconds = run.run_seconds;
+    try {
+      auto j = judge_attention(c.shape, Declaration{k.info.out_dtype}, run.outputs, truth.view());
+      r.out = std::move(j.out);
+      r.lse = std::move(j.lse);
+      r.out_vs_unquantized = std::move(j.out_vs_unquantized);
+      r.lse_vs_unquantized = std::move(j.lse_vs_unquantized);
+      r.reasons = std::move(j.reasons);
+    } catch (const std::exception& e) {
+      r.verdict = Verdict::error;
+      r.reasons.push_back(fmt::format("the results could not be judged: {}", e.what()));
+      return r;
+    }
+    for (const auto& why : run.reasons) r.reasons.push_back(why);
+    r.verdict = r.reasons.empty() ? Verdict::pass : Verdict::fail;
+    return r;
+  }
+
+  std::string probe_reason(const Implementation& k, const golden::AttnCase& c, const GoldenTruth& truth,
+                           const RunResult& run) const {
+    const auto r = judged(k, c, truth, run);
+    switch (r.verdict) {
+      case Verdict::pass: return kProbePass;
+      case Verdict::fail: return fmt::format("{}would FAIL ({})", kProbePrefix, r.reasons.front());
+      case Verdict::unsupported: return fmt::format("{}refused ({})", kProbePrefix, r.reasons.front());
+      default: return fmt::format("{}ERROR ({})", kProbePrefix, r.reasons.empty() ? "" : r.reasons.front());
+    }
+  }
+
+  Session& s_;
+  const CaseRef& ref_;
+  std::size_t index_;
+  fs::path inputs_;
+};
+
+}  // namespace
+
+void certify_attention_case(Session& s, const CaseRef& ref, std::size_t i) { AttentionCase(s, ref, i).certify(); }
+
+}  // namespace mla::certify

@@ -1,0 +1,195 @@
+#include "mla/certify/isolation.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "mla/core/error.hpp"
+
+namespace mla::certify {
+namespace {
+
+// What of a child's output is worth quoting in a verdict: the last few lines, bounded.
+constexpr int kTailLines = 4;
+constexpr std::size_t kTailChars = 600;
+
+std::string tail_of(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return {};
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<std::streamoff>(in.tellg());
+  const std::streamoff keep = std::min<std::streamoff>(size, 16 * 1024);
+  in.seekg(size - keep);
+  std::string text(static_cast<std::size_t>(keep), '\0');
+  in.read(text.data(), keep);
+  std::vector<std::string> lines;
+  std::istringstream ss(text);
+  for (std::string line; std::getline(ss, line);) {
+    const auto b = line.find_first_not_of(" \t\r");
+    if (b != std::string::npos) lines.push_back(line.substr(b));
+  }
+  std::string out;
+  const std::size_t from = lines.size() > kTailLines ? lines.size() - kTailLines : 0;
+  for (std::size_t i = from; i < lines.size(); ++i) out += (out.empty() ? "" : " | ") + lines[i];
+  if (out.size() > kTailChars) out = "..." + out.substr(out.size() - kTailChars);
+  return out;
+}
+
+}  // namespace
+
+std::string signal_description(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  const char* desc = strsignal(sig);
+  return fmt::format("SIG{} ({})", abbrev ? abbrev : std::to_string(sig).c_str(), desc ? desc : "unknown signal");
+}
+
+std::string ChildOutcome::describe() const {
+  switch (kind) {
+    case Kind::exited:
+      return exit_code == 0 ? "exited normally" : fmt::format("exited with status {}", exit_code);
+    case Kind::signaled: return fmt::format("crashed: killed by signal {}", signal_description(signal));
+    case Kind::timed_out: return fmt::format("timed out after {:g} s (killed)", timeout_s);
+    case Kind::spawn_failed: return fmt::format("could not start a child process: {}", error);
+  }
+  return "unknown outcome";
+}
+
+namespace {
+
+void remove_abandoned_work_dirs() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+    const auto name = e.path().filename().string();
+    constexpr std::string_view prefix = "mla-certify-";
+    if (name.rfind(prefix, 0) != 0) continue;
+    const auto dash = name.find('-', prefix.size());
+    const auto digits = name.substr(prefix.size(), dash == std::string::npos ? 0 : dash - prefix.size());
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t owner = static_cast<pid_t>(std::stol(digits));
+    if (owner != ::getpid() && ::kill(owner, 0) != 0 && errno == ESRCH) {
+      std::error_code rm;
+      fs::remove_all(e.path(), rm);
+    }
+  }
+}
+
+}  // namespace
+
+WorkDir::WorkDir() {
+  namespace fs = std::filesystem;
+  remove_abandoned_work_dirs();
+  std::string tmpl = (fs::temp_directory_path() / fmt::format("mla-certify-{}-XXXXXX", ::getpid())).string();
+  if (!mkdtemp(tmpl.data())) throw Error(fmt::format("cannot create a temporary folder in {}", fs::temp_directory_path().string()));
+  path_ = tmpl;
+}
+
+WorkDir::~WorkDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::filesystem::path self_executable() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::filesystem::path() : p;
+}
+
+ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, const std::filesystem::path& log_file) {
+  ChildOutcome o;
+  if (argv.empty()) {
+    o.error = "empty command";
+    return o;
+  }
+  // Everything the child needs is prepared before fork: between fork and exec only
+  // async-signal-safe calls are allowed.
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const int log = open(log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (log < 0) {
+    o.error = fmt::format("cannot create {}: {}", log_file.string(), std::strerror(errno));
+    return o;
+  }
+  const int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    o.error = fmt::format("fork failed: {}", std::strerror(errno));
+    close(log);
+    if (devnull >= 0) close(devnull);
+    return o;
+  }
+  if (pid == 0) {
+    // Own process group, so a timeout kills whatever the kernel started too; and die with the
+    // parent, so a killed certifier leaves no hung kernel behind.
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(125);
+    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    dup2(log, STDOUT_FILENO);
+    dup2(log, STDERR_FILENO);
+    execv(args[0], args.data());
+    const char msg[] = "exec failed\n";
+    (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+    _exit(126);
+  }
+  setpgid(pid, pid);  // also from this side: no window where a kill(-pid) misses the child
+  close(log);
+  if (devnull >= 0) close(devnull);
+
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  auto pause = std::chrono::microseconds(200);
+  int status = 0;
+  bool reaped = false;
+  while (!reaped) {
+    const pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) {
+      reaped = true;
+      break;
+    }
+    if (w < 0 && errno != EINTR) {
+      o.error = fmt::format("waitpid failed: {}", std::strerror(errno));
+      kill(-pid, SIGKILL);
+      return o;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      o.kind = ChildOutcome::Kind::timed_out;
+      o.timeout_s = timeout_s;
+      o.stderr_tail = tail_of(log_file);
+      return o;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(20000));
+  }
+  // Anything the kernel left running in the group goes with it.
+  kill(-pid, SIGKILL);
+  if (WIFSIGNALED(status)) {
+    o.kind = ChildOutcome::Kind::signaled;
+    o.signal = WTERMSIG(status);
+  } else {
+    o.kind = ChildOutcome::Kind::exited;
+    o.exit_code = WEXITSTATUS(status);
+  }
+  o.stderr_tail = tail_of(log_file);
+  return o;
+}
+
+}  // namespace mla::certify

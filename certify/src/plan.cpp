@@ -1,0 +1,203 @@
+// The plan of a certification: which implementations (registered kernels, fault kernels,
+// plug-ins described by a child), and which cases of which families.
+#include <algorithm>
+#include <fstream>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "mla/certify/protocol.hpp"
+#include "mla/core/sha256.hpp"
+#include "mla/faults/faults.hpp"
+#include "mla/golden/families.hpp"
+#include "mla/registry/registry.hpp"
+#include "session.hpp"
+
+#ifndef MLA_VERSION
+#define MLA_VERSION "unknown"
+#endif
+
+namespace mla::certify {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string builtin_version(const Session& s) {
+  const auto& commit = s.cert.machine.git_commit;
+  return fmt::format("{} (commit {})", MLA_VERSION, commit ? commit->substr(0, 12) : std::string("unknown"));
+}
+
+void add_implementation(Session& s, Implementation e, reports::KernelReport r) {
+  for (const auto& other : s.implementations) {
+    if (other.info.name == e.info.name) {
+      throw UsageError(fmt::format("two implementations are named '{}'{}", e.info.name,
+                                   e.plugin ? " (a plug-in's name must differ from every other kernel's)" : ""));
+    }
+  }
+  r.name = e.info.name;
+  r.backend = e.info.backend;
+  r.description = e.info.description;
+  r.out_dtype = to_string(e.info.out_dtype);
+  r.unavailable = e.unavailable;
+  e.report_index = s.cert.kernels.size();
+  s.cert.kernels.push_back(std::move(r));
+  s.implementations.push_back(std::move(e));
+}
+
+// The descriptor is read in a child: loading a library runs its code, which this process
+// never does.
+void add_plugin(Session& s, const fs::path& path, std::size_t i) {
+  std::error_code ec;
+  const fs::path abs = fs::absolute(path, ec).lexically_normal();
+  if (!fs::is_regular_file(abs, ec)) throw UsageError(fmt::format("plug-in {} is not a readable file", path.string()));
+  const auto result = s.work.path() / fmt::format("describe-{}.msg", i);
+  const auto log = s.work.path() / fmt::format("describe-{}.log", i);
+  const auto outcome = run_child({s.self.string(), "__child", "describe", "--plugin", abs.string(), "--result",
+                                  result.string()},
+                                 std::min(s.options.timeout_s, 60.0), log);
+  if (!outcome.ok() || !fs::exists(result)) {
+    throw UsageError(fmt::format("plug-in {} cannot be loaded: {}{}", path.string(), outcome.describe(),
+                                 outcome.stderr_tail.empty() ? "" : ": " + outcome.stderr_tail));
+  }
+  PluginDescription d;
+  try {
+    d = decode_plugin_description(wire::read(result, kPluginDescription));
+  } catch (const Error& ex) {
+    throw UsageError(fmt::format("plug-in {}: malformed description from the child: {}", path.string(), ex.what()));
+  }
+  Implementation e;
+  e.plugin = true;
+  e.ref.plugin = abs;
+  e.info = d.info;
+  e.unavailable = d.unavailable;
+  e.append_formats = d.append_formats;
+  e.append_scale_fmts = d.append_scale_fmts;
+  reports::KernelReport r;
+  r.version = d.version;
+  r.origin = {{"kind", "plugin"},
+              {"path", abs.string()},
+              {"sha256", sha256_file(abs)},
+              {"abi_version", d.abi_version},
+              {"abi_minor", d.abi_minor},
+              {"device_memory", d.device_memory},
+              {"append_formats", d.append_formats},
+              {"append_scale_fmts", d.append_scale_fmts},
+              {"capabilities", to_json(d.info.caps)}};
+  add_implementation(s, std::move(e), std::move(r));
+}
+
+void select_implementations(Session& s) {
+  const Options& o = s.options;
+  register_builtin_kernels();
+  struct Candidate {
+    const AttentionImpl* impl;
+    std::optional<std::string> fault;
+  };
+  std::vector<Candidate> pool;
+  for (const auto& k : Registry::instance().attention()) pool.push_back({k.get(), std::nullopt});
+  for (const auto& name : o.extras) {
+    const auto& known = faults::names();
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      throw UsageError(fmt::format("unknown extra kernel '{}' (known: {})", name, fmt::join(known, ", ")));
+    }
+    s.fault_kernels.push_back(faults::make(name));
+    pool.push_back({s.fault_kernels.back().get(), name});
+  }
+  std::set<std::string> known;
+  for (const auto& c : pool) known.insert(c.impl->info().name);
+  for (const auto& want : o.kernels) {
+    if (!known.count(want)) {
+      throw UsageError(fmt::format("no implementation named '{}' (known: {})", want, fmt::join(known, ", ")));
+    }
+  }
+  // --plugin alone certifies the plug-ins (and any requested fault kernels), not the whole
+  // registry; with neither --kernel nor --plugin, everything registered.
+  for (const auto& c : pool) {
+    const auto& name = c.impl->info().name;
+    const bool wanted = o.kernels.empty() ? (o.plugins.empty() || c.fault.has_value())
+                                          : std::find(o.kernels.begin(), o.kernels.end(), name) != o.kernels.end();
+    if (!wanted) continue;
+    Implementation e;
+    e.info = c.impl->info();
+    e.impl = c.impl;
+    if (c.fault) e.ref.fault = c.fault;
+    else e.ref.builtin = name;
+    try {
+      e.unavailable = c.impl->unavailable();
+    } catch (const std::exception& ex) {
+      e.unavailable = fmt::format("unavailable() threw: {}", ex.what());
+    }
+    reports::KernelReport r;
+    r.version = builtin_version(s);
+    r.origin = {{"kind", c.fault ? "self-test" : "builtin"}, {"capabilities", to_json(e.info.caps)}};
+    add_implementation(s, std::move(e), std::move(r));
+  }
+  for (std::size_t i = 0; i < o.plugins.size(); ++i) add_plugin(s, o.plugins[i], i);
+  if (s.implementations.empty()) throw UsageError("no implementation selected");
+}
+
+void select_cases(Session& s) {
+  const Options& o = s.options;
+  // The family names certificate rows carry, by what is certified.
+  std::vector<std::string> attention, appends;
+  for (const auto& f : golden::families()) {
+    if (f.certify == golden::Certified::attention) attention.push_back(f.certified_as);
+    if (f.certify == golden::Certified::append) appends.push_back(f.certified_as);
+  }
+  for (const auto& f : o.families) {
+    if (std::find(attention.begin(), attention.end(), f) == attention.end() &&
+        std::find(appends.begin(), appends.end(), f) == appends.end()) {
+      throw UsageError(fmt::format("unknown family '{}' (attention families: {}; plug-in appends: {})", f,
+                                   fmt::join(attention, ", "), fmt::join(appends, ", ")));
+    }
+  }
+  if (o.case_regex) {
+    try {
+      s.case_regex.emplace(*o.case_regex, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw UsageError(fmt::format("--case '{}' is not a valid regular expression: {}", *o.case_regex, e.what()));
+    }
+  }
+  for (const auto& fam : golden::families()) {
+    if (fam.certify != golden::Certified::attention) continue;
+    const std::string& family = fam.certified_as;
+    if (!o.families.empty() && std::find(o.families.begin(), o.families.end(), family) == o.families.end()) continue;
+    const std::string file = fam.file();
+    if (!s.catalog.sha256.count(file)) {
+      const auto note = fmt::format("family {} is not in the catalog ({} missing from MANIFEST.sha256)", family, file);
+      if (!o.families.empty()) throw UsageError(note);
+      s.cert.notes.push_back(note);
+      s.progress << "warning: " << note << "\n";
+      continue;
+    }
+    golden::FileInfo info;
+    try {
+      info = golden::read_file_info(s.catalog.file(file));
+    } catch (const Error& e) {
+      throw UsageError(fmt::format("cannot read {}: {}", file, e.what()));
+    }
+    if (info.family != fam.name) {
+      throw UsageError(fmt::format("{} says it is family '{}', expected '{}'", file, info.family, fam.name));
+    }
+    for (const auto& name : info.cases) {
+      if (s.case_regex && !std::regex_search(family + "/" + name, *s.case_regex)) continue;
+      s.attention_cases.push_back({family, file, name});
+    }
+  }
+  if (s.attention_cases.empty() && !any_append_case_selected(s)) {
+    throw UsageError(appends_selected(s) ? "the selection matches no case (no attention case, and no selected plug-in "
+                                           "has an append entry point for the cache_append cases)"
+                                         : "the selection matches no attention case");
+  }
+}
+
+}  // namespace
+
+void plan(Session& s) {
+  select_implementations(s);
+  select_cases(s);
+}
+
+}  // namespace mla::certify

@@ -1,0 +1,84 @@
+// --resume: which results of a previous certificate still hold. A result is kept only when the
+// tool version, the tolerance table and every option a result depends on are the same, the
+// implementation is the same (version, and a plug-in's library bytes), and so is the golden file.
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "session.hpp"
+
+namespace mla::certify {
+namespace {
+
+using nlohmann::json;
+
+// What --resume compares: the version, and for a plug-in also the library's bytes.
+std::string identity(const reports::KernelReport& k) {
+  std::string id = k.version;
+  if (k.origin.is_object() && k.origin.contains("sha256")) id += "#" + k.origin.at("sha256").get<std::string>();
+  return id;
+}
+
+// The options a result depends on (a kept result must be what a rerun would give).
+json result_options(const json& options) {
+  json j = json::object();
+  for (const char* key : {"repeats", "max_tokens", "timeout_s", "probe_unclaimed", "isolate"}) {
+    j[key] = options.contains(key) ? options.at(key) : json();
+  }
+  return j;
+}
+
+}  // namespace
+
+void Resume::load(const std::filesystem::path& out, const reports::Certificate& now, std::ostream& progress) {
+  const auto file = out / kJsonName;
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) {
+    progress << fmt::format("resume: no previous certificate in {}; running everything\n", out.string());
+    return;
+  }
+  reports::Certificate old;
+  try {
+    std::ifstream in(file);
+    old = reports::certificate_from_json(json::parse(in));
+  } catch (const std::exception& e) {
+    progress << fmt::format("resume: {} is unreadable ({}); running everything\n", file.string(), e.what());
+    return;
+  }
+  auto mismatch = [&]() -> std::optional<std::string> {
+    if (old.tool_version != now.tool_version) return fmt::format("tool version {} vs {}", old.tool_version, now.tool_version);
+    const json old_tol = old.build.is_object() && old.build.contains("tolerance_table_sha256")
+                             ? old.build.at("tolerance_table_sha256") : json();
+    if (old_tol != now.build.at("tolerance_table_sha256")) return std::string("the tolerance table changed");
+    if (result_options(old.options) != result_options(now.options)) {
+      return fmt::format("options {} vs {}", result_options(old.options).dump(), result_options(now.options).dump());
+    }
+    return std::nullopt;
+  }();
+  if (mismatch) {
+    progress << fmt::format("resume: the previous certificate is not comparable ({}); running everything\n", *mismatch);
+    return;
+  }
+  for (const auto& k : old.kernels) {
+    auto& slot = kernels_[k.name];
+    slot.identity = identity(k);
+    for (const auto& r : k.cases) {
+      const auto digest = old.manifest.find(r.file);
+      if (digest == old.manifest.end()) continue;
+      slot.cases[r.file + "/" + r.name] = {digest->second, r};
+    }
+  }
+}
+
+std::optional<reports::CaseResult> Resume::previous(const reports::KernelReport& k, const CaseRef& ref,
+                                                    const golden::Catalog& catalog) const {
+  const auto p = kernels_.find(k.name);
+  if (p == kernels_.end() || p->second.identity != identity(k)) return std::nullopt;
+  const auto c = p->second.cases.find(ref.key());
+  if (c == p->second.cases.end()) return std::nullopt;
+  const auto now = catalog.sha256.find(ref.file);
+  if (now == catalog.sha256.end() || now->second != c->second.first) return std::nullopt;
+  return c->second.second;
+}
+
+}  // namespace mla::certify

@@ -1,0 +1,115 @@
+// Private to mla_certify: the state one certification run shares between its seams (plan,
+// resume, attention case, append case) and the few things they all do with it.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <regex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mla/certify/certify.hpp"
+#include "mla/certify/child.hpp"
+#include "mla/certify/isolation.hpp"
+#include "mla/core/kernel.hpp"
+#include "mla/golden/golden.hpp"
+#include "mla/reports/certificate.hpp"
+
+namespace mla::certify {
+
+// Opens the reason of an UNSUPPORTED verdict decided from the declared capabilities.
+inline constexpr std::string_view kNotClaimed = "not claimed: ";
+// The words that open the reason an informational run adds to an UNSUPPORTED case; the kernel
+// notes are derived from them, so a resumed certificate gets the same notes.
+inline constexpr const char* kProbePass =
+    "informational run on this unclaimed shape: PASS (handles it without claiming it)";
+inline constexpr const char* kProbePrefix = "informational run on this unclaimed shape: ";
+
+// One implementation under certification.
+struct Implementation {
+  KernelInfo info;
+  std::optional<std::string> unavailable;
+  const AttentionImpl* impl = nullptr;  // builtin / fault kernel: the object in this process
+  KernelRef ref;                        // how a child builds it
+  bool plugin = false;
+  uint32_t append_formats = 0, append_scale_fmts = 0;  // plug-ins with an append entry (ABI 1.1)
+  std::size_t report_index = 0;                         // its KernelReport in the certificate
+};
+
+// A case of the plan: the family as the certificate names it, the catalog file, the case.
+struct CaseRef {
+  std::string family, file, name;
+  std::string key() const { return file + "/" + name; }
+};
+
+// What --resume may keep: per implementation, the identity of the one that produced the
+// results, and per case the golden file's digest then and the result.
+class Resume {
+ public:
+  // Reads <out>/certificate.json; a missing, unreadable or incomparable one (another tool
+  // version, tolerance table or result-relevant option) keeps nothing, saying why on `progress`.
+  void load(const std::filesystem::path& out, const reports::Certificate& now, std::ostream& progress);
+  // The previous result of `k` on `ref`, when the implementation and the golden file are the
+  // same as now.
+  std::optional<reports::CaseResult> previous(const reports::KernelReport& k, const CaseRef& ref,
+                                              const golden::Catalog& catalog) const;
+  std::size_t kept = 0;
+
+ private:
+  struct Kernel {
+    std::string identity;
+    std::map<std::string, std::pair<std::string, reports::CaseResult>> cases;  // key -> (file digest, result)
+  };
+  std::map<std::string, Kernel> kernels_;
+};
+
+class Session {
+ public:
+  Session(const Options& o, std::ostream& progress) : options(o), progress(progress) {}
+
+  const Options& options;
+  std::ostream& progress;
+  WorkDir work;
+  std::filesystem::path self;  // the executable children run
+  golden::Catalog catalog;
+  reports::Certificate cert;
+  // The plan (plan.cpp).
+  std::vector<Implementation> implementations;
+  std::vector<std::unique_ptr<AttentionImpl>> fault_kernels;  // owned; implementations point at them
+  std::vector<CaseRef> attention_cases;
+  std::optional<std::regex> case_regex;
+  Resume resume;
+  bool save_failed = false;
+
+  reports::KernelReport& report(const Implementation& k) { return cert.kernels[k.report_index]; }
+  void record(const Implementation& k, reports::CaseResult r) { report(k).cases.push_back(std::move(r)); }
+  reports::CaseResult base_result(const CaseRef& ref) const;
+  // The previous result of `k` on `ref` that --resume keeps, counted.
+  std::optional<reports::CaseResult> kept(const Implementation& k, const CaseRef& ref);
+  // Rewrites the certificate (JSON, Markdown, JUnit); a failure is said on `progress` and
+  // remembered, the run goes on.
+  void save();
+  bool isolated(const Implementation& k) const { return k.plugin || options.isolate || !k.impl; }
+};
+
+// plan.cpp: fills the session's implementations (and their KernelReports) and cases from the
+// options; UsageError when the selection is empty or names something unknown.
+void plan(Session& s);
+
+// attention_case.cpp: every implementation on one attention case (index `i` of the plan).
+void certify_attention_case(Session& s, const CaseRef& ref, std::size_t i);
+
+// append_case.cpp: whether some plug-in's append case survives the selection, and certifying
+// them all (after the attention cases).
+bool appends_selected(const Session& s);
+bool any_append_case_selected(const Session& s);
+void certify_appends(Session& s);
+
+// Notes derived from the case results alone, so a resumed run words them identically.
+void update_notes(reports::Certificate& cert);
+
+}  // namespace mla::certify

@@ -1,0 +1,64 @@
+// The catalog description: which golden families exist, what their cases are and how each is
+// judged. Declared once, in fixtures/catalog.json, and read from there by everything that needs
+// the family list: the Python writer (reference/python/mla_ref/catalog.py), this loader, the
+// certifier, `mla goldens`, the fuzzers and the parameterized tests (ValuesIn).
+//
+// Why a data file rather than a C++ table exported to Python: the writer of the goldens is the
+// Python reference, the first link of the chain; it must not need a C++ build to know what to
+// write, and the C++ side must not need Python to know what to read. A JSON file both languages
+// parse natively serves both, and the build embeds it in mla_golden (golden/CMakeLists.txt), so
+// no C++ binary depends on finding the source tree at run time.
+//
+// A family generated at run time (rather than stored in a file) would be described by the same
+// struct, with no file: the certifier plans over a list of families, not over file names.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mla::golden {
+
+// How a family's cases are loaded and judged.
+enum class FamilyKind {
+  attention,  // attention-core cases (load_attn_case): out/lse against truth/*, judge_attention
+  layer,      // full-layer cases (load_layer_case): the C++ reference layer against fp64 outputs
+};
+
+// What `mla certify` does with a family.
+enum class Certified {
+  none,       // not certified (the reference's own tests hold it)
+  attention,  // every implementation's decode on every case
+  append,     // plug-ins' appends, built from the family's cases, judged by judge_append
+};
+
+struct Family {
+  std::string name;        // [a-z0-9_]+, also the file: <name>.h5 and the `family` attribute
+  uint64_t seed = 0;       // the writer's base seed for the family's cases
+  FamilyKind kind = FamilyKind::attention;
+  std::string case_kind;   // the `kind` attribute every case of the family carries
+  Certified certify = Certified::none;
+  std::string certified_as;  // the family name of its certificate rows (its own unless said)
+  std::string about;         // one line: what it is for
+  std::string file() const { return name + ".h5"; }
+};
+
+// Every family, in catalog order (also the order of certification). Parsed once; a malformed
+// description throws mla::Error naming the field.
+const std::vector<Family>& families();
+// nullptr when unknown.
+const Family* find_family(std::string_view name);
+// Throws mla::Error naming the known families.
+const Family& family(std::string_view name);
+// Names, in catalog order, of the families of one kind / one certification (for ValuesIn and
+// selections).
+std::vector<std::string> family_names(FamilyKind kind);
+std::vector<std::string> family_names(Certified certify);
+std::vector<std::string> family_names();
+
+// The description as parsed from `text` (the JSON of fixtures/catalog.json); for tests of the
+// parser. Throws mla::Error naming what is wrong.
+std::vector<Family> parse_families(std::string_view text);
+
+}  // namespace mla::golden

@@ -1,0 +1,117 @@
+#include "mla/golden/families.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "mla/core/error.hpp"
+
+namespace mla::golden {
+
+// fixtures/catalog.json as text, embedded by golden/CMakeLists.txt (families_json.cpp.in).
+extern const char* const kCatalogJson;
+
+namespace {
+
+bool valid_name(const std::string& n) {
+  return !n.empty() && n.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos;
+}
+
+}  // namespace
+
+std::vector<Family> parse_families(std::string_view text) {
+  using nlohmann::json;
+  std::vector<Family> out;
+  std::string at = "the catalog description";
+  try {
+    const json j = json::parse(text);
+    if (j.at("format") != "mla-golden-catalog" || j.at("version") != 1) {
+      throw Error("the catalog description is not format mla-golden-catalog, version 1");
+    }
+    std::set<std::string> names;
+    for (const auto& f : j.at("families")) {
+      Family fam;
+      fam.name = f.at("name").get<std::string>();
+      at = fmt::format("family '{}'", fam.name);
+      if (!valid_name(fam.name)) throw Error(fmt::format("{}: the name is not [a-z0-9_]+", at));
+      if (!names.insert(fam.name).second) throw Error(fmt::format("{} is described twice", at));
+      fam.seed = f.at("seed").get<uint64_t>();
+      const std::string kind = f.at("kind").get<std::string>();
+      if (kind == "attention") fam.kind = FamilyKind::attention;
+      else if (kind == "layer") fam.kind = FamilyKind::layer;
+      else throw Error(fmt::format("{}: kind '{}' is neither attention nor layer", at, kind));
+      fam.case_kind = f.at("case_kind").get<std::string>();
+      if (!valid_name(fam.case_kind)) throw Error(fmt::format("{}: case_kind is not [a-z0-9_]+", at));
+      const std::string certify = f.at("certify").get<std::string>();
+      if (certify == "none") fam.certify = Certified::none;
+      else if (certify == "attention") fam.certify = Certified::attention;
+      else if (certify == "append") fam.certify = Certified::append;
+      else throw Error(fmt::format("{}: certify '{}' is none of none, attention, append", at, certify));
+      if (fam.certify == Certified::attention && fam.kind != FamilyKind::attention) {
+        throw Error(fmt::format("{}: only attention families are certified as attention", at));
+      }
+      if (fam.certify == Certified::append && fam.kind != FamilyKind::layer) {
+        throw Error(fmt::format("{}: appends are built from layer cases (their configuration and boundary steps)", at));
+      }
+      fam.certified_as = f.value("certified_as", fam.name);
+      if (!valid_name(fam.certified_as)) throw Error(fmt::format("{}: certified_as is not [a-z0-9_]+", at));
+      fam.about = f.at("about").get<std::string>();
+      out.push_back(std::move(fam));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{} is malformed: {}", at, e.what()));
+  }
+  if (out.empty()) throw Error("the catalog description lists no family");
+  // A certificate row's family names one family only.
+  std::set<std::string> rows;
+  for (const auto& f : out) {
+    if (f.certify != Certified::none && !rows.insert(f.certified_as).second) {
+      throw Error(fmt::format("two families are certified as '{}'", f.certified_as));
+    }
+  }
+  return out;
+}
+
+const std::vector<Family>& families() {
+  static const std::vector<Family> f = parse_families(kCatalogJson);
+  return f;
+}
+
+const Family* find_family(std::string_view name) {
+  for (const auto& f : families()) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+const Family& family(std::string_view name) {
+  if (const Family* f = find_family(name)) return *f;
+  throw Error(fmt::format("unknown golden family '{}' (known: {})", name, fmt::join(family_names(), ", ")));
+}
+
+std::vector<std::string> family_names(FamilyKind kind) {
+  std::vector<std::string> n;
+  for (const auto& f : families()) {
+    if (f.kind == kind) n.push_back(f.name);
+  }
+  return n;
+}
+
+std::vector<std::string> family_names(Certified certify) {
+  std::vector<std::string> n;
+  for (const auto& f : families()) {
+    if (f.certify == certify) n.push_back(f.name);
+  }
+  return n;
+}
+
+std::vector<std::string> family_names() {
+  std::vector<std::string> n;
+  for (const auto& f : families()) n.push_back(f.name);
+  return n;
+}
+
+}  // namespace mla::golden

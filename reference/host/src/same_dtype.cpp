@@ -1,0 +1,74 @@
+#include "mla/ref/same_dtype.hpp"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "mla/core/numeric.hpp"
+
+namespace mla::ref {
+
+AttnResult attention_same_dtype(const AttnInputs& in) {
+  const PagedCache cache(in);
+  const AttnShape& s = in.shape;
+  const int64_t B = s.batch, SQ = s.s_q, H = s.heads;
+  AttnResult r;
+  r.out.assign(static_cast<std::size_t>(B * SQ * H * kDv), 0.0);
+  r.lse.assign(static_cast<std::size_t>(B * H * SQ), std::numeric_limits<float>::infinity());
+  const float scale = static_cast<float>(in.softmax_scale);
+  const bool fp8 = s.cache_format == CacheFormat::fp8;
+  std::vector<float> kv, q(kDqk), x, p;
+  std::vector<int64_t> pos;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t L = cache.seqlen(b);
+    for (int64_t sq = 0; sq < SQ; ++sq) {
+      // The keys of this query: dense, positions 0 .. last (causal-aware); sparse, the row's
+      // valid indices (ascending: the order only moves fp32 rounding).
+      if (s.topk > 0) {
+        pos = sparse_row_positions(in, b, sq);
+      } else {
+        pos.resize(static_cast<std::size_t>(dense_last_position(s, L, sq) + 1));
+        for (std::size_t j = 0; j < pos.size(); ++j) pos[j] = static_cast<int64_t>(j);
+      }
+      const int64_t n = static_cast<int64_t>(pos.size());
+      if (n <= 0) continue;
+      kv.resize(static_cast<std::size_t>(n * kDqk));
+      for (int64_t j = 0; j < n; ++j) {
+        float* k = kv.data() + j * kDqk;
+        cache.token(b, pos[static_cast<std::size_t>(j)], k);
+        if (fp8) {
+          for (int d = 0; d < kDqk; ++d) k[d] = bf16_to_float(bf16_from_float(k[d]));
+        }
+      }
+      x.resize(static_cast<std::size_t>(n));
+      p.resize(static_cast<std::size_t>(n));
+      for (int64_t h = 0; h < H; ++h) {
+        const uint16_t* qb = in.q.data() + ((b * SQ + sq) * H + h) * kDqk;
+        for (int d = 0; d < kDqk; ++d) q[static_cast<std::size_t>(d)] = bf16_to_float(qb[d]);
+        float m = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < n; ++j) {
+          float dot = 0.f;
+          const float* k = kv.data() + j * kDqk;
+          for (int d = 0; d < kDqk; ++d) dot += q[static_cast<std::size_t>(d)] * k[d];
+          x[static_cast<std::size_t>(j)] = dot * scale;
+          m = std::max(m, x[static_cast<std::size_t>(j)]);
+        }
+        float sum = 0.f;
+        for (int64_t j = 0; j < n; ++j) sum += (p[static_cast<std::size_t>(j)] = std::exp(x[static_cast<std::size_t>(j)] - m));
+        for (int64_t j = 0; j < n; ++j) {
+          p[static_cast<std::size_t>(j)] = bf16_to_float(bf16_from_float(p[static_cast<std::size_t>(j)] / sum));
+        }
+        double* o = r.out.data() + ((b * SQ + sq) * H + h) * kDv;
+        for (int c = 0; c < kDv; ++c) {
+          float acc = 0.f;
+          for (int64_t j = 0; j < n; ++j) acc += p[static_cast<std::size_t>(j)] * kv[static_cast<std::size_t>(j * kDqk + c)];
+          o[c] = bf16_to_float(bf16_from_float(acc));
+        }
+        r.lse[static_cast<std::size_t>((b * H + h) * SQ + sq)] = static_cast<double>(m + std::log(sum));
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace mla::ref

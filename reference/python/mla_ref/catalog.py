@@ -1,0 +1,74 @@
+"""The catalog description: which golden families exist and how each is judged.
+
+Read from `fixtures/catalog.json`, the one description that the C++ side (mla/golden/families.hpp,
+which embeds the same file at build time) reads too; this module only parses it. A family exists
+when it is listed there and the writer (goldens.py) knows how to write its cases.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+
+CATALOG_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, os.pardir,
+                            "fixtures", "catalog.json")
+
+_NAME = re.compile(r"^[a-z0-9_]+$")
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    seed: int
+    kind: str          # "attention" or "layer"
+    case_kind: str     # the `kind` attribute every case carries
+    certify: str       # "none", "attention" or "append"
+    certified_as: str  # the family name of its certificate rows
+    about: str
+
+    @property
+    def file(self) -> str:
+        return self.name + ".h5"
+
+
+def parse(text: str) -> tuple[Family, ...]:
+    """The families described by `text`; ValueError naming what is wrong."""
+    j = json.loads(text)
+    if j.get("format") != "mla-golden-catalog" or j.get("version") != 1:
+        raise ValueError("the catalog description is not format mla-golden-catalog, version 1")
+    out, seen = [], set()
+    for f in j["families"]:
+        name = f["name"]
+        if not _NAME.match(name) or name in seen:
+            raise ValueError(f"family {name!r}: a name must be [a-z0-9_]+ and described once")
+        seen.add(name)
+        if f["kind"] not in ("attention", "layer"):
+            raise ValueError(f"family {name!r}: kind {f['kind']!r} is neither attention nor layer")
+        if f["certify"] not in ("none", "attention", "append"):
+            raise ValueError(f"family {name!r}: certify {f['certify']!r} is none of none, attention, append")
+        out.append(Family(name=name, seed=int(f["seed"]), kind=f["kind"], case_kind=f["case_kind"],
+                          certify=f["certify"], certified_as=f.get("certified_as", name), about=f["about"]))
+    if not out:
+        raise ValueError("the catalog description lists no family")
+    return tuple(out)
+
+
+def load(path: str = CATALOG_JSON) -> tuple[Family, ...]:
+    with open(path, encoding="utf-8") as f:
+        return parse(f.read())
+
+
+FAMILIES = load()
+NAMES = tuple(f.name for f in FAMILIES)
+
+
+def family(name: str) -> Family:
+    for f in FAMILIES:
+        if f.name == name:
+            return f
+    raise KeyError(f"unknown golden family {name!r} (known: {', '.join(NAMES)})")
+
+
+def names(kind: str | None = None) -> tuple[str, ...]:
+    return tuple(f.name for f in FAMILIES if kind is None or f.kind == kind)

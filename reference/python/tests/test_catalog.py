@@ -1,0 +1,36 @@
+"""The catalog description (fixtures/catalog.json), as the writer reads it."""
+import pytest
+
+from mla_ref import catalog, goldens
+
+
+def test_every_described_family_has_a_writer_and_every_writer_a_family():
+    assert set(goldens.WRITERS) == set(catalog.NAMES)
+    assert goldens.FAMILIES == catalog.NAMES
+
+
+def test_the_description_says_how_each_family_is_judged():
+    for f in catalog.FAMILIES:
+        assert f.file == f.name + ".h5"
+        assert f.kind in ("attention", "layer") and f.certify in ("none", "attention", "append")
+        if f.certify == "attention":
+            assert f.kind == "attention"
+        if f.kind == "attention":
+            assert f.case_kind == "attn_core"
+    assert len({f.seed for f in catalog.FAMILIES}) == len(catalog.FAMILIES), "each family its own seed"
+
+
+def test_a_malformed_description_is_refused():
+    head = '{"format": "mla-golden-catalog", "version": 1, "families": ['
+    good = '{"name": "a", "seed": 1, "kind": "attention", "case_kind": "attn_core", "certify": "none", "about": "x"}'
+    assert catalog.parse(head + good + "]}")[0].name == "a"
+    for bad in (head + "]}", head + good + "," + good + "]}",
+                head + good.replace('"attention"', '"tensor"') + "]}",
+                '{"format": "other", "version": 1, "families": []}'):
+        with pytest.raises(ValueError):
+            catalog.parse(bad)
+
+
+def test_an_undescribed_family_cannot_register_a_writer():
+    with pytest.raises(KeyError):
+        goldens.family_writer("no_such_family")(lambda root, seed0: None)

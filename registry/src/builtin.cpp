@@ -1,0 +1,43 @@
+// THE list of built-in implementations, in registration order (the order of the certificate
+// and the benchmark tables). One line per kernel: X(name) registers what
+// mla::builtin::make_<name>() returns, a function the kernel's own source file defines (it is
+// declared here, so adding a kernel touches no header).
+#include <memory>
+
+#include "mla/registry/registry.hpp"
+
+// Host kernels (kernels/cpu, always built). Every line ends in a backslash, so adding a kernel
+// is adding one line.
+#define MLA_BUILTIN_CPU_KERNELS(X) \
+  X(cpu_mla_fp64)                  \
+  X(cpu_naive_mha_fp64)            \
+  X(cpu_naive_mha_fp32)            \
+  /* end of the host kernels */
+
+// CUDA kernels (kernels/cuda, built whenever a CUDA toolkit is present).
+#define MLA_BUILTIN_CUDA_KERNELS(X) \
+  X(cuda_naive_mha_cublas)          \
+  X(cuda_mla_decode)                \
+  /* end of the CUDA kernels */
+
+namespace mla::builtin {
+#define MLA_DECLARE_FACTORY(name) std::unique_ptr<AttentionImpl> make_##name();
+MLA_BUILTIN_CPU_KERNELS(MLA_DECLARE_FACTORY)
+#if defined(MLA_HAVE_CUDA_KERNELS)
+MLA_BUILTIN_CUDA_KERNELS(MLA_DECLARE_FACTORY)
+#endif
+#undef MLA_DECLARE_FACTORY
+}  // namespace mla::builtin
+
+namespace mla {
+
+void add_builtin_kernels(Registry& registry) {
+#define MLA_ADD(name) registry.add(builtin::make_##name());
+  MLA_BUILTIN_CPU_KERNELS(MLA_ADD)
+#if defined(MLA_HAVE_CUDA_KERNELS)
+  MLA_BUILTIN_CUDA_KERNELS(MLA_ADD)
+#endif
+#undef MLA_ADD
+}
+
+}  // namespace mla

@@ -1,0 +1,52 @@
+#include "loader_test_util.hpp"
+
+#include <atomic>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "mla/golden/families.hpp"
+
+namespace mla::golden::testing {
+
+namespace fs = std::filesystem;
+
+fs::path corpus_dir() { return fs::path(MLA_SOURCE_DIR) / "fixtures" / "bad"; }
+
+TempDir::TempDir() {
+  static std::atomic<int> counter{0};
+  path_ = fs::temp_directory_path() / fmt::format("mla_loader_test_{}_{}", ::getpid(), counter++);
+  fs::remove_all(path_);
+  fs::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+int load_every_case(const fs::path& file) {
+  const FileInfo info = read_file_info(file);
+  for (const auto& name : info.cases) {
+    if (family(info.family).kind == FamilyKind::attention) {
+      (void)load_attn_case(file, name);
+    } else {
+      (void)load_layer_case(file, name);
+    }
+  }
+  return static_cast<int>(info.cases.size());
+}
+
+void copy_with_flipped_byte(const fs::path& src, const fs::path& dst, std::uintmax_t offset) {
+  std::ifstream in(src, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (offset >= bytes.size()) throw Error(fmt::format("flip offset {} past the end of {}", offset, src.string()));
+  bytes[offset] ^= 0x01;
+  std::ofstream(dst, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace mla::golden::testing

@@ -1,0 +1,75 @@
+// The catalog description (fixtures/catalog.json, mla/golden/families.hpp): what the embedded
+// file says, that the parser refuses a malformed description naming what is wrong, and that the
+// committed catalog and its description agree (every listed family's file carries that family).
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "loader_test_util.hpp"
+#include "mla/golden/families.hpp"
+
+namespace mla::golden {
+namespace {
+
+TEST(Families, TheDescriptionDeclaresEveryFamilyOnceWithHowItIsJudged) {
+  const auto& all = families();
+  ASSERT_FALSE(all.empty());
+  std::set<std::string> names;
+  for (const auto& f : all) {
+    EXPECT_TRUE(names.insert(f.name).second) << f.name;
+    EXPECT_EQ(f.file(), f.name + ".h5");
+    EXPECT_FALSE(f.about.empty()) << f.name;
+    EXPECT_EQ(&family(f.name), &f);
+    if (f.kind == FamilyKind::attention) {
+      EXPECT_EQ(f.case_kind, "attn_core") << f.name;
+    }
+  }
+  EXPECT_EQ(find_family("no_such_family"), nullptr);
+  EXPECT_THROW((void)family("no_such_family"), Error);
+  // The lists the tests and the certifier iterate are views of the same description.
+  EXPECT_EQ(family_names().size(), all.size());
+  EXPECT_EQ(family_names(FamilyKind::attention).size() + family_names(FamilyKind::layer).size(), all.size());
+  for (const auto& n : family_names(Certified::attention)) EXPECT_EQ(family(n).kind, FamilyKind::attention);
+  for (const auto& n : family_names(Certified::append)) EXPECT_EQ(family(n).kind, FamilyKind::layer);
+}
+
+TEST(Families, AMalformedDescriptionIsRefusedNamingWhatIsWrong) {
+  auto refused = [](const std::string& text, const std::string& needle) {
+    try {
+      (void)parse_families(text);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  const std::string head = R"({"format": "mla-golden-catalog", "version": 1, "families": [)";
+  const std::string good = R"({"name": "a", "seed": 1, "kind": "attention", "case_kind": "attn_core", "certify": "attention", "about": "x"})";
+  EXPECT_EQ(parse_families(head + good + "]}").size(), 1u);
+  refused("not json", "malformed");
+  refused(R"({"format": "other", "version": 1, "families": []})", "not format mla-golden-catalog");
+  refused(head + "]}", "lists no family");
+  refused(head + good + "," + good + "]}", "family 'a' is described twice");
+  refused(head + R"({"name": "B!", "seed": 1, "kind": "attention", "case_kind": "k", "certify": "none", "about": "x"})" + "]}",
+          "not [a-z0-9_]+");
+  refused(head + R"({"name": "a", "seed": 1, "kind": "tensor", "case_kind": "k", "certify": "none", "about": "x"})" + "]}",
+          "kind 'tensor'");
+  refused(head + R"({"name": "a", "seed": 1, "kind": "layer", "case_kind": "k", "certify": "attention", "about": "x"})" + "]}",
+          "only attention families");
+  refused(head + R"({"name": "a", "seed": 1, "kind": "attention", "case_kind": "k", "certify": "append", "about": "x"})" + "]}",
+          "appends are built from layer cases");
+  refused(head + R"({"name": "a", "kind": "attention", "case_kind": "k", "certify": "none", "about": "x"})" + "]}",
+          "family 'a' is malformed");
+}
+
+TEST(Families, TheTinyCatalogsFilesCarryTheirFamily) {
+  const auto cat = open_catalog(testing::corpus_dir() / "good");
+  for (const auto& [file, digest] : cat.sha256) {
+    const auto info = read_file_info(cat.file(file));
+    const Family& f = family(info.family);
+    EXPECT_EQ(f.file(), file);
+  }
+}
+
+}  // namespace
+}  // namespace mla::golden

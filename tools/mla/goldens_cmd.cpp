@@ -1,0 +1,219 @@
+#include "goldens_cmd.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <ostream>
+
+#include <fmt/format.h>
+
+#include "mla/core/error.hpp"
+#include "mla/core/numeric.hpp"
+#include "mla/golden/families.hpp"
+#include "mla/golden/golden.hpp"
+
+namespace mla::tools {
+namespace {
+
+namespace fx = mla::golden;
+
+bool is_attention(const std::string& family) { return fx::family(family).kind == fx::FamilyKind::attention; }
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
+
+// min / max / mean|x| / NaN and Inf counts of a tensor: enough to see poisoned slots, empty
+// rows (+inf lse) and the magnitude a tolerance will face.
+template <class T, class F>
+std::string stats(const std::vector<T>& v, F to_double) {
+  int64_t nan = 0, inf = 0, finite = 0;
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo, sum_abs = 0;
+  for (const auto& raw : v) {
+    const double x = to_double(raw);
+    if (std::isnan(x)) ++nan;
+    else if (std::isinf(x)) ++inf;
+    else {
+      ++finite;
+      lo = std::min(lo, x);
+      hi = std::max(hi, x);
+      sum_abs += std::fabs(x);
+    }
+  }
+  std::string s = fmt::format("{} values", v.size());
+  if (finite) s += fmt::format(", min {:.6g}, max {:.6g}, mean|x| {:.6g}", lo, hi, sum_abs / static_cast<double>(finite));
+  if (nan) s += fmt::format(", {} NaN", nan);
+  if (inf) s += fmt::format(", {} Inf", inf);
+  return s;
+}
+
+std::string stats_f64(const std::vector<double>& v) {
+  return stats(v, [](double x) { return x; });
+}
+std::string stats_bf16(const std::vector<uint16_t>& v) {
+  return stats(v, [](uint16_t b) { return static_cast<double>(bf16_to_float(b)); });
+}
+
+template <class T>
+std::string ints(const std::vector<T>& v, std::size_t max_shown = 24) {
+  std::vector<std::string> parts;
+  for (std::size_t i = 0; i < v.size() && i < max_shown; ++i) parts.push_back(std::to_string(v[i]));
+  if (v.size() > max_shown) parts.push_back(fmt::format("... ({} more)", v.size() - max_shown));
+  return fmt::format("[{}]", fmt::join(parts, ", "));
+}
+
+void inspect_attention(const fx::AttnCase& c, std::ostream& out) {
+  const auto& s = c.shape;
+  out << fmt::format("{}/{} ({}): {}\n", c.file, c.name, c.family, c.description);
+  out << fmt::format("  shape: batch {} s_q {} heads {} d_qk {} d_v {} page_size {} num_blocks {} max_blocks {} topk {} "
+                     "{} cache{} {}\n",
+                     s.batch, s.s_q, s.heads, s.d_qk, s.d_v, s.page_size, s.num_blocks, s.max_blocks, s.topk,
+                     to_string(s.cache_format),
+                     s.cache_format == CacheFormat::fp8 ? fmt::format(" (scale {})", to_string(c.scale_fmt)) : "",
+                     s.topk > 0 ? "sparse" : (s.causal ? "dense causal" : "dense"));
+  out << fmt::format("  softmax_scale {:.10g}, seed {}, sentinel block id {}, inputs {}\n", c.softmax_scale, c.seed,
+                     c.sentinel_block_id, c.inputs_stored ? "stored" : "generated (sha256 checked)");
+  out << fmt::format("  cache_seqlens {}\n", ints(c.cache_seqlens));
+  for (int b = 0; b < s.batch && b < 8; ++b) {
+    std::vector<int32_t> row(c.block_table.begin() + static_cast<std::ptrdiff_t>(b) * s.max_blocks,
+                             c.block_table.begin() + static_cast<std::ptrdiff_t>(b + 1) * s.max_blocks);
+    out << fmt::format("  block_table[{}] {}\n", b, ints(row, 16));
+  }
+  if (s.batch > 8) out << fmt::format("  ... {} more block-table rows\n", s.batch - 8);
+  out << fmt::format("  q             {}  {}\n", shape_str({s.batch, s.s_q, s.heads, s.d_qk}), stats_bf16(c.q));
+  out << fmt::format("  kv_cache      {}  {} bytes ({} per token)\n",
+                     shape_str({s.num_blocks, s.page_size, static_cast<int64_t>(cache_bytes_per_token(s.cache_format))}),
+                     c.kv_cache.size(), cache_bytes_per_token(s.cache_format));
+  if (!c.kv_cache_dequant.empty()) out << fmt::format("  kv dequant    {}\n", stats_f64(c.kv_cache_dequant));
+  if (s.topk > 0) out << fmt::format("  indices       {}  {}\n", shape_str({s.batch, s.s_q, s.topk}), ints(c.indices, 16));
+  out << fmt::format("  truth out     {}  {}\n", shape_str({s.batch, s.s_q, s.heads, s.d_v}), stats_f64(c.truth_out));
+  out << fmt::format("  truth lse     {}  {}\n", shape_str({s.batch, s.heads, s.s_q}), stats_f64(c.truth_lse));
+  out << fmt::format("  bf16 out      {}\n", stats_bf16(c.same_dtype_out));
+  out << fmt::format("  bf16 lse      {}\n", stats(c.same_dtype_lse, [](float f) { return static_cast<double>(f); }));
+  if (!c.unquantized_out.empty()) {
+    out << fmt::format("  unquantized out {}\n", stats_f64(c.unquantized_out));
+    out << fmt::format("  unquantized lse {}\n", stats_f64(c.unquantized_lse));
+  }
+}
+
+void inspect_layer(const fx::LayerCase& c, std::ostream& out) {
+  const auto& m = c.config;
+  out << fmt::format("{}/{} ({}, {}): {}\n", c.file, c.name, c.family, c.kind, c.description);
+  out << fmt::format("  config {}: dim {} heads {} q_lora {} kv_lora {} nope {} rope {} v {} max_seq_len {} "
+                     "original {} yarn {} mscale {}\n",
+                     m.preset, m.dim, m.n_heads, m.q_lora_rank, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim,
+                     m.v_head_dim, m.max_seq_len, m.original_seq_len, m.yarn() ? "on" : "off", m.mscale);
+  out << fmt::format("  batch {}, softmax_scale {:.10g}, seed {}\n", c.batch, c.softmax_scale, c.seed);
+  for (const auto& [name, a] : c.weights) out << fmt::format("  weight {:<8} {}  {}\n", name, shape_str(a.shape), stats_f64(a.data));
+  auto step = [&](const std::string& label, const fx::LayerStep& s) {
+    out << fmt::format("  {} start_pos {}: x {}  {}\n", label, s.start_pos, shape_str(s.x.shape), stats_f64(s.x.data));
+    for (const auto& [name, a] : s.outputs) out << fmt::format("    out {:<16} {}  {}\n", name, shape_str(a.shape), stats_f64(a.data));
+    for (const auto& [name, a] : s.intermediates) {
+      out << fmt::format("    intermediate {:<22} {}\n", name, shape_str(a.shape));
+    }
+  };
+  for (std::size_t i = 0; i < c.steps.size(); ++i) step(fmt::format("step {}", i), c.steps[i]);
+  if (c.accept) step("accept", *c.accept);
+  if (c.reject) step("reject", *c.reject);
+  if (!c.expected_error.empty()) out << fmt::format("  expected error on reject: {}\n", c.expected_error);
+  for (const auto& [name, a] : c.final_cache) out << fmt::format("  final cache {:<18} {}\n", name, shape_str(a.shape));
+}
+
+}  // namespace
+
+int goldens_list(const std::filesystem::path& dir, bool verify, std::ostream& out) {
+  const fx::Catalog cat = fx::open_catalog(dir, verify);
+  out << fmt::format("catalog {} ({} files, manifest {})\n", cat.dir.string(), cat.sha256.size(),
+                     verify ? "verified" : "NOT verified");
+  std::size_t n = 0;
+  for (const auto& [name, digest] : cat.sha256) {
+    const auto path = cat.file(name);
+    const fx::FileInfo info = fx::read_file_info(path);
+    const auto gv = info.provenance.find("generator_version");
+    out << fmt::format("\n{}  family={} schema={} sha256={} generator={}\n", name, info.family, info.schema_version,
+                       digest, gv == info.provenance.end() ? std::string("?") : gv->second);
+    for (const auto& c : fx::summarize_cases(path)) {
+      ++n;
+      out << fmt::format("  {:<28} {:<9} {}\n      {}\n", c.name, c.inputs_stored ? "stored" : "generated", c.shape,
+                         c.description);
+    }
+  }
+  out << fmt::format("\n{} cases\n", n);
+  return 0;
+}
+
+int goldens_validate(const std::filesystem::path& dir, std::ostream& out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fx::Catalog cat;
+  try {
+    cat = fx::open_catalog(dir, /*verify_files=*/false);
+  } catch (const Error& e) {
+    out << fmt::format("FAIL manifest: {}\n", e.what());
+    return 1;
+  }
+  int problems = 0, cases = 0;
+  auto fail = [&](const std::string& what, const std::string& why) {
+    ++problems;
+    out << fmt::format("FAIL {}: {}\n", what, why);
+  };
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().extension() == ".h5" && !cat.sha256.count(entry.path().filename().string())) {
+      fail(entry.path().filename().string(), "not listed in MANIFEST.sha256 (an unvouched golden is never read)");
+    }
+  }
+  for (const auto& [name, digest] : cat.sha256) {
+    try {
+      fx::verify_file(cat, name);
+    } catch (const Error& e) {
+      fail(name, e.what());
+      continue;  // a file that fails its digest is not opened
+    }
+    fx::FileInfo info;
+    try {
+      info = fx::read_file_info(cat.file(name));
+    } catch (const Error& e) {
+      fail(name, e.what());
+      continue;
+    }
+    out << fmt::format("ok   {} (sha256 verified, family {}, schema {}, {} cases)\n", name, info.family,
+                       info.schema_version, info.cases.size());
+    for (const auto& c : info.cases) {
+      ++cases;
+      try {
+        if (is_attention(info.family)) (void)fx::load_attn_case(cat.file(name), c);
+        else (void)fx::load_layer_case(cat.file(name), c);
+      } catch (const Error& e) {
+        fail(name + "/" + c, e.what());
+      }
+    }
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out << fmt::format("{}: {} files, {} cases loaded through every loader check, {} problem{} ({:.1f} s)\n",
+                     problems ? "INVALID" : "VALID", cat.sha256.size(), cases, problems, problems == 1 ? "" : "s", s);
+  return problems ? 1 : 0;
+}
+
+int goldens_inspect(const std::filesystem::path& dir, const std::string& file, const std::string& case_name,
+                    std::ostream& out) {
+  const fx::Catalog cat = fx::open_catalog(dir, /*verify_files=*/false);
+  if (!cat.sha256.count(file)) {
+    throw Error(fmt::format("{} is not in the catalog's manifest (files: {})", file, [&] {
+      std::vector<std::string> names;
+      for (const auto& [n, d] : cat.sha256) names.push_back(n);
+      return fmt::format("{}", fmt::join(names, ", "));
+    }()));
+  }
+  fx::verify_file(cat, file);
+  const auto path = cat.file(file);
+  const auto info = fx::read_file_info(path);
+  if (std::find(info.cases.begin(), info.cases.end(), case_name) == info.cases.end()) {
+    throw Error(fmt::format("{} has no case '{}' (cases: {})", file, case_name, fmt::join(info.cases, ", ")));
+  }
+  if (is_attention(info.family)) inspect_attention(fx::load_attn_case(path, case_name), out);
+  else inspect_layer(fx::load_layer_case(path, case_name), out);
+  return 0;
+}
+
+}  // namespace mla::tools

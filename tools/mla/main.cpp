@@ -1,0 +1,307 @@
+// mla: the suite's command line.
+//   mla certify   certify kernels (registered, or external plug-ins through the C ABI) against
+//                 the golden catalog, each call in a child process; JSON, Markdown, JUnit XML
+//   mla goldens   list | validate | inspect the golden catalog
+//   mla memory    KV-cache bytes per token and totals for a preset or any config; --check
+//                 confirms the model against what the implementations allocate
+//   mla report    the benchmark report (reports/tools/bench_report.py, arguments passed on)
+// Invoked as `mla-certify` (a link to this binary) it behaves as `mla certify`.
+//
+// Exit status: 0 success / green; 1 a red certificate, an invalid catalog, a memory check that
+// differs; 2 bad usage, an unusable catalog or report folder. Progress goes to stderr; stdout
+// carries only the command's output.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "goldens_cmd.hpp"
+#include "memory.hpp"
+#include "mla/certify/certify.hpp"
+#include "mla/certify/child.hpp"
+#include "mla/core/error.hpp"
+#include "mla/core/presets.hpp"
+#include "mla/golden/families.hpp"
+#include "mla/golden/golden.hpp"
+
+#ifndef MLA_SOURCE_DIR
+#define MLA_SOURCE_DIR ""
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace cert = mla::certify;
+namespace tools = mla::tools;
+
+// The family names `--family` accepts, as the certificate's rows name them.
+std::string certified_families() {
+  std::string attention, appends;
+  for (const auto& f : mla::golden::families()) {
+    if (f.certify == mla::golden::Certified::attention) attention += (attention.empty() ? "" : ", ") + f.certified_as;
+    if (f.certify == mla::golden::Certified::append) appends += (appends.empty() ? "" : ", ") + f.certified_as + " (plug-in appends)";
+  }
+  return attention + (appends.empty() ? "" : ", " + appends);
+}
+
+int report_error(const char* what, const std::exception& e, int code) {
+  std::fflush(stdout);
+  std::cerr << "mla " << what << ": " << e.what() << "\n";
+  return code;
+}
+
+fs::path source_dir() {
+  if (const char* env = std::getenv("MLA_SOURCE_DIR"); env && *env) return env;
+  return MLA_SOURCE_DIR;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // `mla-certify ARGS` is `mla certify ARGS`: the name older scripts and the README call.
+  std::vector<char*> args(argv, argv + argc);
+  static char certify_word[] = "certify";
+  if (argc > 0 && fs::path(argv[0]).filename() == "mla-certify") args.insert(args.begin() + 1, certify_word);
+
+  CLI::App app{"MLA certification suite: certify kernels, inspect the goldens, model the KV cache", "mla"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "help for every subcommand");
+
+  // ---- certify ----
+  cert::Options o;
+  std::vector<std::string> plugins;
+  bool in_process = false, no_probe = false;
+  auto* certify = app.add_subcommand("certify", "certify kernels against the golden catalog");
+  certify->add_option("--goldens", o.goldens, "golden catalog folder (MANIFEST.sha256 + *.h5)");
+  certify->add_option("--out", o.out, "report folder: certificate.json, .md and .junit.xml")->required();
+  certify->add_option("--kernel", o.kernels, "registered implementations to certify (repeatable; default: all)");
+  certify->add_option("--plugin", plugins,
+                      "shared library exposing the C ABI of kernels/plugin/include/mla/plugin/mla_plugin.h (repeatable); "
+                      "alone it certifies only the plug-ins");
+  certify->add_option("--family", o.families, "only these families: " + certified_families());
+  certify->add_option("--case", o.case_regex, "only cases whose '<family>/<case>' matches this regex (ECMAScript)");
+  certify->add_option("--max-tokens", o.max_tokens,
+                      "skip (as SKIPPED) cases whose cache holds more tokens, e.g. 32768 leaves out the 128K case")
+      ->check(CLI::PositiveNumber);
+  certify->add_option("--repeat", o.repeats, "runs per case; every run must give bitwise identical results (plug-ins: at least 2)")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  certify->add_option("--timeout", o.timeout_s, "seconds one kernel may take on one case before it is killed (ERROR)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  certify->add_flag("--resume", o.resume,
+                    "keep the results of <out>/certificate.json whose kernel version and golden file are unchanged; "
+                    "run the rest");
+  certify->add_flag("--in-process", in_process,
+                    "run registered kernels in this process (faster, for debugging; a crash ends the run). "
+                    "Plug-ins always run in a child process");
+  certify->add_flag("--no-probe-unclaimed", no_probe,
+                    "do not run cases outside a kernel's claimed capabilities for information");
+  certify->add_option("--kernel-extra", o.extras,
+                      "test only: add a deliberately broken implementation (kernels/faults: dropped_last ignores each "
+                      "sequence's last cached token; throws, leaky, bf16_only are certifier self-tests)");
+
+  // ---- goldens ----
+  std::string goldens_dir;
+  bool no_verify = false;
+  std::string inspect_file, inspect_case;
+  auto* goldens = app.add_subcommand("goldens", "list, validate or inspect the golden catalog");
+  goldens->require_subcommand(1);
+  goldens->add_option("--dir", goldens_dir, "catalog folder (default: $MLA_GOLDENS_DIR or the build's)");
+  auto* g_list = goldens->add_subcommand("list", "files, families and cases with their shapes (manifest verified)");
+  g_list->add_flag("--no-verify", no_verify, "parse MANIFEST.sha256 without checking the files' digests");
+  auto* g_validate = goldens->add_subcommand("validate", "every loader check on every file and case; lists every problem");
+  auto* g_inspect = goldens->add_subcommand("inspect", "one case: attributes and every array's shape and statistics");
+  g_inspect->add_option("file", inspect_file, "file of the catalog, e.g. attn_core.h5")->required();
+  g_inspect->add_option("case", inspect_case, "case name, e.g. h16_varlen_ps16")->required();
+
+  // ---- memory ----
+  std::string preset_name = "v3", check_kernel = "cpu_mla_fp64";
+  std::optional<int64_t> heads, nope, rope, vdim, rank, layers, context;
+  int64_t batch = 1;
+  bool json_out = false, check = false, list_presets = false;
+  auto* memory = app.add_subcommand("memory", "KV-cache footprint per token, layer and in total");
+  memory->add_option("--preset", preset_name, "tiny, v2-lite, v3, v3-tp2, v3-tp4, v3-tp8, ...")->capture_default_str();
+  memory->add_option("--heads", heads, "attention heads (overrides the preset)")->check(CLI::PositiveNumber);
+  memory->add_option("--nope", nope, "qk_nope_head_dim")->check(CLI::NonNegativeNumber);
+  memory->add_option("--rope", rope, "qk_rope_head_dim")->check(CLI::PositiveNumber);
+  memory->add_option("--v", vdim, "v_head_dim")->check(CLI::PositiveNumber);
+  memory->add_option("--kv-lora-rank", rank, "kv_lora_rank")->check(CLI::PositiveNumber);
+  memory->add_option("--layers", layers, "layers (default: the preset's)")->check(CLI::PositiveNumber);
+  memory->add_option("--context", context, "tokens per sequence (default: the preset's max_seq_len)")
+      ->check(CLI::NonNegativeNumber);
+  memory->add_option("--batch", batch, "sequences")->check(CLI::PositiveNumber)->capture_default_str();
+  memory->add_flag("--json", json_out, "machine-readable output");
+  memory->add_flag("--list-presets", list_presets, "list the presets and exit");
+  memory->add_flag("--check", check,
+                   "allocate caches through the implementations (the reference layer's caches, a kernel's "
+                   "prepare() of a paged cache; bounded sizes) and compare with the model");
+  memory->add_option("--kernel", check_kernel, "CPU kernel whose prepare() holds the paged cache for --check")
+      ->capture_default_str();
+
+  // ---- report ----
+  auto* report = app.add_subcommand("report", "benchmark report: runs reports/tools/bench_report.py with these arguments");
+  report->prefix_command();
+  report->set_help_flag();  // --help goes to the script, which documents its own arguments
+
+  // ---- hidden: the child side of process isolation ----
+  auto* child = app.add_subcommand("__child", "")->group("");
+  child->require_subcommand(1);
+  std::string c_inputs, c_result, c_kernel, c_plugin, c_extra;
+  int c_repeats = 2;
+  bool c_unclaimed = false;
+  auto* c_run = child->add_subcommand("run", "");
+  c_run->add_option("--inputs", c_inputs)->required();
+  c_run->add_option("--result", c_result)->required();
+  c_run->add_option("--kernel", c_kernel);
+  c_run->add_option("--plugin", c_plugin);
+  c_run->add_option("--extra", c_extra);
+  c_run->add_option("--repeats", c_repeats);
+  c_run->add_flag("--unclaimed", c_unclaimed);
+  auto* c_append = child->add_subcommand("append", "");
+  c_append->add_option("--plugin", c_plugin)->required();
+  c_append->add_option("--inputs", c_inputs)->required();
+  c_append->add_option("--result", c_result)->required();
+  c_append->add_option("--repeats", c_repeats);
+  auto* c_describe = child->add_subcommand("describe", "");
+  c_describe->add_option("--plugin", c_plugin)->required();
+  c_describe->add_option("--result", c_result)->required();
+
+  try {
+    app.parse(static_cast<int>(args.size()), args.data());
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  // ---- dispatch ----
+  if (*c_run) {
+    cert::KernelRef k;
+    if (!c_kernel.empty()) k.builtin = c_kernel;
+    if (!c_extra.empty()) k.fault = c_extra;
+    if (!c_plugin.empty()) k.plugin = fs::path(c_plugin);
+    try {
+      return cert::child_run(k, c_inputs, c_result, c_repeats, !c_unclaimed);
+    } catch (const std::exception& e) {
+      return report_error("__child run", e, 3);
+    }
+  }
+  if (*c_append) {
+    try {
+      return cert::child_append(c_plugin, c_inputs, c_result, c_repeats);
+    } catch (const std::exception& e) {
+      return report_error("__child append", e, 3);
+    }
+  }
+  if (*c_describe) {
+    try {
+      return cert::child_describe(c_plugin, c_result);
+    } catch (const std::exception& e) {
+      return report_error("__child describe", e, 3);
+    }
+  }
+
+  if (*certify) {
+    if (o.goldens.empty()) o.goldens = mla::golden::default_goldens_dir();
+    for (const auto& p : plugins) o.plugins.emplace_back(p);
+    o.isolate = !in_process;
+    o.probe_unclaimed = !no_probe;
+    try {
+      const auto c = cert::run(o, std::cerr);
+      std::cout << mla::reports::summary(c);
+      std::cout << fmt::format("certificate: {}, {}, {}\n", (o.out / cert::kJsonName).string(),
+                               (o.out / cert::kMarkdownName).string(), (o.out / cert::kJunitName).string());
+      return mla::reports::is_red(c) ? 1 : 0;
+    } catch (const cert::UsageError& e) {
+      return report_error("certify", e, 2);
+    } catch (const std::exception& e) {
+      return report_error("certify", e, 1);
+    }
+  }
+
+  if (*goldens) {
+    const fs::path dir = goldens_dir.empty() ? mla::golden::default_goldens_dir() : fs::path(goldens_dir);
+    try {
+      if (*g_list) return tools::goldens_list(dir, !no_verify, std::cout);
+      if (*g_validate) return tools::goldens_validate(dir, std::cout);
+      if (*g_inspect) return tools::goldens_inspect(dir, inspect_file, inspect_case, std::cout);
+    } catch (const std::exception& e) {
+      return report_error("goldens", e, 1);
+    }
+  }
+
+  if (*memory) {
+    try {
+      if (list_presets) {
+        for (const auto& p : mla::presets()) {
+          std::cout << fmt::format("{:<20} {:>3} layers  {}\n", p.name, p.n_layers, p.description);
+        }
+        return 0;
+      }
+      const auto& p = mla::preset(preset_name);
+      tools::MemoryQuery q;
+      q.config = p.config;
+      const bool overridden = heads || nope || rope || vdim || rank;
+      if (heads) q.config.n_heads = *heads;
+      if (nope) q.config.qk_nope_head_dim = *nope;
+      if (rope) q.config.qk_rope_head_dim = *rope;
+      if (vdim) q.config.v_head_dim = *vdim;
+      if (rank) q.config.kv_lora_rank = *rank;
+      if (overridden) q.config.preset = p.name + " (modified)";
+      q.layers = layers.value_or(p.n_layers);
+      q.context = context.value_or(p.config.max_seq_len);
+      q.batch = batch;
+      const auto rows = tools::memory_model(q);
+      std::vector<tools::MemoryCheck> checks;
+      if (check) checks = tools::memory_check(q, [] { return tools::live_heap_bytes(); }, check_kernel);
+      if (json_out) {
+        auto j = tools::memory_json(q, rows);
+        if (check) {
+          nlohmann::json cj = nlohmann::json::array();
+          for (const auto& c : checks) {
+            cj.push_back({{"layout", c.layout}, {"method", c.method},
+                          {"model", c.model ? nlohmann::json(*c.model) : nlohmann::json()},
+                          {"measured", c.measured ? nlohmann::json(*c.measured) : nlohmann::json()},
+                          {"ok", c.ok}, {"checked", c.checked()}, {"note", c.note}});
+          }
+          j["checks"] = cj;
+        }
+        std::cout << j.dump(1) << "\n";
+      } else {
+        std::cout << tools::render_memory(q, rows);
+        if (check) std::cout << tools::render_checks(checks);
+      }
+      for (const auto& c : checks) {
+        if (c.checked() && !c.ok) return 1;
+      }
+      return 0;
+    } catch (const std::exception& e) {
+      return report_error("memory", e, 2);
+    }
+  }
+
+  if (*report) {
+    const fs::path script = source_dir() / "reports" / "tools" / "bench_report.py";
+    std::error_code ec;
+    if (!fs::is_regular_file(script, ec)) {
+      std::cerr << "mla report: " << script.string()
+                << " not found (set MLA_SOURCE_DIR to the repository root)\n";
+      return 2;
+    }
+    std::vector<std::string> pass{"/usr/bin/python3", script.string()};
+    for (const auto& a : report->remaining()) pass.push_back(a);
+    std::vector<char*> cargs;
+    for (auto& a : pass) cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    std::fflush(stdout);
+    execv(cargs[0], cargs.data());
+    std::cerr << "mla report: cannot run /usr/bin/python3\n";
+    return 2;
+  }
+  return 2;
+}

@@ -164,6 +164,7 @@ class NaiveMha final : public AttentionImpl {
         sizeof(T) == 8 ? "float64" : "float32");
     info_.role = KernelRole::baseline;
     info_.out_dtype = Traits<T>::dtype;
+    info_.compute = ComputePrecision{Traits<T>::dtype, Traits<T>::dtype};  // T throughout
     info_.caps = host_capabilities();
   }
   const KernelInfo& info() const override { return info_; }

@@ -15,6 +15,7 @@
 #include "mla/certify/certify.hpp"
 #include "mla/certify/child.hpp"
 #include "mla/certify/isolation.hpp"
+#include "mla/certify/protocol.hpp"
 #include "mla/core/kernel.hpp"
 #include "mla/golden/golden.hpp"
 #include "mla/reports/certificate.hpp"
@@ -36,7 +37,9 @@ struct Implementation {
   const AttentionImpl* impl = nullptr;  // builtin / fault kernel: the object in this process
   KernelRef ref;                        // how a child builds it
   bool plugin = false;
+  bool can_implement = false;  // a plug-in whose can_implement (ABI 1.2) is asked about each shape
   uint32_t append_formats = 0, append_scale_fmts = 0;  // plug-ins with an append entry (ABI 1.1)
+  uint32_t append_fp8_recipes = 0;                     // MLA_PLUGIN_RECIPE_* its FP8 append writes
   std::size_t report_index = 0;                         // its KernelReport in the certificate
 };
 
@@ -84,6 +87,8 @@ class Session {
   std::optional<std::regex> case_regex;
   Resume resume;
   bool save_failed = false;
+  // can_implement answers already obtained (claims.cpp), by implementation and shape.
+  std::map<std::string, ClaimAnswer> claim_answers;
 
   reports::KernelReport& report(const Implementation& k) { return cert.kernels[k.report_index]; }
   void record(const Implementation& k, reports::CaseResult r) { report(k).cases.push_back(std::move(r)); }
@@ -99,6 +104,21 @@ class Session {
 // plan.cpp: fills the session's implementations (and their KernelReports) and cases from the
 // options; UsageError when the selection is empty or names something unknown.
 void plan(Session& s);
+
+// claims.cpp: THE claim decision for one implementation and shape (the FP8 scale format is part
+// of the shape a plug-in's can_implement sees). Not claimed: the reason, opening with
+// kNotClaimed; by_kernel when the kernel's own can_implement refused (its reason quoted). Throws
+// mla::Error when can_implement failed (another return code, a crash): an ERROR of the kernel.
+struct Claim {
+  bool claimed = true;
+  std::string reason;
+  bool by_kernel = false;
+};
+Claim claim(Session& s, const Implementation& k, const AttnShape& shape, std::optional<ScaleFmt> scale_fmt);
+// The verdict of a case an implementation does not claim (by its capabilities or by its own
+// can_implement): one word, never counted against it. The one place to switch it when the
+// verdict vocabulary gains NOT_CLAIMED.
+tol::Verdict not_claimed_verdict(const Claim& c);
 
 // attention_case.cpp: every implementation on one attention case (index `i` of the plan).
 void certify_attention_case(Session& s, const CaseRef& ref, std::size_t i);

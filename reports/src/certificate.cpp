@@ -149,6 +149,7 @@ json to_json(const Certificate& c) {
                        {"out_dtype", k.out_dtype},
                        {"version", k.version},
                        {"origin", k.origin},
+                       {"declared", k.declared},
                        {"notes", k.notes},
                        {"unavailable", opt(k.unavailable)},
                        {"counts", counts_json(count(k))},
@@ -200,6 +201,7 @@ Certificate certificate_from_json(const json& j) {
       // Fields added after format 1 was first written: absent in older certificates.
       k.version = read_opt<std::string>(kj, "version").value_or("");
       if (kj.contains("origin")) k.origin = kj.at("origin");
+      if (kj.contains("declared")) k.declared = kj.at("declared");
       k.notes = read_opt<std::vector<std::string>>(kj, "notes").value_or(std::vector<std::string>{});
       k.unavailable = read_opt<std::string>(kj, "unavailable");
       for (const auto& cj : kj.at("cases")) k.cases.push_back(case_from(cj));

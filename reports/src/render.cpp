@@ -77,6 +77,7 @@ void kernel_section(std::string& md, const KernelReport& k) {
                     cell(k.description));
   if (!k.version.empty()) md += fmt::format("Version: {}\n", cell(k.version));
   if (!k.origin.is_null()) md += fmt::format("Origin: `{}`\n\n", k.origin.dump());
+  if (!k.declared.is_null()) md += fmt::format("Declared: `{}`\n\n", k.declared.dump());
   for (const auto& note : k.notes) md += fmt::format("Note (information only): {}\n\n", cell(note));
   md += fmt::format("PASS {} · FAIL {} · UNSUPPORTED {} · SKIPPED {} · ERROR {}\n", n.pass, n.fail,
                     n.unsupported, n.skipped, n.error);

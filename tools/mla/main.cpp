@@ -171,6 +171,10 @@ int main(int argc, char** argv) {
   auto* c_describe = child->add_subcommand("describe", "");
   c_describe->add_option("--plugin", c_plugin)->required();
   c_describe->add_option("--result", c_result)->required();
+  auto* c_claims = child->add_subcommand("claims", "");
+  c_claims->add_option("--plugin", c_plugin)->required();
+  c_claims->add_option("--inputs", c_inputs)->required();
+  c_claims->add_option("--result", c_result)->required();
 
   try {
     app.parse(static_cast<int>(args.size()), args.data());
@@ -203,6 +207,13 @@ int main(int argc, char** argv) {
       return cert::child_describe(c_plugin, c_result);
     } catch (const std::exception& e) {
       return report_error("__child describe", e, 3);
+    }
+  }
+  if (*c_claims) {
+    try {
+      return cert::child_claims(c_plugin, c_inputs, c_result);
+    } catch (const std::exception& e) {
+      return report_error("__child claims", e, 3);
     }
   }
 

@@ -139,28 +139,30 @@ std::optional<AttnBuffers> inputs_to_kernel(const Conventions& c, const AttnInpu
   return k;
 }
 
-std::vector<double> lse_to_canonical(const Conventions& c, const AttnShape& s, std::span<const double> lse) {
+namespace {
+// One element at a time between the two layouts, each value converted; `to_canonical` picks the
+// direction (the loops are the same both ways, only which index reads and which writes swaps).
+std::vector<double> convert_lse(const Conventions& c, const AttnShape& s, std::span<const double> lse, bool to_canonical) {
   need("lse", lse.size(), lse_count(s));
   std::vector<double> out(lse.size());
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads; ++h)
       for (int64_t q = 0; q < s.s_q; ++q) {
-        const double v = lse[static_cast<std::size_t>(kernel_lse_index(c.lse_layout, s, b, h, q))];
-        out[static_cast<std::size_t>((b * s.heads + h) * s.s_q + q)] = convert_value(c, v, true);
+        const auto canonical = static_cast<std::size_t>((b * s.heads + h) * s.s_q + q);
+        const auto kernel = static_cast<std::size_t>(kernel_lse_index(c.lse_layout, s, b, h, q));
+        const std::size_t from = to_canonical ? kernel : canonical, to = to_canonical ? canonical : kernel;
+        out[to] = convert_value(c, lse[from], to_canonical);
       }
   return out;
 }
+}  // namespace
+
+std::vector<double> lse_to_canonical(const Conventions& c, const AttnShape& s, std::span<const double> lse) {
+  return convert_lse(c, s, lse, true);
+}
 
 std::vector<double> lse_to_kernel(const Conventions& c, const AttnShape& s, std::span<const double> lse) {
-  need("lse", lse.size(), lse_count(s));
-  std::vector<double> out(lse.size());
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t h = 0; h < s.heads; ++h)
-      for (int64_t q = 0; q < s.s_q; ++q) {
-        const double v = lse[static_cast<std::size_t>((b * s.heads + h) * s.s_q + q)];
-        out[static_cast<std::size_t>(kernel_lse_index(c.lse_layout, s, b, h, q))] = convert_value(c, v, false);
-      }
-  return out;
+  return convert_lse(c, s, lse, false);
 }
 
 void outputs_to_canonical(const Conventions& c, const AttnShape& s, AttnOutputs& o) {

@@ -383,6 +383,34 @@ TEST_F(CertifyPlugins, AFlashMlaShapedKernelWithCanImplementClaimsExactlyItsDoma
   EXPECT_GT(refused_when_called, 0) << "without can_implement the decode's refusals show as UNSUPPORTED";
 }
 
+// A predicate that fails is a defect of the kernel, never a refusal: the cases whose claim it
+// could not decide are its ERRORs, with what went wrong; the rest run as usual.
+TEST_F(CertifyPlugins, ACanImplementThatFailsMakesErrorsNotRefusals) {
+  const auto r = certify(plugin_arg(MLA_PLUGIN_BROKEN_CAN_IMPLEMENT) + " --family attn_core --family attn_sparse");
+  EXPECT_EQ(r.status, 1) << r.stdout_text;
+  int sparse = 0, crashed = 0, passed = 0;
+  for (const auto& c : kernel(r, "broken_can_implement").cases) {
+    SCOPED_TRACE(c.family + "/" + c.name);
+    if (skipped_for_size(c)) continue;
+    if (c.shape.at("topk") != 0) {
+      ++sparse;
+      EXPECT_EQ(c.verdict, Verdict::error);
+      EXPECT_TRUE(any_reason(c, "can_implement returned")) << reasons(c);
+      EXPECT_TRUE(any_reason(c, "sparse metadata table not initialized")) << reasons(c);
+    } else if (c.shape.at("heads") == 128) {
+      ++crashed;
+      EXPECT_EQ(c.verdict, Verdict::error);
+      EXPECT_TRUE(any_reason(c, "can_implement could not be asked: crashed")) << reasons(c);
+    } else {
+      ++passed;
+      EXPECT_EQ(c.verdict, Verdict::pass) << reasons(c);
+    }
+  }
+  EXPECT_GT(sparse, 0);
+  EXPECT_GT(crashed, 0);
+  EXPECT_GT(passed, 0);
+}
+
 // FlashInfer's outputs (lse base 2, [b, s_q, h], -inf for an empty row) and global-slot sparse
 // indices, declared: the host converts and the kernel certifies green, with the conventions in
 // the certificate. The same code declaring nothing is read as canonical and fails.

@@ -112,6 +112,11 @@
 #ifndef MLA_EXAMPLE_CAN_IMPLEMENT
 #define MLA_EXAMPLE_CAN_IMPLEMENT 0
 #endif
+// A predicate that is itself broken (test data): MLA_PLUGIN_ERROR on sparse shapes, a crash on
+// 128 heads. Its decode is correct; the cases whose claim cannot be decided are its ERRORs.
+#ifndef MLA_EXAMPLE_BROKEN_CAN_IMPLEMENT
+#define MLA_EXAMPLE_BROKEN_CAN_IMPLEMENT 0
+#endif
 // Test data only (suites/certify): sets MLA_PLUGIN_FLAG_DEVICE_MEMORY without an unavailable()
 // of its own, so the host's own reason for not running it must show.
 #ifndef MLA_EXAMPLE_DEVICE_MEMORY
@@ -192,11 +197,23 @@ const char* flashmla_refusal(int32_t topk, uint32_t cache_format, int32_t heads,
 #endif
 #if MLA_EXAMPLE_CAN_IMPLEMENT
 int32_t can_implement(const mla_plugin_shape* shape, char* reason, size_t reason_size) {
+#if MLA_EXAMPLE_BROKEN_CAN_IMPLEMENT
+  if (shape->topk > 0) {
+    std::snprintf(reason, reason_size, "sparse metadata table not initialized");
+    return MLA_PLUGIN_ERROR;
+  }
+  if (shape->heads == 128) {
+    const int* volatile table = nullptr;  // the head-count lookup it never allocated
+    return table[shape->heads];
+  }
+  return MLA_PLUGIN_OK;
+#else
   if (const char* no = flashmla_refusal(shape->topk, shape->cache_format, shape->heads, shape->page_size)) {
     std::snprintf(reason, reason_size, "%s", no);
     return MLA_PLUGIN_UNSUPPORTED;
   }
   return MLA_PLUGIN_OK;
+#endif
 }
 #endif
 

@@ -3,9 +3,10 @@
  * A plug-in is a shared library that exports one function, mla_plugin_get_descriptor, returning
  * a descriptor: who it is (name, version), what it claims to support (cache formats, head and
  * s_q ranges, page sizes, dense/sparse, variable lengths, output dtype), its decode entry point
- * and, optionally (1.1), a cache-append entry point. `mla certify --plugin path/to/lib.so` runs
- * it, in a separate process, on every golden case inside its claims and judges the results
- * against float64 truth.
+ * and, optionally (1.1), a cache-append entry point; from 1.2 also what it is (lse and index
+ * conventions, precision class, FP8 scale recipes) and an optional can_implement predicate.
+ * `mla certify --plugin path/to/lib.so` runs it, in a separate process, on every golden case
+ * inside its claims and judges the results against float64 truth.
  *
  * Why C: a C ABI is the one every compiler and language can produce and load without sharing a
  * C++ standard library, so a kernel built elsewhere (another compiler, CUDA, Rust) can be

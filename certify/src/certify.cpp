@@ -2,7 +2,11 @@
 // after each. The seams live in plan.cpp, resume.cpp, attention_case.cpp and append_case.cpp.
 #include "mla/certify/certify.hpp"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
 
 #include <chrono>
 #include <fstream>
@@ -30,12 +34,62 @@ namespace fs = std::filesystem;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// The signal that asked the run to stop (0: none). A stopped run keeps what it recorded and
+// says INCOMPLETE; SA_RESETHAND makes a second signal end the process the default way.
+volatile std::sig_atomic_t g_stop_signal = 0;
+void on_stop(int sig) { g_stop_signal = sig; }
+// SIGXFSZ must not kill the certifier: past the file-size limit a write fails (EFBIG) and the
+// case becomes a HOST_ERROR. A handler (not SIG_IGN) so that children, after exec, get the
+// default action back and die of it, which host_cause() recognizes.
+void on_file_size_limit(int) {}
+
+class Signals {
+ public:
+  Signals() {
+    g_stop_signal = 0;
+    struct sigaction stop {};
+    stop.sa_handler = on_stop;
+    stop.sa_flags = SA_RESETHAND;
+    sigemptyset(&stop.sa_mask);
+    for (int i = 0; i < kStop; ++i) sigaction(kStopSignals[i], &stop, &old_[i]);
+    struct sigaction fsz {};
+    fsz.sa_handler = on_file_size_limit;
+    sigemptyset(&fsz.sa_mask);
+    sigaction(SIGXFSZ, &fsz, &old_fsz_);
+  }
+  ~Signals() {
+    for (int i = 0; i < kStop; ++i) sigaction(kStopSignals[i], &old_[i], nullptr);
+    sigaction(SIGXFSZ, &old_fsz_, nullptr);
+  }
+  Signals(const Signals&) = delete;
+  Signals& operator=(const Signals&) = delete;
+
+ private:
+  static constexpr int kStop = 3;
+  static constexpr int kStopSignals[kStop] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction old_[kStop] {};
+  struct sigaction old_fsz_ {};
+};
+
+// Stops the run between cases when a signal asked for it: says so and records why.
+bool stop_requested(Session& s) {
+  const int sig = g_stop_signal;
+  if (sig == 0) return false;
+  const auto note = fmt::format("stopped by {} before every selected case was run", signal_description(sig));
+  if (std::find(s.cert.notes.begin(), s.cert.notes.end(), note) == s.cert.notes.end()) {
+    s.cert.notes.push_back(note);
+    s.progress << "mla certify: " << note << "; the certificate is INCOMPLETE (--resume finishes it)\n";
+  }
+  return true;
+}
+
 json options_json(const Options& o) {
   std::vector<std::string> plugins;
   for (const auto& p : o.plugins) plugins.push_back(fs::absolute(p).lexically_normal().string());
   json j = {{"kernels", o.kernels},     {"plugins", plugins},         {"families", o.families},
             {"extras", o.extras},       {"repeats", o.repeats},      {"timeout_s", o.timeout_s},
-            {"isolate", o.isolate},     {"probe_unclaimed", o.probe_unclaimed}};
+            {"isolate", o.isolate},     {"probe_unclaimed", o.probe_unclaimed},
+            {"require_full_coverage", o.require_full_coverage}};
   j["case_regex"] = o.case_regex ? json(*o.case_regex) : json();
   j["max_tokens"] = o.max_tokens ? json(*o.max_tokens) : json();
   return j;
@@ -66,6 +120,7 @@ void begin(Session& s) {
     throw UsageError(fmt::format("the golden catalog in {} cannot be used: {}", o.goldens.string(), e.what()));
   }
   cert.manifest = s.catalog.sha256;
+  s.goldens.emplace(s.self);
 }
 
 void progress_line(Session& s, std::size_t i, std::size_t n, const CaseRef& ref, double secs) {
@@ -125,7 +180,10 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
   progress << fmt::format("mla certify: {} implementations x {} cases from {}\n", s.implementations.size(),
                           s.attention_cases.size(), s.cert.goldens_dir);
 
+  const Signals signals;
+  bool stopped = false;
   for (std::size_t i = 0; i < s.attention_cases.size(); ++i) {
+    if ((stopped = stop_requested(s))) break;
     const auto t_case = Clock::now();
     certify_attention_case(s, s.attention_cases[i], i);
     update_notes(s.cert);
@@ -133,12 +191,13 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
     s.save();
     progress_line(s, i + 1, s.attention_cases.size(), s.attention_cases[i], seconds_since(t_case));
   }
-  certify_appends(s);
+  if (!stopped && any_append_case_selected(s)) stopped = stop_requested(s);
+  if (!stopped) certify_appends(s);
   if (options.resume) {
     progress << fmt::format("resume: kept {} of {} results from the previous certificate\n", s.resume.kept,
                             total_results(s.cert));
   }
-  s.cert.complete = true;
+  s.cert.complete = !stopped;
   s.cert.finished_utc = reports::utc_now_iso8601();
   s.cert.wall_seconds = seconds_since(t_start);
   s.save();

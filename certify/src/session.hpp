@@ -14,6 +14,7 @@
 
 #include "mla/certify/certify.hpp"
 #include "mla/certify/child.hpp"
+#include "mla/certify/golden_check.hpp"
 #include "mla/certify/isolation.hpp"
 #include "mla/core/kernel.hpp"
 #include "mla/golden/golden.hpp"
@@ -21,13 +22,12 @@
 
 namespace mla::certify {
 
-// Opens the reason of an UNSUPPORTED verdict decided from the declared capabilities.
-inline constexpr std::string_view kNotClaimed = "not claimed: ";
-// The words that open the reason an informational run adds to an UNSUPPORTED case; the kernel
+// The words that open the reason an informational run adds to a NOT_CLAIMED case; the kernel
 // notes are derived from them, so a resumed certificate gets the same notes.
 inline constexpr const char* kProbePass =
     "informational run on this unclaimed shape: PASS (handles it without claiming it)";
 inline constexpr const char* kProbePrefix = "informational run on this unclaimed shape: ";
+inline constexpr const char* kProbeFail = "informational run on this unclaimed shape: would FAIL";
 
 // One implementation under certification.
 struct Implementation {
@@ -81,6 +81,10 @@ class Session {
   std::vector<Implementation> implementations;
   std::vector<std::unique_ptr<AttentionImpl>> fault_kernels;  // owned; implementations point at them
   std::vector<CaseRef> attention_cases;
+  // Every file of the catalog by the family its `family` attribute names (never by its file
+  // name), in name order; every one of them read through in a child first (golden_check.hpp).
+  std::map<std::string, std::vector<std::string>> family_files;
+  std::optional<GoldenGate> goldens;
   std::optional<std::regex> case_regex;
   Resume resume;
   bool save_failed = false;

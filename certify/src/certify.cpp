@@ -11,11 +11,14 @@
 #include <chrono>
 #include <fstream>
 #include <ostream>
+#include <set>
 
 #include <fmt/format.h>
 
 #include "mla/core/sha256.hpp"
+#include "mla/golden/families.hpp"
 #include "mla/core/tolerance.hpp"
+#include "lock.hpp"
 #include "session.hpp"
 
 #ifndef MLA_VERSION
@@ -139,6 +142,32 @@ std::size_t total_results(const reports::Certificate& c) {
   return n;
 }
 
+// --resume with a narrower selection than the previous run's: the previous results of the
+// cases it leaves out are kept (when they still hold), never deleted, and it says so.
+void keep_outside_selection(Session& s) {
+  std::set<std::string> selected;
+  for (const auto& ref : s.attention_cases) selected.insert(ref.key());
+  // The append family's rows are this run's when it certifies appends at all.
+  std::set<std::string> rerun_families;
+  if (any_append_case_selected(s)) {
+    for (const auto& fam : golden::families()) {
+      if (fam.certify == golden::Certified::append) rerun_families.insert(fam.certified_as);
+    }
+  }
+  s.outside.assign(s.cert.kernels.size(), {});
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < s.cert.kernels.size(); ++i) {
+    s.outside[i] = s.resume.outside(s.cert.kernels[i], s.catalog, [&](const reports::CaseResult& r) {
+      return selected.count(r.file + "/" + r.name) > 0 || rerun_families.count(r.family) > 0;
+    });
+    n += s.outside[i].size();
+  }
+  if (n > 0) {
+    s.progress << fmt::format("resume: keeping {} previous result{} of cases outside this selection\n", n,
+                              n == 1 ? "" : "s");
+  }
+}
+
 }  // namespace
 
 void check_writable_folder(const std::filesystem::path& dir) {
@@ -174,9 +203,15 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
   if (!(options.timeout_s > 0)) throw UsageError("--timeout must be positive");
   const auto t_start = Clock::now();
   Session s(options, progress);
+  // Before anything is read or written there: one certifier per report folder.
+  check_writable_folder(options.out);
+  const ReportLock lock(options.out, progress);
   begin(s);
   plan(s);
-  if (options.resume) s.resume.load(options.out, s.cert, progress);
+  if (options.resume) {
+    s.resume.load(options.out, s.cert, progress);
+    keep_outside_selection(s);
+  }
   progress << fmt::format("mla certify: {} implementations x {} cases from {}\n", s.implementations.size(),
                           s.attention_cases.size(), s.cert.goldens_dir);
 
@@ -202,7 +237,7 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
   s.cert.wall_seconds = seconds_since(t_start);
   s.save();
   if (s.save_failed) throw Error(fmt::format("the certificate could not be written to {}", options.out.string()));
-  return std::move(s.cert);
+  return s.with_outside();
 }
 
 }  // namespace mla::certify

@@ -65,7 +65,9 @@ void Resume::load(const std::filesystem::path& out, const reports::Certificate& 
     for (const auto& r : k.cases) {
       const auto digest = old.manifest.find(r.file);
       if (digest == old.manifest.end()) continue;
-      slot.cases[r.file + "/" + r.name] = {digest->second, r};
+      const std::string key = r.file + "/" + r.name;
+      if (!slot.cases.count(key)) slot.order.push_back(key);
+      slot.cases[key] = {digest->second, r};
     }
   }
 }

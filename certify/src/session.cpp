@@ -23,10 +23,26 @@ std::optional<reports::CaseResult> Session::kept(const Implementation& k, const 
   return r;
 }
 
+reports::Certificate Session::with_outside() const {
+  reports::Certificate c = cert;
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < outside.size() && i < c.kernels.size(); ++i) {
+    for (const auto& r : outside[i]) c.kernels[i].cases.push_back(r);
+    n += outside[i].size();
+  }
+  if (n > 0) {
+    c.notes.push_back(fmt::format("{} result{} of cases outside this run's selection kept from the previous "
+                                  "certificate (--resume with a narrower --case or --family)",
+                                  n, n == 1 ? "" : "s"));
+  }
+  return c;
+}
+
 void Session::save() {
   try {
-    reports::write_certificate(cert, options.out);
-    reports::write_file_atomically(options.out / kJunitName, to_junit(cert));
+    const auto c = with_outside();
+    reports::write_certificate(c, options.out);
+    reports::write_file_atomically(options.out / kJunitName, to_junit(c));
   } catch (const Error& e) {
     // The run is worth finishing (the summary still reports it); say loudly that the file
     // on disk is behind.

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -195,6 +196,36 @@ TEST_F(Faults, ResumeReproducesAnUninterruptedRunExactly) {
   EXPECT_EQ(kept_count(again.output), static_cast<int>(total)) << again.output;
   EXPECT_EQ(without_timings(again.cert), without_timings(full.cert));
 
+  // A narrower selection keeps the results outside it, and says so.
+  const auto narrow = certify(tmp.path() / "full", args + " --case h1_ --resume");
+  EXPECT_EQ(narrow.status, 1) << narrow.output;
+  EXPECT_NE(narrow.output.find(fmt::format("resume: keeping {} previous results of cases outside this selection",
+                                           total - n_kernels)),
+            std::string::npos)
+      << narrow.output;
+  auto rows = [](const json& cert) {
+    std::multiset<std::string> r;
+    for (const auto& k : cert["kernels"]) {
+      for (const auto& c : k["cases"]) r.insert(k["name"].get<std::string>() + " " + c["file"].get<std::string>() + "/" +
+                                                c["case"].get<std::string>() + " " + c["verdict"].get<std::string>());
+    }
+    return r;
+  };
+  EXPECT_EQ(rows(narrow.cert), rows(full.cert));
+  bool noted = false;
+  for (const auto& n : narrow.cert["notes"]) noted |= n.get<std::string>().find("outside this run's selection") != std::string::npos;
+  EXPECT_TRUE(noted) << narrow.cert["notes"].dump();
+
+  // A HOST_ERROR is never kept: --resume runs that case again.
+  auto host = full.cert;
+  host["kernels"][0]["cases"][1]["verdict"] = "HOST_ERROR";
+  const auto dir3 = tmp.path() / "host";
+  fs::create_directories(dir3);
+  std::ofstream(dir3 / "certificate.json") << host.dump(1);
+  const auto rehost = certify(dir3, args + " --resume");
+  EXPECT_EQ(kept_count(rehost.output), static_cast<int>(total - 1)) << rehost.output;
+  EXPECT_EQ(without_timings(rehost.cert), without_timings(full.cert));
+
   // Results judged under other options are not reused.
   const auto other = certify(dir, args + " --repeat 3 --case all_empty --resume");
   EXPECT_NE(other.output.find("not comparable"), std::string::npos) << other.output;
@@ -249,6 +280,11 @@ TEST_F(Faults, KilledRunLeavesAPartialCertificateAndResumeFinishesIt) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_GT(recorded, 0u) << "the run never got going";
+  // A second run into the same folder is refused, naming the one that holds it.
+  const auto second = certify(out, args, kGoldens, env);
+  EXPECT_EQ(second.status, 2) << second.output;
+  EXPECT_NE(second.output.find(fmt::format("is in use by another mla certify (pid {})", pid)), std::string::npos)
+      << second.output;
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   int st = 0;
   waitpid(pid, &st, 0);
@@ -283,6 +319,7 @@ TEST_F(Faults, KilledRunLeavesAPartialCertificateAndResumeFinishesIt) {
   EXPECT_TRUE(scratch_left());
 
   const auto done = certify(out, args + " --resume", kGoldens, env);
+  EXPECT_NE(done.output.find(fmt::format("taking over the lock of pid {}", pid)), std::string::npos) << done.output;
   EXPECT_FALSE(scratch_left()) << "...until the next certifier removes what a dead one left behind";
   EXPECT_EQ(done.status, 1) << done.output;
   EXPECT_EQ(kept_count(done.output), static_cast<int>(cert.kernels[0].cases.size())) << done.output;

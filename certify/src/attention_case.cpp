@@ -59,7 +59,9 @@ class AttentionCase {
     try {
       header = golden::read_attn_header(path, ref_.name);
     } catch (const std::exception& e) {
-      fail_all(pending, fmt::format("case attributes unreadable: {}", e.what()), nullptr);
+      // Its attributes, or its datasets checked against them (a case that lies), before any
+      // SKIPPED or NOT_CLAIMED is decided from them.
+      fail_all(pending, fmt::format("case refused: {}", e.what()), nullptr, failure_verdict(e));
       return;
     }
 

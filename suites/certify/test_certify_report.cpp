@@ -10,6 +10,8 @@
 #include <system_error>
 #include <cmath>
 #include <fstream>
+#include <iterator>
+#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -18,6 +20,8 @@
 #include "mla/faults/faults.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
+#include "mla/core/sha256.hpp"
+#include "mla/certify/golden_check.hpp"
 #include "mla/certify/host_error.hpp"
 #include "mla/certify/isolation.hpp"
 #include "mla/certify/junit.hpp"
@@ -506,6 +510,109 @@ TEST(CertificateJson, ADamagedFieldIsNamedByItsPath) {
   } catch (const mla::Error& e) {
     EXPECT_NE(std::string(e.what()).find("machine.threads: missing"), std::string::npos) << e.what();
   }
+}
+
+// A catalog of the given files (copied from fixtures/bad under new names) with its manifest.
+fs::path catalog_of(const fs::path& dir, const std::vector<std::pair<std::string, std::string>>& files) {
+  fs::create_directories(dir);
+  std::ofstream manifest(dir / "MANIFEST.sha256");
+  for (const auto& [from, to] : files) {
+    fs::copy_file(fs::path(MLA_SOURCE_DIR) / "fixtures" / "bad" / from, dir / to);
+    manifest << mla::sha256_file(dir / to) << "  " << to << "\n";
+  }
+  return dir;
+}
+
+// A case whose attributes disagree with its datasets is an ERROR naming the attribute, decided
+// before any SKIPPED (--max-tokens) or NOT_CLAIMED decision is taken from those attributes.
+TEST(CertifyCli, ACaseWhoseAttributesLieIsAnErrorBeforeAnySkip) {
+  TempDir tmp;
+  // lying_shape: q has 2 heads and batch 2 where the attributes say 1; huge_elements: batch
+  // 1000000 in the attributes, 1 in the data.
+  const auto goldens =
+      catalog_of(tmp.path() / "g", {{"lying_shape.h5", "attn_core.h5"}, {"huge_elements.h5", "attn_core_big.h5"}});
+  for (const std::string extra : {"--max-tokens 1", ""}) {
+    SCOPED_TRACE(extra);
+    const auto out = tmp.path() / ("out" + std::to_string(extra.size()));
+    const auto p = run(exe() + " --goldens '" + goldens.string() + "' --out '" + out.string() +
+                       "' --kernel cpu_mla_fp64 --kernel-extra bf16_only " + extra + " 2>&1");
+    EXPECT_EQ(p.status, 1) << p.out;
+    const auto c = mla::reports::certificate_from_json(nlohmann::json::parse(slurp(out / "certificate.json")));
+    for (const auto& k : c.kernels) {
+      ASSERT_EQ(k.cases.size(), 2u) << "every file of the family is certified";
+      for (const auto& r : k.cases) {
+        EXPECT_EQ(r.verdict, Verdict::error) << k.name << " " << r.file;
+        ASSERT_FALSE(r.reasons.empty());
+        const std::string want = r.file == "attn_core.h5" ? "heads=1 of the case attributes" : "batch=1000000";
+        EXPECT_NE(r.reasons[0].find(want), std::string::npos) << r.reasons[0];
+      }
+    }
+  }
+}
+
+// The catalog is read by each file's `family` attribute: a second file of a family is
+// certified, a file of an unselected family is named in the notes.
+TEST(CertifyCli, EveryFileOfASelectedFamilyIsCertifiedAndTheOthersNamed) {
+  TempDir tmp;
+  const auto goldens = catalog_of(tmp.path() / "g", {{"good/attn_core.h5", "attn_core.h5"},
+                                                     {"good/attn_core.h5", "more_of_the_core.h5"},
+                                                     {"good/attn_fp8.h5", "attn_fp8.h5"}});
+  const auto out = tmp.path() / "out";
+  const auto p = run(exe() + " --goldens '" + goldens.string() + "' --out '" + out.string() +
+                     "' --kernel cpu_mla_fp64 --family attn_core 2>&1");
+  EXPECT_EQ(p.status, 0) << p.out;
+  const auto c = mla::reports::certificate_from_json(nlohmann::json::parse(slurp(out / "certificate.json")));
+  std::set<std::string> files;
+  for (const auto& r : c.kernels.at(0).cases) files.insert(r.file);
+  EXPECT_EQ(files, (std::set<std::string>{"attn_core.h5", "more_of_the_core.h5"}));
+  bool named = false;
+  for (const auto& n : c.notes) named |= n.find("attn_fp8.h5 (family attn_fp8: not selected by --family)") != std::string::npos;
+  EXPECT_TRUE(named) << nlohmann::json(c.notes).dump();
+}
+
+// The read-through child: a golden that kills or hangs it is refused naming the file and the
+// signal, and the verdict is cached by the file's digest. The child here is a stand-in that
+// dies the way libhdf5 does on the fuzzer's inputs (suites/fuzz/README.md, "Findings").
+TEST(GoldenGate, AFileThatKillsOrHangsTheReaderIsRefusedAndCachedByDigest) {
+  TempDir tmp;
+  const auto count = tmp.path() / "runs";
+  const auto segv = tmp.path() / "segv.sh";
+  std::ofstream(segv) << "#!/bin/sh\necho run >> '" << count.string() << "'\nkill -SEGV $$\n";
+  fs::permissions(segv, fs::perms::owner_all);
+  const auto file = tmp.path() / "corrupt.h5";
+  std::ofstream(file) << "bytes";
+  mla::certify::GoldenGate gate(segv);
+  const auto& c = gate.check(file, std::string(64, 'a'), mla::certify::GoldenDepth::read_through);
+  EXPECT_EQ(c.kind, mla::certify::GoldenCheck::Kind::crashed);
+  const auto why = mla::certify::GoldenGate::refusal(file, c);
+  EXPECT_NE(why.find(file.string()), std::string::npos) << why;
+  EXPECT_NE(why.find("SIGSEGV"), std::string::npos) << why;
+  (void)gate.check(file, std::string(64, 'a'), mla::certify::GoldenDepth::read_through);
+  EXPECT_EQ(std::count(std::istreambuf_iterator<char>(*std::make_unique<std::ifstream>(count)),
+                       std::istreambuf_iterator<char>(), '\n'),
+            1)
+      << "the same bytes are read through once per run";
+  (void)gate.check(file, std::string(64, 'b'), mla::certify::GoldenDepth::read_through);
+  EXPECT_EQ(std::count(std::istreambuf_iterator<char>(*std::make_unique<std::ifstream>(count)),
+                       std::istreambuf_iterator<char>(), '\n'),
+            2)
+      << "other bytes are read through again";
+
+  const auto hang = tmp.path() / "hang.sh";
+  std::ofstream(hang) << "#!/bin/sh\nexec sleep 30\n";
+  fs::permissions(hang, fs::perms::owner_all);
+  mla::certify::GoldenGate slow(hang, /*timeout_s=*/0.5);
+  const auto& h = slow.check(file, std::string(64, 'c'), mla::certify::GoldenDepth::read_through);
+  EXPECT_EQ(h.kind, mla::certify::GoldenCheck::Kind::crashed);
+  EXPECT_NE(h.problem.find("timed out"), std::string::npos) << h.problem;
+
+  // The real reader on a real golden: read through, its cases listed.
+  mla::certify::GoldenGate real(MLA_CLI_EXE);
+  const auto good = fs::path(MLA_SOURCE_DIR) / "fixtures" / "bad" / "good" / "attn_core.h5";
+  const auto& g = real.check(good, mla::sha256_file(good), mla::certify::GoldenDepth::read_through);
+  EXPECT_EQ(g.kind, mla::certify::GoldenCheck::Kind::ok) << g.problem;
+  EXPECT_EQ(g.family, "attn_core");
+  EXPECT_FALSE(g.cases.empty());
 }
 
 TEST(CertifyExtras, EveryFaultKernelIsBuiltAndAnUnknownOneRefused) {

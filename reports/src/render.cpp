@@ -150,7 +150,7 @@ std::string incomplete_reason(const Certificate& c) {
   int host = 0;
   for (const auto& k : c.kernels) host += count(k).host_error;
   std::vector<std::string> why;
-  if (!c.complete) why.push_back("the run did not finish (it was still going, was stopped, or a shard is missing)");
+  if (!c.complete) why.push_back("the run did not finish (it was still going, or was stopped)");
   if (host > 0) why.push_back(fmt::format("{} case{} hit a HOST_ERROR", host, host == 1 ? "" : "s"));
   return fmt::format("{}; `mla certify --resume` with the same options finishes it", fmt::join(why, " and "));
 }

@@ -9,6 +9,7 @@
 #include <csignal>
 
 #include <chrono>
+#include <ctime>
 #include <fstream>
 #include <ostream>
 #include <set>
@@ -142,6 +143,32 @@ std::size_t total_results(const reports::Certificate& c) {
   return n;
 }
 
+// A certificate already in the report folder that this tool cannot read (damaged, or another
+// tool's format) is kept under another name, never overwritten by this run's.
+void set_aside_unreadable(const fs::path& out, std::ostream& progress) {
+  const auto file = out / kJsonName;
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return;
+  std::string why;
+  try {
+    std::ifstream in(file);
+    (void)reports::certificate_from_json(json::parse(in));
+    return;
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  auto aside = out / fmt::format("{}.unreadable-{}", kJsonName, stamp);
+  for (int i = 1; fs::exists(aside, ec); ++i) aside = out / fmt::format("{}.unreadable-{}-{}", kJsonName, stamp, i);
+  fs::rename(file, aside, ec);
+  if (ec) throw UsageError(fmt::format("{} is unreadable ({}) and cannot be moved aside: {}", file.string(), why, ec.message()));
+  progress << fmt::format("mla certify: {} is unreadable ({}); kept as {}\n", file.string(), why, aside.filename().string());
+}
+
 // --resume with a narrower selection than the previous run's: the previous results of the
 // cases it leaves out are kept (when they still hold), never deleted, and it says so.
 void keep_outside_selection(Session& s) {
@@ -206,6 +233,7 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
   // Before anything is read or written there: one certifier per report folder.
   check_writable_folder(options.out);
   const ReportLock lock(options.out, progress);
+  set_aside_unreadable(options.out, progress);
   begin(s);
   plan(s);
   if (options.resume) {

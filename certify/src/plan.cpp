@@ -9,6 +9,7 @@
 
 #include "mla/certify/protocol.hpp"
 #include "mla/core/sha256.hpp"
+#include "mla/core/text.hpp"
 #include "mla/faults/faults.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/registry/registry.hpp"
@@ -67,6 +68,11 @@ void add_plugin(Session& s, const fs::path& path, std::size_t i) {
   } catch (const Error& ex) {
     throw UsageError(fmt::format("plug-in {}: malformed description from the child: {}", path.string(), ex.what()));
   }
+  // The descriptor's text is the plug-in's bytes: made printable (and valid UTF-8 for the JSON
+  // certificate) before any message or report shows it.
+  d.info.name = printable(d.info.name);
+  d.info.description = printable(d.info.description);
+  d.version = printable(d.version);
   Implementation e;
   e.plugin = true;
   e.ref.plugin = abs;

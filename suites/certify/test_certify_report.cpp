@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,6 +11,7 @@
 #include <system_error>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <regex>
@@ -21,6 +23,7 @@
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/core/sha256.hpp"
+#include "mla/core/text.hpp"
 #include "mla/certify/golden_check.hpp"
 #include "mla/certify/host_error.hpp"
 #include "mla/certify/isolation.hpp"
@@ -613,6 +616,65 @@ TEST(GoldenGate, AFileThatKillsOrHangsTheReaderIsRefusedAndCachedByDigest) {
   EXPECT_EQ(g.kind, mla::certify::GoldenCheck::Kind::ok) << g.problem;
   EXPECT_EQ(g.family, "attn_core");
   EXPECT_FALSE(g.cases.empty());
+}
+
+// An unreadable certificate in the report folder is kept under another name, never overwritten;
+// a damaged field of one is named by its path.
+TEST(CertifyCli, AnUnreadableCertificateIsMovedAsideNotOverwritten) {
+  TempDir tmp;
+  const auto goldens = catalog_of(tmp.path() / "g", {{"good/attn_core.h5", "attn_core.h5"}});
+  const auto out = tmp.path() / "out";
+  fs::create_directories(out);
+  auto j = mla::reports::to_json(sample_certificate());
+  j["kernels"][0]["cases"][1]["verdict"] = 7;
+  const std::string damaged = j.dump(1);
+  std::ofstream(out / "certificate.json") << damaged;
+  const auto p = run(exe() + " --goldens '" + goldens.string() + "' --out '" + out.string() +
+                     "' --kernel cpu_mla_fp64 --resume 2>&1");
+  EXPECT_EQ(p.status, 0) << p.out;
+  EXPECT_NE(p.out.find("kernels[0].cases[1].verdict: expected a string, found the number 7"), std::string::npos) << p.out;
+  int aside = 0;
+  for (const auto& e : fs::directory_iterator(out)) {
+    if (e.path().filename().string().rfind("certificate.json.unreadable-", 0) != 0) continue;
+    ++aside;
+    EXPECT_TRUE(slurp(e.path()) == damaged) << "kept byte for byte";
+  }
+  EXPECT_EQ(aside, 1);
+  EXPECT_NO_THROW(mla::reports::certificate_from_json(nlohmann::json::parse(slurp(out / "certificate.json"))));
+}
+
+// What stands where a golden file should be is named: not "missing" for a link, FIFO or folder.
+TEST(CertifyCli, AGoldenThatIsNotAFileIsNamedForWhatItIs) {
+  TempDir tmp;
+  const auto g = tmp.path() / "g";
+  fs::create_directories(g);
+  std::ofstream(g / "MANIFEST.sha256") << std::string(64, '0') << "  attn_core.h5\n";
+  struct Kind {
+    std::function<void()> make;
+    std::string said;
+  };
+  const std::vector<Kind> kinds = {
+      {[&] { fs::create_directory(g / "attn_core.h5"); }, "found a directory"},
+      {[&] { ASSERT_EQ(mkfifo((g / "attn_core.h5").c_str(), 0600), 0); }, "found a FIFO"},
+      {[&] { fs::create_symlink(g / "nowhere", g / "attn_core.h5"); }, "found a symbolic link to nothing"},
+      {[&] { fs::create_directory_symlink(tmp.path(), g / "attn_core.h5"); }, "found a symbolic link to a directory"},
+  };
+  for (const auto& k : kinds) {
+    SCOPED_TRACE(k.said);
+    fs::remove_all(g / "attn_core.h5");
+    k.make();
+    const auto p = run(exe() + " --goldens '" + g.string() + "' --out '" + (tmp.path() / "out").string() + "' 2>&1");
+    EXPECT_EQ(p.status, 2) << p.out;
+    EXPECT_NE(p.out.find(k.said), std::string::npos) << p.out;
+    fs::remove(g / "attn_core.h5");
+  }
+}
+
+TEST(Text, OutsideBytesArePrintedEscapedAndValidTextUnchanged) {
+  EXPECT_EQ(mla::printable("naïve kernel"), "naïve kernel");
+  EXPECT_EQ(mla::printable(std::string("bad\xff\x1b[31m")), "bad\\xFF\\x1B[31m");
+  EXPECT_TRUE(mla::is_utf8(mla::printable(std::string("\xc0\xaf"))));
+  EXPECT_FALSE(mla::is_utf8(std::string("\xed\xa0\x80")));  // a surrogate
 }
 
 TEST(CertifyExtras, EveryFaultKernelIsBuiltAndAnUnknownOneRefused) {

@@ -278,7 +278,6 @@ json to_json(const Certificate& c) {
           {"options", c.options},
           {"catalog", {{"dir", c.goldens_dir}, {"manifest", c.manifest}, {"manifest_sha256", c.manifest_sha256}}},
           {"notes", c.notes},
-          {"shard", c.shard},
           {"tolerances", tolerances_used(c)},
           {"kernels", std::move(kernels)}};
 }
@@ -306,7 +305,6 @@ Certificate certificate_from_json(const json& j) {
     c.manifest = field<std::map<std::string, std::string>>(cat, "catalog", "manifest");
     c.manifest_sha256 = read_opt<std::string>(cat, "catalog", "manifest_sha256").value_or("");
     c.notes = field<std::vector<std::string>>(j, w, "notes");
-    if (j.contains("shard")) c.shard = j.at("shard");
     const json& kernels = at(j, w, "kernels");
     if (!kernels.is_array()) throw Error(fmt::format("kernels: expected a list, found {}", type_word(kernels)));
     for (std::size_t ki = 0; ki < kernels.size(); ++ki) {

@@ -32,7 +32,7 @@ inline constexpr int kExitPass = 0;        // every claimed case judged, none re
 inline constexpr int kExitFail = 1;        // some implementation FAILed or had an ERROR on a case
 inline constexpr int kExitUsage = 2;       // bad options or unusable input; no certificate written
 inline constexpr int kExitIncomplete = 3;  // the run did not finish or HOST_ERRORs left cases
-                                           // uncertified: --resume (or the missing shards) finishes it
+                                           // uncertified: --resume finishes it
 inline constexpr int kExitCoverage = 4;    // --require-full-coverage, and some case is not covered
 
 struct MachineInfo {
@@ -98,10 +98,6 @@ struct Certificate {
   std::vector<std::string> notes;                // catalog remarks (missing family, ...)
   std::vector<KernelReport> kernels;
   double wall_seconds = 0;
-  // A shard's certificate (--shard I/N): {"index": I, "count": N} (1-based), `complete` then
-  // meaning "this shard's part of the selection"; a merged one: {"count": N, "merged": [one
-  // record per shard]}; otherwise null.
-  nlohmann::json shard;
 };
 
 // FAIL or ERROR anywhere: the certificate is red.

@@ -1,12 +1,7 @@
-// THE claim decision: whether an implementation claims a shape, and if not, why. The declared
-// capabilities first (ranges and sets, mla/core/kernel.hpp), then, for a plug-in with an ABI 1.2
-// can_implement, the kernel's own answer. That answer is obtained in a child process (loading a
-// plug-in runs its code, which the certifying process never does) and comes back as data; it is
-// asked once per distinct shape and kept for the rest of the run.
-//
-// A shape not claimed is never counted against the kernel. Today it takes the not-claimed
-// UNSUPPORTED path (reason "not claimed: ..."); Claim::by_kernel says the kernel itself refused,
-// with its own words, which the verdict vocabulary may name apart.
+// THE claim decision (claims.hpp): the declared capabilities and lengths, then a plug-in's own
+// can_implement, asked in a child process once per distinct shape.
+#include "claims.hpp"
+
 #include <fmt/format.h>
 
 #include "mla/certify/protocol.hpp"
@@ -55,13 +50,22 @@ ClaimAnswer ask(Session& s, const Implementation& k, const ClaimQuestion& q) {
 
 }  // namespace
 
-tol::Verdict not_claimed_verdict(const Claim&) { return tol::Verdict::unsupported; }
+std::optional<std::string> claim_refusal(const Implementation& k, const AttnShape& shape,
+                                         const std::vector<int32_t>* seqlens) {
+  if (auto no = k.impl ? k.impl->check(shape) : check_capabilities(k.info.caps, shape)) return no;
+  if (seqlens) {
+    if (auto no = check_varlen(k.info.caps, *seqlens)) return no;
+  }
+  return std::nullopt;
+}
+
+tol::Verdict not_claimed_verdict(const Claim&) { return tol::Verdict::not_claimed; }
 
 Claim claim(Session& s, const Implementation& k, const AttnShape& shape, std::optional<ScaleFmt> scale_fmt) {
   Claim c;
-  if (auto no = k.impl ? k.impl->check(shape) : check_capabilities(k.info.caps, shape)) {
+  if (auto no = claim_refusal(k, shape, nullptr)) {
     c.claimed = false;
-    c.reason = std::string(kNotClaimed) + *no;
+    c.reason = *no;
     return c;
   }
   if (!k.can_implement) return c;
@@ -76,7 +80,7 @@ Claim claim(Session& s, const Implementation& k, const AttnShape& shape, std::op
     case ClaimAnswer::Kind::unsupported:
       c.claimed = false;
       c.by_kernel = true;
-      c.reason = fmt::format("{}{} (the kernel's can_implement)", kNotClaimed, a.reason);
+      c.reason = fmt::format("{} (the kernel's can_implement)", a.reason);
       return c;
     case ClaimAnswer::Kind::error: break;
   }

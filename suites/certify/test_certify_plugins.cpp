@@ -139,9 +139,8 @@ TEST_F(CertifyPlugins, UnclaimedShapesAreNotedNotJudged) {
       EXPECT_EQ(c.verdict, Verdict::pass) << reasons(c);
     } else {
       ++unclaimed;
-      EXPECT_EQ(c.verdict, Verdict::unsupported);
+      EXPECT_EQ(c.verdict, Verdict::not_claimed);
       ASSERT_EQ(c.reasons.size(), 2u) << reasons(c);
-      EXPECT_EQ(c.reasons[0].rfind("not claimed: ", 0), 0u) << c.reasons[0];
       EXPECT_EQ(c.reasons[1], "informational run on this unclaimed shape: PASS (handles it without claiming it)");
       EXPECT_FALSE(c.out.has_value()) << "an unclaimed shape is never part of the verdict";
     }
@@ -152,12 +151,12 @@ TEST_F(CertifyPlugins, UnclaimedShapesAreNotedNotJudged) {
   for (const auto* what : {"cache format fp8 not supported", "sparse not supported", "heads=128 outside [1,64]"}) {
     EXPECT_NE(k.notes[0].find(what), std::string::npos) << k.notes[0];
   }
-  EXPECT_NE(r.junit.find("<skipped message=\"UNSUPPORTED: not claimed: sparse not supported\"/>"), std::string::npos);
+  EXPECT_NE(r.junit.find("<skipped message=\"NOT_CLAIMED: sparse not supported\"/>"), std::string::npos);
 
   const auto quiet = certify(plugins({"underclaims"}) + " --family attn_sparse --no-probe-unclaimed");
   for (const auto& c : kernel(quiet, "underclaims").cases) {
     if (skipped_for_size(c)) continue;
-    EXPECT_EQ(c.verdict, Verdict::unsupported);
+    EXPECT_EQ(c.verdict, Verdict::not_claimed);
     EXPECT_EQ(c.reasons.size(), 1u) << reasons(c);
   }
   EXPECT_TRUE(kernel(quiet, "underclaims").notes.empty());
@@ -292,11 +291,8 @@ bool fp32_scaled_fp8(const mla::reports::CaseResult& c) {
   return format_of(c) == "fp8" && c.shape.at("scale_fmt") == "fp32";
 }
 
-// A case the implementation does not claim: never judged, never counted against it. (Today's
-// verdict word for it is UNSUPPORTED with a reason opening "not claimed: ".)
-bool not_claimed(const mla::reports::CaseResult& c) {
-  return c.verdict == Verdict::unsupported && !c.reasons.empty() && c.reasons[0].rfind("not claimed: ", 0) == 0;
-}
+// A case the implementation does not claim: never judged, never counted against it.
+bool not_claimed(const mla::reports::CaseResult& c) { return c.verdict == Verdict::not_claimed && !c.reasons.empty(); }
 
 // A kernel that dequantizes FP8 into bf16 tiles and rounds P to bf16, writing float32: judged by
 // the class it declares (bf16/f32/f32) it is correct; declared fp32 throughout, it is held to the
@@ -343,7 +339,7 @@ bool flashmla_accepts(const nlohmann::json& shape) {
 }
 
 // A FlashMLA-shaped kernel cannot state its domain in ranges and masks; with can_implement, every
-// shape outside it is not claimed (in the kernel's own words, never run, never counted), and not
+// shape outside it is NOT_CLAIMED (in the kernel's own words, never run, never counted), and not
 // one case comes back UNSUPPORTED from a call. Without the predicate the same decode refuses
 // those shapes when called.
 TEST_F(CertifyPlugins, AFlashMlaShapedKernelWithCanImplementClaimsExactlyItsDomain) {
@@ -379,7 +375,7 @@ TEST_F(CertifyPlugins, AFlashMlaShapedKernelWithCanImplementClaimsExactlyItsDoma
   const auto bare = certify(plugin_arg(MLA_PLUGIN_FLASHMLA_SHAPED_NO_PREDICATE) + " --family attn_fp8 --family attn_sparse");
   int refused_when_called = 0;
   for (const auto& c : kernel(bare, "flashmla_shaped_no_predicate").cases) {
-    if (c.verdict == Verdict::unsupported && !not_claimed(c)) ++refused_when_called;
+    if (c.verdict == Verdict::unsupported) ++refused_when_called;
   }
   EXPECT_GT(refused_when_called, 0) << "without can_implement the decode's refusals show as UNSUPPORTED";
 }

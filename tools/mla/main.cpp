@@ -26,6 +26,7 @@
 #include "mla/certify/child.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/presets.hpp"
+#include "mla/core/threads.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
 
@@ -102,6 +103,11 @@ int main(int argc, char** argv) {
                     "Plug-ins always run in a child process");
   certify->add_flag("--no-probe-unclaimed", no_probe,
                     "do not run cases outside a kernel's claimed capabilities for information");
+  int certify_threads = 0;
+  certify->add_option("--threads", certify_threads,
+                      "threads of the host implementations and oracles, here and in the child processes "
+                      "(default: $MLA_THREADS, else every core); results do not depend on it")
+      ->check(CLI::Range(1, 4096));
   certify->add_option("--kernel-extra", o.extras,
                       "test only: add a deliberately broken implementation (kernels/faults: dropped_last ignores each "
                       "sequence's last cached token; throws, leaky, bf16_only are certifier self-tests)");
@@ -207,6 +213,16 @@ int main(int argc, char** argv) {
   }
 
   if (*certify) {
+    if (certify_threads > 0) {
+      // The environment too: kernels run in child processes, which read MLA_THREADS.
+      ::setenv("MLA_THREADS", std::to_string(certify_threads).c_str(), 1);
+      mla::set_threads(certify_threads);
+    }
+    try {
+      (void)mla::threads();  // a malformed MLA_THREADS is a usage error now, not a kernel ERROR later
+    } catch (const std::exception& e) {
+      return report_error("certify", e, 2);
+    }
     if (o.goldens.empty()) o.goldens = mla::golden::default_goldens_dir();
     for (const auto& p : plugins) o.plugins.emplace_back(p);
     o.isolate = !in_process;

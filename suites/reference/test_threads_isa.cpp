@@ -1,0 +1,186 @@
+// The fp64 oracle's two speed settings must not move its results: the thread count not at all
+// (bit for bit), the ISA of its products only within the fp64 bounds of the scalar (SSE2) path.
+// Also the threads setting itself (mla/core/threads.hpp) and the ISA setting (mla/core/isa.hpp).
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "mla/core/error.hpp"
+#include "mla/core/isa.hpp"
+#include "mla/core/threads.hpp"
+#include "mla/ref/attention.hpp"
+#include "mla/ref/gemm.hpp"
+#include "support/attn_builder.hpp"
+#include "support/expect.hpp"
+
+namespace mla {
+namespace {
+
+using testing::AttnSpec;
+using testing::bitwise_equal;
+
+// Restores the process-wide settings whatever a test does.
+struct Settings {
+  ~Settings() {
+    set_threads(0);
+    set_simd_isa(std::nullopt);
+  }
+};
+
+struct Case {
+  const char* name;
+  AttnSpec spec;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  AttnSpec dense;
+  dense.seqlens = {37, 0, 130, 5};
+  dense.s_q = 2;
+  v.push_back({"dense_bf16", dense});
+  AttnSpec seg;  // one sequence past the 16K-token split-KV segment: two segments merged
+  seg.seqlens = {16384 + 700, 3};
+  seg.heads = 4;
+  seg.s_q = 2;
+  v.push_back({"dense_bf16_two_segments", seg});
+  AttnSpec fp8 = dense;
+  fp8.format = CacheFormat::fp8;
+  v.push_back({"dense_fp8", fp8});
+  AttnSpec sparse;
+  sparse.topk = 16;
+  sparse.s_q = 3;
+  v.push_back({"sparse_bf16", sparse});
+  return v;
+}
+
+TEST(OracleThreads, BitwiseEqualForOneTwoAndThreeThreads) {
+  Settings restore;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    const auto lg = testing::make_logical(c.spec);
+    const auto p = testing::lay_out(lg, {});
+    set_threads(1);
+    const auto one = ref::attention_fp64(p.inputs());
+    for (int t : {2, 3}) {
+      set_threads(t);
+      const auto many = ref::attention_fp64(p.inputs());
+      EXPECT_TRUE(bitwise_equal("out", one.out, many.out)) << t << " threads";
+      EXPECT_TRUE(bitwise_equal("lse", one.lse, many.lse)) << t << " threads";
+    }
+    // And the split-KV merge is the same mathematics: within the fp64 bounds of plain loops.
+    EXPECT_TRUE(testing::matches("attention_fp64 vs plain loops", one, p.shape, testing::oracle(lg)));
+  }
+}
+
+// Every ISA this CPU runs (the scalar one always) against the SSE2 path and the plain loops.
+TEST(OracleIsa, EachAvailablePathWithinFp64BoundsOfScalar) {
+  Settings restore;
+  int paths = 0;
+  for (SimdIsa isa : {SimdIsa::sse2, SimdIsa::avx2, SimdIsa::avx512}) {
+    if (!cpu_supports(isa)) {
+      std::cout << "[ SKIPPED ] " << to_string(isa) << ": this CPU does not run it\n";
+      continue;
+    }
+    ++paths;
+    for (const Case& c : cases()) {
+      SCOPED_TRACE(std::string(c.name) + " / " + to_string(isa));
+      const auto lg = testing::make_logical(c.spec);
+      const auto p = testing::lay_out(lg, {});
+      set_simd_isa(SimdIsa::sse2);
+      const auto scalar = ref::attention_fp64(p.inputs());
+      set_simd_isa(isa);
+      EXPECT_EQ(ref::gemm_isa(), isa);
+      const auto got = ref::attention_fp64(p.inputs());
+      EXPECT_TRUE(testing::matches("attention_fp64 vs its sse2 path", got, p.shape, scalar));
+      EXPECT_TRUE(testing::matches("attention_fp64 vs plain loops", got, p.shape, testing::oracle(lg)));
+    }
+  }
+  EXPECT_GE(paths, 1);
+}
+
+TEST(Gemm, EveryIsaComputesTheProducts) {
+  Settings restore;
+  // Small exact integers: every summation order gives the same exact result.
+  const int64_t m = 5, n = 7, k = 9;
+  std::vector<double> a(m * k), b(n * k), bt(k * n), want(m * n, 0.0);
+  for (int64_t i = 0; i < m * k; ++i) a[i] = static_cast<double>(i % 7) - 3;
+  for (int64_t i = 0; i < n * k; ++i) b[i] = static_cast<double>(i % 5) - 2;
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t d = 0; d < k; ++d) bt[d * n + j] = b[j * k + d];
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t d = 0; d < k; ++d) want[i * n + j] += a[i * k + d] * b[j * k + d];
+  for (SimdIsa isa : {SimdIsa::sse2, SimdIsa::avx2, SimdIsa::avx512}) {
+    if (!cpu_supports(isa)) continue;
+    set_simd_isa(isa);
+    std::vector<double> c(m * n, 1.0), c2(m * n, 1.0);
+    ref::gemm_abt(m, n, k, a.data(), k, b.data(), k, c.data(), n, false);
+    ref::gemm_ab(m, n, k, a.data(), k, bt.data(), n, c2.data(), n, true);
+    for (int64_t i = 0; i < m * n; ++i) {
+      EXPECT_EQ(c[i], want[i]) << to_string(isa) << " abt " << i;
+      EXPECT_EQ(c2[i], want[i] + 1.0) << to_string(isa) << " ab+= " << i;
+    }
+    std::vector<float> af(a.begin(), a.end()), bf(b.begin(), b.end()), cf(m * n);
+    ref::gemm_abt(m, n, k, af.data(), k, bf.data(), k, cf.data(), n, false);
+    for (int64_t i = 0; i < m * n; ++i) EXPECT_EQ(cf[i], static_cast<float>(want[i])) << to_string(isa) << " f32 " << i;
+  }
+}
+
+TEST(Isa, SettingAndEnvironment) {
+  Settings restore;
+  EXPECT_TRUE(cpu_supports(SimdIsa::sse2));
+  EXPECT_TRUE(cpu_supports(cpu_best_isa()));
+  EXPECT_EQ(simd_isa_from_string("avx2"), SimdIsa::avx2);
+  EXPECT_THROW(simd_isa_from_string("neon"), Error);
+  set_simd_isa(SimdIsa::sse2);
+  EXPECT_EQ(simd_isa(), SimdIsa::sse2);
+  set_simd_isa(std::nullopt);
+  ::setenv("MLA_ISA", "sse2", 1);
+  EXPECT_EQ(simd_isa(), SimdIsa::sse2);
+  ::setenv("MLA_ISA", "avx9", 1);
+  EXPECT_THROW(simd_isa(), Error);
+  ::unsetenv("MLA_ISA");
+  EXPECT_EQ(simd_isa(), cpu_best_isa());
+  if (!cpu_supports(SimdIsa::avx512)) {
+    EXPECT_THROW(set_simd_isa(SimdIsa::avx512), Error);
+  }
+}
+
+TEST(Threads, TasksRunOnceAndTheLowestFailureIsRethrown) {
+  Settings restore;
+  for (int workers : {1, 2, 5}) {
+    std::vector<int> seen(100, 0);
+    parallel_tasks(seen.size(), workers, [&](std::size_t i, int w) {
+      EXPECT_LT(w, task_workers(seen.size(), workers));
+      ++seen[i];
+    });
+    for (int s : seen) EXPECT_EQ(s, 1);
+    // Tasks 30 and 60 throw: whatever the timing, the error is task 30's, and every task
+    // below it ran.
+    std::vector<int> ran(100, 0);
+    try {
+      parallel_tasks(ran.size(), workers, [&](std::size_t i, int) {
+        ran[i] = 1;
+        if (i == 30 || i == 60) throw std::runtime_error(std::to_string(i));
+      });
+      ADD_FAILURE() << "no exception";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "30");
+    }
+    for (int i = 0; i < 30; ++i) EXPECT_EQ(ran[static_cast<std::size_t>(i)], 1) << i;
+  }
+  EXPECT_EQ(task_workers(0, 4), 1);
+  EXPECT_EQ(task_workers(3, 8), 3);
+  set_threads(2);
+  EXPECT_EQ(threads(), 2);
+  EXPECT_EQ(task_workers(10, 0), 2);
+  EXPECT_THROW(set_threads(5000), Error);
+}
+
+}  // namespace
+}  // namespace mla

@@ -24,6 +24,8 @@ const char* to_string(Isa i);
 // (the build's flags): a kernel compiled for sse2 cannot reach the avx512 peak.
 Isa runtime_isa();
 Isa build_isa();
+// The ISA the host kernels' products run with (mla::simd_isa(): the best, unless MLA_ISA says).
+Isa kernel_isa();
 
 // One probe kernel, one thread, `n` elements or iterations; each returns a value that depends on
 // all the work so the compiler cannot drop it.

@@ -49,10 +49,9 @@ GpuBenchSetup prepare_gpu_bench(const GpuBenchOptions& o);
 void add_gpu_context(const GpuBenchSetup& s);
 // {key: {value, unit, method, median, best_ms, reps}} for merging into mla_ceilings.
 nlohmann::ordered_json ceilings_json(const GpuBenchSetup& s);
-// One mla_kernels entry (same fields as mla-bench's) with the GPU roofs.
+// One mla_kernels entry (suites/bench/harness.hpp, as mla-bench writes it) with the GPU roofs.
+// The points' entries are mla::bench::point_json's.
 nlohmann::ordered_json kernel_json(const AttentionImpl& impl);
-// One mla_points entry (same fields as mla-bench's point_json, so the report reads both).
-nlohmann::ordered_json point_json(const axes::AxisPoint& p);
 
 // `ceiling/gpu_read_bw`, `ceiling/gpu_copy_bw`, `ceiling/gpu_gemm_bf16/<n>` as manual-time
 // benchmarks (CUDA events), so the ceilings sit in the same JSON and are tracked run to run.

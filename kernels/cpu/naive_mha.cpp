@@ -188,9 +188,12 @@ class NaiveMha final : public AttentionImpl {
   }
   const KernelInfo& info() const override { return info_; }
 
-  // What a naive MHA moves: q, the latent cache read once to decompress, the per-head K (576)
-  // and V (512) in T written by the decompression and read back by the attention, out and lse
-  // in T. Sparse rows gather their own tokens, so they count per row, not per sequence.
+  // What this implementation moves: q, the latent cache read once to decompress, K (576) and
+  // V (512) in T written by the decompression and read back by the attention, once per
+  // sequence (sparse: per query token, which gathers its own) since every head reads the same
+  // values, and out and lse in T. (A per-head count, heads x more, is what an MHA kernel fed
+  // materialised per-head K/V would move; this one does not, and a model of bytes it does not
+  // move made its rows read as several times the machine's bandwidth.)
   CostModel cost(const AttnInputs& in) const override {
     const AttnShape& sh = in.shape;
     const AttnTraffic t = attention_traffic(in);
@@ -198,8 +201,7 @@ class NaiveMha final : public AttentionImpl {
     const double rows = static_cast<double>(sh.batch) * sh.s_q * sh.heads;
     CostModel c;
     c.bytes = rows * sh.d_qk * 2 + gathered * cache_bytes_per_token(sh.cache_format) +
-              2.0 * gathered * sh.heads * (sh.d_qk + sh.d_v) * sizeof(T) + rows * sh.d_v * sizeof(T) +
-              rows * sizeof(T);
+              2.0 * gathered * (sh.d_qk + sh.d_v) * sizeof(T) + rows * sh.d_v * sizeof(T) + rows * sizeof(T);
     c.flops = 2.0 * static_cast<double>(t.pairs) * sh.heads * (sh.d_qk + sh.d_v);
     return c;
   }

@@ -1,7 +1,9 @@
 // The fp64 oracle's two speed settings must not move its results: the thread count not at all
 // (bit for bit), the ISA of its products only within the fp64 bounds of the scalar (SSE2) path.
 // Also the threads setting itself (mla/core/threads.hpp) and the ISA setting (mla/core/isa.hpp).
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <optional>
 #include <stdexcept>
@@ -12,6 +14,7 @@
 
 #include "mla/core/error.hpp"
 #include "mla/core/isa.hpp"
+#include "mla/core/numeric.hpp"
 #include "mla/core/threads.hpp"
 #include "mla/ref/attention.hpp"
 #include "mla/ref/gemm.hpp"
@@ -128,6 +131,43 @@ TEST(Gemm, EveryIsaComputesTheProducts) {
     std::vector<float> af(a.begin(), a.end()), bf(b.begin(), b.end()), cf(m * n);
     ref::gemm_abt(m, n, k, af.data(), k, bf.data(), k, cf.data(), n, false);
     for (int64_t i = 0; i < m * n; ++i) EXPECT_EQ(cf[i], static_cast<float>(want[i])) << to_string(isa) << " f32 " << i;
+  }
+}
+
+// The per-ISA token decoders give exactly the values of the core's decoders: every e4m3 code
+// (subnormals, both zeros, both NaNs, +-448) under non-power-of-two scales, and bf16 values.
+TEST(Decode, EveryIsaMatchesTheCoreDecodersExactly) {
+  Settings restore;
+  std::vector<uint8_t> fp8(kFp8TokenBytes), bf(kQkDim * 2);
+  for (std::size_t i = 0; i < kLatentDim; ++i) fp8[i] = static_cast<uint8_t>((i * 37 + i / 128) % 256);
+  const float scales[4] = {0.0123f, 1.0f, 3.0f, 1e-4f / 448.0f};
+  for (int t = 0; t < 4; ++t) std::memcpy(fp8.data() + kLatentDim + 4 * t, &scales[t], sizeof(float));
+  for (std::size_t d = 0; d < kRopeDim; ++d) {
+    const uint16_t h = bf16_from_double(std::ldexp(static_cast<double>(d) - 31.5, static_cast<int>(d % 9) - 4));
+    std::memcpy(fp8.data() + kLatentDim + 16 + 2 * d, &h, 2);
+  }
+  for (std::size_t d = 0; d < kQkDim; ++d) {
+    const uint16_t h = static_cast<uint16_t>(d * 113 + 7);  // every exponent, signs, a few NaN/inf
+    std::memcpy(bf.data() + 2 * d, &h, 2);
+  }
+  std::vector<double> want_fp8(kQkDim), want_bf(kQkDim);
+  fp8_dequantize_token(fp8, want_fp8);
+  for (std::size_t d = 0; d < kQkDim; ++d) {
+    uint16_t h;
+    std::memcpy(&h, bf.data() + 2 * d, 2);
+    want_bf[d] = bf16_to_float(h);
+  }
+  auto same = [](double a, double b) { return std::isnan(a) ? std::isnan(b) : std::memcmp(&a, &b, sizeof a) == 0; };
+  for (SimdIsa isa : {SimdIsa::sse2, SimdIsa::avx2, SimdIsa::avx512}) {
+    if (!cpu_supports(isa)) continue;
+    set_simd_isa(isa);
+    std::vector<double> got(kQkDim);
+    ref::decode_fp8_token(fp8.data(), got.data());
+    for (std::size_t d = 0; d < kQkDim; ++d)
+      EXPECT_TRUE(same(want_fp8[d], got[d])) << to_string(isa) << " fp8 " << d << ": " << want_fp8[d] << " vs " << got[d];
+    ref::decode_bf16_token(bf.data(), got.data());
+    for (std::size_t d = 0; d < kQkDim; ++d)
+      EXPECT_TRUE(same(want_bf[d], got[d])) << to_string(isa) << " bf16 " << d << ": " << want_bf[d] << " vs " << got[d];
   }
 }
 

@@ -7,6 +7,8 @@
   void gemm_abt(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, bool);    \
   void gemm_ab(int64_t, int64_t, int64_t, const double*, int64_t, const double*, int64_t, double*, int64_t, bool);  \
   void gemm_ab(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, bool);     \
+  void decode_bf16_token(const uint8_t*, double*);                                                                 \
+  void decode_fp8_token(const uint8_t*, double*);                                                                  \
   }
 MLA_GEMM_DECLARE(sse2)
 MLA_GEMM_DECLARE(avx2)
@@ -39,6 +41,9 @@ void gemm_ab(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const
              int64_t ldc, bool acc) {
   MLA_GEMM_DISPATCH(gemm_ab, m, n, k, a, lda, b, ldb, c, ldc, acc);
 }
+
+void decode_bf16_token(const uint8_t* token, double* out) { MLA_GEMM_DISPATCH(decode_bf16_token, token, out); }
+void decode_fp8_token(const uint8_t* token, double* out) { MLA_GEMM_DISPATCH(decode_fp8_token, token, out); }
 
 #undef MLA_GEMM_DISPATCH
 

@@ -76,6 +76,39 @@ void gemm_ab(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const
   ab(m, n, k, a, lda, b, ldb, c, ldc, acc);
 }
 
+// bf16 is the top half of a float32.
+void decode_bf16_token(const uint8_t* token, double* out) {
+  for (int d = 0; d < 576; ++d) {
+    const uint32_t b = static_cast<uint32_t>(token[2 * d]) | static_cast<uint32_t>(token[2 * d + 1]) << 8;
+    out[d] = static_cast<double>(__builtin_bit_cast(float, b << 16));
+  }
+}
+
+// e4m3 without a table, so it vectorizes: the code's 7 magnitude bits placed at the top of a
+// float64's exponent and mantissa fields (bits 49..55) read as (1 + m/8)·2^(e-1023) for e >= 1
+// and as the float64 subnormal m·2^-1025 for e = 0; times 2^1016 (exact) that is e4m3's
+// (1 + m/8)·2^(e-7) and m·2^-9. The sign goes to bit 63; 0x7F/0xFF are NaN.
+void decode_fp8_token(const uint8_t* token, double* out) {
+  for (int blk = 0; blk < 4; ++blk) {
+    float scale_f;
+    __builtin_memcpy(&scale_f, token + 512 + 4 * blk, sizeof(float));
+    const double scale = static_cast<double>(scale_f);
+    const uint8_t* codes = token + 128 * blk;
+    double* dst = out + 128 * blk;
+    for (int j = 0; j < 128; ++j) {
+      const uint64_t c = codes[j];
+      const uint64_t bits = ((c & 0x80) << 56) | ((c & 0x7F) << 49);
+      const double v = __builtin_bit_cast(double, bits) * 0x1p1016;
+      dst[j] = (c & 0x7F) == 0x7F ? __builtin_nan("") : v * scale;
+    }
+  }
+  const uint8_t* rope = token + 512 + 16;
+  for (int d = 0; d < 64; ++d) {
+    const uint32_t b = static_cast<uint32_t>(rope[2 * d]) | static_cast<uint32_t>(rope[2 * d + 1]) << 8;
+    out[512 + d] = static_cast<double>(__builtin_bit_cast(float, b << 16));
+  }
+}
+
 }  // namespace mla::ref::gemm_detail::MLA_GEMM_ISA
 
 #undef Eigen

@@ -28,6 +28,15 @@ void gemm_ab(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, cons
 void gemm_ab(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
              int64_t ldc, bool accumulate);
 
+// The cache-token decoders, built and chosen the same way: at 16 heads the oracle spends as
+// long decoding tokens as multiplying them. Exact: bf16 widens exactly, and an e4m3 value
+// (4 significant bits) times its float32 block scale is exact in float64, so every ISA gives
+// the bits of mla::fp8_dequantize_token (NaN codes give a NaN).
+// 576 bf16 values (1152 little-endian bytes) -> 576 doubles.
+void decode_bf16_token(const uint8_t* token, double* out);
+// One 656-byte FP8 token (mla/core/numeric.hpp layout) -> 576 doubles.
+void decode_fp8_token(const uint8_t* token, double* out);
+
 // The ISA the products above run with now (mla::simd_isa()).
 inline SimdIsa gemm_isa() { return simd_isa(); }
 

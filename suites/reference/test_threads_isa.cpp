@@ -46,8 +46,8 @@ std::vector<Case> cases() {
   dense.seqlens = {37, 0, 130, 5};
   dense.s_q = 2;
   v.push_back({"dense_bf16", dense});
-  AttnSpec seg;  // one sequence past the 16K-token split-KV segment: two segments merged
-  seg.seqlens = {16384 + 700, 3};
+  AttnSpec seg;  // one sequence of three 4K-token split-KV segments (the last partial), merged
+  seg.seqlens = {2 * 4096 + 700, 3};
   seg.heads = 4;
   seg.s_q = 2;
   v.push_back({"dense_bf16_two_segments", seg});

@@ -26,7 +26,7 @@ constexpr int64_t kChunk = 1024;
 // separate tasks (each its own running max, sum and output) and merged in segment order, so one
 // long sequence still uses every thread. Fixed by the problem, never by the thread count: the
 // tasks, their GEMM shapes and the merge order are the same on 1 thread or 64.
-constexpr int64_t kSegment = 16 * kChunk;
+constexpr int64_t kSegment = 4 * kChunk;
 
 // Per-worker scratch: one chunk of decoded tokens, its scores, and the task's query rows.
 struct Workspace {

@@ -43,7 +43,7 @@ struct AttnResult {
 
 // The attention in float64: scores = scale·(q·k) over all 576 dims, softmax, out = P·c (the 512
 // latent dims); online softmax over chunks of 1024 tokens in the tokens' logical order, a
-// sequence longer than 16K tokens cut into 16K-token segments merged in order, so the result
+// sequence longer than 4K tokens cut into 4K-token segments merged in order, so the result
 // depends neither on the physical page layout nor on the batch order (bitwise). Runs on
 // mla::threads() threads (a sequence's rows, or one segment of them, per task: the cut is fixed
 // by the shape, so the bits do not depend on the thread count either) with the products built

@@ -29,21 +29,23 @@ const char* to_string(Isa i) {
   return "?";
 }
 
-Isa runtime_isa() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return Isa::avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2_fma;
-  return Isa::sse2;
-}
+namespace {
 
-Isa kernel_isa() {
-  switch (mla::simd_isa()) {
+Isa from_simd(mla::SimdIsa i) {
+  switch (i) {
     case mla::SimdIsa::avx512: return Isa::avx512;
     case mla::SimdIsa::avx2: return Isa::avx2_fma;
     case mla::SimdIsa::sse2: break;
   }
   return Isa::sse2;
 }
+
+}  // namespace
+
+// The host code's one CPU detection (mla/core/isa.hpp).
+Isa runtime_isa() { return from_simd(mla::cpu_best_isa()); }
+
+Isa kernel_isa() { return from_simd(mla::simd_isa()); }
 
 Isa build_isa() {
 #if defined(__AVX512F__)

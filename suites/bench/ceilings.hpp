@@ -62,6 +62,9 @@ struct CeilingSet {
   std::vector<Ceiling> all;
   // The ones used for % of ceiling and the ridge point.
   double read_bw = 0, triad_bw = 0, fma_f64 = 0, fma_f32 = 0, gemm_f64 = 0;
+  // The FMA probes' FLOPs per CPU second the process got (one core's peak, however busy the
+  // machine was): the roof of pct_of_flop_ceiling_per_cpu_second.
+  double fma_f64_per_cpu_second = 0, fma_f32_per_cpu_second = 0;
 };
 
 // Runs every probe with `threads` threads (each thread its own slice or its own chains), best

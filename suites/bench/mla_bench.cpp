@@ -172,11 +172,7 @@ struct KernelCase {
   int threads;                        // threads the CPU implementations use (--mla_threads)
 };
 
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
+using mla::bench::process_cpu_seconds;
 
 void bench_kernel(benchmark::State& st, KernelCase kc) {
   const mla::AttentionImpl& impl = *kc.impl;
@@ -233,14 +229,18 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
     // implementation was descheduled (a busy machine), so its times overstate its cost.
     if (impl.info().backend == "cpu" && seconds > 0)
       st.counters["cpu_share"] = C(cpu_seconds / (seconds * kc.threads));
-    // The FLOP rate per CPU second the process got, against one thread's share of the FMA roof:
-    // what the implementation reaches on the cores it was given. On a shared machine the wall
+    // The FLOP rate per CPU second the process got, against the FMA probe's rate per CPU second
+    // (a core's peak): what the implementation reaches on the cores it was given. On a shared machine the wall
     // rate (pct_of_flop_ceiling) also counts the time other processes held the cores; this one
     // does not, so the two together tell a slow kernel from a busy machine. Not a substitute
     // for the wall rate: the report's % of ceiling stays the wall one.
-    if (const auto roof = roof_for(impl.info(), *kc.ceilings); roof.known() && cpu_seconds > 0)
-      st.counters["pct_of_flop_ceiling_per_cpu_second"] =
-          C(100.0 * cost.flops * static_cast<double>(st.iterations()) / cpu_seconds / (roof.peak / kc.threads));
+    if (impl.info().backend == "cpu" && cpu_seconds > 0) {
+      const bool f64 = impl.info().out_dtype == mla::OutDType::f64;
+      const double per_cpu = f64 ? kc.ceilings->fma_f64_per_cpu_second : kc.ceilings->fma_f32_per_cpu_second;
+      if (per_cpu > 0)
+        st.counters["pct_of_flop_ceiling_per_cpu_second"] =
+            C(100.0 * cost.flops * static_cast<double>(st.iterations()) / cpu_seconds / per_cpu);
+    }
     if (!bound.empty()) {
       st.SetLabel(fmt::format("{}{}", bound, flusher ? "" : "; warm caches"));
     } else {

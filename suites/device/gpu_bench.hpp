@@ -1,10 +1,10 @@
 // GPU half of the benchmarks: device ceilings and the CUDA implementations over the shared axes,
 // timed with CUDA events and an L2 flush between calls, registered into Google Benchmark.
 //
-// Why a library apart from mla-bench: it was written while suites/bench (mla-bench) was not yet
-// committed and belonged to another author. It is used by the standalone `mla-gpu-bench`
-// (mla_gpu_bench.cpp) and is shaped so mla-bench can link it and call the same functions
-// (suites/device/README.md, "Integration into mla-bench").
+// A library apart from mla-bench because it needs CUDA: the standalone `mla-gpu-bench`
+// (mla_gpu_bench.cpp) and, in a CUDA build, mla-bench itself link it; what both write about
+// points, implementations and rooflines is suites/bench/harness.hpp (suites/device/README.md,
+// "One harness with mla-bench").
 #pragma once
 
 #include <optional>

@@ -12,8 +12,11 @@ namespace mla {
 
 namespace {
 
-// -1: not set; else the SimdIsa value.
+// -1: not set; else the SimdIsa value. g_isa: set_simd_isa's; g_env_isa: MLA_ISA's (or the best).
 std::atomic<int> g_isa{-1};
+std::atomic<int> g_env_isa{-1};
+
+SimdIsa env_or_best_isa();
 
 bool detect(SimdIsa isa) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -74,6 +77,19 @@ SimdIsa cpu_best_isa() {
 SimdIsa simd_isa() {
   const int set = g_isa.load(std::memory_order_relaxed);
   if (set >= 0) return static_cast<SimdIsa>(set);
+  // Read MLA_ISA once and remember it (every product and token decode asks; getenv showed in
+  // profiles); set_simd_isa(nullopt) forgets it. A malformed value is not remembered, so every
+  // call reports it.
+  const int env = g_env_isa.load(std::memory_order_relaxed);
+  if (env >= 0) return static_cast<SimdIsa>(env);
+  const SimdIsa isa = env_or_best_isa();
+  g_env_isa.store(static_cast<int>(isa), std::memory_order_relaxed);
+  return isa;
+}
+
+namespace {
+
+SimdIsa env_or_best_isa() {
   if (const char* e = std::getenv("MLA_ISA"); e != nullptr && *e != '\0') {
     SimdIsa isa;
     try {
@@ -86,9 +102,12 @@ SimdIsa simd_isa() {
   return cpu_best_isa();
 }
 
+}  // namespace
+
 void set_simd_isa(std::optional<SimdIsa> isa) {
   if (isa) checked(*isa, "set_simd_isa");
   g_isa.store(isa ? static_cast<int>(*isa) : -1, std::memory_order_relaxed);
+  g_env_isa.store(-1, std::memory_order_relaxed);
 }
 
 }  // namespace mla

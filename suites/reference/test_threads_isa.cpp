@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "mla/core/error.hpp"
@@ -108,29 +109,42 @@ TEST(OracleIsa, EachAvailablePathWithinFp64BoundsOfScalar) {
 
 TEST(Gemm, EveryIsaComputesTheProducts) {
   Settings restore;
-  // Small exact integers: every summation order gives the same exact result.
-  const int64_t m = 5, n = 7, k = 9;
-  std::vector<double> a(m * k), b(n * k), bt(k * n), want(m * n, 0.0);
-  for (int64_t i = 0; i < m * k; ++i) a[i] = static_cast<double>(i % 7) - 3;
-  for (int64_t i = 0; i < n * k; ++i) b[i] = static_cast<double>(i % 5) - 2;
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t d = 0; d < k; ++d) bt[d * n + j] = b[j * k + d];
-  for (int64_t i = 0; i < m; ++i)
+  // Small exact integers: every summation order gives the same exact result. Shapes that take
+  // Eigen's path and the few-row path (m <= 32, k a multiple of the vector width for A·Bᵀ, n of
+  // four vectors for A·B), with remainders of rows and tokens.
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape sh : {Shape{5, 7, 9}, Shape{6, 70, 16}, Shape{33, 64, 24}, Shape{7, 64, 9}, Shape{1, 128, 576}}) {
+    const int64_t m = sh.m, n = sh.n, k = sh.k;
+    std::vector<double> a(m * k), b(n * k), bt(k * n), want(m * n, 0.0);
+    for (int64_t i = 0; i < m * k; ++i) a[i] = static_cast<double>(i % 7) - 3;
+    for (int64_t i = 0; i < n * k; ++i) b[i] = static_cast<double>(i % 5) - 2;
     for (int64_t j = 0; j < n; ++j)
-      for (int64_t d = 0; d < k; ++d) want[i * n + j] += a[i * k + d] * b[j * k + d];
-  for (SimdIsa isa : {SimdIsa::sse2, SimdIsa::avx2, SimdIsa::avx512}) {
-    if (!cpu_supports(isa)) continue;
-    set_simd_isa(isa);
-    std::vector<double> c(m * n, 1.0), c2(m * n, 1.0);
-    ref::gemm_abt(m, n, k, a.data(), k, b.data(), k, c.data(), n, false);
-    ref::gemm_ab(m, n, k, a.data(), k, bt.data(), n, c2.data(), n, true);
-    for (int64_t i = 0; i < m * n; ++i) {
-      EXPECT_EQ(c[i], want[i]) << to_string(isa) << " abt " << i;
-      EXPECT_EQ(c2[i], want[i] + 1.0) << to_string(isa) << " ab+= " << i;
+      for (int64_t d = 0; d < k; ++d) bt[d * n + j] = b[j * k + d];
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t d = 0; d < k; ++d) want[i * n + j] += a[i * k + d] * b[j * k + d];
+    for (SimdIsa isa : {SimdIsa::sse2, SimdIsa::avx2, SimdIsa::avx512}) {
+      if (!cpu_supports(isa)) continue;
+      SCOPED_TRACE(fmt::format("{} m={} n={} k={}", to_string(isa), m, n, k));
+      set_simd_isa(isa);
+      std::vector<double> c(m * n, 1.0), c1(m * n, 1.0), c2(m * n, 1.0);
+      ref::gemm_abt(m, n, k, a.data(), k, b.data(), k, c.data(), n, false);
+      ref::gemm_abt(m, n, k, a.data(), k, b.data(), k, c1.data(), n, true);
+      ref::gemm_ab(m, n, k, a.data(), k, bt.data(), n, c2.data(), n, true);
+      for (int64_t i = 0; i < m * n; ++i) {
+        EXPECT_EQ(c[i], want[i]) << "abt " << i;
+        EXPECT_EQ(c1[i], want[i] + 1.0) << "abt+= " << i;
+        EXPECT_EQ(c2[i], want[i] + 1.0) << "ab+= " << i;
+      }
+      std::vector<double> c3(m * n, 5.0);
+      ref::gemm_ab(m, n, k, a.data(), k, bt.data(), n, c3.data(), n, false);
+      for (int64_t i = 0; i < m * n; ++i) EXPECT_EQ(c3[i], want[i]) << "ab " << i;
+      std::vector<float> af(a.begin(), a.end()), bf(b.begin(), b.end()), cf(m * n);
+      ref::gemm_abt(m, n, k, af.data(), k, bf.data(), k, cf.data(), n, false);
+      for (int64_t i = 0; i < m * n; ++i) EXPECT_EQ(cf[i], static_cast<float>(want[i])) << "f32 " << i;
     }
-    std::vector<float> af(a.begin(), a.end()), bf(b.begin(), b.end()), cf(m * n);
-    ref::gemm_abt(m, n, k, af.data(), k, bf.data(), k, cf.data(), n, false);
-    for (int64_t i = 0; i < m * n; ++i) EXPECT_EQ(cf[i], static_cast<float>(want[i])) << to_string(isa) << " f32 " << i;
   }
 }
 
@@ -179,12 +193,15 @@ TEST(Isa, SettingAndEnvironment) {
   EXPECT_THROW(simd_isa_from_string("neon"), Error);
   set_simd_isa(SimdIsa::sse2);
   EXPECT_EQ(simd_isa(), SimdIsa::sse2);
-  set_simd_isa(std::nullopt);
   ::setenv("MLA_ISA", "sse2", 1);
+  set_simd_isa(std::nullopt);  // MLA_ISA is read again after this
   EXPECT_EQ(simd_isa(), SimdIsa::sse2);
   ::setenv("MLA_ISA", "avx9", 1);
+  set_simd_isa(std::nullopt);
   EXPECT_THROW(simd_isa(), Error);
+  EXPECT_THROW(simd_isa(), Error);  // not remembered: every call says so
   ::unsetenv("MLA_ISA");
+  set_simd_isa(std::nullopt);
   EXPECT_EQ(simd_isa(), cpu_best_isa());
   if (!cpu_supports(SimdIsa::avx512)) {
     EXPECT_THROW(set_simd_isa(SimdIsa::avx512), Error);

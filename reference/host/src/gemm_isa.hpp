@@ -57,10 +57,99 @@ void ab(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, in
   }
 }
 
+// Few rows (a decode step of 16 or 32 heads): Eigen packs the tall operand, the decoded cache
+// chunk, for each product, which at 16 rows costs as much as the products themselves. These
+// read it in place: register tiles of up to 4 x 4 (rows x tokens, or rows x vectors of
+// columns) in this ISA's vector width, summed in a fixed order for a given shape.
+#if defined(__AVX512F__)
+constexpr int kW = 8;
+#elif defined(__AVX2__)
+constexpr int kW = 4;
+#else
+constexpr int kW = 2;
+#endif
+typedef double vd __attribute__((vector_size(kW * 8)));
+typedef double vdu __attribute__((vector_size(kW * 8), aligned(8)));  // unaligned access
+constexpr int64_t kSmallRows = 32;
+
+inline vd load(const double* p) { return *reinterpret_cast<const vdu*>(p); }
+inline void store(double* p, vd v) { *reinterpret_cast<vdu*>(p) = v; }
+inline double hsum(vd v) {
+  double s = 0;
+  for (int i = 0; i < kW; ++i) s += v[i];
+  return s;
+}
+
+// C[RB x JB] tile of A·Bᵀ over k (k % kW == 0).
+template <int RB, int JB>
+void abt_tile(int64_t k, const double* a, int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc,
+              bool acc) {
+  vd s[RB][JB];
+  for (int r = 0; r < RB; ++r)
+    for (int j = 0; j < JB; ++j) s[r][j] = vd{} ;
+  for (int64_t d = 0; d < k; d += kW) {
+    vd bv[JB];
+    for (int j = 0; j < JB; ++j) bv[j] = load(b + j * ldb + d);
+    for (int r = 0; r < RB; ++r) {
+      const vd av = load(a + r * lda + d);
+      for (int j = 0; j < JB; ++j) s[r][j] += av * bv[j];
+    }
+  }
+  for (int r = 0; r < RB; ++r)
+    for (int j = 0; j < JB; ++j) c[r * ldc + j] = (acc ? c[r * ldc + j] : 0.0) + hsum(s[r][j]);
+}
+
+template <int RB>
+void abt_rows(int64_t n, int64_t k, const double* a, int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc,
+              bool acc) {
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) abt_tile<RB, 4>(k, a, lda, b + j * ldb, ldb, c + j, ldc, acc);
+  for (; j < n; ++j) abt_tile<RB, 1>(k, a, lda, b + j * ldb, ldb, c + j, ldc, acc);
+}
+
+void abt_small(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b, int64_t ldb, double* c,
+               int64_t ldc, bool acc) {
+  // Tokens outer (a block of 64 stays in L1/L2 while every row block passes over it).
+  for (int64_t j0 = 0; j0 < n; j0 += 64) {
+    const int64_t jn = n - j0 < 64 ? n - j0 : 64;
+    int64_t r = 0;
+    for (; r + 4 <= m; r += 4) abt_rows<4>(jn, k, a + r * lda, lda, b + j0 * ldb, ldb, c + r * ldc + j0, ldc, acc);
+    for (; r < m; ++r) abt_rows<1>(jn, k, a + r * lda, lda, b + j0 * ldb, ldb, c + r * ldc + j0, ldc, acc);
+  }
+}
+
+// C[RB x 4 vectors] tile of A·B over k.
+template <int RB>
+void ab_tile(int64_t k, const double* a, int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc, bool acc) {
+  vd s[RB][4];
+  for (int r = 0; r < RB; ++r)
+    for (int v = 0; v < 4; ++v) s[r][v] = acc ? load(c + r * ldc + v * kW) : vd{};
+  for (int64_t j = 0; j < k; ++j) {
+    vd bv[4];
+    for (int v = 0; v < 4; ++v) bv[v] = load(b + j * ldb + v * kW);
+    for (int r = 0; r < RB; ++r) {
+      const double x = a[r * lda + j];
+      for (int v = 0; v < 4; ++v) s[r][v] += x * bv[v];
+    }
+  }
+  for (int r = 0; r < RB; ++r)
+    for (int v = 0; v < 4; ++v) store(c + r * ldc + v * kW, s[r][v]);
+}
+
+void ab_small(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b, int64_t ldb, double* c,
+              int64_t ldc, bool acc) {
+  for (int64_t c0 = 0; c0 < n; c0 += 4 * kW) {
+    int64_t r = 0;
+    for (; r + 4 <= m; r += 4) ab_tile<4>(k, a + r * lda, lda, b + c0, ldb, c + r * ldc + c0, ldc, acc);
+    for (; r < m; ++r) ab_tile<1>(k, a + r * lda, lda, b + c0, ldb, c + r * ldc + c0, ldc, acc);
+  }
+}
+
 }  // namespace
 
 void gemm_abt(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b, int64_t ldb, double* c,
               int64_t ldc, bool acc) {
+  if (m <= kSmallRows && k % kW == 0) return abt_small(m, n, k, a, lda, b, ldb, c, ldc, acc);
   abt(m, n, k, a, lda, b, ldb, c, ldc, acc);
 }
 void gemm_abt(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
@@ -69,6 +158,7 @@ void gemm_abt(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
 }
 void gemm_ab(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b, int64_t ldb, double* c,
              int64_t ldc, bool acc) {
+  if (m <= kSmallRows && n % (4 * kW) == 0) return ab_small(m, n, k, a, lda, b, ldb, c, ldc, acc);
   ab(m, n, k, a, lda, b, ldb, c, ldc, acc);
 }
 void gemm_ab(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
@@ -78,10 +168,9 @@ void gemm_ab(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const
 
 // bf16 is the top half of a float32.
 void decode_bf16_token(const uint8_t* token, double* out) {
-  for (int d = 0; d < 576; ++d) {
-    const uint32_t b = static_cast<uint32_t>(token[2 * d]) | static_cast<uint32_t>(token[2 * d + 1]) << 8;
-    out[d] = static_cast<double>(__builtin_bit_cast(float, b << 16));
-  }
+  uint16_t h[576];
+  __builtin_memcpy(h, token, sizeof h);  // little endian, like every host we build for
+  for (int d = 0; d < 576; ++d) out[d] = static_cast<double>(__builtin_bit_cast(float, static_cast<uint32_t>(h[d]) << 16));
 }
 
 // e4m3 without a table, so it vectorizes: the code's 7 magnitude bits placed at the top of a
@@ -102,11 +191,9 @@ void decode_fp8_token(const uint8_t* token, double* out) {
       dst[j] = (c & 0x7F) == 0x7F ? __builtin_nan("") : v * scale;
     }
   }
-  const uint8_t* rope = token + 512 + 16;
-  for (int d = 0; d < 64; ++d) {
-    const uint32_t b = static_cast<uint32_t>(rope[2 * d]) | static_cast<uint32_t>(rope[2 * d + 1]) << 8;
-    out[512 + d] = static_cast<double>(__builtin_bit_cast(float, b << 16));
-  }
+  uint16_t rope[64];
+  __builtin_memcpy(rope, token + 512 + 16, sizeof rope);
+  for (int d = 0; d < 64; ++d) out[512 + d] = static_cast<double>(__builtin_bit_cast(float, static_cast<uint32_t>(rope[d]) << 16));
 }
 
 }  // namespace mla::ref::gemm_detail::MLA_GEMM_ISA

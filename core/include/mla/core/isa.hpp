@@ -24,10 +24,12 @@ bool cpu_supports(SimdIsa isa);
 SimdIsa cpu_best_isa();  // the widest supported one
 
 // The ISA dispatching code uses: the last set_simd_isa(isa), else MLA_ISA from the environment
-// ("sse2", "avx2" or "avx512"; a word this CPU does not run is an mla::Error naming it), else
-// cpu_best_isa(). A lower one than the best is for comparing the paths on one machine.
+// ("sse2", "avx2" or "avx512"; a word this CPU does not run is an mla::Error naming it; read at
+// the first call and after set_simd_isa), else cpu_best_isa(). A lower one than the best is for
+// comparing the paths on one machine.
 SimdIsa simd_isa();
-// nullopt returns to the environment's value or the best; an unsupported ISA is an mla::Error.
+// nullopt returns to the environment's value (read again) or the best; an unsupported ISA is an
+// mla::Error.
 void set_simd_isa(std::optional<SimdIsa> isa);
 
 }  // namespace mla

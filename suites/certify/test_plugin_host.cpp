@@ -506,6 +506,7 @@ TEST(ChildProcess, SignalNames) {
 TEST(Junit, OneTestcasePerKernelAndCaseWithEscapedReasons) {
   mla::reports::Certificate c;
   c.started_utc = "2026-11-30T00:00:00Z";
+  c.complete = true;
   c.manifest_sha256 = std::string(64, 'e');
   mla::reports::KernelReport k;
   k.name = "k<1>";

@@ -31,6 +31,7 @@
 #include "mla/certify/host_error.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/presets.hpp"
+#include "mla/core/threads.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
 #include "mla/reports/coverage.hpp"
@@ -108,6 +109,11 @@ int main(int argc, char** argv) {
                     "Plug-ins always run in a child process");
   certify->add_flag("--no-probe-unclaimed", no_probe,
                     "do not run cases outside a kernel's claimed capabilities for information");
+  int certify_threads = 0;
+  certify->add_option("--threads", certify_threads,
+                      "threads of the host implementations and oracles, here and in the child processes "
+                      "(default: $MLA_THREADS, else every core); results do not depend on it")
+      ->check(CLI::Range(1, 4096));
   certify->add_flag("--require-full-coverage", o.require_full_coverage,
                     "for CI: exit 4 unless every implementation claims, and is judged on, every selected case "
                     "(cases left out by --max-tokens excepted)");
@@ -240,6 +246,16 @@ int main(int argc, char** argv) {
   }
 
   if (*certify) {
+    if (certify_threads > 0) {
+      // The environment too: kernels run in child processes, which read MLA_THREADS.
+      ::setenv("MLA_THREADS", std::to_string(certify_threads).c_str(), 1);
+      mla::set_threads(certify_threads);
+    }
+    try {
+      (void)mla::threads();  // a malformed MLA_THREADS is a usage error now, not a kernel ERROR later
+    } catch (const std::exception& e) {
+      return report_error("certify", e, 2);
+    }
     if (o.goldens.empty()) o.goldens = mla::golden::default_goldens_dir();
     for (const auto& p : plugins) o.plugins.emplace_back(p);
     o.isolate = !in_process;

@@ -123,21 +123,16 @@ class AttentionCase {
     }
 
     const GoldenTruth truth(c);
-    const auto isolated = [&](const Implementation* k) { return s_.isolated(*k); };
-    if (std::any_of(runnable.begin(), runnable.end(), isolated) || std::any_of(probes.begin(), probes.end(), isolated)) {
-      inputs_ = s_.work.path() / fmt::format("case-{}.inputs", index_);
-      try {
-        wire::write(inputs_, encode(c.view()));
-      } catch (const std::exception& e) {
-        fail_all(runnable, fmt::format("cannot hand the case to a child process: {}", e.what()), &header);
-        for (const auto* k : probes) s_.record(*k, unsupported(header, refused[k]));
-        return;
-      }
-    }
-
     // Claimed shapes first, then the informational runs, in the certificate's kernel order.
     std::map<const Implementation*, reports::CaseResult> results;
-    for (const auto* k : runnable) results[k] = judged(*k, c, truth, run(*k, c, /*enforce_caps=*/true));
+    for (const auto* k : runnable) {
+      results[k] = judged(*k, c, truth, run(*k, c, /*enforce_caps=*/true));
+      // A case the kernel passed is the next case's "other case": one it is known to handle, so
+      // a fault that shows between two calls is a fault of state, not of that case.
+      if (k->plugin && results[k].verdict == Verdict::pass && c.kv_cache.size() <= kKeepInputsBytes) {
+        s_.previous_inputs[k->report_index] = AttnBuffers(c.view());
+      }
+    }
     for (const auto* k : probes) {
       auto r = unsupported(header, refused[k]);
       r.shape = shape_json(c);
@@ -148,8 +143,6 @@ class AttentionCase {
       const auto it = results.find(&k);
       if (it != results.end()) s_.record(k, std::move(it->second));
     }
-    std::error_code ec;
-    if (!inputs_.empty()) fs::remove(inputs_, ec);
   }
 
  private:
@@ -177,39 +170,35 @@ class AttentionCase {
     return r;
   }
 
-  // In this process for --in-process registered kernels, else in a child with a deadline.
+  // In this process for --in-process registered kernels, else in children with a deadline, on
+  // buffers this process created and audits (run_in_children).
   RunResult run(const Implementation& k, const golden::AttnCase& c, bool enforce_caps) {
-    // A plug-in is always called at least twice: repeatability is part of its contract.
-    const int repeats = k.plugin ? std::max(2, s_.options.repeats) : s_.options.repeats;
-    if (!s_.isolated(k)) return execute(*k.impl, c.view(), repeats, enforce_caps);
-
-    const auto result = s_.work.path() / fmt::format("case-{}-{}.result", index_, k.report_index);
-    const auto log = s_.work.path() / fmt::format("case-{}-{}.log", index_, k.report_index);
-    std::vector<std::string> argv{s_.self.string(), "__child", "run", "--inputs", inputs_.string(), "--result",
-                                  result.string(), "--repeats", std::to_string(repeats)};
-    if (k.ref.plugin) argv.insert(argv.end(), {"--plugin", k.ref.plugin->string()});
-    if (k.ref.fault) argv.insert(argv.end(), {"--extra", *k.ref.fault});
-    if (k.ref.builtin) argv.insert(argv.end(), {"--kernel", *k.ref.builtin});
-    if (!enforce_caps) argv.push_back("--unclaimed");
-    const auto outcome = run_child(argv, s_.options.timeout_s, log);
-
-    RunResult r;
-    std::error_code ec;
-    if (outcome.ok() && fs::exists(result, ec)) {
-      try {
-        r = decode_run_result(wire::read(result, kAttentionResult));
-      } catch (const std::exception& e) {
-        r.status = RunResult::Status::error;
-        r.message = fmt::format("the child's result is unreadable: {}", e.what());
+    if (!s_.isolated(k)) return execute(*k.impl, c.view(), s_.options.repeats, enforce_caps);
+    CallSchedule plan;
+    plan.enforce_caps = enforce_caps;
+    AttnBuffers flipped;
+    if (k.plugin) {
+      // An untrusted kernel: a drawn number of calls, another case called between them, and a
+      // second fresh process (docs/field.md, "Bugs", 12: state that leaks between calls).
+      plan.calls = calls_per_case(s_.seed, k.info.name, ref_.key());
+      plan.second_process = true;
+      const auto prev = s_.previous_inputs.find(k.report_index);
+      if (prev != s_.previous_inputs.end()) {
+        plan.between = prev->second.view();
+      } else {
+        // Nothing ran before: the case itself with its query negated is the other case.
+        flipped.shape = c.shape;
+        flipped.softmax_scale = c.softmax_scale;
+        flipped.q.assign(c.q.begin(), c.q.end());
+        for (auto& b : flipped.q) b ^= 0x8000u;
+        plan.between = c.view();
+        plan.between->q = flipped.q;
       }
     } else {
-      r.status = RunResult::Status::error;
-      r.message = outcome.describe();
-      if (outcome.ok()) r.message = "the child exited without writing a result";
-      if (!outcome.stderr_tail.empty()) r.message += "; its last output: " + outcome.stderr_tail;
+      plan.calls = std::max(1, s_.options.repeats);
     }
-    fs::remove(result, ec);
-    fs::remove(log, ec);
+    const auto tag = fmt::format("case-{}-{}", index_, k.report_index);
+    auto r = run_in_children(s_, k, c.view(), plan, tag);
     return r;
   }
 
@@ -263,7 +252,6 @@ class AttentionCase {
   Session& s_;
   const CaseRef& ref_;
   std::size_t index_;
-  fs::path inputs_;
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <fstream>
 #include <ostream>
+#include <random>
 
 #include <fmt/format.h>
 
@@ -37,6 +38,7 @@ json options_json(const Options& o) {
             {"extras", o.extras},       {"repeats", o.repeats},      {"timeout_s", o.timeout_s},
             {"isolate", o.isolate},     {"probe_unclaimed", o.probe_unclaimed}};
   j["case_regex"] = o.case_regex ? json(*o.case_regex) : json();
+  j["seed"] = o.seed ? json(*o.seed) : json();
   j["max_tokens"] = o.max_tokens ? json(*o.max_tokens) : json();
   return j;
 }
@@ -59,6 +61,8 @@ void begin(Session& s) {
                 {"tolerance_table_sha256", tolerance_table_digest()}};
   cert.goldens_dir = fs::absolute(o.goldens).lexically_normal().string();
   cert.options = options_json(o);
+  // The seed actually used, also when it was drawn: `--seed` with it reproduces the run.
+  cert.options["seed"] = s.seed;
   try {
     s.catalog = golden::open_catalog(o.goldens);
     cert.manifest_sha256 = sha256_file(o.goldens / "MANIFEST.sha256");
@@ -82,6 +86,22 @@ std::size_t total_results(const reports::Certificate& c) {
   std::size_t n = 0;
   for (const auto& k : c.kernels) n += k.cases.size();
   return n;
+}
+
+// A seed drawn at run time, unless --resume finds the one the previous certificate used (a
+// resumed run continues that run).
+uint64_t draw_seed(const Options& o) {
+  if (o.resume) {
+    try {
+      std::ifstream in(o.out / kJsonName);
+      const auto j = json::parse(in);
+      if (j.at("options").at("seed").is_number_unsigned()) return j.at("options").at("seed").get<uint64_t>();
+    } catch (const std::exception&) {
+      // No usable previous certificate: resume says why; a fresh seed is drawn.
+    }
+  }
+  std::random_device rd;
+  return ((uint64_t{rd()} << 32) ^ rd()) & ((uint64_t{1} << 53) - 1);  // exact in any JSON reader
 }
 
 }  // namespace
@@ -119,6 +139,11 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
   if (!(options.timeout_s > 0)) throw UsageError("--timeout must be positive");
   const auto t_start = Clock::now();
   Session s(options, progress);
+  s.seed = options.seed ? *options.seed : draw_seed(options);
+  {
+    std::random_device rd;
+    s.secret = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  }
   begin(s);
   plan(s);
   if (options.resume) s.resume.load(options.out, s.cert, progress);

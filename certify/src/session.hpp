@@ -84,6 +84,14 @@ class Session {
   std::optional<std::regex> case_regex;
   Resume resume;
   bool save_failed = false;
+  // The run's seed (recorded; --seed reproduces it): draws the number of calls per case. The
+  // key is a secret of this process (never recorded, never told to a child): it keys the
+  // canary bytes and the unwritten-output pattern, so a kernel cannot know them in advance.
+  uint64_t seed = 0;
+  uint64_t secret = 0;
+  // Per implementation, the inputs of the last case it ran (kept when small): the "other case"
+  // called between the calls of the next one.
+  std::map<std::size_t, AttnBuffers> previous_inputs;
 
   reports::KernelReport& report(const Implementation& k) { return cert.kernels[k.report_index]; }
   void record(const Implementation& k, reports::CaseResult r) { report(k).cases.push_back(std::move(r)); }
@@ -95,6 +103,23 @@ class Session {
   void save();
   bool isolated(const Implementation& k) const { return k.plugin || options.isolate || !k.impl; }
 };
+
+// How one (kernel, case) is called in children (run_case.cpp).
+struct CallSchedule {
+  int calls = 2;                           // calls of the case in the first process
+  std::optional<AttnInputs> between;       // another case called between them (plug-ins)
+  bool second_process = false;             // the case once more in a fresh process, bitwise equal
+  bool enforce_caps = true;
+};
+// The inputs of a case are kept as the next case's "other case" only up to this size.
+inline constexpr std::size_t kKeepInputsBytes = std::size_t{16} << 20;
+// The number of calls of a plug-in on a case: 3 to 5, drawn from the run's seed, the kernel and
+// the case (the same seed gives the same numbers; a kernel cannot count on a fixed count).
+int calls_per_case(uint64_t seed, const std::string& kernel, const std::string& case_key);
+// run_case.cpp: the case in one or two child processes on shared buffers this process created,
+// audited here from the raw bytes (arena.hpp); the child's words only explain an ERROR.
+RunResult run_in_children(Session& s, const Implementation& k, const AttnInputs& in, const CallSchedule& plan,
+                          const std::string& tag);
 
 // plan.cpp: fills the session's implementations (and their KernelReports) and cases from the
 // options; UsageError when the selection is empty or names something unknown.

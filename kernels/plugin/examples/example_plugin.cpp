@@ -192,6 +192,10 @@ double next_token_masked(const mla_plugin_decode_args& a, int64_t b, int64_t t) 
 bool seen_by_another_process(const mla_plugin_decode_args& a) {
   uint64_t h = 1469598103934665603ull;
   for (int i = 0; i < 64; ++i) h = (h ^ a.q[i]) * 1099511628211ull;
+  const int64_t token = a.cache_format == MLA_PLUGIN_CACHE_BF16 ? kBf16TokenBytes : kFp8TokenBytes;
+  const int64_t kv_bytes = std::min<int64_t>(int64_t{a.num_blocks} * a.page_size * token, 1 << 16);
+  for (int64_t i = 0; i < kv_bytes; ++i) h = (h ^ a.kv_cache[i]) * 1099511628211ull;
+  for (int64_t b = 0; b < a.batch; ++b) h = (h ^ static_cast<uint32_t>(a.cache_seqlens[b])) * 1099511628211ull;
   const char* dir = std::getenv("TMPDIR");
   const std::string path = std::string(dir && *dir ? dir : "/tmp") + "/mla-example-state-" + std::to_string(h);
   const std::string me = std::to_string(getpid());

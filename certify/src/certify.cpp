@@ -158,6 +158,11 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
     s.save();
     progress_line(s, i + 1, s.attention_cases.size(), s.attention_cases[i], seconds_since(t_case));
   }
+  if (fresh_selected(options)) {
+    const auto t_fresh = Clock::now();
+    certify_fresh(s);
+    progress << fmt::format("fresh: cases drawn from seed {} in {:.1f} s\n", s.seed, seconds_since(t_fresh));
+  }
   certify_appends(s);
   if (options.resume) {
     progress << fmt::format("resume: kept {} of {} results from the previous certificate\n", s.resume.kept,

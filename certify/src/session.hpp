@@ -121,6 +121,11 @@ int calls_per_case(uint64_t seed, const std::string& kernel, const std::string& 
 RunResult run_in_children(Session& s, const Implementation& k, const AttnInputs& in, const CallSchedule& plan,
                           const std::string& tag);
 
+// fresh.cpp: the `fresh` family, drawn from the run's seed inside each implementation's claims
+// and judged against the C++ fp64 oracle; selected unless --family names other families only.
+bool fresh_selected(const Options& o);
+void certify_fresh(Session& s);
+
 // plan.cpp: fills the session's implementations (and their KernelReports) and cases from the
 // options; UsageError when the selection is empty or names something unknown.
 void plan(Session& s);

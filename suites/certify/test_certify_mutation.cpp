@@ -77,7 +77,8 @@ TEST_P(MutationScore, CaughtWhereverItsBugChangesTheResult) {
   ASSERT_EQ(cert.kernels.size(), 1u);
   std::vector<std::string> where, missed;
   for (const auto& r : cert.kernels.front().cases) {
-    if (r.verdict == Verdict::skipped || r.verdict == Verdict::unsupported) continue;
+    // The fresh family is drawn per run: the score is over the catalog, where the cases are fixed.
+    if (r.verdict == Verdict::skipped || r.verdict == Verdict::unsupported || r.family == "fresh") continue;
     if (!bug->second(mla::golden::load_attn_case(catalog.file(r.file), r.name))) continue;
     where.push_back(r.family + "/" + r.name);
     const bool red = r.verdict == Verdict::fail || r.verdict == Verdict::error;

@@ -207,3 +207,94 @@ TEST_F(Integrity, ASetsidDoubleForkedProcessDoesNotOutliveItsCase) {
 }
 
 }  // namespace
+
+namespace {
+
+// ---- the fresh family ----------------------------------------------------------------------
+
+TEST_F(Integrity, FreshCasesAreDrawnInsideTheClaimsAndTheSeedReproducesThem) {
+  TempDir tmp;
+  // underclaims: bf16 cache, dense, 1..64 heads, any page size, varlen.
+  const std::string args = plugins({"underclaims"}) + " --family fresh --seed 3";
+  const auto a = certify(tmp, args);
+  const auto b = certify(tmp, args);
+  ASSERT_FALSE(a.json.is_null() || b.json.is_null()) << a.output << b.output;
+  EXPECT_EQ(a.status, 0) << a.output;
+  EXPECT_EQ(a.json["options"]["seed"], 3);
+  const auto& ka = kernel(a, "underclaims");
+  const auto& kb = kernel(b, "underclaims");
+  ASSERT_EQ(ka.cases.size(), kb.cases.size());
+  bool long_case = false, empty_rows = false;
+  std::set<int> pages;
+  for (std::size_t i = 0; i < ka.cases.size(); ++i) {
+    const auto& c = ka.cases[i];
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(c.family, "fresh");
+    EXPECT_EQ(c.name, kb.cases[i].name) << "--seed reproduces the same cases";
+    if (!skipped_for_size(c)) {  // the 16K+ case is over this test's --max-tokens
+      EXPECT_EQ(c.verdict, Verdict::pass) << reasons(c);
+      ASSERT_TRUE(c.out.has_value() && kb.cases[i].out.has_value());
+      EXPECT_EQ(c.out->max_abs_err, kb.cases[i].out->max_abs_err) << "and the same results";
+    }
+    // Inside the claims, every one.
+    EXPECT_EQ(c.shape.at("cache_format"), "bf16");
+    EXPECT_EQ(c.shape.at("topk"), 0);
+    EXPECT_LE(c.shape.at("heads").get<int>(), 64);
+    const auto lens = c.shape.at("cache_seqlens").get<std::vector<int>>();
+    const int page = c.shape.at("page_size").get<int>(), s_q = c.shape.at("s_q").get<int>();
+    pages.insert(page);
+    for (const int L : lens) {
+      long_case = long_case || L >= 16384;
+      empty_rows = empty_rows || (s_q > 1 && L < s_q);
+    }
+    if (c.name.rfind("edges", 0) == 0) {
+      EXPECT_EQ(lens, (std::vector<int>{0, 1, page - 1, page, page + 1}));
+    }
+  }
+  EXPECT_TRUE(long_case) << "one context of at least 16K tokens";
+  EXPECT_TRUE(empty_rows) << "s_q > 1 causal with rows that see nothing";
+  EXPECT_EQ(pages, (std::set<int>{16, 64}));
+}
+
+TEST_F(Integrity, ABugTheFreshCasesShowMakesTheCertificateRed) {
+  TempDir tmp;
+  const auto r = certify(tmp, plugins({"reads_unused_slot"}) + " --family fresh");
+  EXPECT_EQ(r.status, 1) << r.output;
+  ASSERT_FALSE(r.json.is_null()) << r.output;
+  EXPECT_EQ(r.json["verdict"], "FAIL");
+  int red = 0;
+  for (const auto& c : kernel(r, "reads_unused_slot").cases) red += c.verdict == Verdict::fail;
+  EXPECT_GT(red, 0);
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(Integrity, StoredTruthPassesTheCatalogAndFailsTheFreshCases) {
+  // reads_catalog computes nothing: it reads the certifier's --goldens from /proc/<parent>/cmdline
+  // and returns the stored truth of the case whose q matches (zeros otherwise). It passes the
+  // stored cases — that is what the fixed catalog alone cannot prevent — and is red only
+  // because the fresh cases exist nowhere before the run.
+  TempDir tmp;
+  const auto r = certify(tmp, plugins({"reads_catalog"}) + " --family attn_core --family fresh");
+  EXPECT_EQ(r.status, 1) << r.output;
+  ASSERT_FALSE(r.json.is_null()) << r.output;
+  EXPECT_EQ(r.json["verdict"], "FAIL");
+  int catalog_pass = 0, fresh_fail = 0, fresh = 0;
+  for (const auto& c : kernel(r, "reads_catalog").cases) {
+    SCOPED_TRACE(c.family + "/" + c.name);
+    if (skipped_for_size(c)) continue;
+    if (c.family == "fresh") {
+      ++fresh;
+      fresh_fail += c.verdict == Verdict::fail;
+    } else {
+      catalog_pass += c.verdict == Verdict::pass;
+    }
+  }
+  EXPECT_GT(catalog_pass, 5) << "the theft works on stored cases (so the test shows what stops it)";
+  EXPECT_EQ(fresh_fail, fresh);
+  EXPECT_GT(fresh, 3);
+}
+
+}  // namespace

@@ -126,6 +126,7 @@ inline std::string plugin_path(const std::string& name) {
   MLA_P(MLA_PLUGIN_READS_PAST_END, reads_past_end)
   MLA_P(MLA_PLUGIN_IGNORES_BLOCK_TABLE, ignores_block_table)
   MLA_P(MLA_PLUGIN_LEAVES_DAEMON, leaves_daemon)
+  MLA_P(MLA_PLUGIN_READS_CATALOG, reads_catalog)
 #undef MLA_P
   throw std::runtime_error("no example plug-in named " + name);
 }

@@ -122,6 +122,9 @@ ProcessRun run_process(Session& s, const Implementation& k, Arena& arena, const 
 std::optional<std::pair<RunResult::Status, std::string>> failure(const ProcessRun& p, const ArenaLayout& l,
                                                                  std::size_t calls, std::size_t case_calls, bool plugin) {
   using St = RunResult::Status;
+  // The host's fault first (the child could not start, or hit this machine's file-size
+  // limit): never the kernel's. The HOST_ERROR verdict hooks in here, by the "host: " prefix.
+  if (auto host = host_caused(p.outcome)) return std::pair{St::error, "host: " + *host};
   const auto& c = p.control;
   if (c.setup_state == 2) {
     return std::pair{St::unsupported, fmt::format("prepare refused it: {}", bounded(c.setup_message))};

@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
   certify->add_option("--seed", o.seed,
                       "the run's seed (drawn at run time when absent; the certificate records it and --seed with it "
                       "reproduces the run)");
-  certify->add_option("--repeat", o.repeats, "runs per case; every run must give bitwise identical results (plug-ins: at least 2)")
+  certify->add_option("--repeat", o.repeats, "runs per case of a registered kernel; every run must give bitwise identical results (plug-ins: 3 to 5, drawn from --seed)")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   certify->add_option("--timeout", o.timeout_s, "seconds one kernel may take on one case before it is killed (ERROR)")

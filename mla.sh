@@ -9,6 +9,8 @@
 #                      report.md, roofline.png, bandwidth.png to reports/out/bench/
 #   ./mla.sh gate BASELINE.json RUN.json   regression gate (exit 1 on a significant slowdown)
 #   ./mla.sh sanitize  build every host target with ASan+UBSan (preset asan), run every CPU test
+#   ./mla.sh repeat [P] the tests labelled tempstate (they write temp files or run certifiers)
+#                      three times in a row under ctest -j, in the build of preset P (default ci)
 #   ./mla.sh fuzz [S]  build the libFuzzer targets (preset fuzz, clang), replay suites/fuzz/corpus,
 #                      fuzz the golden loader for S seconds (default 90); suites/fuzz/README.md
 #   ./mla.sh device    build the GPU bundle (preset device, bundle targets only), then rehearse the
@@ -57,6 +59,11 @@ case "${1:-help}" in
     deps; build
     # L2 (long context, on demand) is left to `./mla.sh test-l2`; L0 + L1 is the whole catalog.
     ctest --preset "$PRESET" -j "$JOBS" -L cpu -LE L2
+    ;;
+  repeat)
+    # Proves every test owns its temp state: run together and again, none may see another's
+    # files (suites/CMakeLists.txt, the tempstate label). The build must exist (test/sanitize).
+    ctest --preset "${2:-$PRESET}" -j "$JOBS" -L tempstate --repeat until-fail:3
     ;;
   test-l2)
     deps; build
@@ -114,5 +121,5 @@ case "${1:-help}" in
     ;;
   goldens) deps; PYTHONPATH=reference/python $PY -m mla_ref.goldens write --out fixtures/goldens ;;
   check-goldens) deps; PYTHONPATH=reference/python $PY -m mla_ref.goldens check --dir fixtures/goldens ;;
-  *) sed -n '2,17p' "$0"; exit 2 ;;
+  *) sed -n '2,18p' "$0"; exit 2 ;;
 esac

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "mla/certify/host_error.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/golden/families.hpp"
@@ -238,6 +239,7 @@ AppendRun run_append(Session& s, const Implementation& k, const AppendCase& c, s
     wire::write(inputs, encode(c.in));
   } catch (const std::exception& e) {
     r.message = fmt::format("cannot hand the case to a child process: {}", e.what());
+    r.host_caused = host_cause(e).has_value();
     return r;
   }
   const int repeats = std::max(2, s.options.repeats);
@@ -254,7 +256,12 @@ AppendRun run_append(Session& s, const Implementation& k, const AppendCase& c, s
     }
   } else {
     r.message = outcome.ok() ? "the child exited without writing a result" : outcome.describe();
-    if (!outcome.stderr_tail.empty()) r.message += "; its last output: " + outcome.stderr_tail;
+    if (auto why = host_cause(outcome)) {
+      r.host_caused = true;
+      r.message = *why + " (" + outcome.describe() + ")";
+    } else if (!outcome.stderr_tail.empty()) {
+      r.message += "; its last output: " + outcome.stderr_tail;
+    }
   }
   fs::remove(inputs, ec);
   fs::remove(result, ec);
@@ -267,7 +274,7 @@ AppendRun run_append(Session& s, const Implementation& k, const AppendCase& c, s
 void judge_append_run(const AppendCase& c, const AppendRun& run, reports::CaseResult& r) {
   r.shape = c.shape();
   if (!run.ran) {
-    r.verdict = Verdict::error;
+    r.verdict = run.host_caused ? Verdict::host_error : Verdict::error;
     r.reasons.push_back(run.message);
     return;
   }
@@ -301,13 +308,16 @@ bool any_append_case_selected(const Session& s) {
     return false;
   }
   const golden::Family& fam = *append_family();
-  if (!s.catalog.sha256.count(fam.file())) return false;
+  const auto files = s.family_files.find(fam.name);
+  if (files == s.family_files.end()) return false;
   if (!s.case_regex) return true;
   std::vector<std::string> names;
-  try {
-    names = golden::read_file_info(s.catalog.file(fam.file())).cases;
-  } catch (const std::exception&) {
-    return true;  // certify_appends reports the unreadable file as an ERROR row
+  for (const auto& file : files->second) {
+    try {
+      for (auto& n : golden::read_file_info(s.catalog.file(file)).cases) names.push_back(std::move(n));
+    } catch (const std::exception&) {
+      return true;  // certify_appends reports the unreadable file as an ERROR row
+    }
   }
   for (const auto& n : names) {
     for (const char* f : {"bf16", "fp8_fp32", "fp8_ue8m0"}) {
@@ -319,6 +329,9 @@ bool any_append_case_selected(const Session& s) {
   return false;
 }
 
+void certify_append_file(Session& s, const std::vector<const Implementation*>& appenders, const golden::Family& fam,
+                         const std::string& file);
+
 // Every plug-in with an append entry on the append cases of every case of the append family,
 // after the attention cases; rows of family `certified_as` (cache_append), judged here.
 void certify_appends(Session& s) {
@@ -329,13 +342,20 @@ void certify_appends(Session& s) {
   }
   if (appenders.empty()) return;
   const golden::Family& fam = *append_family();
-  const std::string family = fam.certified_as, file = fam.file();
-  if (!s.catalog.sha256.count(file)) {
-    const auto note = fmt::format("plug-in appends not certified: {} is not in the catalog", file);
+  const auto files = s.family_files.find(fam.name);
+  if (files == s.family_files.end()) {
+    const auto note = fmt::format("plug-in appends not certified: no file of the catalog is of family {}", fam.name);
     s.cert.notes.push_back(note);
     s.progress << "warning: " << note << "\n";
     return;
   }
+  for (const auto& file : files->second) certify_append_file(s, appenders, fam, file);
+}
+
+// The appends built from one file of the append family.
+void certify_append_file(Session& s, const std::vector<const Implementation*>& appenders, const golden::Family& fam,
+                         const std::string& file) {
+  const std::string family = fam.certified_as;
   std::vector<golden::LayerCase> goldens;
   try {
     golden::verify_file(s.catalog, file);

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "claims.hpp"
+#include "mla/certify/host_error.hpp"
 #include "mla/judge/golden.hpp"
 #include "session.hpp"
 
@@ -25,12 +27,6 @@ nlohmann::json shape_json(const AttnShape& s, CacheFormat format, ScaleFmt scale
 nlohmann::json shape_json(const golden::AttnHeader& h) { return shape_json(h.shape, h.shape.cache_format, h.scale_fmt, nullptr); }
 nlohmann::json shape_json(const golden::AttnCase& c) {
   return shape_json(c.shape, c.shape.cache_format, c.scale_fmt, &c.cache_seqlens);
-}
-
-std::optional<std::string> refusal(const Implementation& k, const AttnShape& shape) {
-  auto no = k.impl ? k.impl->check(shape) : check_capabilities(k.info.caps, shape);
-  if (no) return std::string(kNotClaimed) + *no;
-  return no;
 }
 
 // Query rows times cached tokens: what one call of a case costs, to pick a cheap one.
@@ -70,7 +66,9 @@ class AttentionCase {
     try {
       header = golden::read_attn_header(path, ref_.name);
     } catch (const std::exception& e) {
-      fail_all(pending, fmt::format("case attributes unreadable: {}", e.what()), nullptr);
+      // Its attributes, or its datasets checked against them (a case that lies), before any
+      // SKIPPED or NOT_CLAIMED is decided from them.
+      fail_all(pending, fmt::format("case refused: {}", e.what()), nullptr, failure_verdict(e));
       return;
     }
 
@@ -89,13 +87,13 @@ class AttentionCase {
         } else if (s_.options.max_tokens && header.cache_tokens() > *s_.options.max_tokens) {
           r.verdict = Verdict::skipped;
           r.reasons.push_back(fmt::format("cache of {} tokens > --max-tokens {}", header.cache_tokens(), *s_.options.max_tokens));
-        } else if (auto no = refusal(*k, header.shape)) {
+        } else if (auto no = claim_refusal(*k, header.shape, nullptr)) {
           if (probe_worthwhile(header)) {
             refused[k] = *no;
             probes.push_back(k);
             continue;
           }
-          r.verdict = Verdict::unsupported;
+          r.verdict = Verdict::not_claimed;
           r.reasons.push_back(*no);
         } else {
           runnable.push_back(k);
@@ -114,14 +112,14 @@ class AttentionCase {
     try {
       c = golden::load_attn_case(path, ref_.name);
     } catch (const std::exception& e) {
-      fail_all(runnable, fmt::format("case failed to load: {}", e.what()), &header);
-      for (const auto* k : probes) s_.record(*k, unsupported(header, refused[k]));
+      fail_all(runnable, fmt::format("case failed to load: {}", e.what()), &header, failure_verdict(e));
+      for (const auto* k : probes) s_.record(*k, not_claimed(header, refused[k]));
       return;
     }
     // Varlen is a property of the lengths, known only now.
     for (auto it = runnable.begin(); it != runnable.end();) {
-      if (auto no = check_varlen((*it)->info.caps, c.cache_seqlens)) {
-        refused[*it] = std::string(kNotClaimed) + *no;
+      if (auto no = claim_refusal(**it, c.shape, &c.cache_seqlens)) {
+        refused[*it] = *no;
         probes.push_back(*it);
         it = runnable.erase(it);
       } else {
@@ -145,7 +143,7 @@ class AttentionCase {
       }
     }
     for (const auto* k : probes) {
-      auto r = unsupported(header, refused[k]);
+      auto r = not_claimed(header, refused[k]);
       r.shape = shape_json(c);
       if (probe_worthwhile(header)) r.reasons.push_back(probe_reason(*k, c, truth, run(*k, c, /*enforce_caps=*/false)));
       results[k] = std::move(r);
@@ -157,14 +155,15 @@ class AttentionCase {
   }
 
  private:
-  void fail_all(const std::vector<const Implementation*>& ks, const std::string& why, const golden::AttnHeader* h) {
+  void fail_all(const std::vector<const Implementation*>& ks, const std::string& why, const golden::AttnHeader* h,
+                Verdict verdict = Verdict::error) {
     for (const auto* k : ks) {
       auto r = s_.base_result(ref_);
       if (h) {
         r.description = h->description;
         r.shape = shape_json(*h);
       }
-      r.verdict = Verdict::error;
+      r.verdict = verdict;
       r.reasons.push_back(why);
       s_.record(*k, std::move(r));
     }
@@ -172,11 +171,11 @@ class AttentionCase {
 
   bool probe_worthwhile(const golden::AttnHeader& h) const { return s_.options.probe_unclaimed && !too_large_to_probe(h); }
 
-  reports::CaseResult unsupported(const golden::AttnHeader& h, const std::string& why) const {
+  reports::CaseResult not_claimed(const golden::AttnHeader& h, const std::string& why) const {
     auto r = s_.base_result(ref_);
     r.description = h.description;
     r.shape = shape_json(h);
-    r.verdict = Verdict::unsupported;
+    r.verdict = Verdict::not_claimed;
     r.reasons.push_back(why);
     return r;
   }
@@ -226,7 +225,7 @@ class AttentionCase {
         r.reasons.push_back(run.message);
         return r;
       case RunResult::Status::error:
-        r.verdict = Verdict::error;
+        r.verdict = run.host_caused ? Verdict::host_error : Verdict::error;
         r.reasons.push_back(run.message);
         return r;
       case RunResult::Status::ran: break;
@@ -240,7 +239,7 @@ class AttentionCase {
       r.lse_vs_unquantized = std::move(j.lse_vs_unquantized);
       r.reasons = std::move(j.reasons);
     } catch (const std::exception& e) {
-      r.verdict = Verdict::error;
+      r.verdict = failure_verdict(e);
       r.reasons.push_back(fmt::format("the results could not be judged: {}", e.what()));
       return r;
     }

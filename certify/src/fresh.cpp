@@ -13,6 +13,8 @@
 #include "mla/ref/attention.hpp"
 #include "mla/ref/same_dtype.hpp"
 #include "mla/workloads/axes.hpp"
+#include "claims.hpp"
+#include "mla/certify/host_error.hpp"
 #include "session.hpp"
 
 namespace mla::certify {
@@ -167,9 +169,9 @@ void certify_fresh(Session& s) {
           s.record(k, std::move(r));
           continue;
         }
-        if (auto no = check_capabilities(k.info.caps, b.shape)) {
-          r.verdict = Verdict::unsupported;
-          r.reasons.push_back(std::string(kNotClaimed) + *no);
+        if (auto no = claim_refusal(k, b.shape, &b.cache_seqlens)) {
+          r.verdict = Verdict::not_claimed;
+          r.reasons.push_back(*no);
           s.record(k, std::move(r));
           continue;
         }
@@ -183,7 +185,9 @@ void certify_fresh(Session& s) {
         r.bytes = run.bytes;
         r.flops = run.flops;
         if (run.status != RunResult::Status::ran) {
-          r.verdict = run.status == RunResult::Status::unsupported ? Verdict::unsupported : Verdict::error;
+          r.verdict = run.status == RunResult::Status::unsupported ? Verdict::unsupported
+                      : run.host_caused                              ? Verdict::host_error
+                                                                     : Verdict::error;
           r.reasons.push_back(run.message);
         } else {
           r.run_seconds = run.run_seconds;
@@ -200,7 +204,7 @@ void certify_fresh(Session& s) {
           r.verdict = r.reasons.empty() ? Verdict::pass : Verdict::fail;
         }
       } catch (const std::exception& e) {
-        r.verdict = Verdict::error;
+        r.verdict = failure_verdict(e);
         r.reasons.push_back(fmt::format("the fresh case could not be built or judged: {}", e.what()));
       }
       s.progress << fmt::format("[fresh] {} {} {}\n", k.info.name, p.name, tol::to_string(r.verdict));

@@ -176,16 +176,6 @@ int kill_leftover_descendants(unsigned long long started_after) {
   return killed;
 }
 
-std::optional<std::string> host_caused(const ChildOutcome& o) {
-  // The failures that say nothing about the kernel: the certifier could not start or feed the
-  // child (fork, memory, descriptors, disk) or the child died of a limit of this machine. The
-  // verdict vocabulary maps these to HOST_ERROR; they are never a kernel's ERROR.
-  if (o.kind == ChildOutcome::Kind::spawn_failed) return o.error;
-  if (o.kind == ChildOutcome::Kind::signaled && o.signal == SIGXFSZ) {
-    return fmt::format("the child hit the file-size limit ({})", signal_description(o.signal));
-  }
-  return std::nullopt;
-}
 
 std::filesystem::path self_executable() {
   std::error_code ec;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "mla/reports/coverage.hpp"
+
 namespace mla::certify {
 
 std::string xml_escape(const std::string& s) {
@@ -30,9 +32,13 @@ std::string to_junit(const reports::Certificate& c) {
     const auto n = reports::count(k);
     tests += n.total();
     failures += n.fail;
-    errors += n.error;
-    skipped += n.skipped + n.unsupported;
+    errors += n.error + n.host_error;
+    skipped += n.skipped + n.unsupported + n.not_claimed;
   }
+  // A run that did not finish fails in every CI that reads this file: one failing test case
+  // that says so, whatever the recorded cases say.
+  const bool incomplete = reports::overall(c) == reports::Overall::incomplete;
+  if (incomplete) ++tests, ++failures;
   x += fmt::format("<testsuites name=\"mla-certify\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
                    "time=\"{:.3f}\">\n",
                    tests, failures, errors, skipped, c.wall_seconds);
@@ -42,7 +48,7 @@ std::string to_junit(const reports::Certificate& c) {
     for (const auto& r : k.cases) time += r.run_seconds.value_or(0.0);
     x += fmt::format("  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{:.6f}\" "
                      "timestamp=\"{}\" hostname=\"{}\">\n",
-                     xml_escape(k.name), n.total(), n.fail, n.error, n.skipped + n.unsupported, time,
+                     xml_escape(k.name), n.total(), n.fail, n.error + n.host_error, n.skipped + n.unsupported + n.not_claimed, time,
                      xml_escape(c.started_utc), xml_escape(c.machine.hostname));
     x += "    <properties>\n";
     auto prop = [&](const std::string& name, const std::string& value) {
@@ -57,6 +63,7 @@ std::string to_junit(const reports::Certificate& c) {
     // The device the verdicts hold for: the GPUs when there are any, else the CPU.
     prop("device", c.machine.gpus.empty() ? c.machine.cpu_model : fmt::format("{}", fmt::join(c.machine.gpus, "; ")));
     prop("driver", c.machine.driver.value_or("n/a"));
+    prop("verdict", reports::headline(k, c.complete));
     for (const auto& note : k.notes) prop("note", note);
     x += "    </properties>\n";
     for (const auto& r : k.cases) {
@@ -82,9 +89,29 @@ std::string to_junit(const reports::Certificate& c) {
         case tol::Verdict::skipped:
           x += fmt::format(">\n      <skipped message=\"SKIPPED: {}\"/>\n", xml_escape(first));
           break;
+        case tol::Verdict::not_claimed:
+          x += fmt::format(">\n      <skipped message=\"NOT_CLAIMED: {}\"/>\n", xml_escape(first));
+          if (r.reasons.size() > 1) x += fmt::format("      <system-out>{}</system-out>\n", xml_escape(body));
+          break;
+        case tol::Verdict::host_error:
+          x += fmt::format(">\n      <error message=\"HOST_ERROR: {}\" type=\"HOST_ERROR\">{}</error>\n",
+                           xml_escape(first), xml_escape(body));
+          break;
       }
       x += "    </testcase>\n";
     }
+    x += "  </testsuite>\n";
+  }
+  if (incomplete) {
+    std::size_t recorded = 0;
+    for (const auto& k : c.kernels) recorded += k.cases.size();
+    const std::string why =
+        c.complete ? "some cases hit a HOST_ERROR and were not certified; --resume runs them again"
+                   : fmt::format("the run did not finish ({} results recorded); --resume finishes it", recorded);
+    x += "  <testsuite name=\"mla-certify\" tests=\"1\" failures=\"1\" errors=\"0\" skipped=\"0\">\n";
+    x += fmt::format("    <testcase classname=\"mla-certify\" name=\"run complete\">\n      <failure message=\"INCOMPLETE: "
+                     "{}\" type=\"INCOMPLETE\"/>\n    </testcase>\n",
+                     xml_escape(why));
     x += "  </testsuite>\n";
   }
   x += "</testsuites>\n";

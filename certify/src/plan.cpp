@@ -9,6 +9,7 @@
 
 #include "mla/certify/protocol.hpp"
 #include "mla/core/sha256.hpp"
+#include "mla/core/text.hpp"
 #include "mla/faults/faults.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/registry/registry.hpp"
@@ -67,6 +68,11 @@ void add_plugin(Session& s, const fs::path& path, std::size_t i) {
   } catch (const Error& ex) {
     throw UsageError(fmt::format("plug-in {}: malformed description from the child: {}", path.string(), ex.what()));
   }
+  // The descriptor's text is the plug-in's bytes: made printable (and valid UTF-8 for the JSON
+  // certificate) before any message or report shows it.
+  d.info.name = printable(d.info.name);
+  d.info.description = printable(d.info.description);
+  d.version = printable(d.version);
   Implementation e;
   e.plugin = true;
   e.ref.plugin = abs;
@@ -161,31 +167,66 @@ void select_cases(Session& s) {
       throw UsageError(fmt::format("--case '{}' is not a valid regular expression: {}", *o.case_regex, e.what()));
     }
   }
+  // The catalog by each file's `family` attribute: every file of a selected family is certified,
+  // whatever its name. Each is read through in a child process before this one reads it.
+  for (const auto& [file, digest] : s.catalog.sha256) {
+    const auto path = s.catalog.file(file);
+    const auto& check = s.goldens->check(path, digest, GoldenDepth::read_through);
+    if (check.kind == GoldenCheck::Kind::crashed) throw UsageError(GoldenGate::refusal(path, check));
+    golden::FileInfo info;
+    try {
+      if (check.kind == GoldenCheck::Kind::invalid) throw Error(check.problem);
+      info = golden::read_file_info(path);
+    } catch (const Error& e) {
+      throw UsageError(fmt::format("cannot read {}: {}", file, e.what()));
+    }
+    s.family_files[info.family].push_back(file);
+  }
+  std::vector<std::string> unused;
   for (const auto& fam : golden::families()) {
-    if (fam.certify != golden::Certified::attention) continue;
-    const std::string& family = fam.certified_as;
-    if (!o.families.empty() && std::find(o.families.begin(), o.families.end(), family) == o.families.end()) continue;
-    const std::string file = fam.file();
-    if (!s.catalog.sha256.count(file)) {
-      const auto note = fmt::format("family {} is not in the catalog ({} missing from MANIFEST.sha256)", family, file);
+    const auto files = s.family_files.find(fam.name);
+    const bool selected = o.families.empty() || std::find(o.families.begin(), o.families.end(), fam.certified_as) != o.families.end();
+    if (fam.certify == golden::Certified::none || !selected) {
+      if (files == s.family_files.end()) continue;
+      for (const auto& f : files->second) {
+        unused.push_back(fmt::format("{} (family {}: {})", f, fam.name,
+                                     fam.certify == golden::Certified::none ? "not certified by mla certify"
+                                                                            : "not selected by --family"));
+      }
+      continue;
+    }
+    if (fam.certify == golden::Certified::append) {
+      // Certified by append_case.cpp, for plug-ins with an append entry point, which says what
+      // is missing when one is selected.
+      const bool appenders = std::any_of(s.implementations.begin(), s.implementations.end(),
+                                         [](const Implementation& k) { return k.plugin && k.append_formats; });
+      if (!appenders && files != s.family_files.end()) {
+        for (const auto& f : files->second) {
+          unused.push_back(fmt::format("{} (family {}: certified for plug-ins with an append entry point; none is "
+                                       "selected)",
+                                       f, fam.name));
+        }
+      }
+      continue;
+    }
+    if (files == s.family_files.end()) {
+      const auto note = fmt::format("family {} is not in the catalog (no file of MANIFEST.sha256 says family {})",
+                                    fam.certified_as, fam.name);
       if (!o.families.empty()) throw UsageError(note);
       s.cert.notes.push_back(note);
       s.progress << "warning: " << note << "\n";
       continue;
     }
-    golden::FileInfo info;
-    try {
-      info = golden::read_file_info(s.catalog.file(file));
-    } catch (const Error& e) {
-      throw UsageError(fmt::format("cannot read {}: {}", file, e.what()));
+    const std::string& family = fam.certified_as;
+    for (const auto& file : files->second) {
+      for (const auto& name : golden::read_file_info(s.catalog.file(file)).cases) {
+        if (s.case_regex && !std::regex_search(family + "/" + name, *s.case_regex)) continue;
+        s.attention_cases.push_back({family, file, name});
+      }
     }
-    if (info.family != fam.name) {
-      throw UsageError(fmt::format("{} says it is family '{}', expected '{}'", file, info.family, fam.name));
-    }
-    for (const auto& name : info.cases) {
-      if (s.case_regex && !std::regex_search(family + "/" + name, *s.case_regex)) continue;
-      s.attention_cases.push_back({family, file, name});
-    }
+  }
+  if (!unused.empty()) {
+    s.cert.notes.push_back(fmt::format("files of the catalog this run does not certify: {}", fmt::join(unused, "; ")));
   }
   const bool fresh_only = std::find(o.families.begin(), o.families.end(), "fresh") != o.families.end();
   if (s.attention_cases.empty() && !any_append_case_selected(s) && !fresh_only) {

@@ -65,7 +65,9 @@ void Resume::load(const std::filesystem::path& out, const reports::Certificate& 
     for (const auto& r : k.cases) {
       const auto digest = old.manifest.find(r.file);
       if (digest == old.manifest.end()) continue;
-      slot.cases[r.file + "/" + r.name] = {digest->second, r};
+      const std::string key = r.file + "/" + r.name;
+      if (!slot.cases.count(key)) slot.order.push_back(key);
+      slot.cases[key] = {digest->second, r};
     }
   }
 }
@@ -78,6 +80,8 @@ std::optional<reports::CaseResult> Resume::previous(const reports::KernelReport&
   if (c == p->second.cases.end()) return std::nullopt;
   const auto now = catalog.sha256.find(ref.file);
   if (now == catalog.sha256.end() || now->second != c->second.first) return std::nullopt;
+  // The machine failed that case, not the implementation: it was never certified, so it runs.
+  if (c->second.second.verdict == tol::Verdict::host_error) return std::nullopt;
   return c->second.second;
 }
 

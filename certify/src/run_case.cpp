@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "arena.hpp"
+#include "mla/certify/host_error.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/numeric.hpp"
 #include "session.hpp"
@@ -122,9 +123,6 @@ ProcessRun run_process(Session& s, const Implementation& k, Arena& arena, const 
 std::optional<std::pair<RunResult::Status, std::string>> failure(const ProcessRun& p, const ArenaLayout& l,
                                                                  std::size_t calls, std::size_t case_calls, bool plugin) {
   using St = RunResult::Status;
-  // The host's fault first (the child could not start, or hit this machine's file-size
-  // limit): never the kernel's. The HOST_ERROR verdict hooks in here, by the "host: " prefix.
-  if (auto host = host_caused(p.outcome)) return std::pair{St::error, "host: " + *host};
   const auto& c = p.control;
   if (c.setup_state == 2) {
     return std::pair{St::unsupported, fmt::format("prepare refused it: {}", bounded(c.setup_message))};
@@ -209,12 +207,21 @@ RunResult run_in_children(Session& s, const Implementation& k, const AttnInputs&
   try {
     arena = std::make_unique<Arena>(sets, calls, out_bytes, s.secret ^ mix(std::hash<std::string>{}(tag)));
   } catch (const std::exception& e) {
-    // The host could not make the buffers: never the kernel's fault (HOST_ERROR's hook).
+    // The host could not make the buffers: never the kernel's fault.
     r.status = RunResult::Status::error;
-    r.message = fmt::format("host: cannot create the shared buffers for the child: {}", e.what());
+    r.host_caused = true;
+    r.message = fmt::format("the certifier cannot create the shared buffers for the child: {}", e.what());
     return r;
   }
   const auto first = run_process(s, k, *arena, case_calls, plan.enforce_caps, tag);
+  // The host's fault (the child could not start, hit this run's file-size limit, or could not
+  // do its own part for a reason of the machine): HOST_ERROR, never the kernel's ERROR.
+  if (auto why = host_cause(first.outcome)) {
+    r.status = RunResult::Status::error;
+    r.host_caused = true;
+    r.message = *why + " (" + first.outcome.describe() + ")";
+    return r;
+  }
   std::vector<std::string> late;  // a failure after the audit found faults: one more reason
   if (auto f = failure(first, arena->layout(), calls.size(), case_calls.size(), k.plugin)) {
     // What this process saw in its own buffers outranks anything the child says or fails to

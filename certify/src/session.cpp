@@ -23,10 +23,26 @@ std::optional<reports::CaseResult> Session::kept(const Implementation& k, const 
   return r;
 }
 
+reports::Certificate Session::with_outside() const {
+  reports::Certificate c = cert;
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < outside.size() && i < c.kernels.size(); ++i) {
+    for (const auto& r : outside[i]) c.kernels[i].cases.push_back(r);
+    n += outside[i].size();
+  }
+  if (n > 0) {
+    c.notes.push_back(fmt::format("{} result{} of cases outside this run's selection kept from the previous "
+                                  "certificate (--resume with a narrower --case or --family)",
+                                  n, n == 1 ? "" : "s"));
+  }
+  return c;
+}
+
 void Session::save() {
   try {
-    reports::write_certificate(cert, options.out);
-    reports::write_file_atomically(options.out / kJunitName, to_junit(cert));
+    const auto c = with_outside();
+    reports::write_certificate(c, options.out);
+    reports::write_file_atomically(options.out / kJunitName, to_junit(c));
   } catch (const Error& e) {
     // The run is worth finishing (the summary still reports it); say loudly that the file
     // on disk is behind.
@@ -38,18 +54,26 @@ void Session::save() {
 void update_notes(reports::Certificate& cert) {
   for (auto& k : cert.kernels) {
     std::map<std::string, int> handled;
+    std::vector<const reports::CaseResult*> would_fail;
     for (const auto& r : k.cases) {
-      if (r.verdict == tol::Verdict::unsupported && r.reasons.size() >= 2 && r.reasons[1] == kProbePass) {
-        std::string_view why = r.reasons[0];
-        if (why.substr(0, kNotClaimed.size()) == kNotClaimed) why.remove_prefix(kNotClaimed.size());
-        ++handled[std::string(why)];
-      }
+      if (r.verdict != tol::Verdict::not_claimed || r.reasons.size() < 2) continue;
+      if (r.reasons[1] == kProbePass) ++handled[r.reasons[0]];
+      if (r.reasons[1].rfind(kProbeFail, 0) == 0) would_fail.push_back(&r);
     }
     k.notes.clear();
-    if (handled.empty()) continue;
-    std::vector<std::string> parts;
-    for (const auto& [why, n] : handled) parts.push_back(fmt::format("\"{}\" ({} case{})", why, n, n == 1 ? "" : "s"));
-    k.notes.push_back(fmt::format("handles shapes it does not claim (informational runs pass): {}", fmt::join(parts, ", ")));
+    if (!handled.empty()) {
+      std::vector<std::string> parts;
+      for (const auto& [why, n] : handled) parts.push_back(fmt::format("\"{}\" ({} case{})", why, n, n == 1 ? "" : "s"));
+      k.notes.push_back(fmt::format("handles shapes it does not claim (informational runs pass): {}", fmt::join(parts, ", ")));
+    }
+    // Not part of any verdict, but a user must not have to find it in the rows: an unclaimed
+    // shape it would get wrong is one a caller must keep away from it.
+    if (!would_fail.empty()) {
+      std::vector<std::string> names;
+      for (const auto* r : would_fail) names.push_back(r->family + "/" + r->name);
+      k.notes.push_back(fmt::format("would FAIL {} shape{} it does not claim (informational runs): {}", would_fail.size(),
+                                    would_fail.size() == 1 ? "" : "s", fmt::join(names, ", ")));
+    }
   }
 }
 

@@ -14,6 +14,7 @@
 
 #include "mla/certify/certify.hpp"
 #include "mla/certify/child.hpp"
+#include "mla/certify/golden_check.hpp"
 #include "mla/certify/isolation.hpp"
 #include "mla/core/kernel.hpp"
 #include "mla/golden/golden.hpp"
@@ -21,13 +22,12 @@
 
 namespace mla::certify {
 
-// Opens the reason of an UNSUPPORTED verdict decided from the declared capabilities.
-inline constexpr std::string_view kNotClaimed = "not claimed: ";
-// The words that open the reason an informational run adds to an UNSUPPORTED case; the kernel
+// The words that open the reason an informational run adds to a NOT_CLAIMED case; the kernel
 // notes are derived from them, so a resumed certificate gets the same notes.
 inline constexpr const char* kProbePass =
     "informational run on this unclaimed shape: PASS (handles it without claiming it)";
 inline constexpr const char* kProbePrefix = "informational run on this unclaimed shape: ";
+inline constexpr const char* kProbeFail = "informational run on this unclaimed shape: would FAIL";
 
 // One implementation under certification.
 struct Implementation {
@@ -58,11 +58,28 @@ class Resume {
   std::optional<reports::CaseResult> previous(const reports::KernelReport& k, const CaseRef& ref,
                                               const golden::Catalog& catalog) const;
   std::size_t kept = 0;
+  // The previous results of `k` that still hold (as previous() decides) on cases this run does
+  // not select (`selected(key)` false): a narrower --case or --family keeps them, never deletes
+  // them. In the previous certificate's order.
+  template <class Selected>
+  std::vector<reports::CaseResult> outside(const reports::KernelReport& k, const golden::Catalog& catalog,
+                                           Selected selected) const {
+    std::vector<reports::CaseResult> rows;
+    const auto p = kernels_.find(k.name);
+    if (p == kernels_.end()) return rows;
+    for (const auto& key : p->second.order) {
+      const auto& r = p->second.cases.at(key).second;
+      if (selected(r)) continue;
+      if (auto still = previous(k, {r.family, r.file, r.name}, catalog)) rows.push_back(std::move(*still));
+    }
+    return rows;
+  }
 
  private:
   struct Kernel {
     std::string identity;
     std::map<std::string, std::pair<std::string, reports::CaseResult>> cases;  // key -> (file digest, result)
+    std::vector<std::string> order;  // the keys in the previous certificate's order
   };
   std::map<std::string, Kernel> kernels_;
 };
@@ -81,8 +98,15 @@ class Session {
   std::vector<Implementation> implementations;
   std::vector<std::unique_ptr<AttentionImpl>> fault_kernels;  // owned; implementations point at them
   std::vector<CaseRef> attention_cases;
+  // Every file of the catalog by the family its `family` attribute names (never by its file
+  // name), in name order; every one of them read through in a child first (golden_check.hpp).
+  std::map<std::string, std::vector<std::string>> family_files;
+  std::optional<GoldenGate> goldens;
   std::optional<std::regex> case_regex;
   Resume resume;
+  // Per implementation (report_index), what --resume keeps of cases outside this run's
+  // selection: written with every save and part of the final certificate.
+  std::vector<std::vector<reports::CaseResult>> outside;
   bool save_failed = false;
   // The run's seed (recorded; --seed reproduces it): draws the number of calls per case. The
   // key is a secret of this process (never recorded, never told to a child): it keys the
@@ -101,6 +125,8 @@ class Session {
   // Rewrites the certificate (JSON, Markdown, JUnit); a failure is said on `progress` and
   // remembered, the run goes on.
   void save();
+  // The certificate as written: this run's rows, then those kept from outside its selection.
+  reports::Certificate with_outside() const;
   bool isolated(const Implementation& k) const { return k.plugin || options.isolate || !k.impl; }
 };
 

@@ -69,7 +69,8 @@ double number_from_json(const nlohmann::json& j) {
 // The verdict words, once: a new verdict is one enumerator and one row here.
 constexpr std::pair<Verdict, const char*> kVerdictWords[] = {
     {Verdict::pass, "PASS"},   {Verdict::fail, "FAIL"},        {Verdict::unsupported, "UNSUPPORTED"},
-    {Verdict::error, "ERROR"}, {Verdict::skipped, "SKIPPED"},
+    {Verdict::error, "ERROR"}, {Verdict::skipped, "SKIPPED"},   {Verdict::not_claimed, "NOT_CLAIMED"},
+    {Verdict::host_error, "HOST_ERROR"},
 };
 
 const char* to_string(Verdict v) {

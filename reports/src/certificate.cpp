@@ -1,15 +1,21 @@
 // The certificate's JSON form (the record), its reader, and atomic file output.
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <type_traits>
 
 #include <fmt/format.h>
 
 #include "mla/core/error.hpp"
 #include "mla/reports/certificate.hpp"
+#include "mla/reports/coverage.hpp"
 
 namespace mla::reports {
 namespace {
@@ -23,15 +29,56 @@ json opt(const std::optional<T>& v) {
 
 json opt_cmp(const std::optional<tol::Comparison>& c) { return c ? tol::to_json(*c) : json(); }
 
-std::optional<tol::Comparison> read_cmp(const json& j, const char* key) {
-  if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
-  return tol::comparison_from_json(j.at(key));
+
+// The readers below name the field that is missing or of the wrong type by its path in the
+// certificate ("kernels[2].cases[5].verdict"), so a damaged certificate says where it is damaged.
+std::string type_word(const json& v) {
+  if (v.is_string()) return fmt::format("the string {}", v.dump().substr(0, 60));
+  if (v.is_number()) return fmt::format("the number {}", v.dump().substr(0, 40));
+  return v.type_name();
+}
+
+std::string join(const std::string& where, const char* key) { return where.empty() ? key : where + "." + key; }
+
+const json& at(const json& j, const std::string& where, const char* key) {
+  if (!j.is_object()) throw Error(fmt::format("{}: expected an object, found {}", where.empty() ? "top level" : where, type_word(j)));
+  if (!j.contains(key)) throw Error(fmt::format("{}: missing", join(where, key)));
+  return j.at(key);
 }
 
 template <class T>
-std::optional<T> read_opt(const json& j, const char* key) {
+T get_as(const json& v, const std::string& where) {
+  try {
+    return v.get<T>();
+  } catch (const json::exception&) {
+    const char* want = std::is_same_v<T, std::string> ? "a string"
+                       : std::is_same_v<T, bool>      ? "true or false"
+                       : std::is_integral_v<T>        ? "an integer"
+                       : std::is_floating_point_v<T>  ? "a number"
+                                                      : "another type";
+    if constexpr (!std::is_same_v<T, std::string> && !std::is_arithmetic_v<T>) want = "a list or map of strings";
+    throw Error(fmt::format("{}: expected {}, found {}", where, want, type_word(v)));
+  }
+}
+
+template <class T>
+T field(const json& j, const std::string& where, const char* key) {
+  return get_as<T>(at(j, where, key), join(where, key));
+}
+
+template <class T>
+std::optional<T> read_opt(const json& j, const std::string& where, const char* key) {
+  if (!j.is_object() || !j.contains(key) || j.at(key).is_null()) return std::nullopt;
+  return get_as<T>(j.at(key), join(where, key));
+}
+
+std::optional<tol::Comparison> read_cmp(const json& j, const std::string& where, const char* key) {
   if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
-  return j.at(key).get<T>();
+  try {
+    return tol::comparison_from_json(j.at(key));
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("{}: {}", join(where, key), e.what()));
+  }
 }
 
 json machine_json(const MachineInfo& m) {
@@ -40,15 +87,15 @@ json machine_json(const MachineInfo& m) {
           {"driver", opt(m.driver)}};
 }
 
-MachineInfo machine_from(const json& j) {
+MachineInfo machine_from(const json& j, const std::string& w) {
   MachineInfo m;
-  m.hostname = j.at("hostname").get<std::string>();
-  m.cpu_model = j.at("cpu_model").get<std::string>();
-  m.threads = j.at("threads").get<int>();
-  m.os = j.at("os").get<std::string>();
-  m.gpus = j.at("gpus").get<std::vector<std::string>>();
-  m.git_commit = read_opt<std::string>(j, "git_commit");
-  m.driver = read_opt<std::string>(j, "driver");
+  m.hostname = field<std::string>(j, w, "hostname");
+  m.cpu_model = field<std::string>(j, w, "cpu_model");
+  m.threads = field<int>(j, w, "threads");
+  m.os = field<std::string>(j, w, "os");
+  m.gpus = field<std::vector<std::string>>(j, w, "gpus");
+  m.git_commit = read_opt<std::string>(j, w, "git_commit");
+  m.driver = read_opt<std::string>(j, w, "driver");
   return m;
 }
 
@@ -69,28 +116,55 @@ json case_json(const CaseResult& r) {
           {"flops", opt(r.flops)}};
 }
 
-CaseResult case_from(const json& j) {
+// Format 1 had no NOT_CLAIMED: a case outside the claims was UNSUPPORTED, its reason opening
+// with this.
+constexpr std::string_view kFormat1NotClaimed = "not claimed: ";
+
+CaseResult case_from(const json& j, const std::string& w, int format) {
   CaseResult r;
-  r.family = j.at("family").get<std::string>();
-  r.file = j.at("file").get<std::string>();
-  r.name = j.at("case").get<std::string>();
-  r.description = j.at("description").get<std::string>();
-  r.shape = j.at("shape");
-  r.verdict = tol::verdict_from_string(j.at("verdict").get<std::string>());
-  r.reasons = j.at("reasons").get<std::vector<std::string>>();
-  r.out = read_cmp(j, "out");
-  r.lse = read_cmp(j, "lse");
-  r.out_vs_unquantized = read_cmp(j, "out_vs_unquantized");
-  r.lse_vs_unquantized = read_cmp(j, "lse_vs_unquantized");
-  r.run_seconds = read_opt<double>(j, "run_seconds");
-  r.bytes = read_opt<double>(j, "bytes");
-  r.flops = read_opt<double>(j, "flops");
+  r.family = field<std::string>(j, w, "family");
+  r.file = field<std::string>(j, w, "file");
+  r.name = field<std::string>(j, w, "case");
+  r.description = field<std::string>(j, w, "description");
+  r.shape = at(j, w, "shape");
+  const auto word = field<std::string>(j, w, "verdict");
+  try {
+    r.verdict = tol::verdict_from_string(word);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}.verdict: {}", w, e.what()));
+  }
+  r.reasons = field<std::vector<std::string>>(j, w, "reasons");
+  if (format == 1 && r.verdict == tol::Verdict::unsupported && !r.reasons.empty() &&
+      r.reasons.front().rfind(kFormat1NotClaimed, 0) == 0) {
+    r.verdict = tol::Verdict::not_claimed;
+    r.reasons.front().erase(0, kFormat1NotClaimed.size());
+  }
+  r.out = read_cmp(j, w, "out");
+  r.lse = read_cmp(j, w, "lse");
+  r.out_vs_unquantized = read_cmp(j, w, "out_vs_unquantized");
+  r.lse_vs_unquantized = read_cmp(j, w, "lse_vs_unquantized");
+  r.run_seconds = read_opt<double>(j, w, "run_seconds");
+  r.bytes = read_opt<double>(j, w, "bytes");
+  r.flops = read_opt<double>(j, w, "flops");
   return r;
 }
 
 json counts_json(const Counts& c) {
-  return {{"PASS", c.pass}, {"FAIL", c.fail}, {"UNSUPPORTED", c.unsupported},
-          {"ERROR", c.error}, {"SKIPPED", c.skipped}};
+  return {{"PASS", c.pass},         {"FAIL", c.fail},       {"UNSUPPORTED", c.unsupported},
+          {"NOT_CLAIMED", c.not_claimed}, {"ERROR", c.error}, {"SKIPPED", c.skipped},
+          {"HOST_ERROR", c.host_error}};
+}
+
+json coverage_json(const KernelReport& k) {
+  const auto c = coverage(k);
+  json table = json::array();
+  for (const auto& row : c.table) {
+    table.push_back({{"dimension", row.dimension}, {"catalog", row.catalog}, {"claimed", row.claimed}, {"passed", row.passed}});
+  }
+  return {{"cases", c.cases},           {"judged", c.judged},   {"passed", c.passed},
+          {"not_claimed", c.not_claimed}, {"unsupported", c.unsupported}, {"skipped", c.skipped},
+          {"size_filtered", c.size_filtered}, {"host_error", c.host_error}, {"full", c.full()},
+          {"claims_exclude", c.claims_exclude}, {"table", table}};
 }
 
 // The table entries a certificate refers to, so it can be read without the source tree.
@@ -125,6 +199,8 @@ Counts count(const KernelReport& k) {
       case tol::Verdict::unsupported: ++c.unsupported; break;
       case tol::Verdict::error: ++c.error; break;
       case tol::Verdict::skipped: ++c.skipped; break;
+      case tol::Verdict::not_claimed: ++c.not_claimed; break;
+      case tol::Verdict::host_error: ++c.host_error; break;
     }
   }
   return c;
@@ -136,6 +212,37 @@ bool is_red(const Certificate& c) {
     if (n.fail > 0 || n.error > 0) return true;
   }
   return false;
+}
+
+Overall overall(const Certificate& c) {
+  if (!c.complete) return Overall::incomplete;
+  for (const auto& k : c.kernels) {
+    if (count(k).host_error > 0) return Overall::incomplete;
+  }
+  return is_red(c) ? Overall::fail : Overall::pass;
+}
+
+const char* to_string(Overall o) {
+  switch (o) {
+    case Overall::pass: return "PASS";
+    case Overall::fail: return "FAIL";
+    case Overall::incomplete: return "INCOMPLETE";
+  }
+  return "?";
+}
+
+int exit_status(const Certificate& c, bool require_full_coverage) {
+  switch (overall(c)) {
+    case Overall::incomplete: return kExitIncomplete;
+    case Overall::fail: return kExitFail;
+    case Overall::pass: break;
+  }
+  if (require_full_coverage) {
+    for (const auto& k : c.kernels) {
+      if (!coverage(k).full()) return kExitCoverage;
+    }
+  }
+  return kExitPass;
 }
 
 json to_json(const Certificate& c) {
@@ -151,7 +258,10 @@ json to_json(const Certificate& c) {
                        {"origin", k.origin},
                        {"notes", k.notes},
                        {"unavailable", opt(k.unavailable)},
+                       {"verdict", kernel_verdict(k, c.complete)},
+                       {"headline", headline(k, c.complete)},
                        {"counts", counts_json(count(k))},
+                       {"coverage", coverage_json(k)},
                        {"cases", std::move(cases)}});
   }
   return {{"format", kCertificateFormat},
@@ -160,7 +270,8 @@ json to_json(const Certificate& c) {
           {"started_utc", c.started_utc},
           {"finished_utc", c.finished_utc},
           {"complete", c.complete},
-          {"verdict", is_red(c) ? "FAIL" : "PASS"},
+          {"verdict", to_string(overall(c))},
+          {"red", is_red(c)},
           {"wall_seconds", c.wall_seconds},
           {"machine", machine_json(c.machine)},
           {"build", c.build},
@@ -172,64 +283,87 @@ json to_json(const Certificate& c) {
 }
 
 Certificate certificate_from_json(const json& j) {
+  const std::string w;
   try {
-    if (j.at("format").get<int>() != kCertificateFormat) {
-      throw Error(fmt::format("certificate format {} is not the supported {}", j.at("format").dump(),
+    const int format = field<int>(j, w, "format");
+    if (format < kMinCertificateFormat || format > kCertificateFormat) {
+      throw Error(fmt::format("format: {} is not one this tool reads ({} to {})", format, kMinCertificateFormat,
                               kCertificateFormat));
     }
     Certificate c;
-    c.tool = j.at("tool").get<std::string>();
-    c.tool_version = j.at("tool_version").get<std::string>();
-    c.started_utc = j.at("started_utc").get<std::string>();
-    c.finished_utc = j.at("finished_utc").get<std::string>();
-    c.complete = j.at("complete").get<bool>();
-    c.wall_seconds = j.at("wall_seconds").get<double>();
-    c.machine = machine_from(j.at("machine"));
-    c.build = j.at("build");
-    c.options = j.at("options");
-    c.goldens_dir = j.at("catalog").at("dir").get<std::string>();
-    c.manifest = j.at("catalog").at("manifest").get<std::map<std::string, std::string>>();
-    c.manifest_sha256 = read_opt<std::string>(j.at("catalog"), "manifest_sha256").value_or("");
-    c.notes = j.at("notes").get<std::vector<std::string>>();
-    for (const auto& kj : j.at("kernels")) {
+    c.tool = field<std::string>(j, w, "tool");
+    c.tool_version = field<std::string>(j, w, "tool_version");
+    c.started_utc = field<std::string>(j, w, "started_utc");
+    c.finished_utc = field<std::string>(j, w, "finished_utc");
+    c.complete = field<bool>(j, w, "complete");
+    c.wall_seconds = field<double>(j, w, "wall_seconds");
+    c.machine = machine_from(at(j, w, "machine"), "machine");
+    c.build = at(j, w, "build");
+    c.options = at(j, w, "options");
+    const json& cat = at(j, w, "catalog");
+    c.goldens_dir = field<std::string>(cat, "catalog", "dir");
+    c.manifest = field<std::map<std::string, std::string>>(cat, "catalog", "manifest");
+    c.manifest_sha256 = read_opt<std::string>(cat, "catalog", "manifest_sha256").value_or("");
+    c.notes = field<std::vector<std::string>>(j, w, "notes");
+    const json& kernels = at(j, w, "kernels");
+    if (!kernels.is_array()) throw Error(fmt::format("kernels: expected a list, found {}", type_word(kernels)));
+    for (std::size_t ki = 0; ki < kernels.size(); ++ki) {
+      const json& kj = kernels[ki];
+      const std::string kw = fmt::format("kernels[{}]", ki);
       KernelReport k;
-      k.name = kj.at("name").get<std::string>();
-      k.backend = kj.at("backend").get<std::string>();
-      k.description = kj.at("description").get<std::string>();
-      k.out_dtype = kj.at("out_dtype").get<std::string>();
+      k.name = field<std::string>(kj, kw, "name");
+      k.backend = field<std::string>(kj, kw, "backend");
+      k.description = field<std::string>(kj, kw, "description");
+      k.out_dtype = field<std::string>(kj, kw, "out_dtype");
       // Fields added after format 1 was first written: absent in older certificates.
-      k.version = read_opt<std::string>(kj, "version").value_or("");
+      k.version = read_opt<std::string>(kj, kw, "version").value_or("");
       if (kj.contains("origin")) k.origin = kj.at("origin");
-      k.notes = read_opt<std::vector<std::string>>(kj, "notes").value_or(std::vector<std::string>{});
-      k.unavailable = read_opt<std::string>(kj, "unavailable");
-      for (const auto& cj : kj.at("cases")) k.cases.push_back(case_from(cj));
+      // What --resume compares a plug-in by: it must be what the certifier wrote there.
+      if (k.origin.is_object() && k.origin.contains("sha256")) (void)field<std::string>(k.origin, kw + ".origin", "sha256");
+      k.notes = read_opt<std::vector<std::string>>(kj, kw, "notes").value_or(std::vector<std::string>{});
+      k.unavailable = read_opt<std::string>(kj, kw, "unavailable");
+      const json& cases = at(kj, kw, "cases");
+      if (!cases.is_array()) throw Error(fmt::format("{}.cases: expected a list, found {}", kw, type_word(cases)));
+      for (std::size_t ci = 0; ci < cases.size(); ++ci) {
+        k.cases.push_back(case_from(cases[ci], fmt::format("{}.cases[{}]", kw, ci), format));
+      }
       c.kernels.push_back(std::move(k));
     }
     return c;
   } catch (const json::exception& e) {
+    // Whatever the readers above did not anticipate, still said as a certificate problem.
     throw Error(fmt::format("certificate JSON is malformed: {}", e.what()));
   }
 }
 
 void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
-  // The temporary lives next to the target so the rename stays within one file system.
+  // The temporary lives next to the target so the rename stays within one file system. POSIX
+  // calls rather than a stream: a failed write must say why (a full disk, a file-size limit).
   const auto tmp = path.parent_path() / fmt::format(".{}.tmp.{}", path.filename().string(), ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(fmt::format("cannot write {}", tmp.string()));
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw Error(fmt::format("writing {} failed (disk full?)", tmp.string()));
+  auto failed = [&](const char* doing, int err) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    throw WriteError(fmt::format("{} {} failed: {}", doing, tmp.string(), std::strerror(err)), err);
+  };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) failed("creating", errno);
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      failed("writing", err);
     }
+    done += static_cast<std::size_t>(n);
   }
+  if (::close(fd) != 0) failed("closing", errno);
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     std::filesystem::remove(tmp, ec);
-    throw Error(fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()));
+    throw WriteError(fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()), ec.value());
   }
 }
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "mla/reports/certificate.hpp"
+#include "mla/reports/coverage.hpp"
 
 namespace mla::reports {
 namespace {
@@ -71,16 +72,25 @@ std::string compact_reason(const CaseResult& r) {
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
-void kernel_section(std::string& md, const KernelReport& k) {
+void coverage_table(std::string& md, const KernelReport& k) {
+  const auto cov = coverage(k);
+  md += "\n| coverage | selected cases | claimed | passed |\n|---|---|---|---|\n";
+  for (const auto& row : cov.table) {
+    md += fmt::format("| {} | {} | {} | {} |\n", row.dimension, cell(row.catalog), cell(row.claimed), cell(row.passed));
+  }
+}
+
+void kernel_section(std::string& md, const KernelReport& k, bool complete) {
   const auto n = count(k);
-  md += fmt::format("\n## {}\n\n{} backend, {} output. {}\n\n", k.name, k.backend, k.out_dtype,
-                    cell(k.description));
+  md += fmt::format("\n## {}\n\n**{}**\n\n{} backend, {} output. {}\n\n", k.name, cell(headline(k, complete)),
+                    k.backend, k.out_dtype, cell(k.description));
   if (!k.version.empty()) md += fmt::format("Version: {}\n", cell(k.version));
   if (!k.origin.is_null()) md += fmt::format("Origin: `{}`\n\n", k.origin.dump());
   for (const auto& note : k.notes) md += fmt::format("Note (information only): {}\n\n", cell(note));
-  md += fmt::format("PASS {} · FAIL {} · UNSUPPORTED {} · SKIPPED {} · ERROR {}\n", n.pass, n.fail,
-                    n.unsupported, n.skipped, n.error);
+  md += fmt::format("PASS {} · FAIL {} · ERROR {} · HOST_ERROR {} · UNSUPPORTED {} · NOT_CLAIMED {} · SKIPPED {}\n",
+                    n.pass, n.fail, n.error, n.host_error, n.unsupported, n.not_claimed, n.skipped);
   if (k.unavailable) md += fmt::format("\nUnavailable on this machine: {}\n", cell(*k.unavailable));
+  coverage_table(md, k);
 
   if (std::any_of(k.cases.begin(), k.cases.end(), ran)) {
     md += "\n| case | family | verdict | out max abs err @ index | out max rel err | out p99 abs err "
@@ -136,10 +146,26 @@ void kernel_section(std::string& md, const KernelReport& k) {
 
 }  // namespace
 
+std::string incomplete_reason(const Certificate& c) {
+  int host = 0;
+  for (const auto& k : c.kernels) host += count(k).host_error;
+  std::vector<std::string> why;
+  if (!c.complete) why.push_back("the run did not finish (it was still going, or was stopped)");
+  if (host > 0) why.push_back(fmt::format("{} case{} hit a HOST_ERROR", host, host == 1 ? "" : "s"));
+  return fmt::format("{}; `mla certify --resume` with the same options finishes it", fmt::join(why, " and "));
+}
+
 std::string to_markdown(const Certificate& c) {
   std::string md;
-  md += fmt::format("# MLA attention certificate: {}\n\n", is_red(c) ? "FAIL" : "PASS");
-  if (!c.complete) md += "**Incomplete: the run was still going or stopped early.**\n\n";
+  const Overall o = overall(c);
+  md += fmt::format("# MLA attention certificate: {}{}\n\n", to_string(o),
+                    c.kernels.size() == 1 && o != Overall::incomplete ? ": " + headline(c.kernels[0], c.complete) : "");
+  if (o == Overall::incomplete) {
+    md += fmt::format("**INCOMPLETE: {}.**{}\n\n", incomplete_reason(c),
+                      is_red(c) ? " Some results recorded so far are red." : "");
+  }
+  for (const auto& k : c.kernels) md += fmt::format("- `{}`: {}\n", k.name, cell(headline(k, c.complete)));
+  md += "\n";
   md += fmt::format("- Run: {} to {} ({:.1f} s), {} {}\n", c.started_utc,
                     c.finished_utc.empty() ? "?" : c.finished_utc, c.wall_seconds, c.tool, c.tool_version);
   md += fmt::format("- Machine: {} — {} ({} threads), {}\n", c.machine.hostname,
@@ -155,17 +181,17 @@ std::string to_markdown(const Certificate& c) {
   for (const auto& [file, sha] : c.manifest) md += fmt::format("  - `{}` sha256 `{}`\n", file, sha);
   for (const auto& note : c.notes) md += fmt::format("- Note: {}\n", note);
 
-  md += "\n| implementation | backend | output | PASS | FAIL | UNSUPPORTED | SKIPPED | ERROR |\n"
-        "|---|---|---|---|---|---|---|---|\n";
+  md += "\n| implementation | backend | output | PASS | FAIL | ERROR | HOST_ERROR | UNSUPPORTED | NOT_CLAIMED | SKIPPED |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& k : c.kernels) {
     const auto n = count(k);
-    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", k.name, k.backend, k.out_dtype,
-                      n.pass, n.fail, n.unsupported, n.skipped, n.error);
+    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", k.name, k.backend, k.out_dtype, n.pass,
+                      n.fail, n.error, n.host_error, n.unsupported, n.not_claimed, n.skipped);
   }
   md += "\n\"bound use\" is the worst element's |error| / its bound max(atol_used, rtol·|truth|) over out and lse: "
         "below 1 every element is inside its bound.\n";
 
-  for (const auto& k : c.kernels) kernel_section(md, k);
+  for (const auto& k : c.kernels) kernel_section(md, k, c.complete);
 
   std::set<std::string> used;
   for (const auto& k : c.kernels) {
@@ -198,14 +224,18 @@ std::string summary(const Certificate& c, std::size_t max_lines) {
   std::vector<std::string> lines;
   int cases = 0;
   for (const auto& k : c.kernels) cases = std::max(cases, static_cast<int>(k.cases.size()));
-  lines.push_back(fmt::format("mla-certify: {} - {} implementations x {} cases in {:.1f} s{}",
-                              is_red(c) ? "FAIL" : "PASS", c.kernels.size(), cases, c.wall_seconds,
-                              c.complete ? "" : " (INCOMPLETE)"));
+  const Overall o = overall(c);
+  lines.push_back(fmt::format("mla-certify: {} - {} implementations x {} cases in {:.1f} s", to_string(o),
+                              c.kernels.size(), cases, c.wall_seconds));
+  if (o == Overall::incomplete) lines.push_back(shorten("INCOMPLETE: " + incomplete_reason(c), kSummaryWidth));
   std::size_t width = std::string_view("implementation").size();
   for (const auto& k : c.kernels) width = std::max(width, k.name.size());
   width = std::min<std::size_t>(width, 48);
-  lines.push_back(fmt::format("{:<{}} {:>5} {:>5} {:>6} {:>5} {:>6}  {}", "implementation", width, "PASS", "FAIL",
-                              "UNSUP", "SKIP", "ERROR", "worst"));
+  for (const auto& k : c.kernels) {
+    lines.push_back(shorten(fmt::format("{:<{}}  {}", shorten(k.name, width), width, headline(k, c.complete)), kSummaryWidth));
+  }
+  lines.push_back(fmt::format("{:<{}} {:>5} {:>5} {:>5} {:>5} {:>6} {:>6} {:>5}  {}", "implementation", width, "PASS",
+                              "FAIL", "ERROR", "HOST", "UNSUP", "NOTCL", "SKIP", "worst"));
   std::vector<std::vector<std::string>> details(c.kernels.size());
   for (std::size_t ki = 0; ki < c.kernels.size(); ++ki) {
     const auto& k = c.kernels[ki];
@@ -213,7 +243,9 @@ std::string summary(const Certificate& c, std::size_t max_lines) {
     std::string worst;
     std::vector<const CaseResult*> bad;
     for (const auto& r : k.cases) {
-      if (r.verdict == tol::Verdict::fail || r.verdict == tol::Verdict::error) bad.push_back(&r);
+      if (r.verdict == tol::Verdict::fail || r.verdict == tol::Verdict::error || r.verdict == tol::Verdict::host_error) {
+        bad.push_back(&r);
+      }
     }
     if (!bad.empty()) {
       worst = fmt::format("{} cases red, e.g. {}/{}", bad.size(), bad.front()->family, bad.front()->name);
@@ -232,12 +264,13 @@ std::string summary(const Certificate& c, std::size_t max_lines) {
                             bound_use(*closest));
       } else if (n.skipped == n.total() && k.unavailable) {
         worst = shorten("skipped: " + *k.unavailable, 60);
-      } else if (n.unsupported > 0) {
-        worst = "nothing it supports in the selection";
+      } else if (n.not_claimed + n.unsupported > 0) {
+        worst = "nothing it claims in the selection";
       }
     }
-    lines.push_back(shorten(fmt::format("{:<{}} {:>5} {:>5} {:>6} {:>5} {:>6}  {}", shorten(k.name, width), width,
-                                        n.pass, n.fail, n.unsupported, n.skipped, n.error, worst),
+    lines.push_back(shorten(fmt::format("{:<{}} {:>5} {:>5} {:>5} {:>5} {:>6} {:>6} {:>5}  {}", shorten(k.name, width),
+                                        width, n.pass, n.fail, n.error, n.host_error, n.unsupported, n.not_claimed,
+                                        n.skipped, worst),
                             kSummaryWidth));
   }
   // Red cases fill what is left of the screen, shared fairly between implementations.

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -196,6 +197,36 @@ TEST_F(Faults, ResumeReproducesAnUninterruptedRunExactly) {
   EXPECT_EQ(kept_count(again.output), static_cast<int>(total)) << again.output;
   EXPECT_EQ(without_timings(again.cert), without_timings(full.cert));
 
+  // A narrower selection keeps the results outside it, and says so.
+  const auto narrow = certify(tmp.path() / "full", args + " --case h1_ --resume");
+  EXPECT_EQ(narrow.status, 1) << narrow.output;
+  EXPECT_NE(narrow.output.find(fmt::format("resume: keeping {} previous results of cases outside this selection",
+                                           total - n_kernels)),
+            std::string::npos)
+      << narrow.output;
+  auto rows = [](const json& cert) {
+    std::multiset<std::string> r;
+    for (const auto& k : cert["kernels"]) {
+      for (const auto& c : k["cases"]) r.insert(k["name"].get<std::string>() + " " + c["file"].get<std::string>() + "/" +
+                                                c["case"].get<std::string>() + " " + c["verdict"].get<std::string>());
+    }
+    return r;
+  };
+  EXPECT_EQ(rows(narrow.cert), rows(full.cert));
+  bool noted = false;
+  for (const auto& n : narrow.cert["notes"]) noted |= n.get<std::string>().find("outside this run's selection") != std::string::npos;
+  EXPECT_TRUE(noted) << narrow.cert["notes"].dump();
+
+  // A HOST_ERROR is never kept: --resume runs that case again.
+  auto host = full.cert;
+  host["kernels"][0]["cases"][1]["verdict"] = "HOST_ERROR";
+  const auto dir3 = tmp.path() / "host";
+  fs::create_directories(dir3);
+  std::ofstream(dir3 / "certificate.json") << host.dump(1);
+  const auto rehost = certify(dir3, args + " --resume");
+  EXPECT_EQ(kept_count(rehost.output), static_cast<int>(total - 1)) << rehost.output;
+  EXPECT_EQ(without_timings(rehost.cert), without_timings(full.cert));
+
   // Results judged under other options are not reused.
   const auto other = certify(dir, args + " --repeat 3 --case all_empty --resume");
   EXPECT_NE(other.output.find("not comparable"), std::string::npos) << other.output;
@@ -203,13 +234,16 @@ TEST_F(Faults, ResumeReproducesAnUninterruptedRunExactly) {
 }
 
 // Whether any process runs with `needle` in its command line.
-bool any_process_mentions(const std::string& needle) {
+bool any_process_mentions(const std::string& needle, const std::string& also = "") {
   for (const auto& e : fs::directory_iterator("/proc")) {
     const auto name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     std::ifstream in(e.path() / "cmdline", std::ios::binary);
     std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (cmd.find(needle) != std::string::npos && mla::certify::testing::process_alive(std::stoi(name))) return true;
+    if (cmd.find(needle) != std::string::npos && cmd.find(also) != std::string::npos &&
+        mla::certify::testing::process_alive(std::stoi(name))) {
+      return true;
+    }
   }
   return false;
 }
@@ -220,8 +254,14 @@ TEST_F(Faults, KilledRunLeavesAPartialCertificateAndResumeFinishesIt) {
   const auto hangs = tmp.path() / "hangs_copy.so";
   fs::copy(plugin_path("hangs"), hangs);
   const auto out = tmp.path() / "out";
+  // The certifiers of this test keep their scratch folders in a temp folder of the test's own:
+  // any other certifier (another test running at the same time) removes the folders of dead
+  // certifiers it finds in its temp folder, which would take away what this test looks for.
+  const auto scratch_root = tmp.path() / "tmp";
+  fs::create_directories(scratch_root);
+  const std::string env = "TMPDIR=" + quote(scratch_root);
   const std::string args = "--plugin " + quote(hangs) + " --family attn_core --timeout 5";
-  const pid_t pid = mla::certify::testing::spawn_command("exec " + kMla + " certify --goldens " + quote(kGoldens) +
+  const pid_t pid = mla::certify::testing::spawn_command(env + " exec " + kMla + " certify --goldens " + quote(kGoldens) +
                                                          " --out " + quote(out) + " " + args + " >/dev/null 2>&1");
   ASSERT_GT(pid, 0);
   // Wait until the run sits in the hanging case (its child is alive) with earlier cases recorded.
@@ -241,6 +281,11 @@ TEST_F(Faults, KilledRunLeavesAPartialCertificateAndResumeFinishesIt) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_GT(recorded, 0u) << "the run never got going";
+  // A second run into the same folder is refused, naming the one that holds it.
+  const auto second = certify(out, args, kGoldens, env);
+  EXPECT_EQ(second.status, 2) << second.output;
+  EXPECT_NE(second.output.find(fmt::format("is in use by another mla certify (pid {})", pid)), std::string::npos)
+      << second.output;
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   int st = 0;
   waitpid(pid, &st, 0);
@@ -248,8 +293,14 @@ TEST_F(Faults, KilledRunLeavesAPartialCertificateAndResumeFinishesIt) {
   // What was recorded is a valid certificate, marked incomplete.
   const auto partial = json::parse(slurp(out / "certificate.json"));
   EXPECT_FALSE(partial["complete"].get<bool>());
+  // ...and it reads INCOMPLETE wherever a user or a CI looks, never PASS.
+  EXPECT_EQ(partial["verdict"], "INCOMPLETE");
   const auto cert = mla::reports::certificate_from_json(partial);
-  EXPECT_NE(slurp(out / "certificate.md").find("Incomplete"), std::string::npos);
+  EXPECT_EQ(mla::reports::exit_status(cert), mla::reports::kExitIncomplete);
+  const std::string md = slurp(out / "certificate.md");
+  EXPECT_EQ(md.rfind("# MLA attention certificate: INCOMPLETE\n", 0), 0u) << md.substr(0, 200);
+  const std::string junit = slurp(out / "certificate.junit.xml");
+  EXPECT_NE(junit.find("<failure message=\"INCOMPLETE: the run did not finish"), std::string::npos) << junit;
   // The hung kernel's process died with the certifier (it is not left behind hanging).
   bool gone = false;
   for (int i = 0; i < 250 && !gone; ++i) {
@@ -261,14 +312,15 @@ TEST_F(Faults, KilledRunLeavesAPartialCertificateAndResumeFinishesIt) {
   // The killed certifier's scratch folder is still there...
   const std::string scratch = fmt::format("mla-certify-{}-", pid);
   auto scratch_left = [&] {
-    for (const auto& e : fs::directory_iterator(fs::temp_directory_path())) {
+    for (const auto& e : fs::directory_iterator(scratch_root)) {
       if (e.path().filename().string().rfind(scratch, 0) == 0) return true;
     }
     return false;
   };
   EXPECT_TRUE(scratch_left());
 
-  const auto done = certify(out, args + " --resume");
+  const auto done = certify(out, args + " --resume", kGoldens, env);
+  EXPECT_NE(done.output.find(fmt::format("taking over the lock of pid {}", pid)), std::string::npos) << done.output;
   EXPECT_FALSE(scratch_left()) << "...until the next certifier removes what a dead one left behind";
   EXPECT_EQ(done.status, 1) << done.output;
   EXPECT_EQ(kept_count(done.output), static_cast<int>(cert.kernels[0].cases.size())) << done.output;
@@ -285,6 +337,58 @@ TEST_F(Faults, KilledRunLeavesAPartialCertificateAndResumeFinishesIt) {
     }
   }
   EXPECT_EQ(timed_out, 1);
+}
+
+}  // namespace
+
+namespace {
+
+// A run stopped by SIGTERM (a CI job cancelled, a pod evicted) finishes the case in progress,
+// writes what it has and says INCOMPLETE everywhere: the JSON verdict, the Markdown heading, the
+// summary on stdout, a failing JUnit test case, and its own exit status (3), never 0 or 1.
+TEST_F(Faults, StoppedRunIsIncompleteEverywhereWithItsOwnExitStatus) {
+  TempDir tmp;
+  const auto hangs = tmp.path() / "hangs_stop.so";
+  fs::copy(plugin_path("hangs"), hangs);
+  const auto out = tmp.path() / "out";
+  const auto log = tmp.path() / "stdout.txt";
+  const pid_t pid = mla::certify::testing::spawn_command(
+      "exec " + kMla + " certify --goldens " + quote(kGoldens) + " --out " + quote(out) + " --plugin " + quote(hangs) +
+      " --family attn_core --timeout 3 >" + quote(log) + " 2>&1");
+  ASSERT_GT(pid, 0);
+  // In the hanging case: earlier cases recorded, and the child (not just the certifier, whose
+  // command line names the plug-in too) alive.
+  auto in_hanging_case = [&] {
+    std::size_t recorded = 0;
+    try {
+      if (fs::exists(out / "certificate.json")) {
+        recorded = json::parse(slurp(out / "certificate.json"))["kernels"][0]["cases"].size();
+      }
+    } catch (const std::exception&) {
+    }
+    return recorded > 0 && any_process_mentions(hangs.string(), "__child");
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline && !in_hanging_case()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(in_hanging_case()) << "the run never reached its hanging case";
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  ASSERT_TRUE(WIFEXITED(st)) << "the certifier died of the signal instead of stopping";
+  EXPECT_EQ(WEXITSTATUS(st), mla::reports::kExitIncomplete) << slurp(log);
+  const std::string text = slurp(log);
+  EXPECT_NE(text.find("mla-certify: INCOMPLETE"), std::string::npos) << text;
+  EXPECT_NE(text.find("stopped by SIGTERM"), std::string::npos) << text;
+  const auto j = json::parse(slurp(out / "certificate.json"));
+  EXPECT_FALSE(j["complete"].get<bool>());
+  EXPECT_EQ(j["verdict"], "INCOMPLETE");
+  EXPECT_EQ(j["kernels"][0]["verdict"], "INCOMPLETE") << j["kernels"][0]["headline"];
+  const auto catalog = mla::golden::open_catalog(kGoldens, /*verify_files=*/false);
+  EXPECT_LT(j["kernels"][0]["cases"].size(), mla::golden::read_file_info(catalog.file("attn_core.h5")).cases.size());
+  EXPECT_EQ(slurp(out / "certificate.md").rfind("# MLA attention certificate: INCOMPLETE\n", 0), 0u);
+  EXPECT_NE(slurp(out / "certificate.junit.xml").find("type=\"INCOMPLETE\""), std::string::npos);
 }
 
 }  // namespace

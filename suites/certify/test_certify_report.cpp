@@ -2,9 +2,18 @@
 // facts) and mla-certify's exit codes on bad usage and broken catalogs. No golden needed.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <new>
+#include <system_error>
 #include <cmath>
 #include <fstream>
+#include <functional>
+#include <iterator>
+#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -13,7 +22,15 @@
 #include "mla/faults/faults.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
+#include "mla/core/sha256.hpp"
+#include "mla/core/text.hpp"
+#include "mla/certify/golden_check.hpp"
+#include "mla/certify/host_error.hpp"
+#include "mla/certify/isolation.hpp"
+#include "mla/certify/junit.hpp"
+#include "mla/core/kernel.hpp"
 #include "mla/reports/certificate.hpp"
+#include "mla/reports/coverage.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -297,6 +314,367 @@ TEST(CertifyCli, UnreadableCatalogExitsTwoAndWritesNothingMisleading) {
   EXPECT_EQ(p.status, 2) << p.out;
   EXPECT_NE(p.out.find("attn_core.h5"), std::string::npos) << p.out;
   EXPECT_FALSE(fs::exists(out / "certificate.json")) << "a catalog that failed verification was certified";
+}
+
+// ---- the certificate's own verdict: INCOMPLETE, HOST_ERROR, coverage ------------------------
+
+// A certificate of one green implementation: what an interrupted run had recorded so far.
+Certificate green_only(bool complete) {
+  auto c = sample_certificate();
+  c.kernels.resize(1);
+  c.complete = complete;
+  return c;
+}
+
+TEST(CertificateVerdict, AnUnfinishedRunIsIncompleteInEveryForm) {
+  const auto c = green_only(/*complete=*/false);
+  EXPECT_EQ(mla::reports::overall(c), mla::reports::Overall::incomplete);
+  EXPECT_EQ(mla::reports::exit_status(c), mla::reports::kExitIncomplete);
+  const auto j = mla::reports::to_json(c);
+  EXPECT_EQ(j["verdict"], "INCOMPLETE");
+  EXPECT_EQ(j["kernels"][0]["verdict"], "INCOMPLETE");
+  const auto md = mla::reports::to_markdown(c);
+  EXPECT_EQ(md.rfind("# MLA attention certificate: INCOMPLETE\n", 0), 0u) << md.substr(0, 120);
+  EXPECT_EQ(md.find("certificate: PASS"), std::string::npos);
+  const auto sum = mla::reports::summary(c);
+  EXPECT_EQ(sum.rfind("mla-certify: INCOMPLETE", 0), 0u) << sum;
+  const auto xml = mla::certify::to_junit(c);
+  EXPECT_NE(xml.find("name=\"run complete\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("<failure message=\"INCOMPLETE: the run did not finish"), std::string::npos) << xml;
+  EXPECT_NE(xml.find("failures=\"1\""), std::string::npos) << "the suite totals count the failing test case";
+
+  // The same rows, finished: PASS, no INCOMPLETE test case.
+  const auto done = green_only(/*complete=*/true);
+  EXPECT_EQ(mla::reports::exit_status(done), mla::reports::kExitPass);
+  EXPECT_EQ(mla::certify::to_junit(done).find("INCOMPLETE"), std::string::npos);
+  // Red and unfinished: still INCOMPLETE (the exit says "finish it"), the red rows said.
+  auto red = sample_certificate();
+  red.complete = false;
+  EXPECT_EQ(mla::reports::exit_status(red), mla::reports::kExitIncomplete);
+  EXPECT_NE(mla::reports::to_markdown(red).find("Some results recorded so far are red."), std::string::npos);
+}
+
+TEST(CertificateVerdict, HostErrorIsNeverAPassAndNeverBlamed) {
+  auto c = green_only(/*complete=*/true);
+  auto& row = c.kernels[0].cases[1];
+  row.verdict = Verdict::host_error;
+  row.out.reset();
+  row.lse.reset();
+  row.reasons = {"the child was killed by SIGXFSZ (File size limit exceeded): a file grew past the file-size limit"};
+  EXPECT_FALSE(mla::reports::is_red(c)) << "the machine failed, not the implementation";
+  EXPECT_EQ(mla::reports::overall(c), mla::reports::Overall::incomplete);
+  EXPECT_EQ(mla::reports::exit_status(c), mla::reports::kExitIncomplete);
+  EXPECT_EQ(mla::reports::kernel_verdict(c.kernels[0], true), "INCOMPLETE");
+  EXPECT_NE(mla::reports::headline(c.kernels[0], true).find("1 HOST_ERROR, to be rerun"), std::string::npos);
+  const auto xml = mla::certify::to_junit(c);
+  EXPECT_NE(xml.find("type=\"HOST_ERROR\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("some cases hit a HOST_ERROR"), std::string::npos) << xml;
+  // It round-trips as itself.
+  const auto back = mla::reports::certificate_from_json(mla::reports::to_json(c));
+  EXPECT_EQ(back.kernels[0].cases[1].verdict, Verdict::host_error);
+}
+
+TEST(HostError, TheMachinesFailuresAreToldFromTheImplementations) {
+  using mla::certify::ChildOutcome;
+  ChildOutcome fsz;
+  fsz.kind = ChildOutcome::Kind::signaled;
+  fsz.signal = SIGXFSZ;
+  EXPECT_TRUE(mla::certify::host_cause(fsz).has_value());
+  ChildOutcome segv = fsz;
+  segv.signal = SIGSEGV;
+  EXPECT_FALSE(mla::certify::host_cause(segv).has_value()) << "a crash is the kernel's";
+  ChildOutcome spawn;
+  spawn.kind = ChildOutcome::Kind::spawn_failed;
+  spawn.error = "fork: Resource temporarily unavailable";
+  EXPECT_TRUE(mla::certify::host_cause(spawn).has_value());
+  ChildOutcome tempfail;
+  tempfail.kind = ChildOutcome::Kind::exited;
+  tempfail.exit_code = mla::certify::kChildHostFailure;
+  EXPECT_TRUE(mla::certify::host_cause(tempfail).has_value());
+  ChildOutcome one = tempfail;
+  one.exit_code = 1;
+  EXPECT_FALSE(mla::certify::host_cause(one).has_value());
+  ChildOutcome hung;
+  hung.kind = ChildOutcome::Kind::timed_out;
+  EXPECT_FALSE(mla::certify::host_cause(hung).has_value()) << "a hang is the kernel's";
+
+  EXPECT_EQ(mla::certify::failure_verdict(std::bad_alloc()), Verdict::host_error);
+  EXPECT_EQ(mla::certify::failure_verdict(mla::reports::WriteError("disk full", ENOSPC)), Verdict::host_error);
+  EXPECT_EQ(mla::certify::failure_verdict(mla::reports::WriteError("too big", EFBIG)), Verdict::host_error);
+  EXPECT_EQ(mla::certify::failure_verdict(std::system_error(EMFILE, std::generic_category())), Verdict::host_error);
+  EXPECT_EQ(mla::certify::failure_verdict(mla::reports::WriteError("denied", EACCES)), Verdict::error);
+  EXPECT_EQ(mla::certify::failure_verdict(mla::Error("bad golden")), Verdict::error);
+}
+
+// A kernel that claims bf16, dense, heads 1-16 and page 64, on a selection with more than that.
+KernelReport narrow_claims() {
+  mla::Capabilities caps;
+  caps.cache_formats = {mla::CacheFormat::bf16};
+  caps.min_heads = 1;
+  caps.max_heads = 16;
+  caps.page_sizes = {64};
+  caps.dense = true;
+  caps.sparse = false;
+  KernelReport k;
+  k.name = "narrow";
+  k.backend = "plugin";
+  k.out_dtype = "bf16";
+  k.origin = {{"kind", "plugin"}, {"capabilities", mla::to_json(caps)}};
+  auto row = [&](const std::string& name, const std::string& format, int topk, int heads, int page, Verdict v,
+                 const std::string& why) {
+    CaseResult r;
+    r.family = "attn_core";
+    r.file = "attn_core.h5";
+    r.name = name;
+    r.shape = {{"cache_format", format}, {"topk", topk}, {"heads", heads}, {"s_q", 1}, {"page_size", page}};
+    r.verdict = v;
+    if (!why.empty()) r.reasons = {why};
+    k.cases.push_back(r);
+  };
+  for (int i = 0; i < 5; ++i) row("ok" + std::to_string(i), "bf16", 0, 1 + 3 * i, 64, Verdict::pass, "");
+  row("fp8", "fp8", 0, 16, 64, Verdict::not_claimed, "cache format fp8 not supported");
+  row("sparse", "bf16", 2048, 16, 64, Verdict::not_claimed, "sparse not supported");
+  row("h128", "bf16", 0, 128, 64, Verdict::not_claimed, "heads=128 outside [1,16]");
+  row("ps16", "bf16", 0, 16, 16, Verdict::not_claimed, "page size 16 not supported");
+  return k;
+}
+
+TEST(Coverage, ANarrowClaimSaysSoInTheHeadline) {
+  const auto k = narrow_claims();
+  EXPECT_EQ(mla::reports::headline(k, true), "PASS on 5 of 9 cases (claims exclude: fp8, sparse, heads > 16, page 16)");
+  const auto cov = mla::reports::coverage(k);
+  EXPECT_FALSE(cov.full());
+  EXPECT_EQ(cov.passed, 5);
+  EXPECT_EQ(cov.not_claimed, 4);
+  // The table puts the selection's range beside the claimed and the passed ones.
+  bool heads_row = false;
+  for (const auto& r : cov.table) {
+    if (r.dimension != "heads") continue;
+    heads_row = true;
+    EXPECT_EQ(r.catalog, "1–128");
+    EXPECT_EQ(r.claimed, "1–16");
+    EXPECT_EQ(r.passed, "1–13");
+  }
+  EXPECT_TRUE(heads_row);
+
+  Certificate c = green_only(true);
+  c.kernels = {k};
+  // Green, yet CI asked for full coverage: its own exit status.
+  EXPECT_EQ(mla::reports::exit_status(c), mla::reports::kExitPass);
+  EXPECT_EQ(mla::reports::exit_status(c, /*require_full_coverage=*/true), mla::reports::kExitCoverage);
+  const auto md = mla::reports::to_markdown(c);
+  EXPECT_NE(md.find("# MLA attention certificate: PASS: PASS on 5 of 9 cases (claims exclude: fp8, sparse, heads > 16, "
+                    "page 16)"),
+            std::string::npos)
+      << md.substr(0, 300);
+  EXPECT_NE(md.find("| heads | 1–128 | 1–16 | 1–13 |"), std::string::npos) << md;
+  EXPECT_NE(mla::reports::summary(c).find("PASS on 5 of 9 cases (claims exclude:"), std::string::npos);
+  const auto j = mla::reports::to_json(c);
+  EXPECT_EQ(j["kernels"][0]["coverage"]["full"], false);
+  EXPECT_EQ(j["kernels"][0]["counts"]["NOT_CLAIMED"], 4);
+  EXPECT_NE(mla::certify::to_junit(c).find("<skipped message=\"NOT_CLAIMED: sparse not supported\"/>"), std::string::npos);
+
+  // Everything claimed: full coverage.
+  auto all = k;
+  all.cases.resize(5);
+  c.kernels = {all};
+  EXPECT_EQ(mla::reports::exit_status(c, true), mla::reports::kExitPass);
+  EXPECT_EQ(mla::reports::headline(all, true), "PASS on 5 of 5 cases");
+}
+
+// Format 1 certificates said UNSUPPORTED "not claimed: ..." for what is now NOT_CLAIMED.
+TEST(CertificateJson, AFormatOneCertificateIsReadWithItsUnclaimedRowsNotClaimed) {
+  auto j = mla::reports::to_json(sample_certificate());
+  j["format"] = 1;
+  j["kernels"][0]["cases"][3]["reasons"] = {"not claimed: cache format fp8 not supported"};
+  const auto c = mla::reports::certificate_from_json(j);
+  EXPECT_EQ(c.kernels[0].cases[3].verdict, Verdict::not_claimed);
+  EXPECT_EQ(c.kernels[0].cases[3].reasons[0], "cache format fp8 not supported");
+  EXPECT_EQ(c.kernels[1].cases[3].verdict, Verdict::unsupported) << "a refusal at run time stays UNSUPPORTED";
+}
+
+// A damaged certificate names the field, by its path, and what was there.
+TEST(CertificateJson, ADamagedFieldIsNamedByItsPath) {
+  auto j = mla::reports::to_json(sample_certificate());
+  j["kernels"][1]["cases"][2]["verdict"] = 7;
+  try {
+    mla::reports::certificate_from_json(j);
+    FAIL() << "accepted";
+  } catch (const mla::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kernels[1].cases[2].verdict: expected a string, found the number 7"),
+              std::string::npos)
+        << e.what();
+  }
+  auto k = mla::reports::to_json(sample_certificate());
+  k["machine"].erase("threads");
+  try {
+    mla::reports::certificate_from_json(k);
+    FAIL() << "accepted";
+  } catch (const mla::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("machine.threads: missing"), std::string::npos) << e.what();
+  }
+}
+
+// A catalog of the given files (copied from fixtures/bad under new names) with its manifest.
+fs::path catalog_of(const fs::path& dir, const std::vector<std::pair<std::string, std::string>>& files) {
+  fs::create_directories(dir);
+  std::ofstream manifest(dir / "MANIFEST.sha256");
+  for (const auto& [from, to] : files) {
+    fs::copy_file(fs::path(MLA_SOURCE_DIR) / "fixtures" / "bad" / from, dir / to);
+    manifest << mla::sha256_file(dir / to) << "  " << to << "\n";
+  }
+  return dir;
+}
+
+// A case whose attributes disagree with its datasets is an ERROR naming the attribute, decided
+// before any SKIPPED (--max-tokens) or NOT_CLAIMED decision is taken from those attributes.
+TEST(CertifyCli, ACaseWhoseAttributesLieIsAnErrorBeforeAnySkip) {
+  TempDir tmp;
+  // lying_shape: q has 2 heads and batch 2 where the attributes say 1; huge_elements: batch
+  // 1000000 in the attributes, 1 in the data.
+  const auto goldens =
+      catalog_of(tmp.path() / "g", {{"lying_shape.h5", "attn_core.h5"}, {"huge_elements.h5", "attn_core_big.h5"}});
+  for (const std::string extra : {"--max-tokens 1", ""}) {
+    SCOPED_TRACE(extra);
+    const auto out = tmp.path() / ("out" + std::to_string(extra.size()));
+    const auto p = run(exe() + " --goldens '" + goldens.string() + "' --out '" + out.string() +
+                       "' --kernel cpu_mla_fp64 --kernel-extra bf16_only " + extra + " 2>&1");
+    EXPECT_EQ(p.status, 1) << p.out;
+    const auto c = mla::reports::certificate_from_json(nlohmann::json::parse(slurp(out / "certificate.json")));
+    for (const auto& k : c.kernels) {
+      ASSERT_EQ(k.cases.size(), 2u) << "every file of the family is certified";
+      for (const auto& r : k.cases) {
+        EXPECT_EQ(r.verdict, Verdict::error) << k.name << " " << r.file;
+        ASSERT_FALSE(r.reasons.empty());
+        const std::string want = r.file == "attn_core.h5" ? "heads=1 of the case attributes" : "batch=1000000";
+        EXPECT_NE(r.reasons[0].find(want), std::string::npos) << r.reasons[0];
+      }
+    }
+  }
+}
+
+// The catalog is read by each file's `family` attribute: a second file of a family is
+// certified, a file of an unselected family is named in the notes.
+TEST(CertifyCli, EveryFileOfASelectedFamilyIsCertifiedAndTheOthersNamed) {
+  TempDir tmp;
+  const auto goldens = catalog_of(tmp.path() / "g", {{"good/attn_core.h5", "attn_core.h5"},
+                                                     {"good/attn_core.h5", "more_of_the_core.h5"},
+                                                     {"good/attn_fp8.h5", "attn_fp8.h5"}});
+  const auto out = tmp.path() / "out";
+  const auto p = run(exe() + " --goldens '" + goldens.string() + "' --out '" + out.string() +
+                     "' --kernel cpu_mla_fp64 --family attn_core 2>&1");
+  EXPECT_EQ(p.status, 0) << p.out;
+  const auto c = mla::reports::certificate_from_json(nlohmann::json::parse(slurp(out / "certificate.json")));
+  std::set<std::string> files;
+  for (const auto& r : c.kernels.at(0).cases) files.insert(r.file);
+  EXPECT_EQ(files, (std::set<std::string>{"attn_core.h5", "more_of_the_core.h5"}));
+  bool named = false;
+  for (const auto& n : c.notes) named |= n.find("attn_fp8.h5 (family attn_fp8: not selected by --family)") != std::string::npos;
+  EXPECT_TRUE(named) << nlohmann::json(c.notes).dump();
+}
+
+// The read-through child: a golden that kills or hangs it is refused naming the file and the
+// signal, and the verdict is cached by the file's digest. The child here is a stand-in that
+// dies the way libhdf5 does on the fuzzer's inputs (suites/fuzz/README.md, "Findings").
+TEST(GoldenGate, AFileThatKillsOrHangsTheReaderIsRefusedAndCachedByDigest) {
+  TempDir tmp;
+  const auto count = tmp.path() / "runs";
+  const auto segv = tmp.path() / "segv.sh";
+  std::ofstream(segv) << "#!/bin/sh\necho run >> '" << count.string() << "'\nkill -SEGV $$\n";
+  fs::permissions(segv, fs::perms::owner_all);
+  const auto file = tmp.path() / "corrupt.h5";
+  std::ofstream(file) << "bytes";
+  mla::certify::GoldenGate gate(segv);
+  const auto& c = gate.check(file, std::string(64, 'a'), mla::certify::GoldenDepth::read_through);
+  EXPECT_EQ(c.kind, mla::certify::GoldenCheck::Kind::crashed);
+  const auto why = mla::certify::GoldenGate::refusal(file, c);
+  EXPECT_NE(why.find(file.string()), std::string::npos) << why;
+  EXPECT_NE(why.find("SIGSEGV"), std::string::npos) << why;
+  (void)gate.check(file, std::string(64, 'a'), mla::certify::GoldenDepth::read_through);
+  EXPECT_EQ(std::count(std::istreambuf_iterator<char>(*std::make_unique<std::ifstream>(count)),
+                       std::istreambuf_iterator<char>(), '\n'),
+            1)
+      << "the same bytes are read through once per run";
+  (void)gate.check(file, std::string(64, 'b'), mla::certify::GoldenDepth::read_through);
+  EXPECT_EQ(std::count(std::istreambuf_iterator<char>(*std::make_unique<std::ifstream>(count)),
+                       std::istreambuf_iterator<char>(), '\n'),
+            2)
+      << "other bytes are read through again";
+
+  const auto hang = tmp.path() / "hang.sh";
+  std::ofstream(hang) << "#!/bin/sh\nexec sleep 30\n";
+  fs::permissions(hang, fs::perms::owner_all);
+  mla::certify::GoldenGate slow(hang, /*timeout_s=*/0.5);
+  const auto& h = slow.check(file, std::string(64, 'c'), mla::certify::GoldenDepth::read_through);
+  EXPECT_EQ(h.kind, mla::certify::GoldenCheck::Kind::crashed);
+  EXPECT_NE(h.problem.find("timed out"), std::string::npos) << h.problem;
+
+  // The real reader on a real golden: read through, its cases listed.
+  mla::certify::GoldenGate real(MLA_CLI_EXE);
+  const auto good = fs::path(MLA_SOURCE_DIR) / "fixtures" / "bad" / "good" / "attn_core.h5";
+  const auto& g = real.check(good, mla::sha256_file(good), mla::certify::GoldenDepth::read_through);
+  EXPECT_EQ(g.kind, mla::certify::GoldenCheck::Kind::ok) << g.problem;
+  EXPECT_EQ(g.family, "attn_core");
+  EXPECT_FALSE(g.cases.empty());
+}
+
+// An unreadable certificate in the report folder is kept under another name, never overwritten;
+// a damaged field of one is named by its path.
+TEST(CertifyCli, AnUnreadableCertificateIsMovedAsideNotOverwritten) {
+  TempDir tmp;
+  const auto goldens = catalog_of(tmp.path() / "g", {{"good/attn_core.h5", "attn_core.h5"}});
+  const auto out = tmp.path() / "out";
+  fs::create_directories(out);
+  auto j = mla::reports::to_json(sample_certificate());
+  j["kernels"][0]["cases"][1]["verdict"] = 7;
+  const std::string damaged = j.dump(1);
+  std::ofstream(out / "certificate.json") << damaged;
+  const auto p = run(exe() + " --goldens '" + goldens.string() + "' --out '" + out.string() +
+                     "' --kernel cpu_mla_fp64 --resume 2>&1");
+  EXPECT_EQ(p.status, 0) << p.out;
+  EXPECT_NE(p.out.find("kernels[0].cases[1].verdict: expected a string, found the number 7"), std::string::npos) << p.out;
+  int aside = 0;
+  for (const auto& e : fs::directory_iterator(out)) {
+    if (e.path().filename().string().rfind("certificate.json.unreadable-", 0) != 0) continue;
+    ++aside;
+    EXPECT_TRUE(slurp(e.path()) == damaged) << "kept byte for byte";
+  }
+  EXPECT_EQ(aside, 1);
+  EXPECT_NO_THROW(mla::reports::certificate_from_json(nlohmann::json::parse(slurp(out / "certificate.json"))));
+}
+
+// What stands where a golden file should be is named: not "missing" for a link, FIFO or folder.
+TEST(CertifyCli, AGoldenThatIsNotAFileIsNamedForWhatItIs) {
+  TempDir tmp;
+  const auto g = tmp.path() / "g";
+  fs::create_directories(g);
+  std::ofstream(g / "MANIFEST.sha256") << std::string(64, '0') << "  attn_core.h5\n";
+  struct Kind {
+    std::function<void()> make;
+    std::string said;
+  };
+  const std::vector<Kind> kinds = {
+      {[&] { fs::create_directory(g / "attn_core.h5"); }, "found a directory"},
+      {[&] { ASSERT_EQ(mkfifo((g / "attn_core.h5").c_str(), 0600), 0); }, "found a FIFO"},
+      {[&] { fs::create_symlink(g / "nowhere", g / "attn_core.h5"); }, "found a symbolic link to nothing"},
+      {[&] { fs::create_directory_symlink(tmp.path(), g / "attn_core.h5"); }, "found a symbolic link to a directory"},
+  };
+  for (const auto& k : kinds) {
+    SCOPED_TRACE(k.said);
+    fs::remove_all(g / "attn_core.h5");
+    k.make();
+    const auto p = run(exe() + " --goldens '" + g.string() + "' --out '" + (tmp.path() / "out").string() + "' 2>&1");
+    EXPECT_EQ(p.status, 2) << p.out;
+    EXPECT_NE(p.out.find(k.said), std::string::npos) << p.out;
+    fs::remove(g / "attn_core.h5");
+  }
+}
+
+TEST(Text, OutsideBytesArePrintedEscapedAndValidTextUnchanged) {
+  EXPECT_EQ(mla::printable("naïve kernel"), "naïve kernel");
+  EXPECT_EQ(mla::printable(std::string("bad\xff\x1b[31m")), "bad\\xFF\\x1B[31m");
+  EXPECT_TRUE(mla::is_utf8(mla::printable(std::string("\xc0\xaf"))));
+  EXPECT_FALSE(mla::is_utf8(std::string("\xed\xa0\x80")));  // a surrogate
 }
 
 TEST(CertifyExtras, EveryFaultKernelIsBuiltAndAnUnknownOneRefused) {

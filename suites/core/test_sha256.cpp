@@ -7,6 +7,7 @@
 
 #include "mla/core/error.hpp"
 #include "mla/core/sha256.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -26,14 +27,8 @@ TEST(Sha256, KnownAnswers) {
 
 class Sha256File : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("mla_sha256_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-            std::to_string(reinterpret_cast<uintptr_t>(this)));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::filesystem::path dir_;
+  mla::testing::TempDir tmp_{"mla-sha256"};
+  const std::filesystem::path& dir_ = tmp_.path();
 };
 
 // One million 'a' (NIST): also crosses the streaming buffer boundary of sha256_file.

@@ -14,6 +14,7 @@
 
 #include "exercise.hpp"
 #include "mla/core/error.hpp"
+#include "support/temp_dir.hpp"
 
 namespace mla::fuzz {
 namespace {
@@ -114,8 +115,8 @@ TEST(FuzzCorpus, EveryGoldenLoaderInputIsLoadedOrRefused) {
 TEST(FuzzCorpus, EveryManifestInputIsAcceptedOrRefused) {
   const auto files = files_in(fuzz_dir() / "corpus" / "catalog_manifest");
   ASSERT_FALSE(files.empty()) << "no committed corpus under suites/fuzz/corpus/catalog_manifest";
-  const fs::path dir = fs::temp_directory_path() / ("mla_fuzz_replay_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const mla::testing::TempDir tmp("mla-fuzz-replay");
+  const fs::path& dir = tmp.path();
   int refused = 0;
   for (const auto& f : files) {
     fs::copy_file(f, dir / "MANIFEST.sha256", fs::copy_options::overwrite_existing);
@@ -125,8 +126,6 @@ TEST(FuzzCorpus, EveryManifestInputIsAcceptedOrRefused) {
       ADD_FAILURE() << describe_escape(f);
     }
   }
-  std::error_code ec;
-  fs::remove_all(dir, ec);
   EXPECT_GT(refused, 0);
 }
 

@@ -1,11 +1,9 @@
 #include "loader_test_util.hpp"
 
-#include <atomic>
 #include <fstream>
 #include <iterator>
 #include <vector>
 
-#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -16,18 +14,6 @@ namespace mla::golden::testing {
 namespace fs = std::filesystem;
 
 fs::path corpus_dir() { return fs::path(MLA_SOURCE_DIR) / "fixtures" / "bad"; }
-
-TempDir::TempDir() {
-  static std::atomic<int> counter{0};
-  path_ = fs::temp_directory_path() / fmt::format("mla_loader_test_{}_{}", ::getpid(), counter++);
-  fs::remove_all(path_);
-  fs::create_directories(path_);
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  fs::remove_all(path_, ec);
-}
 
 int load_every_case(const fs::path& file) {
   const FileInfo info = read_file_info(file);

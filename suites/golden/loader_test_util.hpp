@@ -7,24 +7,15 @@
 
 #include "mla/core/error.hpp"
 #include "mla/golden/golden.hpp"
+#include "support/temp_dir.hpp"
 
 namespace mla::golden::testing {
 
 // fixtures/bad of this source tree.
 std::filesystem::path corpus_dir();
 
-// A fresh temporary folder removed when the object dies.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+// A fresh temporary folder of the test's own (mkdtemp), removed when the object dies.
+using TempDir = mla::testing::TempDir;
 
 // Reads the file header and loads every case through the family's loader; returns the count.
 int load_every_case(const std::filesystem::path& file);

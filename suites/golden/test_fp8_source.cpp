@@ -20,6 +20,7 @@
 #include "mla/core/numeric.hpp"
 #include "mla/golden/golden.hpp"
 #include "support/goldens.hpp"
+#include "support/temp_dir.hpp"
 
 namespace mla::golden {
 namespace {
@@ -118,7 +119,8 @@ TEST_F(Fp8Source, ABf16SourceThatDoesNotEncodeToTheBytesIsRefused) {
   const std::size_t at = static_cast<std::size_t>(slot) * kQkDim;
   bits[at] = bf16_from_float(1000.f);
 
-  const fs::path tmp = fs::temp_directory_path() / fmt::format("mla_fp8_source_{}.h5", ::getpid());
+  const mla::testing::TempDir dir("mla-fp8-source");
+  const fs::path tmp = dir.path() / "fp8_source.h5";
   fs::copy_file(cat_.file(fc.file), tmp, fs::copy_options::overwrite_existing);
   {
     H5::H5File f(tmp.string(), H5F_ACC_RDWR);
@@ -149,7 +151,8 @@ TEST_F(Fp8Source, TheRecipeAttributeIsTheOneTheBytesWereWrittenWith) {
     }
   }
   ASSERT_FALSE(name.empty()) << "no flashmla-recipe case in attn_fp8.h5";
-  const fs::path tmp = fs::temp_directory_path() / fmt::format("mla_fp8_recipe_{}.h5", ::getpid());
+  const mla::testing::TempDir dir("mla-fp8-source");
+  const fs::path tmp = dir.path() / "fp8_recipe.h5";
   for (const std::string claim : {"deepseek_v32", "vllm"}) {
     SCOPED_TRACE(claim);
     fs::copy_file(cat_.file("attn_fp8.h5"), tmp, fs::copy_options::overwrite_existing);

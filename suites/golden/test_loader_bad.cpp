@@ -25,7 +25,7 @@ const BadFile kBadFiles[] = {
     {"wrong_storage_dtype.h5", "/cases/dense_stored/inputs/q", "found storage type f32 LE"},
     {"wrong_dtype_attr.h5", "/cases/dense_stored/inputs/q", "expected dtype attribute 'bfloat16', found 'float16'"},
     {"missing_dataset.h5", "/cases/dense_stored/truth/lse", "found missing"},
-    {"lying_shape.h5", "/cases/dense_stored/inputs/q", "expected shape [1, 2, 1, 576], found shape [2, 2, 2, 576]"},
+    {"lying_shape.h5", "/cases/dense_stored/inputs/q", "expected shape [1, 2, 1, 576] (batch=1, s_q=2, heads=1 of the case attributes), found shape [2, 2, 2, 576]"},
     {"huge_elements.h5", "/cases/dense_stored/inputs/q", "at most 268435456 elements"},
     {"wrong_schema_version.h5", "/", "expected schema_version 1 to 2, found schema_version 3"},
     {"missing_attribute.h5", "/cases/dense_stored", "attribute 'page_size', found missing"},

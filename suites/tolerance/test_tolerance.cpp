@@ -419,7 +419,8 @@ TEST(ToleranceEngine, ComparisonJsonRoundTripsIncludingInfinities) {
 }
 
 TEST(ToleranceEngine, VerdictNamesRoundTrip) {
-  for (auto v : {Verdict::pass, Verdict::fail, Verdict::unsupported, Verdict::error, Verdict::skipped}) {
+  for (auto v : {Verdict::pass, Verdict::fail, Verdict::unsupported, Verdict::error, Verdict::skipped,
+                 Verdict::not_claimed, Verdict::host_error}) {
     EXPECT_EQ(mla::tol::verdict_from_string(mla::tol::to_string(v)), v);
   }
   EXPECT_THROW(mla::tol::verdict_from_string("OK"), mla::Error);

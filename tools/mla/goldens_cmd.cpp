@@ -8,8 +8,10 @@
 
 #include <fmt/format.h>
 
+#include "mla/certify/golden_check.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/numeric.hpp"
+#include "mla/core/sha256.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
 
@@ -17,6 +19,19 @@ namespace mla::tools {
 namespace {
 
 namespace fx = mla::golden;
+using certify::GoldenCheck;
+using certify::GoldenDepth;
+using certify::GoldenGate;
+
+GoldenGate make_gate() { return GoldenGate(certify::self_executable()); }
+
+// Reads `file` through in a child first; a crash or hang there refuses it (exit 2), a refusal
+// of the loader is an ordinary error (exit 1).
+void read_through_first(GoldenGate& gate, const std::filesystem::path& file, const std::string& digest) {
+  const GoldenCheck& c = gate.check(file, digest, GoldenDepth::read_through);
+  if (c.kind == GoldenCheck::Kind::crashed) throw GoldenRefused(GoldenGate::refusal(file, c));
+  if (c.kind == GoldenCheck::Kind::invalid) throw Error(c.problem);
+}
 
 bool is_attention(const std::string& family) { return fx::family(family).kind == fx::FamilyKind::attention; }
 
@@ -126,9 +141,11 @@ int goldens_list(const std::filesystem::path& dir, bool verify, std::ostream& ou
   const fx::Catalog cat = fx::open_catalog(dir, verify);
   out << fmt::format("catalog {} ({} files, manifest {})\n", cat.dir.string(), cat.sha256.size(),
                      verify ? "verified" : "NOT verified");
+  auto gate = make_gate();
   std::size_t n = 0;
   for (const auto& [name, digest] : cat.sha256) {
     const auto path = cat.file(name);
+    read_through_first(gate, path, verify ? digest : sha256_file(path));
     const fx::FileInfo info = fx::read_file_info(path);
     const auto gv = info.provenance.find("generator_version");
     out << fmt::format("\n{}  family={} schema={} sha256={} generator={}\n", name, info.family, info.schema_version,
@@ -163,6 +180,8 @@ int goldens_validate(const std::filesystem::path& dir, std::ostream& out) {
       fail(entry.path().filename().string(), "not listed in MANIFEST.sha256 (an unvouched golden is never read)");
     }
   }
+  auto gate = make_gate();
+  bool refused = false;
   for (const auto& [name, digest] : cat.sha256) {
     try {
       fx::verify_file(cat, name);
@@ -170,29 +189,29 @@ int goldens_validate(const std::filesystem::path& dir, std::ostream& out) {
       fail(name, e.what());
       continue;  // a file that fails its digest is not opened
     }
-    fx::FileInfo info;
-    try {
-      info = fx::read_file_info(cat.file(name));
-    } catch (const Error& e) {
-      fail(name, e.what());
+    // Every loader check, in a child process: a file that crashes the HDF5 library costs that
+    // child, and the other files are still validated.
+    const GoldenCheck& chk = gate.check(cat.file(name), digest, GoldenDepth::full);
+    if (chk.kind == GoldenCheck::Kind::crashed) {
+      refused = true;
+      fail(name, GoldenGate::refusal(cat.file(name), chk));
       continue;
     }
-    out << fmt::format("ok   {} (sha256 verified, family {}, schema {}, {} cases)\n", name, info.family,
-                       info.schema_version, info.cases.size());
-    for (const auto& c : info.cases) {
+    if (chk.kind == GoldenCheck::Kind::invalid) {
+      fail(name, chk.problem);
+      continue;
+    }
+    out << fmt::format("ok   {} (sha256 verified, family {}, schema {}, {} cases)\n", name, chk.family,
+                       chk.schema_version, chk.cases.size());
+    for (const auto& c : chk.cases) {
       ++cases;
-      try {
-        if (is_attention(info.family)) (void)fx::load_attn_case(cat.file(name), c);
-        else (void)fx::load_layer_case(cat.file(name), c);
-      } catch (const Error& e) {
-        fail(name + "/" + c, e.what());
-      }
+      if (auto p = chk.case_problems.find(c); p != chk.case_problems.end()) fail(name + "/" + c, p->second);
     }
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out << fmt::format("{}: {} files, {} cases loaded through every loader check, {} problem{} ({:.1f} s)\n",
                      problems ? "INVALID" : "VALID", cat.sha256.size(), cases, problems, problems == 1 ? "" : "s", s);
-  return problems ? 1 : 0;
+  return refused ? 2 : problems ? 1 : 0;
 }
 
 int goldens_inspect(const std::filesystem::path& dir, const std::string& file, const std::string& case_name,
@@ -207,6 +226,8 @@ int goldens_inspect(const std::filesystem::path& dir, const std::string& file, c
   }
   fx::verify_file(cat, file);
   const auto path = cat.file(file);
+  auto gate = make_gate();
+  read_through_first(gate, path, cat.sha256.at(file));
   const auto info = fx::read_file_info(path);
   if (std::find(info.cases.begin(), info.cases.end(), case_name) == info.cases.end()) {
     throw Error(fmt::format("{} has no case '{}' (cases: {})", file, case_name, fmt::join(info.cases, ", ")));

@@ -7,9 +7,12 @@
 //   mla report    the benchmark report (reports/tools/bench_report.py, arguments passed on)
 // Invoked as `mla-certify` (a link to this binary) it behaves as `mla certify`.
 //
-// Exit status: 0 success / green; 1 a red certificate, an invalid catalog, a memory check that
-// differs; 2 bad usage, an unusable catalog or report folder. Progress goes to stderr; stdout
-// carries only the command's output.
+// Exit status (README, "Reading a report"): 0 success / green; 1 a red certificate, an invalid
+// catalog, a memory check that differs; 2 bad usage, an unusable catalog or report folder, a
+// golden file that crashes the HDF5 library; 3 an INCOMPLETE certificate (the run did not
+// finish, or HOST_ERRORs left cases uncertified); 4 --require-full-coverage and some selected
+// case is not claimed and judged. Progress goes to stderr; stdout carries only the command's
+// output.
 #include <unistd.h>
 
 #include <cstdio>
@@ -24,10 +27,13 @@
 #include "memory.hpp"
 #include "mla/certify/certify.hpp"
 #include "mla/certify/child.hpp"
+#include "mla/certify/golden_check.hpp"
+#include "mla/certify/host_error.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/presets.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
+#include "mla/reports/coverage.hpp"
 
 #ifndef MLA_SOURCE_DIR
 #define MLA_SOURCE_DIR ""
@@ -105,6 +111,9 @@ int main(int argc, char** argv) {
                     "Plug-ins always run in a child process");
   certify->add_flag("--no-probe-unclaimed", no_probe,
                     "do not run cases outside a kernel's claimed capabilities for information");
+  certify->add_flag("--require-full-coverage", o.require_full_coverage,
+                    "for CI: exit 4 unless every implementation claims, and is judged on, every selected case "
+                    "(cases left out by --max-tokens excepted)");
   certify->add_option("--kernel-extra", o.extras,
                       "test only: add a deliberately broken implementation (kernels/faults: dropped_last ignores each "
                       "sequence's last cached token; throws, leaky, bf16_only are certifier self-tests)");
@@ -181,6 +190,12 @@ int main(int argc, char** argv) {
   auto* c_describe = child->add_subcommand("describe", "");
   c_describe->add_option("--plugin", c_plugin)->required();
   c_describe->add_option("--result", c_result)->required();
+  std::string c_file;
+  bool c_full = false;
+  auto* c_golden = child->add_subcommand("golden", "");
+  c_golden->add_option("--file", c_file)->required();
+  c_golden->add_option("--result", c_result)->required();
+  c_golden->add_flag("--full", c_full);
 
   try {
     app.parse(static_cast<int>(args.size()), args.data());
@@ -198,7 +213,7 @@ int main(int argc, char** argv) {
     try {
       return cert::child_run(k, c_inputs, c_result, c_repeats, !c_unclaimed);
     } catch (const std::exception& e) {
-      return report_error("__child run", e, 3);
+      return report_error("__child run", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
     }
   }
   if (*c_call) {
@@ -209,21 +224,28 @@ int main(int argc, char** argv) {
     try {
       return cert::child_call(k, c_plan, !c_unclaimed);
     } catch (const std::exception& e) {
-      return report_error("__child call", e, 3);
+      return report_error("__child call", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
     }
   }
   if (*c_append) {
     try {
       return cert::child_append(c_plugin, c_inputs, c_result, c_repeats);
     } catch (const std::exception& e) {
-      return report_error("__child append", e, 3);
+      return report_error("__child append", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
+    }
+  }
+  if (*c_golden) {
+    try {
+      return cert::child_check_golden(c_file, c_result, c_full ? cert::GoldenDepth::full : cert::GoldenDepth::read_through);
+    } catch (const std::exception& e) {
+      return report_error("__child golden", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
     }
   }
   if (*c_describe) {
     try {
       return cert::child_describe(c_plugin, c_result);
     } catch (const std::exception& e) {
-      return report_error("__child describe", e, 3);
+      return report_error("__child describe", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
     }
   }
 
@@ -237,7 +259,16 @@ int main(int argc, char** argv) {
       std::cout << mla::reports::summary(c);
       std::cout << fmt::format("certificate: {}, {}, {}\n", (o.out / cert::kJsonName).string(),
                                (o.out / cert::kMarkdownName).string(), (o.out / cert::kJunitName).string());
-      return mla::reports::is_red(c) ? 1 : 0;
+      const int rc = mla::reports::exit_status(c, o.require_full_coverage);
+      if (rc == mla::reports::kExitCoverage) {
+        for (const auto& k : c.kernels) {
+          if (!mla::reports::coverage(k).full()) {
+            std::cerr << "mla certify: --require-full-coverage: " << k.name << ": " << mla::reports::headline(k, c.complete)
+                      << "\n";
+          }
+        }
+      }
+      return rc;
     } catch (const cert::UsageError& e) {
       return report_error("certify", e, 2);
     } catch (const std::exception& e) {
@@ -251,6 +282,8 @@ int main(int argc, char** argv) {
       if (*g_list) return tools::goldens_list(dir, !no_verify, std::cout);
       if (*g_validate) return tools::goldens_validate(dir, std::cout);
       if (*g_inspect) return tools::goldens_inspect(dir, inspect_file, inspect_case, std::cout);
+    } catch (const tools::GoldenRefused& e) {
+      return report_error("goldens", e, 2);
     } catch (const std::exception& e) {
       return report_error("goldens", e, 1);
     }

@@ -14,6 +14,10 @@ a SLOWER case whose *run* was busy, or a FASTER case whose *baseline* was busy, 
 Exit status: 0 no significant slowdown, 1 at least one SLOWER case, 2 the files cannot be
 compared (unreadable, different machine model, nothing in common), 3 no SLOWER case but some
 BUSY ones (rerun on a quiet machine).
+A case that neither run could measure for a reason of the machine or the implementation's
+declared limits (mla-bench's "unavailable: ...", "unsupported: ...", "too large for this
+machine: ..." rows, e.g. a CUDA kernel on a machine without a GPU) is SKIPPED with the run's
+reason; ERROR stays for a benchmark that failed (or that only one of the two runs could measure).
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from . import benchjson, stats
 @dataclass
 class CaseVerdict:
     name: str
-    verdict: str            # SAME / FASTER / SLOWER / BUSY / MISSING / NEW / ERROR
+    verdict: str            # SAME / FASTER / SLOWER / BUSY / MISSING / NEW / SKIPPED / ERROR
     ratio: float | None     # median(run) / median(baseline)
     p_value: float | None
     method: str             # "mann-whitney (exact, scipy)", "ranges", ...
@@ -65,6 +69,14 @@ def compare_case(name: str, base: list[float], run: list[float], alpha: float, t
     return CaseVerdict(name, verdict, ratio, p, method, len(base), len(run), note)
 
 
+# The prefixes mla-bench gives a row it did not measure on purpose (suites/bench/mla_bench.cpp).
+SKIP_PREFIXES = ("unavailable: ", "unsupported: ", "too large for this machine")
+
+
+def _not_measurable(error: str | None) -> bool:
+    return bool(error) and error.startswith(SKIP_PREFIXES)
+
+
 def _busy(case: benchjson.Case, min_share: float) -> float | None:
     share = case.counter_median("cpu_share")
     return share if share is not None and share < min_share else None
@@ -80,6 +92,9 @@ def compare(base: benchjson.BenchRun, run: benchjson.BenchRun, alpha: float, thr
         rc = run.cases.get(name)
         if rc is None:
             out.append(CaseVerdict(name, "MISSING", None, None, "", len(bc.times_s), 0, "not in the run"))
+            continue
+        if _not_measurable(bc.error) and _not_measurable(rc.error):
+            out.append(CaseVerdict(name, "SKIPPED", None, None, "", len(bc.times_s), len(rc.times_s), rc.error))
             continue
         if bc.error or rc.error or not bc.times_s or not rc.times_s:
             why = rc.error or bc.error or "no timings"

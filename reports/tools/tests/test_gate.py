@@ -97,6 +97,26 @@ def test_missing_new_and_errored_cases(write_json, capsys, tmp_path):
     assert "| ERROR |" in capsys.readouterr().out
 
 
+def test_unavailable_on_both_runs_is_skipped_with_the_reason(write_json, capsys, tmp_path):
+    gpu = "mla/cuda_x/cuda_decode/manual_time"
+    why = "unavailable: cudaGetDeviceCount failed: cudaErrorInsufficientDriver"
+    out_json = tmp_path / "verdicts.json"
+    rc = run_gate(write_json, {K: times(10, 5, 1)}, {K: times(10, 5, 2)}, "--json", str(out_json),
+                  base_err={gpu: why}, run_err={gpu: why})
+    assert rc == 0
+    v = {c["name"]: c for c in json.loads(out_json.read_text())["cases"]}
+    assert v[gpu]["verdict"] == "SKIPPED" and v[gpu]["note"] == why
+    assert "| ERROR |" not in capsys.readouterr().out
+    # Measured in the baseline, unavailable now: not a skip, the run lost something.
+    rc = run_gate(write_json, {K: times(10, 5, 1), gpu: times(10, 5, 3)}, {K: times(10, 5, 2)}, "--json",
+                  str(out_json), run_err={gpu: why})
+    assert json.loads(out_json.read_text())["cases"][1]["verdict"] == "ERROR"
+    # A benchmark that failed on both runs stays an ERROR.
+    rc = run_gate(write_json, {K: times(10, 5, 1)}, {K: times(10, 5, 2)}, "--json", str(out_json),
+                  base_err={gpu: "error in run(): boom"}, run_err={gpu: "error in run(): boom"})
+    assert {c["name"]: c["verdict"] for c in json.loads(out_json.read_text())["cases"]}[gpu] == "ERROR"
+
+
 def test_ceiling_drift_warns_but_does_not_gate(write_json, capsys):
     rc = run_gate(write_json, {K: times(10, 9, 1), CEIL: times(5, 9, 4)}, {K: times(10, 9, 2), CEIL: times(8, 9, 5)})
     cap = capsys.readouterr()

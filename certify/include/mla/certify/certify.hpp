@@ -45,6 +45,9 @@ struct Options {
   bool isolate = true;     // false: registered kernels run in this process (plug-ins never do)
   bool resume = false;     // reuse results of <out>/certificate.json where still valid
   bool probe_unclaimed = true;  // run unclaimed shapes for information (cheap cases only)
+  // Exit kExitCoverage unless every selected case is claimed and judged (reports/coverage.hpp);
+  // the certificate is the same either way.
+  bool require_full_coverage = false;
   std::filesystem::path self_exe;  // executable re-run as the child; empty: this one
 };
 
@@ -57,7 +60,9 @@ class UsageError : public Error {
 };
 
 // Runs the whole certification, writing the certificate after every case. Progress goes to
-// `progress`. Returns the final certificate.
+// `progress`. Returns the final certificate; one that SIGINT, SIGTERM or SIGHUP stopped (after
+// the case in progress; a second signal ends the process at once) is returned and written with
+// `complete` false, and reads INCOMPLETE.
 reports::Certificate run(const Options& options, std::ostream& progress);
 
 // Throws UsageError naming `dir` when a certificate cannot be written there (checked before any

@@ -52,11 +52,6 @@ bool become_child_subreaper();
 // is waiting on, repeating until none is left; returns how many. run_child calls it after every
 // child, so nothing a case started (a setsid double-forked daemon included) outlives it.
 int kill_leftover_descendants(unsigned long long started_after);
-// The reason when an outcome is the host's fault, not the kernel's (the child could not be
-// started, or it died of this machine's file-size limit); nullopt otherwise. The hook for the
-// HOST_ERROR verdict: such an outcome must never be recorded as the kernel's ERROR.
-std::optional<std::string> host_caused(const ChildOutcome& o);
-
 // The path of the running executable (/proc/self/exe), for re-executing it as a child.
 std::filesystem::path self_executable();
 

@@ -29,6 +29,8 @@ struct RunResult {
   // Faults found while running, each a FAIL reason: results differing between repeated runs,
   // inputs changed by the kernel, writes outside its output (plug-ins).
   std::vector<std::string> reasons;
+  // Set by the parent, never read from a child: the failure was the machine's (host_error.hpp).
+  bool host_caused = false;
 };
 
 // One append call's outcome, as the child reports it.
@@ -39,6 +41,7 @@ struct AppendRun {
   std::vector<uint8_t> kv_cache;
   std::vector<std::string> reasons;  // audit violations and differences between repeated calls
   double run_seconds = 0;
+  bool host_caused = false;  // set by the parent, never read from a child (host_error.hpp)
 };
 
 // The message kinds.

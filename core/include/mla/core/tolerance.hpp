@@ -61,7 +61,19 @@ const std::vector<Tolerance>& table();
 const Tolerance& tolerance_for(OutDType dtype, CacheFormat format, std::string_view what);
 nlohmann::json to_json(const Tolerance& t);
 
-enum class Verdict { pass, fail, unsupported, error, skipped };
+// The verdict of one (implementation, case); README "Reading a report" says what each means for
+// a user. Only FAIL and ERROR count against an implementation.
+//   pass         judged, and inside every bound
+//   fail         judged, and outside some bound (every failed rule named)
+//   unsupported  the implementation claims the shape, yet refused it when called
+//   error        it threw, crashed, hung or broke the call's contract, or the case itself
+//                could not be used (a golden that lies about its shape)
+//   skipped      not run: the implementation cannot run on this machine, or a size filter
+//   not_claimed  outside what the implementation declares it handles; never run for a verdict
+//   host_error   the machine failed, not the implementation (a file-size limit, a full disk, no
+//                file descriptors, a fork or memory failure of the certifier): never blamed,
+//                never a pass, run again by --resume
+enum class Verdict { pass, fail, unsupported, error, skipped, not_claimed, host_error };
 const char* to_string(Verdict v);
 // Inverse of to_string; throws mla::Error on an unknown word.
 Verdict verdict_from_string(std::string_view s);

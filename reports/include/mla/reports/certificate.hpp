@@ -15,11 +15,25 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mla/core/error.hpp"
 #include "mla/core/tolerance.hpp"
 
 namespace mla::reports {
 
-inline constexpr int kCertificateFormat = 1;
+// Format 2 added the verdicts NOT_CLAIMED and HOST_ERROR and the certificate's own verdict
+// INCOMPLETE; a format 1 certificate is still read (its UNSUPPORTED "not claimed: ..." rows are
+// NOT_CLAIMED rows).
+inline constexpr int kCertificateFormat = 2;
+inline constexpr int kMinCertificateFormat = 1;
+
+// Exit status of `mla certify` and `mla merge`, from the certificate they wrote (README,
+// "Reading a report"); the order is the order of precedence.
+inline constexpr int kExitPass = 0;        // every claimed case judged, none red
+inline constexpr int kExitFail = 1;        // some implementation FAILed or had an ERROR on a case
+inline constexpr int kExitUsage = 2;       // bad options or unusable input; no certificate written
+inline constexpr int kExitIncomplete = 3;  // the run did not finish or HOST_ERRORs left cases
+                                           // uncertified: --resume finishes it
+inline constexpr int kExitCoverage = 4;    // --require-full-coverage, and some case is not covered
 
 struct MachineInfo {
   std::string hostname;
@@ -65,8 +79,8 @@ struct KernelReport {
 };
 
 struct Counts {
-  int pass = 0, fail = 0, unsupported = 0, error = 0, skipped = 0;
-  int total() const { return pass + fail + unsupported + error + skipped; }
+  int pass = 0, fail = 0, unsupported = 0, error = 0, skipped = 0, not_claimed = 0, host_error = 0;
+  int total() const { return pass + fail + unsupported + error + skipped + not_claimed + host_error; }
 };
 Counts count(const KernelReport& k);
 
@@ -89,6 +103,16 @@ struct Certificate {
 // FAIL or ERROR anywhere: the certificate is red.
 bool is_red(const Certificate& c);
 
+// The certificate's own verdict: INCOMPLETE when the run did not finish or some case is a
+// HOST_ERROR (something selected was never certified, whatever else it holds), else FAIL when
+// it is red, else PASS.
+enum class Overall { pass, fail, incomplete };
+Overall overall(const Certificate& c);
+const char* to_string(Overall o);
+// kExitPass / kExitFail / kExitIncomplete / kExitCoverage (the last only when
+// `require_full_coverage` and some implementation's coverage is not full, see coverage.hpp).
+int exit_status(const Certificate& c, bool require_full_coverage = false);
+
 nlohmann::json to_json(const Certificate& c);
 // Throws mla::Error naming what is missing or malformed.
 Certificate certificate_from_json(const nlohmann::json& j);
@@ -96,8 +120,20 @@ std::string to_markdown(const Certificate& c);
 // At most ~`max_lines` lines: per kernel the verdict counts and its worst cases.
 std::string summary(const Certificate& c, std::size_t max_lines = 40);
 
+// A file that could not be written, with the system's reason (errno): the certifier tells a
+// full disk or a file-size limit (the host's failure) from anything else by it.
+class WriteError : public Error {
+ public:
+  WriteError(const std::string& what, int err) : Error(what), err_(err) {}
+  int err() const { return err_; }
+
+ private:
+  int err_;
+};
+
 // Writes `text` to `path` through a temporary file in the same folder and a rename, so a reader
-// (or a crash) never sees half a file. Throws mla::Error naming the path on failure.
+// (or a crash) never sees half a file. Throws WriteError naming the path and the system's
+// reason on failure.
 void write_file_atomically(const std::filesystem::path& path, std::string_view text);
 // <dir>/certificate.json and <dir>/certificate.md, each atomically; creates `dir`.
 void write_certificate(const Certificate& c, const std::filesystem::path& dir);

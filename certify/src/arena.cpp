@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "mla/core/generator.hpp"
+
 #include "mla/core/error.hpp"
 
 namespace mla::certify {
@@ -15,12 +17,8 @@ namespace {
 
 using nlohmann::json;
 
-uint64_t mix(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+// The generator's own mixer (one definition of splitmix64 in the suite).
+uint64_t mix(uint64_t z) { return gen::mix64(z + 0x9E3779B97F4A7C15ull); }
 
 constexpr std::size_t kMinCanary = 4096;
 

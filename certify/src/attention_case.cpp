@@ -29,13 +29,6 @@ nlohmann::json shape_json(const golden::AttnCase& c) {
   return shape_json(c.shape, c.shape.cache_format, c.scale_fmt, &c.cache_seqlens);
 }
 
-// Query rows times cached tokens: what one call of a case costs, to pick a cheap one.
-double work_of(const AttnInputs& in) {
-  double tokens = 0;
-  for (const int32_t L : in.cache_seqlens) tokens += L;
-  return static_cast<double>(in.shape.heads) * in.shape.s_q * std::max(1.0, tokens);
-}
-
 bool too_large_to_probe(const golden::AttnHeader& h) { return h.cache_tokens() > kProbeMaxCacheTokens; }
 
 
@@ -132,15 +125,6 @@ class AttentionCase {
     std::map<const Implementation*, reports::CaseResult> results;
     for (const auto* k : runnable) {
       results[k] = judged(*k, c, truth, run(*k, c, /*enforce_caps=*/true));
-      // A case the kernel passed is the next case's "other case": one it is known to handle, so
-      // a fault that shows between two calls is a fault of state, not of that case.
-      // The cheapest such case is kept, so the call in between costs little.
-      if (k->plugin && results[k].verdict == Verdict::pass && c.kv_cache.size() <= kKeepInputsBytes) {
-        const auto prev = s_.previous_inputs.find(k->report_index);
-        if (prev == s_.previous_inputs.end() || work_of(c.view()) < work_of(prev->second.view())) {
-          s_.previous_inputs[k->report_index] = AttnBuffers(c.view());
-        }
-      }
     }
     for (const auto* k : probes) {
       auto r = not_claimed(header, refused[k]);
@@ -192,18 +176,14 @@ class AttentionCase {
       // second fresh process (docs/field.md, "Bugs", 12: state that leaks between calls).
       plan.calls = calls_per_case(s_.seed, k.info.name, ref_.key());
       plan.second_process = true;
-      const auto prev = s_.previous_inputs.find(k.report_index);
-      if (prev != s_.previous_inputs.end()) {
-        plan.between = prev->second.view();
-      } else {
-        // Nothing ran before: the case itself with its query negated is the other case.
-        flipped.shape = c.shape;
-        flipped.softmax_scale = c.softmax_scale;
-        flipped.q.assign(c.q.begin(), c.q.end());
-        for (auto& b : flipped.q) b ^= 0x8000u;
-        plan.between = c.view();
-        plan.between->q = flipped.q;
-      }
+      // The other case is this one with its query negated: other inputs of a shape the kernel
+      // claims, chosen from the case alone, so a resumed run calls exactly what a whole run does.
+      flipped.shape = c.shape;
+      flipped.softmax_scale = c.softmax_scale;
+      flipped.q.assign(c.q.begin(), c.q.end());
+      for (auto& b : flipped.q) b ^= 0x8000u;
+      plan.between = c.view();
+      plan.between->q = flipped.q;
     } else {
       plan.calls = std::max(1, s_.options.repeats);
     }

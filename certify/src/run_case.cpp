@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "mla/core/generator.hpp"
+
 #include "arena.hpp"
 #include "mla/certify/host_error.hpp"
 #include "mla/core/error.hpp"
@@ -22,12 +24,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-uint64_t mix(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+// The generator's own mixer (one definition of splitmix64 in the suite).
+uint64_t mix(uint64_t z) { return gen::mix64(z + 0x9E3779B97F4A7C15ull); }
 
 uint64_t hash_text(uint64_t h, const std::string& s) {
   for (const unsigned char ch : s) h = mix(h ^ ch);

@@ -113,9 +113,6 @@ class Session {
   // canary bytes and the unwritten-output pattern, so a kernel cannot know them in advance.
   uint64_t seed = 0;
   uint64_t secret = 0;
-  // Per implementation, the inputs of the last case it ran (kept when small): the "other case"
-  // called between the calls of the next one.
-  std::map<std::size_t, AttnBuffers> previous_inputs;
 
   reports::KernelReport& report(const Implementation& k) { return cert.kernels[k.report_index]; }
   void record(const Implementation& k, reports::CaseResult r) { report(k).cases.push_back(std::move(r)); }
@@ -137,8 +134,6 @@ struct CallSchedule {
   bool second_process = false;             // the case once more in a fresh process, bitwise equal
   bool enforce_caps = true;
 };
-// The inputs of a case are kept as the next case's "other case" only up to this size.
-inline constexpr std::size_t kKeepInputsBytes = std::size_t{16} << 20;
 // The number of calls of a plug-in on a case: 3 to 5, drawn from the run's seed, the kernel and
 // the case (the same seed gives the same numbers; a kernel cannot count on a fixed count).
 int calls_per_case(uint64_t seed, const std::string& kernel, const std::string& case_key);

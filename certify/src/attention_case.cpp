@@ -123,22 +123,11 @@ class AttentionCase {
     }
 
     const GoldenTruth truth(c);
-    const auto isolated = [&](const Implementation* k) { return s_.isolated(*k); };
-    if (std::any_of(runnable.begin(), runnable.end(), isolated) || std::any_of(probes.begin(), probes.end(), isolated)) {
-      inputs_ = s_.work.path() / fmt::format("case-{}.inputs", index_);
-      try {
-        wire::write(inputs_, encode(c.view()));
-      } catch (const std::exception& e) {
-        fail_all(runnable, fmt::format("cannot hand the case to a child process: {}", e.what()), &header,
-                 failure_verdict(e));
-        for (const auto* k : probes) s_.record(*k, not_claimed(header, refused[k]));
-        return;
-      }
-    }
-
     // Claimed shapes first, then the informational runs, in the certificate's kernel order.
     std::map<const Implementation*, reports::CaseResult> results;
-    for (const auto* k : runnable) results[k] = judged(*k, c, truth, run(*k, c, /*enforce_caps=*/true));
+    for (const auto* k : runnable) {
+      results[k] = judged(*k, c, truth, run(*k, c, /*enforce_caps=*/true));
+    }
     for (const auto* k : probes) {
       auto r = not_claimed(header, refused[k]);
       r.shape = shape_json(c);
@@ -149,8 +138,6 @@ class AttentionCase {
       const auto it = results.find(&k);
       if (it != results.end()) s_.record(k, std::move(it->second));
     }
-    std::error_code ec;
-    if (!inputs_.empty()) fs::remove(inputs_, ec);
   }
 
  private:
@@ -179,76 +166,28 @@ class AttentionCase {
     return r;
   }
 
-  // The call in the kernel's declared conventions (mla/core/conventions.hpp): its inputs
-  // converted before, its outputs made canonical after, so everything that judges or records the
-  // result sees the canonical ones. The two calls below are the whole boundary.
+  // In this process for --in-process registered kernels, else in children with a deadline, on
+  // buffers this process created and audits; in the kernel's declared conventions either way
+  // (run_declared).
   RunResult run(const Implementation& k, const golden::AttnCase& c, bool enforce_caps) {
-    const auto kernel_inputs = inputs_to_kernel(k.info.conventions, c.view());  // canonical -> kernel
-    RunResult r = kernel_inputs ? call(k, kernel_inputs->view(), /*own_inputs=*/true, enforce_caps)
-                                : call(k, c.view(), /*own_inputs=*/false, enforce_caps);
-    outputs_to_canonical(k.info.conventions, c.shape, r.outputs);  // kernel -> canonical
-    // The cost model reads indices as positions: with other numbering, count on the canonical ones.
-    if (kernel_inputs && r.bytes) {
-      const auto cost = mla_cost_model(c.view(), k.info.out_dtype);
-      r.bytes = cost.bytes;
-      r.flops = cost.flops;
-    }
-    return r;
-  }
-
-  // In this process for --in-process registered kernels, else in a child with a deadline. The
-  // child reads the case's inputs file, or with `own_inputs` (another convention's) one of its own.
-  RunResult call(const Implementation& k, const AttnInputs& in, bool own_inputs, bool enforce_caps) {
-    // A plug-in is always called at least twice: repeatability is part of its contract.
-    const int repeats = k.plugin ? std::max(2, s_.options.repeats) : s_.options.repeats;
-    if (!s_.isolated(k)) return execute(*k.impl, in, repeats, enforce_caps);
-
-    // Inputs in another convention than the case's travel in a file of their own.
-    fs::path inputs = inputs_;
-    if (own_inputs) {
-      inputs = s_.work.path() / fmt::format("case-{}-{}.inputs", index_, k.report_index);
-      try {
-        wire::write(inputs, encode(in));
-      } catch (const std::exception& e) {
-        RunResult r;
-        r.message = fmt::format("cannot hand the case to a child process: {}", e.what());
-        return r;
-      }
-    }
-    const auto result = s_.work.path() / fmt::format("case-{}-{}.result", index_, k.report_index);
-    const auto log = s_.work.path() / fmt::format("case-{}-{}.log", index_, k.report_index);
-    std::vector<std::string> argv{s_.self.string(), "__child", "run", "--inputs", inputs.string(), "--result",
-                                  result.string(), "--repeats", std::to_string(repeats)};
-    if (k.ref.plugin) argv.insert(argv.end(), {"--plugin", k.ref.plugin->string()});
-    if (k.ref.fault) argv.insert(argv.end(), {"--extra", *k.ref.fault});
-    if (k.ref.builtin) argv.insert(argv.end(), {"--kernel", *k.ref.builtin});
-    if (!enforce_caps) argv.push_back("--unclaimed");
-    const auto outcome = run_child(argv, s_.options.timeout_s, log);
-
-    RunResult r;
-    std::error_code ec;
-    if (outcome.ok() && fs::exists(result, ec)) {
-      try {
-        r = decode_run_result(wire::read(result, kAttentionResult));
-      } catch (const std::exception& e) {
-        r.status = RunResult::Status::error;
-        r.message = fmt::format("the child's result is unreadable: {}", e.what());
-      }
+    CallSchedule plan;
+    plan.enforce_caps = enforce_caps;
+    AttnBuffers flipped;
+    if (k.plugin) {
+      // An untrusted kernel: a drawn number of calls, another case called between them, and a
+      // second fresh process (docs/field.md, "Bugs", 12: state that leaks between calls).
+      plan.calls = calls_per_case(s_.seed, k.info.name, ref_.key());
+      plan.second_process = true;
+      // The other case is this one with its query negated: other inputs of a shape the kernel
+      // claims, chosen from the case alone, so a resumed run calls exactly what a whole run does.
+      flipped.q.assign(c.q.begin(), c.q.end());
+      for (auto& b : flipped.q) b ^= 0x8000u;
+      plan.between = c.view();
+      plan.between->q = flipped.q;
     } else {
-      r.status = RunResult::Status::error;
-      r.message = outcome.describe();
-      if (outcome.ok()) r.message = "the child exited without writing a result";
-      if (auto why = host_cause(outcome)) {
-        r.host_caused = true;
-        r.message = *why + " (" + outcome.describe() + ")";
-      } else if (!outcome.stderr_tail.empty()) {
-        r.message += "; its last output: " + outcome.stderr_tail;
-      }
+      plan.calls = std::max(1, s_.options.repeats);
     }
-    fs::remove(result, ec);
-    fs::remove(log, ec);
-    if (inputs != inputs_) fs::remove(inputs, ec);
-    return r;
+    return run_declared(s_, k, c.view(), plan, fmt::format("case-{}-{}", index_, k.report_index));
   }
 
   reports::CaseResult judged(const Implementation& k, const golden::AttnCase& c, const GoldenTruth& truth,
@@ -301,7 +240,6 @@ class AttentionCase {
   Session& s_;
   const CaseRef& ref_;
   std::size_t index_;
-  fs::path inputs_;
 };
 
 }  // namespace

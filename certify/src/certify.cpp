@@ -12,6 +12,7 @@
 #include <ctime>
 #include <fstream>
 #include <ostream>
+#include <random>
 #include <set>
 
 #include <fmt/format.h>
@@ -95,6 +96,7 @@ json options_json(const Options& o) {
             {"isolate", o.isolate},     {"probe_unclaimed", o.probe_unclaimed},
             {"require_full_coverage", o.require_full_coverage}};
   j["case_regex"] = o.case_regex ? json(*o.case_regex) : json();
+  j["seed"] = o.seed ? json(*o.seed) : json();
   j["max_tokens"] = o.max_tokens ? json(*o.max_tokens) : json();
   return j;
 }
@@ -117,6 +119,8 @@ void begin(Session& s) {
                 {"tolerance_table_sha256", tolerance_table_digest()}};
   cert.goldens_dir = fs::absolute(o.goldens).lexically_normal().string();
   cert.options = options_json(o);
+  // The seed actually used, also when it was drawn: `--seed` with it reproduces the run.
+  cert.options["seed"] = s.seed;
   try {
     s.catalog = golden::open_catalog(o.goldens);
     cert.manifest_sha256 = sha256_file(o.goldens / "MANIFEST.sha256");
@@ -141,6 +145,22 @@ std::size_t total_results(const reports::Certificate& c) {
   std::size_t n = 0;
   for (const auto& k : c.kernels) n += k.cases.size();
   return n;
+}
+
+// A seed drawn at run time, unless --resume finds the one the previous certificate used (a
+// resumed run continues that run).
+uint64_t draw_seed(const Options& o) {
+  if (o.resume) {
+    try {
+      std::ifstream in(o.out / kJsonName);
+      const auto j = json::parse(in);
+      if (j.at("options").at("seed").is_number_unsigned()) return j.at("options").at("seed").get<uint64_t>();
+    } catch (const std::exception&) {
+      // No usable previous certificate: resume says why; a fresh seed is drawn.
+    }
+  }
+  std::random_device rd;
+  return ((uint64_t{rd()} << 32) ^ rd()) & ((uint64_t{1} << 53) - 1);  // exact in any JSON reader
 }
 
 // A certificate already in the report folder that this tool cannot read (damaged, or another
@@ -234,6 +254,11 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
   check_writable_folder(options.out);
   const ReportLock lock(options.out, progress);
   set_aside_unreadable(options.out, progress);
+  s.seed = options.seed ? *options.seed : draw_seed(options);
+  {
+    std::random_device rd;
+    s.secret = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  }
   begin(s);
   plan(s);
   if (options.resume) {
@@ -253,6 +278,11 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
     s.cert.wall_seconds = seconds_since(t_start);
     s.save();
     progress_line(s, i + 1, s.attention_cases.size(), s.attention_cases[i], seconds_since(t_case));
+  }
+  if (!stopped && fresh_selected(options)) {
+    const auto t_fresh = Clock::now();
+    certify_fresh(s);
+    progress << fmt::format("fresh: cases drawn from seed {} in {:.1f} s\n", s.seed, seconds_since(t_fresh));
   }
   if (!stopped && any_append_case_selected(s)) stopped = stop_requested(s);
   if (!stopped) certify_appends(s);

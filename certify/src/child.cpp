@@ -1,5 +1,10 @@
 #include "mla/certify/child.hpp"
 
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -7,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "arena.hpp"
 #include "mla/certify/wire.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/sha256.hpp"
@@ -144,6 +150,181 @@ int child_run(const KernelRef& kernel, const std::filesystem::path& inputs, cons
     r.message = fmt::format("the child could not run the kernel: {}", e.what());
   }
   wire::write(result, encode(r));
+  return 0;
+}
+
+namespace {
+
+ArenaControl* g_control = nullptr;
+
+// A crash is recorded (signal, address) for the parent to place in its own layout, then the
+// default action runs: the parent sees the signal as before. What a kernel writes here can only
+// change the wording of an ERROR.
+void on_fault(int sig, siginfo_t* info, void*) {
+  if (g_control) {
+    g_control->fault_signal = sig;
+    g_control->fault_addr = reinterpret_cast<uint64_t>(info ? info->si_addr : nullptr);
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void install_fault_handlers() {
+  static std::vector<uint8_t> stack(64 * 1024);
+  stack_t ss{};
+  ss.ss_sp = stack.data();
+  ss.ss_size = stack.size();
+  sigaltstack(&ss, nullptr);
+  struct sigaction sa {};
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE}) sigaction(sig, &sa, nullptr);
+}
+
+void bounded_copy(char* dst, const std::string& src) {
+  const std::size_t n = std::min(src.size(), kArenaMessage - 1);
+  std::memcpy(dst, src.data(), n);
+  dst[n] = '\0';
+}
+
+// The kernel behind a call, built once per child.
+struct Callee {
+  std::shared_ptr<plugin::Library> lib;       // plug-ins: called through the C ABI directly
+  std::unique_ptr<AttentionImpl> owned;
+  const AttentionImpl* impl = nullptr;        // built-in and fault kernels
+};
+
+}  // namespace
+
+int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, bool enforce_caps) {
+  // The layout comes from the parent's plan; the memory from the memfd it handed over.
+  const auto plan = wire::read(plan_file, kAttentionCalls);
+  const ArenaLayout l = ArenaLayout::from_json(plan.fields().at("layout"));
+  struct stat st {};
+  if (fstat(kArenaChildFd, &st) != 0 || static_cast<std::size_t>(st.st_size) != l.size) {
+    throw Error("the shared buffers are missing or not of the planned size");
+  }
+  void* m = mmap(nullptr, l.size, PROT_READ | PROT_WRITE, MAP_SHARED, kArenaChildFd, 0);
+  if (m == MAP_FAILED) throw Error(fmt::format("cannot map the shared buffers: {}", std::strerror(errno)));
+  close(kArenaChildFd);
+  auto* base = static_cast<uint8_t*>(m);
+  auto* control = reinterpret_cast<ArenaControl*>(base);
+  control->child_base = reinterpret_cast<uint64_t>(base);
+  g_control = control;
+  install_fault_handlers();
+  // Guard pages inaccessible: a read or write past a buffer faults at the first byte past an
+  // input, and past an output's canary. Inputs stay writable on purpose: a kernel that writes
+  // them is then caught by the parent's comparison and named (FAIL "input q changed by call 1")
+  // instead of crashing anonymously.
+  for (const auto& r : l.regions) {
+    mprotect(base + r.start, l.page, PROT_NONE);
+    mprotect(base + r.start + l.page + r.body, l.page, PROT_NONE);
+  }
+  auto span_of = [&](int region) {
+    const auto& r = l.regions[static_cast<std::size_t>(region)];
+    return std::span<const uint8_t>(base + r.data, r.bytes);
+  };
+  std::vector<AttnInputs> inputs;
+  for (const auto& in : l.inputs) {
+    AttnInputs a;
+    a.shape = in.shape;
+    a.softmax_scale = in.softmax_scale;
+    auto q = span_of(in.q), kv = span_of(in.kv_cache), bt = span_of(in.block_table), sl = span_of(in.cache_seqlens),
+         idx = span_of(in.indices);
+    a.q = {reinterpret_cast<const uint16_t*>(q.data()), q.size() / 2};
+    a.kv_cache = kv;
+    a.block_table = {reinterpret_cast<const int32_t*>(bt.data()), bt.size() / 4};
+    a.cache_seqlens = {reinterpret_cast<const int32_t*>(sl.data()), sl.size() / 4};
+    a.indices = {reinterpret_cast<const int32_t*>(idx.data()), idx.size() / 4};
+    inputs.push_back(a);
+  }
+
+  Callee callee;
+  try {
+    if (kernel.plugin) {
+      callee.lib = plugin::Library::open(*kernel.plugin);
+      // The plug-in gets what every implementation gets: inputs the contract calls well formed.
+      validate_attention_inputs(inputs[0], callee.lib->info().name);
+      if (enforce_caps) {
+        if (auto no = check_capabilities(callee.lib->info().caps, inputs[0].shape)) {
+          control->setup_state = 2;
+          bounded_copy(control->setup_message, *no);
+          return 0;
+        }
+      }
+    } else {
+      if (kernel.fault) {
+        callee.owned = faults::make(*kernel.fault);
+        callee.impl = callee.owned.get();
+      } else if (kernel.builtin) {
+        register_builtin_kernels();
+        callee.impl = Registry::instance().find(*kernel.builtin);
+        if (!callee.impl) throw Error(fmt::format("no registered kernel '{}'", *kernel.builtin));
+      } else {
+        throw Error("no kernel given");
+      }
+      if (enforce_caps) {
+        if (auto no = callee.impl->check(inputs[0].shape)) {
+          control->setup_state = 2;
+          bounded_copy(control->setup_message, *no);
+          return 0;
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    control->setup_state = 3;
+    bounded_copy(control->setup_message, fmt::format("the child could not load the kernel: {}", e.what()));
+    return 0;
+  }
+
+  std::vector<std::unique_ptr<PreparedAttention>> prepared(inputs.size());
+  const std::size_t make = std::min(l.calls.size(), plan.fields().at("make_calls").get<std::size_t>());
+  for (std::size_t c = 0; c < make; ++c) {
+    const auto& call = l.calls[c];
+    ArenaCall& rec = control->calls[c];
+    const AttnInputs& in = inputs[static_cast<std::size_t>(call.inputs)];
+    const auto& out = l.regions[static_cast<std::size_t>(call.out)];
+    const auto& lse = l.regions[static_cast<std::size_t>(call.lse)];
+    const auto t0 = Clock::now();
+    try {
+      if (callee.lib) {
+        char err[kArenaMessage] = {};
+        std::vector<std::string> device;
+        rec.rc = plugin::call_decode(*callee.lib, in, base + out.data, out.bytes, base + lse.data, lse.bytes, err,
+                                     sizeof err, &device);
+        if (rec.rc == MLA_PLUGIN_OK) {
+          rec.state = 1;
+          bounded_copy(rec.message, device.empty() ? std::string() : device.front());
+        } else {
+          rec.state = rec.rc == MLA_PLUGIN_UNSUPPORTED ? 2 : 3;
+          bounded_copy(rec.message, err);
+        }
+      } else {
+        auto& p = prepared[static_cast<std::size_t>(call.inputs)];
+        if (!p) p = callee.impl->prepare(in);
+        p->run();
+        p->synchronize();
+        const auto res = p->results();
+        if (res.out.size() * 8 != out.bytes || res.lse.size() * 8 != lse.bytes) {
+          throw Error(fmt::format("results() returned {} out and {} lse values, the shape has {} and {}", res.out.size(),
+                                  res.lse.size(), out.bytes / 8, lse.bytes / 8));
+        }
+        std::memcpy(base + out.data, res.out.data(), out.bytes);
+        std::memcpy(base + lse.data, res.lse.data(), lse.bytes);
+        rec.state = 1;
+      }
+    } catch (const UnsupportedError& e) {
+      rec.state = 2;
+      bounded_copy(rec.message, e.what());
+    } catch (const std::exception& e) {
+      rec.state = 3;
+      bounded_copy(rec.message, fmt::format("exception: {}", e.what()));
+    }
+    rec.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    // Stop so the parent can take this call's outputs before anything else runs in here.
+    if (call.stop) raise(SIGSTOP);
+    if (rec.state != 1) break;
+  }
   return 0;
 }
 

@@ -1,5 +1,6 @@
 #include "mla/certify/isolation.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -13,6 +14,8 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -102,13 +105,86 @@ WorkDir::~WorkDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
+namespace {
+
+// Children run_child is waiting on right now (another thread may be running a case): never
+// mistaken for a case's leftover.
+std::mutex g_live_mutex;
+std::set<pid_t> g_live;
+
+// Field 22 of /proc/PID/stat (clock ticks after boot), and field 4, the parent: the
+// comm field may hold spaces and parentheses, so fields are counted after the last ')'.
+bool stat_of(pid_t pid, pid_t& ppid, unsigned long long& start) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return false;
+  std::istringstream ss(text.substr(close + 1));
+  std::string field;
+  std::vector<std::string> f;
+  while (ss >> field && f.size() < 20) f.push_back(field);
+  if (f.size() < 20) return false;
+  ppid = static_cast<pid_t>(std::stol(f[1]));
+  start = std::stoull(f[19]);
+  return true;
+}
+
+}  // namespace
+
+bool become_child_subreaper() {
+  // Once per process: from then on every orphan among the descendants of this process is
+  // re-parented here instead of to init, so a case's daemons (setsid + double fork escapes a
+  // process-group kill) can still be found and killed.
+  static const bool ok = prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0;
+  return ok;
+}
+
+int kill_leftover_descendants(unsigned long long started_after) {
+  // A leftover of a case is a child of this process that run_child did not start and that
+  // started no earlier than the case's child: the subreaper made it ours when its own parent
+  // died. Killing one re-parents its children here, so repeat until a scan finds none; the
+  // bound keeps a fork bomb from holding the certifier forever.
+  const pid_t self = getpid();
+  int killed = 0;
+  for (int round = 0; round < 1000; ++round) {
+    std::vector<pid_t> found;
+    if (DIR* d = opendir("/proc")) {
+      while (const dirent* e = readdir(d)) {
+        char* end = nullptr;
+        const long v = std::strtol(e->d_name, &end, 10);
+        if (!end || *end != '\0' || v <= 0) continue;
+        const pid_t pid = static_cast<pid_t>(v);
+        pid_t ppid = 0;
+        unsigned long long start = 0;
+        if (!stat_of(pid, ppid, start) || ppid != self || start < started_after) continue;
+        {
+          std::lock_guard<std::mutex> lock(g_live_mutex);
+          if (g_live.count(pid)) continue;
+        }
+        found.push_back(pid);
+      }
+      closedir(d);
+    }
+    if (found.empty()) break;
+    for (const pid_t pid : found) kill(pid, SIGKILL);
+    for (const pid_t pid : found) {
+      while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+    killed += static_cast<int>(found.size());
+  }
+  return killed;
+}
+
+
 std::filesystem::path self_executable() {
   std::error_code ec;
   auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? std::filesystem::path() : p;
 }
 
-ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, const std::filesystem::path& log_file) {
+ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, const std::filesystem::path& log_file,
+                       const ChildHooks& hooks) {
   ChildOutcome o;
   if (argv.empty()) {
     o.error = "empty command";
@@ -125,6 +201,7 @@ ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, c
     return o;
   }
   const int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  become_child_subreaper();
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
@@ -142,12 +219,33 @@ ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, c
     if (devnull >= 0) dup2(devnull, STDIN_FILENO);
     dup2(log, STDOUT_FILENO);
     dup2(log, STDERR_FILENO);
+    if (hooks.pass_fd >= 0 && hooks.pass_fd_as >= 0) dup2(hooks.pass_fd, hooks.pass_fd_as);  // clears CLOEXEC
     execv(args[0], args.data());
     const char msg[] = "exec failed\n";
     (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
     _exit(126);
   }
   setpgid(pid, pid);  // also from this side: no window where a kill(-pid) misses the child
+  {
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    g_live.insert(pid);
+  }
+  // The child's own start time bounds what counts as its leftover (its descendants started
+  // after it); read now, while it surely exists (it may not have exec'd yet: same start).
+  pid_t ignored_ppid = 0;
+  unsigned long long child_start = 0;
+  if (!stat_of(pid, ignored_ppid, child_start)) child_start = 0;
+  struct Cleanup {
+    pid_t pid;
+    unsigned long long start;
+    ~Cleanup() {
+      {
+        std::lock_guard<std::mutex> lock(g_live_mutex);
+        g_live.erase(pid);
+      }
+      kill_leftover_descendants(start);
+    }
+  } cleanup{pid, child_start};
   close(log);
   if (devnull >= 0) close(devnull);
 
@@ -156,8 +254,15 @@ ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, c
   int status = 0;
   bool reaped = false;
   while (!reaped) {
-    const pid_t w = waitpid(pid, &status, WNOHANG);
-    if (w == pid) {
+    const pid_t w = waitpid(pid, &status, WNOHANG | WUNTRACED);
+    if (w == pid && WIFSTOPPED(status)) {
+      if (hooks.on_stop) hooks.on_stop();
+      kill(pid, SIGCONT);
+      pause = std::chrono::microseconds(200);
+      // A child that stops itself over and over must still meet its deadline.
+      if (std::chrono::steady_clock::now() < deadline) continue;
+    }
+    if (w == pid && !WIFSTOPPED(status)) {
       reaped = true;
       break;
     }

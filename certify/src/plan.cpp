@@ -172,6 +172,7 @@ void select_cases(Session& s) {
     if (f.certify == golden::Certified::append) appends.push_back(f.certified_as);
   }
   for (const auto& f : o.families) {
+    if (f == "fresh") continue;  // drawn at run time (fresh.cpp), not in the catalog
     if (std::find(attention.begin(), attention.end(), f) == attention.end() &&
         std::find(appends.begin(), appends.end(), f) == appends.end()) {
       throw UsageError(fmt::format("unknown family '{}' (attention families: {}; plug-in appends: {})", f,
@@ -246,7 +247,8 @@ void select_cases(Session& s) {
   if (!unused.empty()) {
     s.cert.notes.push_back(fmt::format("files of the catalog this run does not certify: {}", fmt::join(unused, "; ")));
   }
-  if (s.attention_cases.empty() && !any_append_case_selected(s)) {
+  const bool fresh_only = std::find(o.families.begin(), o.families.end(), "fresh") != o.families.end();
+  if (s.attention_cases.empty() && !any_append_case_selected(s) && !fresh_only) {
     throw UsageError(appends_selected(s) ? "the selection matches no case (no attention case, and no selected plug-in "
                                            "has an append entry point for the cache_append cases)"
                                          : "the selection matches no attention case");

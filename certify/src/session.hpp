@@ -113,6 +113,11 @@ class Session {
   bool save_failed = false;
   // can_implement answers already obtained (claims.cpp), by implementation and shape.
   std::map<std::string, ClaimAnswer> claim_answers;
+  // The run's seed (recorded; --seed reproduces it): draws the number of calls per case. The
+  // key is a secret of this process (never recorded, never told to a child): it keys the
+  // canary bytes and the unwritten-output pattern, so a kernel cannot know them in advance.
+  uint64_t seed = 0;
+  uint64_t secret = 0;
 
   reports::KernelReport& report(const Implementation& k) { return cert.kernels[k.report_index]; }
   void record(const Implementation& k, reports::CaseResult r) { report(k).cases.push_back(std::move(r)); }
@@ -126,6 +131,34 @@ class Session {
   reports::Certificate with_outside() const;
   bool isolated(const Implementation& k) const { return k.plugin || options.isolate || !k.impl; }
 };
+
+// How one (kernel, case) is called in children (run_case.cpp).
+struct CallSchedule {
+  int calls = 2;                           // calls of the case in the first process
+  std::optional<AttnInputs> between;       // another case called between them (plug-ins)
+  bool second_process = false;             // the case once more in a fresh process, bitwise equal
+  bool enforce_caps = true;
+};
+// The number of calls of a plug-in on a case: 3 to 5, drawn from the run's seed, the kernel and
+// the case (the same seed gives the same numbers; a kernel cannot count on a fixed count).
+int calls_per_case(uint64_t seed, const std::string& kernel, const std::string& case_key);
+// run_case.cpp: the case in one or two child processes on shared buffers this process created,
+// audited here from the raw bytes (arena.hpp); the child's words only explain an ERROR.
+RunResult run_in_children(Session& s, const Implementation& k, const AttnInputs& in, const CallSchedule& plan,
+                          const std::string& tag);
+
+// run_case.cpp: the one boundary between the canonical conventions and the kernel's declared
+// ones (mla/core/conventions.hpp). Inputs converted before the call, outputs made canonical
+// after, so everything that judges or records a result sees canonical ones; then the call in
+// children (isolated kernels) or in this process (trusted registered kernels, plan.calls times).
+// plan.between, when set, is given in canonical conventions too; only its q may differ from `in`.
+RunResult run_declared(Session& s, const Implementation& k, const AttnInputs& canonical, const CallSchedule& plan,
+                       const std::string& tag);
+
+// fresh.cpp: the `fresh` family, drawn from the run's seed inside each implementation's claims
+// and judged against the C++ fp64 oracle; selected unless --family names other families only.
+bool fresh_selected(const Options& o);
+void certify_fresh(Session& s);
 
 // plan.cpp: fills the session's implementations (and their KernelReports) and cases from the
 // options; UsageError when the selection is empty or names something unknown.

@@ -354,6 +354,68 @@ std::string digest(const std::vector<T>& v) {
   return sha256_hex({reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T)});
 }
 
+}  // namespace
+
+int32_t call_decode(const Library& lib, const AttnInputs& in, void* out, std::size_t out_bytes, void* lse,
+                    std::size_t lse_bytes, char* error, std::size_t error_size, std::vector<std::string>* device_findings) {
+  const AttnShape& shape = in.shape;
+  // Device-memory plug-ins get device copies of everything; `dev` holds them, and the host
+  // buffers receive the outputs afterwards, so whoever audits them audits host memory.
+  std::unique_ptr<detail::DeviceCall> dev;
+  if (lib.device_memory()) dev = std::make_unique<detail::DeviceCall>();
+  auto bytes_of = [](const auto& v) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(v[0]));
+  };
+  mla_plugin_decode_args a{};
+  a.struct_size = sizeof a;
+  a.batch = shape.batch;
+  a.s_q = shape.s_q;
+  a.heads = shape.heads;
+  a.d_qk = shape.d_qk;
+  a.d_v = shape.d_v;
+  a.page_size = shape.page_size;
+  a.num_blocks = shape.num_blocks;
+  a.max_blocks = shape.max_blocks;
+  a.topk = shape.topk;
+  a.cache_format = shape.cache_format == CacheFormat::fp8 ? MLA_PLUGIN_CACHE_FP8 : MLA_PLUGIN_CACHE_BF16;
+  a.causal = shape.causal ? 1 : 0;
+  a.softmax_scale = in.softmax_scale;
+  a.q = in.q.data();
+  a.kv_cache = in.kv_cache.data();
+  a.block_table = in.block_table.data();
+  a.cache_seqlens = in.cache_seqlens.data();
+  a.indices = shape.topk > 0 ? in.indices.data() : nullptr;
+  a.out = out;
+  a.lse = static_cast<float*>(lse);
+  a.stream = nullptr;  // host memory: the plug-in finishes before it returns
+  if (dev) {
+    using Role = detail::DeviceCall::Role;
+    a.q = static_cast<const uint16_t*>(dev->add("q", bytes_of(in.q), Role::input));
+    a.kv_cache = static_cast<const uint8_t*>(dev->add("kv_cache", bytes_of(in.kv_cache), Role::input));
+    a.block_table = static_cast<const int32_t*>(dev->add("block_table", bytes_of(in.block_table), Role::input));
+    a.cache_seqlens = static_cast<const int32_t*>(dev->add("cache_seqlens", bytes_of(in.cache_seqlens), Role::input));
+    const auto* idx = static_cast<const int32_t*>(dev->add("indices", bytes_of(in.indices), Role::input));
+    a.indices = shape.topk > 0 ? idx : nullptr;
+    a.out = dev->add("out", {static_cast<const uint8_t*>(out), out_bytes}, Role::output);
+    a.lse = static_cast<float*>(dev->add("lse", {static_cast<const uint8_t*>(lse), lse_bytes}, Role::output));
+    a.stream = dev->stream();
+  }
+  if (error_size > 0) error[0] = '\0';
+  const int32_t rc = lib.descriptor().decode(&a, error, error_size);
+  if (error_size > 0) error[error_size - 1] = '\0';
+  if (dev) {
+    auto findings = dev->finish();
+    if (device_findings) {
+      for (auto& f : findings) device_findings->push_back(std::move(f));
+    }
+    std::memcpy(out, dev->result(5).data(), out_bytes);
+    std::memcpy(lse, dev->result(6).data(), lse_bytes);
+  }
+  return rc;
+}
+
+namespace {
+
 class PreparedPlugin final : public PreparedAttention, public AuditedCall {
  public:
   PreparedPlugin(std::shared_ptr<Library> lib, const AttnInputs& in)
@@ -385,57 +447,11 @@ class PreparedPlugin final : public PreparedAttention, public AuditedCall {
     }
     for (std::size_t i = 0; i < n_lse_; ++i) std::memcpy(lse.data() + 4 * i, &kF32Unwritten, 4);
 
-    // Device-memory plug-ins get device copies of everything; `dev` holds them, and the host
-    // buffers above receive the outputs afterwards so the audit and conversion below are shared.
-    std::unique_ptr<detail::DeviceCall> dev;
-    if (lib_->device_memory()) dev = std::make_unique<detail::DeviceCall>();
-    auto bytes_of = [](const auto& v) {
-      return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(v[0]));
-    };
-
-    mla_plugin_decode_args a{};
-    a.struct_size = sizeof a;
-    a.batch = shape_.batch;
-    a.s_q = shape_.s_q;
-    a.heads = shape_.heads;
-    a.d_qk = shape_.d_qk;
-    a.d_v = shape_.d_v;
-    a.page_size = shape_.page_size;
-    a.num_blocks = shape_.num_blocks;
-    a.max_blocks = shape_.max_blocks;
-    a.topk = shape_.topk;
-    a.cache_format = shape_.cache_format == CacheFormat::fp8 ? MLA_PLUGIN_CACHE_FP8 : MLA_PLUGIN_CACHE_BF16;
-    a.causal = shape_.causal ? 1 : 0;
-    a.softmax_scale = scale_;
-    a.q = q_.data();
-    a.kv_cache = kv_.data();
-    a.block_table = bt_.data();
-    a.cache_seqlens = sl_.data();
-    a.indices = shape_.topk > 0 ? idx_.data() : nullptr;
-    a.out = out.data();
-    a.lse = reinterpret_cast<float*>(lse.data());
-    a.stream = nullptr;  // host memory: the plug-in finishes before it returns
-    if (dev) {
-      using Role = detail::DeviceCall::Role;
-      a.q = static_cast<const uint16_t*>(dev->add("q", bytes_of(q_), Role::input));
-      a.kv_cache = static_cast<const uint8_t*>(dev->add("kv_cache", bytes_of(kv_), Role::input));
-      a.block_table = static_cast<const int32_t*>(dev->add("block_table", bytes_of(bt_), Role::input));
-      a.cache_seqlens = static_cast<const int32_t*>(dev->add("cache_seqlens", bytes_of(sl_), Role::input));
-      const auto* idx = static_cast<const int32_t*>(dev->add("indices", bytes_of(idx_), Role::input));
-      a.indices = shape_.topk > 0 ? idx : nullptr;
-      a.out = dev->add("out", {out.data(), out.size()}, Role::output);
-      a.lse = static_cast<float*>(dev->add("lse", {lse.data(), lse.size()}, Role::output));
-      a.stream = dev->stream();
-    }
-
     char err[1024] = {};
-    const int32_t rc = lib_->descriptor().decode(&a, err, sizeof err);
-    err[sizeof err - 1] = '\0';
-    if (dev) {
-      for (auto& v : dev->finish()) note(std::move(v));
-      std::memcpy(out.data(), dev->result(5).data(), out.size());
-      std::memcpy(lse.data(), dev->result(6).data(), lse.size());
-    }
+    std::vector<std::string> device_findings;
+    const int32_t rc = call_decode(*lib_, view(), out.data(), out.size(), lse.data(), lse.size(), err, sizeof err,
+                                   &device_findings);
+    for (auto& v : device_findings) note(std::move(v));
 
     // Audit before interpreting anything: a failed call that wrote out of bounds is still a
     // write out of bounds.
@@ -486,6 +502,17 @@ class PreparedPlugin final : public PreparedAttention, public AuditedCall {
   const std::vector<std::string>& violations() const override { return violations_; }
 
  private:
+  AttnInputs view() const {
+    AttnInputs in;
+    in.shape = shape_;
+    in.softmax_scale = scale_;
+    in.q = q_;
+    in.kv_cache = kv_;
+    in.block_table = bt_;
+    in.cache_seqlens = sl_;
+    in.indices = idx_;
+    return in;
+  }
   std::vector<std::string> current_digests() const {
     return {digest(q_), digest(kv_), digest(bt_), digest(sl_), digest(idx_)};
   }

@@ -134,7 +134,9 @@ TEST_F(CertifyCatalog, RegisteredImplementationsCertifyGreenOnEveryCase) {
   const auto cases = catalog_cases();
   for (const auto& k : r.cert.kernels) {
     SCOPED_TRACE(k.name);
-    ASSERT_EQ(k.cases.size(), cases.size());
+    // Then the fresh family, drawn at run time (test_certify_integrity.cpp holds it to its claims).
+    ASSERT_GE(k.cases.size(), cases.size());
+    for (std::size_t i = cases.size(); i < k.cases.size(); ++i) EXPECT_EQ(k.cases[i].family, "fresh");
     for (std::size_t i = 0; i < cases.size(); ++i) {
       const auto& got = k.cases[i];
       EXPECT_EQ(got.family, cases[i].first.family);
@@ -271,6 +273,7 @@ TEST_F(CertifyCatalog, DroppedLastTokenKernelFailsExactlyWhereTheTokenMatters) {
       EXPECT_NE(got.reasons.front().find("--max-tokens"), std::string::npos);
       continue;
     }
+    if (got.family == "fresh") continue;  // the prediction reads a golden case
     const auto c = mla::golden::load_attn_case(catalog.file(got.file), got.name);
     const auto p = mla::certify::testing::predict_dropped_last(c, mla::OutDType::f64);
     if (p.must_fail) {

@@ -124,6 +124,7 @@ TEST_F(Faults, GoldenChangedOrDeletedMidRunIsAnErrorForItsCasesOnly) {
   std::map<std::string, int> seen;
   for (const auto* name : {"tampers_with_goldens", "good_plugin"}) {
     for (const auto& c : kernel(r.cert, name)["cases"]) {
+      if (c["family"] == "fresh") continue;  // drawn at run time: no golden file to tamper with
       SCOPED_TRACE(fmt::format("{} {}/{}", name, c["family"].get<std::string>(), c["case"].get<std::string>()));
       ++seen[c["family"]];
       const auto first = c["reasons"].empty() ? std::string() : c["reasons"][0].get<std::string>();

@@ -511,6 +511,23 @@ TEST(ChildProcess, ExitCodesSignalsAndDeadlines) {
   EXPECT_EQ(o.exit_code, 126);
 }
 
+TEST(ChildProcess, ASetsidDoubleForkedGrandchildDiesWithItsCase) {
+  // setsid puts the grandchild in its own session and process group, out of reach of the
+  // group kill; its parent exits at once, so it is re-parented: to init without a subreaper,
+  // to this process with one. After run_child returns it must be gone.
+  TempDir tmp;
+  const auto log = tmp.path() / "log";
+  const auto pidfile = tmp.path() / "daemon.pid";
+  const auto o = mla::certify::run_child(
+      {"/bin/sh", "-c", "setsid /bin/sh -c 'sleep 60 & echo $! > " + quote(pidfile) + "' & wait"}, 10, log);
+  EXPECT_TRUE(o.ok()) << o.describe();
+  ASSERT_TRUE(fs::exists(pidfile));
+  const pid_t daemon = std::stoi(slurp(pidfile));
+  const bool alive = mla::certify::testing::process_alive(daemon);
+  if (alive) kill(daemon, SIGKILL);
+  EXPECT_FALSE(alive) << "pid " << daemon << " outlived its case";
+}
+
 TEST(ChildProcess, CrashAndHangOfAPluginBecomeOutcomes) {
   TempDir tmp;
   const auto in = tmp.path() / "case.inputs";

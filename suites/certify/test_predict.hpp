@@ -123,4 +123,72 @@ inline bool has_empty_sequence(const mla::golden::AttnCase& c) {
   return std::any_of(c.cache_seqlens.begin(), c.cache_seqlens.end(), [](int32_t L) { return L == 0; });
 }
 
+// What a bug does to a case: nothing, a different result, or an access past a buffer's end.
+enum class Effect { none, changes, faults };
+
+// The positions row (b, sq) attends, in the order a kernel visits them (dense: 0 .. last;
+// sparse: the valid indices as listed).
+inline std::vector<int64_t> attended_positions(const mla::golden::AttnCase& c, int64_t b, int64_t sq) {
+  const auto& s = c.shape;
+  const int64_t L = c.cache_seqlens[b];
+  std::vector<int64_t> p;
+  if (s.topk == 0) {
+    const int64_t last = s.causal ? std::min(L - s.s_q + sq, L - 1) : L - 1;
+    for (int64_t t = 0; t <= last; ++t) p.push_back(t);
+  } else {
+    for (int64_t j = 0; j < s.topk; ++j) {
+      const int32_t idx = c.indices[(b * s.s_q + sq) * s.topk + j];
+      if (idx >= 0 && idx < L) p.push_back(idx);
+    }
+  }
+  return p;
+}
+
+// reads_past_end: at each row's last attended token the kernel also reads the first value of
+// the token stored after it in memory, times zero: a NaN there (a poisoned slot) makes the row
+// NaN, and a slot past the end of the cache is an access past the buffer.
+inline Effect predict_reads_past_end(const mla::golden::AttnCase& c) {
+  const auto& s = c.shape;
+  const int64_t token_bytes = s.cache_format == mla::CacheFormat::fp8 ? 656 : 1152;
+  const int64_t slots = int64_t{s.num_blocks} * s.page_size;
+  Effect e = Effect::none;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t sq = 0; sq < s.s_q; ++sq) {
+      const auto p = attended_positions(c, b, sq);
+      if (p.empty()) continue;
+      const int64_t t = p.back();
+      const int64_t slot = int64_t{c.block_table[b * s.max_blocks + t / s.page_size]} * s.page_size + t % s.page_size + 1;
+      if (slot >= slots) return Effect::faults;
+      const uint8_t* at = c.kv_cache.data() + slot * token_bytes;
+      bool nan = false;
+      if (s.cache_format == mla::CacheFormat::fp8) {
+        nan = (at[0] & 0x7F) == 0x7F;
+      } else {
+        const uint16_t bits = static_cast<uint16_t>(at[0] | (at[1] << 8));
+        nan = std::isnan(0.0 * mla::bf16_to_float(bits));
+      }
+      if (nan) e = Effect::changes;
+    }
+  }
+  return e;
+}
+
+// ignores_block_table: page i of sequence b is read from block b * max_blocks + i; the result
+// changes wherever a page the sequence reads is mapped elsewhere (and past the cache, faults).
+inline Effect predict_ignores_block_table(const mla::golden::AttnCase& c) {
+  const auto& s = c.shape;
+  Effect e = Effect::none;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t sq = 0; sq < s.s_q; ++sq) {
+      for (const int64_t t : attended_positions(c, b, sq)) {
+        const int64_t page = t / s.page_size;
+        const int64_t assumed = b * s.max_blocks + page;
+        if (assumed >= s.num_blocks) return Effect::faults;
+        if (c.block_table[b * s.max_blocks + page] != assumed) e = Effect::changes;
+      }
+    }
+  }
+  return e;
+}
+
 }  // namespace mla::certify::testing

@@ -105,6 +105,13 @@ inline std::string plugin_path(const std::string& name) {
   MLA_P(MLA_PLUGIN_MUTATES_INPUT, mutates_input)
   MLA_P(MLA_PLUGIN_RETURNS_NAN, returns_nan)
   MLA_P(MLA_PLUGIN_TAMPERS_WITH_GOLDENS, tampers_with_goldens)
+  MLA_P(MLA_PLUGIN_REWRITES_AUDIT, rewrites_audit)
+  MLA_P(MLA_PLUGIN_CHANGES_ON_LATER_CALL, changes_on_later_call)
+  MLA_P(MLA_PLUGIN_STATE_ACROSS_PROCESSES, state_across_processes)
+  MLA_P(MLA_PLUGIN_READS_PAST_END, reads_past_end)
+  MLA_P(MLA_PLUGIN_IGNORES_BLOCK_TABLE, ignores_block_table)
+  MLA_P(MLA_PLUGIN_LEAVES_DAEMON, leaves_daemon)
+  MLA_P(MLA_PLUGIN_READS_CATALOG, reads_catalog)
 #undef MLA_P
   throw std::runtime_error("no example plug-in named " + name);
 }

@@ -95,7 +95,10 @@ int main(int argc, char** argv) {
   certify->add_option("--max-tokens", o.max_tokens,
                       "skip (as SKIPPED) cases whose cache holds more tokens, e.g. 32768 leaves out the 128K case")
       ->check(CLI::PositiveNumber);
-  certify->add_option("--repeat", o.repeats, "runs per case; every run must give bitwise identical results (plug-ins: at least 2)")
+  certify->add_option("--seed", o.seed,
+                      "the run's seed (drawn at run time when absent; the certificate records it and --seed with it "
+                      "reproduces the run)");
+  certify->add_option("--repeat", o.repeats, "runs per case of a registered kernel; every run must give bitwise identical results (plug-ins: 3 to 5, drawn from --seed)")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   certify->add_option("--timeout", o.timeout_s, "seconds one kernel may take on one case before it is killed (ERROR)")
@@ -178,6 +181,13 @@ int main(int argc, char** argv) {
   c_run->add_option("--extra", c_extra);
   c_run->add_option("--repeats", c_repeats);
   c_run->add_flag("--unclaimed", c_unclaimed);
+  std::string c_plan;
+  auto* c_call = child->add_subcommand("call", "");
+  c_call->add_option("--plan", c_plan)->required();
+  c_call->add_option("--kernel", c_kernel);
+  c_call->add_option("--plugin", c_plugin);
+  c_call->add_option("--extra", c_extra);
+  c_call->add_flag("--unclaimed", c_unclaimed);
   auto* c_append = child->add_subcommand("append", "");
   c_append->add_option("--plugin", c_plugin)->required();
   c_append->add_option("--inputs", c_inputs)->required();
@@ -214,6 +224,17 @@ int main(int argc, char** argv) {
       return cert::child_run(k, c_inputs, c_result, c_repeats, !c_unclaimed);
     } catch (const std::exception& e) {
       return report_error("__child run", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
+    }
+  }
+  if (*c_call) {
+    cert::KernelRef k;
+    if (!c_kernel.empty()) k.builtin = c_kernel;
+    if (!c_extra.empty()) k.fault = c_extra;
+    if (!c_plugin.empty()) k.plugin = fs::path(c_plugin);
+    try {
+      return cert::child_call(k, c_plan, !c_unclaimed);
+    } catch (const std::exception& e) {
+      return report_error("__child call", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
     }
   }
   if (*c_append) {

@@ -23,6 +23,9 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mla/plugin/mla_plugin.h"
@@ -41,6 +44,14 @@
 #define FAULT_APPEND_HALF_SPLIT_ROPE 10   // rotates pairs (i, i+32) instead of (2i, 2i+1)
 #define FAULT_APPEND_NO_CAPACITY_CHECK 11 // writes whatever the block table maps, even at max_seq_len
 #define FAULT_APPEND_WRITES_NEIGHBOUR 12  // a two-token store: also writes the token into the next slot
+// Attacks on the certifier and bugs that only long, paged, repeated runs show.
+#define FAULT_REWRITES_AUDIT 13        // mutates q, writes past out, changes on call 2, then scrubs what it can find
+#define FAULT_CHANGES_ON_LATER_CALL 14 // right on calls 1 and 2, off by one ulp from call 3 on
+#define FAULT_STATE_ACROSS_PROCESSES 15 // remembers the case in a file: a later process answers differently
+#define FAULT_READS_PAST_END 16        // loads the token after the last one it attends (a two-token vector load)
+#define FAULT_IGNORES_BLOCK_TABLE 17   // assumes pages are contiguous: block = b * max_blocks + t / page_size
+#define FAULT_LEAVES_DAEMON 18         // correct results, but leaves a setsid double-forked process behind
+#define FAULT_READS_CATALOG 19         // computes nothing: finds the catalog through /proc and returns its stored truth
 
 #ifndef MLA_EXAMPLE_FAULT
 #define MLA_EXAMPLE_FAULT FAULT_NONE
@@ -180,7 +191,11 @@ void load_slot(const mla_plugin_decode_args& a, int64_t slot, double* k) {
 
 // Token `t` of sequence `b`, through the block table.
 void load_token(const mla_plugin_decode_args& a, int64_t b, int64_t t, double* k) {
+#if MLA_EXAMPLE_FAULT == FAULT_IGNORES_BLOCK_TABLE
+  const int64_t block = b * a.max_blocks + t / a.page_size;
+#else
   const int64_t block = a.block_table[b * a.max_blocks + t / a.page_size];
+#endif
   load_slot(a, block * a.page_size + t % a.page_size, k);
 }
 
@@ -245,6 +260,212 @@ void tamper() {
 }
 #endif
 
+
+#if MLA_EXAMPLE_FAULT == FAULT_READS_PAST_END
+// The second half of a two-token vector load at the last attended token: the token stored after
+// it in memory, "masked" by a weight of zero — which keeps a NaN a NaN, and faults past the end
+// of the cache.
+double next_token_masked(const mla_plugin_decode_args& a, int64_t b, int64_t t) {
+  const int64_t block = a.block_table[b * a.max_blocks + t / a.page_size];
+  const int64_t slot = block * a.page_size + t % a.page_size + 1;
+  const int64_t bytes = a.cache_format == MLA_PLUGIN_CACHE_BF16 ? kBf16TokenBytes : kFp8TokenBytes;
+  const volatile uint8_t* p = a.kv_cache + slot * bytes;
+  double v;
+  if (a.cache_format == MLA_PLUGIN_CACHE_BF16) {
+    v = bf16_to_float(static_cast<uint16_t>(p[0] | (p[1] << 8)));
+  } else {
+    v = e4m3_to_double(p[0]);
+  }
+  return 0.0 * v;
+}
+#endif
+
+#if MLA_EXAMPLE_FAULT == FAULT_STATE_ACROSS_PROCESSES
+// Whether another process saw this case before: a file named after the case's first query
+// values holds the pid of the first process that answered it.
+bool seen_by_another_process(const mla_plugin_decode_args& a) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < 64; ++i) h = (h ^ a.q[i]) * 1099511628211ull;
+  const int64_t token = a.cache_format == MLA_PLUGIN_CACHE_BF16 ? kBf16TokenBytes : kFp8TokenBytes;
+  const int64_t kv_bytes = std::min<int64_t>(int64_t{a.num_blocks} * a.page_size * token, 1 << 16);
+  for (int64_t i = 0; i < kv_bytes; ++i) h = (h ^ a.kv_cache[i]) * 1099511628211ull;
+  for (int64_t b = 0; b < a.batch; ++b) h = (h ^ static_cast<uint32_t>(a.cache_seqlens[b])) * 1099511628211ull;
+  const char* dir = std::getenv("TMPDIR");
+  const std::string path = std::string(dir && *dir ? dir : "/tmp") + "/mla-example-state-" + std::to_string(h);
+  const std::string me = std::to_string(getpid());
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT, 0600);
+  if (fd < 0) return false;
+  char buf[32] = {};
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  bool other = false;
+  if (n <= 0) {
+    if (write(fd, me.data(), me.size()) < 0) std::perror("state");
+  } else {
+    other = me != std::string(buf, static_cast<std::size_t>(n));
+  }
+  close(fd);
+  return other;
+}
+#endif
+
+#if MLA_EXAMPLE_FAULT == FAULT_LEAVES_DAEMON
+void waitpid_compat(pid_t pid);
+// setsid + double fork: a process in its own session, re-parented away from the kernel's
+// process, which no process-group kill reaches. It writes its pid to $MLA_EXAMPLE_PIDFILE.
+void leave_daemon() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  const pid_t first = fork();
+  if (first != 0) {
+    if (first > 0) waitpid_compat(first);
+    return;
+  }
+  setsid();
+  if (fork() != 0) _exit(0);
+  if (const char* f = std::getenv("MLA_EXAMPLE_PIDFILE")) {
+    const std::string me = std::to_string(getpid()) + "\n";
+    const int fd = open(f, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+      if (write(fd, me.data(), me.size()) < 0) std::perror("pidfile");
+      close(fd);
+    }
+  }
+  for (int i = 0; i < 600; ++i) {
+    const timespec ts{1, 0};
+    nanosleep(&ts, nullptr);
+  }
+  _exit(0);
+}
+#endif
+
+#if MLA_EXAMPLE_FAULT == FAULT_LEAVES_DAEMON
+void waitpid_compat(pid_t pid) { while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {} }
+#endif
+
+#if MLA_EXAMPLE_FAULT == FAULT_REWRITES_AUDIT
+// After its faults, it scrubs whatever audit it can reach from inside the process: every file
+// named on its command line is truncated, and every shared mapping it finds has its first page
+// (where a result record would be) overwritten with zeros.
+void scrub_audit() {
+  char cmd[8192];
+  const int fd = open("/proc/self/cmdline", O_RDONLY);
+  if (fd >= 0) {
+    const ssize_t n = read(fd, cmd, sizeof cmd - 1);
+    close(fd);
+    for (ssize_t i = 0; i < n; i += static_cast<ssize_t>(std::strlen(cmd + i)) + 1) {
+      if (cmd[i] == '/' && access(cmd + i, W_OK) == 0 && std::strstr(cmd + i, ".so") == nullptr) {
+        if (truncate(cmd + i, 0) != 0) std::perror("scrub");
+      }
+    }
+  }
+  FILE* maps = std::fopen("/proc/self/maps", "r");
+  if (!maps) return;
+  char line[512];
+  while (std::fgets(line, sizeof line, maps)) {
+    unsigned long lo = 0, hi = 0;
+    char perms[8] = {};
+    if (std::sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && perms[3] == 's' && perms[1] == 'w' &&
+        std::strstr(line, "memfd:")) {
+      std::memset(reinterpret_cast<void*>(lo), 0, 4096);
+    }
+  }
+  std::fclose(maps);
+}
+#endif
+
+#if MLA_EXAMPLE_FAULT == FAULT_READS_CATALOG
+}  // namespace
+#include <dirent.h>
+#include <hdf5.h>
+namespace {
+
+std::vector<std::string> cmdline_of(pid_t pid) {
+  std::vector<std::string> v;
+  const int fd = open(("/proc/" + std::to_string(pid) + "/cmdline").c_str(), O_RDONLY);
+  if (fd < 0) return v;
+  std::string all;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) all.append(buf, static_cast<std::size_t>(n));
+  close(fd);
+  for (std::size_t at = 0; at < all.size(); at = all.find('\0', at) + 1) {
+    v.push_back(all.substr(at, all.find('\0', at) - at));
+    if (all.find('\0', at) == std::string::npos) break;
+  }
+  return v;
+}
+
+// The certifier's --goldens (or its default relative to its working directory), read from the
+// parent's command line and working directory in /proc.
+std::string catalog_dir() {
+  const pid_t parent = getppid();
+  const auto args = cmdline_of(parent);
+  std::string dir = "fixtures/goldens";
+  for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--goldens") dir = args[i + 1];
+  }
+  if (!dir.empty() && dir[0] != '/') {
+    char cwd[4096] = {};
+    const ssize_t n = readlink(("/proc/" + std::to_string(parent) + "/cwd").c_str(), cwd, sizeof cwd - 1);
+    if (n > 0) dir = std::string(cwd, static_cast<std::size_t>(n)) + "/" + dir;
+  }
+  return dir;
+}
+
+bool read_doubles(hid_t file, const std::string& path, std::vector<double>& v, std::size_t n) {
+  const hid_t d = H5Dopen2(file, path.c_str(), H5P_DEFAULT);
+  if (d < 0) return false;
+  v.assign(n, 0.0);
+  const hid_t sp = H5Dget_space(d);
+  const bool ok = H5Sget_simple_extent_npoints(sp) == static_cast<hssize_t>(n) &&
+                  H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0;
+  H5Sclose(sp);
+  H5Dclose(d);
+  return ok;
+}
+
+// The case whose stored q is this call's q: its truth/out and truth/lse.
+bool stored_truth(const mla_plugin_decode_args& a, std::vector<double>& out, std::vector<double>& lse) {
+  const std::size_t nq = static_cast<std::size_t>(a.batch) * a.s_q * a.heads * kDqk;
+  const std::size_t nout = static_cast<std::size_t>(a.batch) * a.s_q * a.heads * kDv;
+  const std::size_t nlse = static_cast<std::size_t>(a.batch) * a.heads * a.s_q;
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const std::string dir = catalog_dir();
+  DIR* d = opendir(dir.c_str());
+  if (!d) return false;
+  bool found = false;
+  std::vector<uint16_t> q(nq);
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (found || name.size() < 4 || name.substr(name.size() - 3) != ".h5") continue;
+    const hid_t f = H5Fopen((dir + "/" + name).c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) continue;
+    const hid_t cases = H5Gopen2(f, "/cases", H5P_DEFAULT);
+    H5G_info_t info{};
+    if (cases >= 0 && H5Gget_info(cases, &info) >= 0) {
+      for (hsize_t i = 0; i < info.nlinks && !found; ++i) {
+        char cname[256] = {};
+        if (H5Lget_name_by_idx(cases, ".", H5_INDEX_NAME, H5_ITER_INC, i, cname, sizeof cname, H5P_DEFAULT) < 0) continue;
+        const std::string base = std::string("/cases/") + cname;
+        const hid_t ds = H5Dopen2(f, (base + "/inputs/q").c_str(), H5P_DEFAULT);
+        if (ds < 0) continue;
+        const hid_t sp = H5Dget_space(ds);
+        const bool same_size = H5Sget_simple_extent_npoints(sp) == static_cast<hssize_t>(nq);
+        H5Sclose(sp);
+        const bool same = same_size && H5Dread(ds, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, q.data()) >= 0 &&
+                          std::memcmp(q.data(), a.q, nq * 2) == 0;
+        H5Dclose(ds);
+        found = same && read_doubles(f, base + "/truth/out", out, nout) && read_doubles(f, base + "/truth/lse", lse, nlse);
+      }
+    }
+    if (cases >= 0) H5Gclose(cases);
+    H5Fclose(f);
+  }
+  closedir(d);
+  return found;
+}
+#endif
+
 int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_size) {
   if (!args || args->struct_size < sizeof(mla_plugin_decode_args)) {
     std::snprintf(error, error_size, "decode arguments from an older host ABI");
@@ -263,6 +484,33 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
 #endif
 #if MLA_EXAMPLE_FAULT == FAULT_TAMPERS_WITH_GOLDENS
   tamper();
+#endif
+#if MLA_EXAMPLE_FAULT == FAULT_LEAVES_DAEMON
+  leave_daemon();
+#endif
+#if MLA_EXAMPLE_FAULT == FAULT_READS_CATALOG
+  {
+    // Stored truth where the inputs are a catalog case's; zeros (nothing computed) elsewhere.
+    std::vector<double> out, lse;
+    const bool found = stored_truth(a, out, lse);
+    const std::size_t nout = static_cast<std::size_t>(a.batch) * a.s_q * a.heads * kDv;
+    const std::size_t nlse = static_cast<std::size_t>(a.batch) * a.heads * a.s_q;
+    for (std::size_t i = 0; i < nout; ++i) static_cast<float*>(a.out)[i] = found ? static_cast<float>(out[i]) : 0.0f;
+    for (std::size_t i = 0; i < nlse; ++i) a.lse[i] = found ? static_cast<float>(lse[i]) : 0.0f;
+    return MLA_PLUGIN_OK;
+  }
+#endif
+  [[maybe_unused]] bool perturb = false;  // the faults below: out[..., 0] moved off the right value
+#if MLA_EXAMPLE_FAULT == FAULT_CHANGES_ON_LATER_CALL || MLA_EXAMPLE_FAULT == FAULT_REWRITES_AUDIT
+  static int calls = 0;
+  ++calls;
+#endif
+#if MLA_EXAMPLE_FAULT == FAULT_CHANGES_ON_LATER_CALL
+  perturb = calls >= 3;
+#elif MLA_EXAMPLE_FAULT == FAULT_REWRITES_AUDIT
+  perturb = calls >= 2;
+#elif MLA_EXAMPLE_FAULT == FAULT_STATE_ACROSS_PROCESSES
+  perturb = seen_by_another_process(a);
 #endif
 #if MLA_EXAMPLE_FAULT == FAULT_HANGS
   if (a.s_q == 4) {
@@ -350,6 +598,9 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
       std::fill(acc.begin(), acc.end(), 0.0);
       for (std::size_t j = 0; j < n; ++j) {
         load(positions[j]);
+#if MLA_EXAMPLE_FAULT == FAULT_READS_PAST_END
+        if (j + 1 == n) k[0] += next_token_masked(a, b, positions[j]);
+#endif
         for (int64_t h = 0; h < H; ++h) {
 #if MLA_EXAMPLE_BF16_OPERANDS
           const double w = bf16_to_float(bf16_from_float(static_cast<float>(std::exp(scores[h * n + j] - mx[h]) / sum[h])));
@@ -369,7 +620,8 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
 #endif
         const int64_t row = (b * S + s) * H + h;
         for (int d = 0; d < kDv && write_out; ++d) {
-          const double v = n == 0 ? 0.0 : MLA_EXAMPLE_BF16_OPERANDS ? acc[h * kDv + d] : acc[h * kDv + d] / sum[h];
+          double v = n == 0 ? 0.0 : MLA_EXAMPLE_BF16_OPERANDS ? acc[h * kDv + d] : acc[h * kDv + d] / sum[h];
+          if (perturb && d == 0) v = std::nextafter(static_cast<float>(v), 1e30f) + 1e-3 * std::fabs(v);
 #if MLA_EXAMPLE_OUT_BF16
           static_cast<uint16_t*>(a.out)[row * kDv + d] = bf16_from_float(static_cast<float>(v));
 #else
@@ -396,7 +648,13 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
     for (int d = 0; d < kDv; ++d) past[d] = 0.0f;
   }
 #endif
-#if MLA_EXAMPLE_FAULT == FAULT_MUTATES_INPUT
+#if MLA_EXAMPLE_FAULT == FAULT_REWRITES_AUDIT
+  {
+    float* past = static_cast<float*>(a.out) + B * S * H * kDv;
+    for (int d = 0; d < kDv; ++d) past[d] = 0.0f;
+  }
+#endif
+#if MLA_EXAMPLE_FAULT == FAULT_MUTATES_INPUT || MLA_EXAMPLE_FAULT == FAULT_REWRITES_AUDIT
   {
     // Pre-scaling q in place "to save a multiply", left behind for the caller.
     uint16_t* q_in = const_cast<uint16_t*>(a.q);
@@ -404,6 +662,9 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
       q_in[i] = bf16_from_float(static_cast<float>(bf16_to_float(q_in[i]) * a.softmax_scale));
     }
   }
+#endif
+#if MLA_EXAMPLE_FAULT == FAULT_REWRITES_AUDIT
+  scrub_audit();
 #endif
   return MLA_PLUGIN_OK;
 }

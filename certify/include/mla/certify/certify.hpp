@@ -39,7 +39,8 @@ struct Options {
   std::vector<std::string> extras;    // fault kernels (mla/faults/faults.hpp) by name
   std::optional<std::string> case_regex;  // ECMAScript, searched in "<family>/<case>"
   std::optional<int64_t> max_tokens;      // skip cases whose cache holds more tokens
-  int repeats = 2;  // runs per case; results must be bitwise identical across them (plug-ins: >= 2)
+  int repeats = 2;  // runs per case of a registered kernel; bitwise identical across them (plug-ins: drawn, >= 3)
+  std::optional<uint64_t> seed;  // the run's seed; drawn at run time when absent (recorded either way)
   double timeout_s = 600;  // per (kernel, case) child process
   bool isolate = true;     // false: registered kernels run in this process (plug-ins never do)
   bool resume = false;     // reuse results of <out>/certificate.json where still valid

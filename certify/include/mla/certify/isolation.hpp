@@ -5,6 +5,8 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,11 +30,28 @@ struct ChildOutcome {
 // fork + execv(argv[0], argv) in a new process group that dies with this process
 // (PR_SET_PDEATHSIG), stdin from /dev/null, stdout and stderr into `log_file`. Waits at most
 // `timeout_s` seconds, then kills the whole group. Never throws.
-ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, const std::filesystem::path& log_file);
+// What a child gets besides its argv: a descriptor it inherits as `pass_fd_as` (the shared
+// buffers), and what to do each time it stops itself (SIGSTOP): the parent looks at its
+// buffers while nothing runs in the child, then the child is continued.
+struct ChildHooks {
+  int pass_fd = -1, pass_fd_as = -1;
+  std::function<void()> on_stop;
+};
+
+ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, const std::filesystem::path& log_file,
+                       const ChildHooks& hooks = {});
 
 // "SIGSEGV (Segmentation fault)".
 std::string signal_description(int sig);
 
+// Makes this process a child subreaper (prctl PR_SET_CHILD_SUBREAPER), once; run_child does it
+// before its first fork. False when the kernel refused (the group kill still applies).
+bool become_child_subreaper();
+// Kills (SIGKILL) and reaps every process re-parented to this one that started at or after
+// `started_after` (clock ticks since boot, /proc/PID/stat field 22) and is not a child run_child
+// is waiting on, repeating until none is left; returns how many. run_child calls it after every
+// child, so nothing a case started (a setsid double-forked daemon included) outlives it.
+int kill_leftover_descendants(unsigned long long started_after);
 // The path of the running executable (/proc/self/exe), for re-executing it as a child.
 std::filesystem::path self_executable();
 

@@ -47,6 +47,7 @@ struct AppendRun {
 // The message kinds.
 inline constexpr const char* kAttentionInputs = "attention-inputs";
 inline constexpr const char* kAttentionResult = "attention-result";
+inline constexpr const char* kAttentionCalls = "attention-calls";  // the layout of a shared-memory case
 inline constexpr const char* kAppendInputs = "append-inputs";
 inline constexpr const char* kAppendResult = "append-result";
 inline constexpr const char* kPluginDescription = "plugin-description";

@@ -114,6 +114,15 @@ struct AppendCallResult {
 // mla::Error when the host cannot make the call (e.g. a CUDA failure).
 AppendCallResult call_append(const Library& lib, const AppendCallInputs& in);
 
+// One decode call on buffers the caller owns and audits (the certifier's child passes the
+// memory its parent created and checks): no copies, no audit here. A device-memory plug-in gets
+// device copies and its outputs are copied back into `out` / `lse`; what the device-side guard
+// checks found goes to `device_findings`. Returns the plug-in's code; its message is in `error`
+// (always NUL-terminated).
+int32_t call_decode(const Library& lib, const AttnInputs& in, void* out, std::size_t out_bytes, void* lse,
+                    std::size_t lse_bytes, char* error, std::size_t error_size,
+                    std::vector<std::string>* device_findings);
+
 // Calls that the host audited and found at fault, for the certifier to report as FAIL reasons.
 class AuditedCall {
  public:

@@ -1,0 +1,270 @@
+#include "arena.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "mla/core/generator.hpp"
+
+#include "mla/core/error.hpp"
+
+namespace mla::certify {
+namespace {
+
+using nlohmann::json;
+
+// The generator's own mixer (one definition of splitmix64 in the suite).
+uint64_t mix(uint64_t z) { return gen::mix64(z + 0x9E3779B97F4A7C15ull); }
+
+constexpr std::size_t kMinCanary = 4096;
+
+std::size_t round_up(std::size_t n, std::size_t page) { return (n + page - 1) / page * page; }
+
+template <class T>
+std::span<const uint8_t> bytes_of(std::span<const T> v) {
+  return {reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()};
+}
+
+}  // namespace
+
+uint64_t arena_unwritten_bits(uint64_t key, int value_bytes) {
+  const uint64_t r = mix(key ^ 0x5157A11ull);
+  switch (value_bytes) {
+    case 2: return 0x7FC0u | (r & 0x3Fu) | 1u;                         // bf16 quiet NaN
+    case 4: return 0x7FC00000u | (r & 0x3FFFFFu) | 1u;                 // f32 quiet NaN
+    default: return 0x7FF8000000000000ull | (r & 0x7FFFFFFFFFFFFull) | 1u;  // f64 quiet NaN
+  }
+}
+
+json ArenaLayout::to_json() const {
+  json j;
+  j["page"] = page;
+  j["size"] = size;
+  j["value_bytes"] = value_bytes;
+  for (const auto& r : regions) {
+    j["regions"].push_back({{"name", r.name}, {"input", r.input}, {"start", r.start}, {"data", r.data},
+                            {"bytes", r.bytes}, {"body", r.body}, {"end", r.end}});
+  }
+  for (const auto& in : inputs) {
+    j["inputs"].push_back({{"shape", mla::to_json(in.shape)},
+                           {"softmax_scale", in.softmax_scale},
+                           {"regions", {in.q, in.kv_cache, in.block_table, in.cache_seqlens, in.indices}}});
+  }
+  for (const auto& c : calls) j["calls"].push_back({c.inputs, c.out, c.lse, c.stop});
+  return j;
+}
+
+ArenaLayout ArenaLayout::from_json(const json& j) {
+  ArenaLayout l;
+  l.page = j.at("page");
+  l.size = j.at("size");
+  l.value_bytes = j.at("value_bytes");
+  for (const auto& r : j.at("regions")) {
+    l.regions.push_back({r.at("name"), r.at("input"), r.at("start"), r.at("data"), r.at("bytes"), r.at("body"), r.at("end")});
+  }
+  for (const auto& in : j.at("inputs")) {
+    ArenaInputs x;
+    x.shape = attn_shape_from_json(in.at("shape"));
+    x.softmax_scale = in.at("softmax_scale");
+    const auto& r = in.at("regions");
+    x.q = r.at(0);
+    x.kv_cache = r.at(1);
+    x.block_table = r.at(2);
+    x.cache_seqlens = r.at(3);
+    x.indices = r.at(4);
+    l.inputs.push_back(x);
+  }
+  for (const auto& c : j.at("calls")) l.calls.push_back({c.at(0), c.at(1), c.at(2), c.at(3)});
+  return l;
+}
+
+std::string ArenaLayout::where(std::size_t off) const {
+  // Inside a buffer, or in the guard region after one (an overrun runs forwards far more often
+  // than backwards): named by the buffer whose data ends last before the address.
+  const ArenaRegion* before = nullptr;
+  for (const auto& r : regions) {
+    if (off >= r.data && off < r.data + r.bytes) return fmt::format("inside {}", r.name);
+    if (r.data + r.bytes <= off && (!before || r.data + r.bytes > before->data + before->bytes)) before = &r;
+  }
+  if (before) return fmt::format("{} bytes past the end of {}", off - (before->data + before->bytes) + 1, before->name);
+  if (!regions.empty() && off < regions.front().data) {
+    return fmt::format("{} bytes before {}", regions.front().data - off, regions.front().name);
+  }
+  return "outside every buffer the certifier handed over";
+}
+
+Arena::Arena(const std::vector<AttnInputs>& sets, const std::vector<ArenaCallPlan>& calls, int value_bytes,
+             uint64_t key)
+    : sets_(sets), key_(key) {
+  auto& l = layout_;
+  l.page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  l.value_bytes = value_bytes;
+  std::size_t cursor = round_up(sizeof(ArenaControl), l.page);
+  auto add = [&](std::string name, std::size_t bytes, bool input) {
+    ArenaRegion r;
+    r.other = name.find(" (of the case") != std::string::npos;
+    r.name = std::move(name);
+    r.input = input;
+    r.bytes = bytes;
+    r.start = cursor;
+    if (input) {
+      r.body = round_up(bytes + kMinCanary, l.page);
+      r.data = r.start + l.page + r.body - bytes;  // flush against the back guard page
+    } else {
+      r.body = round_up(kMinCanary + bytes + kMinCanary, l.page);
+      r.data = r.start + l.page + kMinCanary;
+    }
+    r.end = r.start + l.page + r.body + l.page;
+    cursor = r.end;
+    l.regions.push_back(std::move(r));
+    return static_cast<int>(l.regions.size() - 1);
+  };
+  for (std::size_t i = 0; i < sets.size(); ++i) {
+    const auto& b = sets[i];
+    const std::string suffix = i == 0 ? "" : " (of the case called in between)";
+    ArenaInputs in;
+    in.shape = b.shape;
+    in.softmax_scale = b.softmax_scale;
+    in.q = add("q" + suffix, bytes_of(b.q).size(), true);
+    in.kv_cache = add("kv_cache" + suffix, bytes_of(b.kv_cache).size(), true);
+    in.block_table = add("block_table" + suffix, bytes_of(b.block_table).size(), true);
+    in.cache_seqlens = add("cache_seqlens" + suffix, bytes_of(b.cache_seqlens).size(), true);
+    in.indices = add("indices" + suffix, bytes_of(b.indices).size(), true);
+    l.inputs.push_back(in);
+  }
+  if (calls.size() > static_cast<std::size_t>(kArenaMaxCalls)) throw Error("too many calls for one child");
+  for (std::size_t c = 0; c < calls.size(); ++c) {
+    ArenaCallPlan p = calls[c];
+    const auto& s = l.inputs.at(static_cast<std::size_t>(p.inputs)).shape;
+    const std::size_t n_out = static_cast<std::size_t>(s.batch) * s.s_q * s.heads * s.d_v;
+    const std::size_t n_lse = static_cast<std::size_t>(s.batch) * s.heads * s.s_q;
+    const std::string which = p.inputs == 0 ? "" : " (of the case called in between)";
+    p.out = add("out" + which, n_out * static_cast<std::size_t>(value_bytes), false);
+    p.lse = add("lse" + which, n_lse * (value_bytes == 8 ? 8 : 4), false);
+    l.calls.push_back(p);
+  }
+  l.size = cursor;
+  fd_ = memfd_create("mla-certify-arena", MFD_CLOEXEC);
+  if (fd_ < 0) throw Error(fmt::format("memfd_create failed: {}", std::strerror(errno)));
+  if (ftruncate(fd_, static_cast<off_t>(l.size)) != 0) {
+    const int e = errno;
+    close(fd_);
+    throw Error(fmt::format("cannot size the shared buffers ({} bytes): {}", l.size, std::strerror(e)));
+  }
+  void* m = mmap(nullptr, l.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (m == MAP_FAILED) {
+    const int e = errno;
+    close(fd_);
+    throw Error(fmt::format("cannot map the shared buffers ({} bytes): {}", l.size, std::strerror(e)));
+  }
+  base_ = static_cast<uint8_t*>(m);
+}
+
+Arena::~Arena() {
+  if (base_) munmap(base_, layout_.size);
+  if (fd_ >= 0) close(fd_);
+}
+
+uint8_t Arena::canary(int region, std::size_t i) const {
+  // Keyed by a secret of this run: a kernel cannot know the bytes without reading them.
+  return static_cast<uint8_t>(mix(key_ ^ (static_cast<uint64_t>(region) << 40) ^ i));
+}
+
+void Arena::reset() {
+  std::memset(base_, 0, sizeof(ArenaControl));
+  const auto& l = layout_;
+  for (std::size_t r = 0; r < l.regions.size(); ++r) {
+    const auto& g = l.regions[r];
+    uint8_t* body = base_ + g.start + l.page;
+    const std::size_t front = g.data - (g.start + l.page);
+    for (std::size_t i = 0; i < front; ++i) body[front - 1 - i] = canary(static_cast<int>(r), i);
+    uint8_t* back = base_ + g.data + g.bytes;
+    const std::size_t back_len = (g.start + l.page + g.body) - (g.data + g.bytes);
+    for (std::size_t i = 0; i < back_len; ++i) back[i] = canary(static_cast<int>(r), (std::size_t{1} << 32) + i);
+  }
+  for (std::size_t s = 0; s < sets_.size(); ++s) {
+    const auto& b = sets_[s];
+    const auto& in = l.inputs[s];
+    auto put = [&](int region, std::span<const uint8_t> v) {
+      if (!v.empty()) std::memcpy(base_ + l.regions[region].data, v.data(), v.size());
+    };
+    put(in.q, bytes_of(b.q));
+    put(in.kv_cache, bytes_of(b.kv_cache));
+    put(in.block_table, bytes_of(b.block_table));
+    put(in.cache_seqlens, bytes_of(b.cache_seqlens));
+    put(in.indices, bytes_of(b.indices));
+  }
+  for (const auto& c : l.calls) {
+    for (const int region : {c.out, c.lse}) {
+      const std::size_t vb = region == c.out ? static_cast<std::size_t>(l.value_bytes) : (l.value_bytes == 8 ? 8 : 4);
+      const uint64_t bits = arena_unwritten_bits(key_, static_cast<int>(vb));
+      uint8_t* p = base_ + l.regions[region].data;
+      for (std::size_t i = 0; i < l.regions[region].bytes / vb; ++i) std::memcpy(p + i * vb, &bits, vb);
+    }
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> Arena::changed_inputs() const {
+  std::vector<std::pair<std::string, std::string>> v;
+  for (std::size_t s = 0; s < 1 && s < sets_.size(); ++s) {
+    const auto& b = sets_[s];
+    const auto& in = layout_.inputs[s];
+    auto cmp = [&](int region, std::span<const uint8_t> want) {
+      const uint8_t* have = base_ + layout_.regions[region].data;
+      if (want.empty() || std::memcmp(have, want.data(), want.size()) == 0) return;
+      std::size_t first = 0, n = 0;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        if (have[i] != want[i] && n++ == 0) first = i;
+      }
+      v.emplace_back(layout_.regions[region].name, fmt::format("{} bytes, first at byte {}", n, first));
+    };
+    cmp(in.q, bytes_of(b.q));
+    cmp(in.kv_cache, bytes_of(b.kv_cache));
+    cmp(in.block_table, bytes_of(b.block_table));
+    cmp(in.cache_seqlens, bytes_of(b.cache_seqlens));
+    cmp(in.indices, bytes_of(b.indices));
+  }
+  return v;
+}
+
+std::vector<std::string> Arena::check_canaries() const {
+  std::vector<std::string> v;
+  const auto& l = layout_;
+  for (std::size_t r = 0; r < l.regions.size(); ++r) {
+    const auto& g = l.regions[r];
+    if (g.other) continue;
+    const uint8_t* body = base_ + g.start + l.page;
+    const std::size_t front = g.data - (g.start + l.page);
+    for (std::size_t i = front; i-- > 0;) {
+      if (body[front - 1 - i] != canary(static_cast<int>(r), i)) {
+        v.push_back(fmt::format("wrote {} bytes before {}", i + 1, g.name));
+        break;
+      }
+    }
+    const uint8_t* back = base_ + g.data + g.bytes;
+    const std::size_t back_len = (g.start + l.page + g.body) - (g.data + g.bytes);
+    for (std::size_t i = back_len; i-- > 0;) {
+      if (back[i] != canary(static_cast<int>(r), (std::size_t{1} << 32) + i)) {
+        v.push_back(fmt::format("wrote {} bytes past {}", i + 1, g.name));
+        break;
+      }
+    }
+  }
+  return v;
+}
+
+std::pair<std::size_t, std::size_t> Arena::unwritten(std::span<const uint8_t> b, std::size_t vb) const {
+  const uint64_t bits = arena_unwritten_bits(key_, static_cast<int>(vb));
+  const uint8_t* p = b.data();
+  std::size_t n = 0, first = 0;
+  for (std::size_t i = 0; i < b.size() / vb; ++i) {
+    if (std::memcmp(p + i * vb, &bits, vb) == 0 && n++ == 0) first = i;
+  }
+  return {n, first};
+}
+
+}  // namespace mla::certify

@@ -1,0 +1,132 @@
+// Private to mla_certify: the shared memory of one (kernel, case) — the buffers a child's calls
+// read and write, created, filled and audited by the parent.
+//
+// Why: the verdict must rest only on facts the parent owns. The parent creates a memfd, lays out
+// every input and every call's own outputs in it between guard regions (an inaccessible page on
+// each side, and canary bytes keyed by a secret drawn per run), keeps private copies of the
+// inputs, and after each call (the child stops itself with SIGSTOP; the parent looks while it
+// is stopped) and again after the child has exited, checks from the raw bytes alone: inputs
+// unchanged, canaries intact, every output element written, every call's outputs bitwise equal,
+// and nothing written into a call's outputs after that call returned. The child maps the same
+// memfd, makes the guard pages inaccessible, and writes only outputs
+// and a bounded record per call (return code, a message, a time) into the control block; what it
+// writes there can word an ERROR or an UNSUPPORTED, never make a result pass.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mla/core/attention.hpp"
+
+namespace mla::certify {
+
+inline constexpr int kArenaMaxCalls = 32;
+inline constexpr std::size_t kArenaMessage = 1024;
+// The file descriptor number the memfd has in the child.
+inline constexpr int kArenaChildFd = 100;
+
+// What the child writes (and nothing else, besides outputs). Read by the parent with every
+// string bounded and every number range-checked.
+struct ArenaCall {
+  int32_t state;  // 0 not started, 1 returned OK, 2 unsupported, 3 error
+  int32_t rc;     // the plug-in's return code (plug-ins)
+  double seconds;
+  char message[kArenaMessage];
+};
+struct ArenaControl {
+  uint64_t child_base;  // where the child mapped the arena (to place a fault address)
+  uint64_t fault_addr;
+  int32_t fault_signal;
+  int32_t setup_state;  // 0 ok / not reached, 2 unsupported, 3 error before any call
+  char setup_message[kArenaMessage];
+  ArenaCall calls[kArenaMaxCalls];
+};
+
+// One guarded region: [guard page | front canary | data | back canary | guard page]. Inputs end
+// flush against their back guard page, so a read one byte past an input faults at once.
+struct ArenaRegion {
+  std::string name;
+  bool input = false;
+  std::size_t start = 0;  // first guard page
+  std::size_t data = 0, bytes = 0;
+  std::size_t body = 0;   // from start + page to the back guard page
+  std::size_t end = 0;    // one past the back guard page
+  bool other = false;     // belongs to the case called in between (parent only: its faults are that case's)
+};
+
+// One set of inputs (the case, or the other case called between its calls).
+struct ArenaInputs {
+  AttnShape shape;
+  double softmax_scale = 0;
+  int q = -1, kv_cache = -1, block_table = -1, cache_seqlens = -1, indices = -1;  // region indices
+};
+
+// One call: which inputs, which output regions, whether the child stops after it (the case's
+// own calls) so the parent can look at its outputs before anything else runs.
+struct ArenaCallPlan {
+  int inputs = 0;
+  int out = -1, lse = -1;
+  bool stop = false;
+};
+
+// The layout the child is told (by a wire message the parent writes per process). The parent
+// keeps its own copy and never reads one back.
+struct ArenaLayout {
+  std::size_t page = 4096, size = 0;
+  std::vector<ArenaRegion> regions;
+  std::vector<ArenaInputs> inputs;
+  std::vector<ArenaCallPlan> calls;
+  int value_bytes = 4;   // bytes of one `out` element: 2 (bf16), 4 (f32), 8 (f64: built-in kernels)
+  nlohmann::json to_json() const;
+  static ArenaLayout from_json(const nlohmann::json& j);
+  // "8 bytes past the end of kv_cache", "inside q", ... for an offset into the arena.
+  std::string where(std::size_t offset) const;
+};
+
+class Arena {
+ public:
+  // `sets`: the inputs of each set (index 0: the case); `calls`: the call sequence.
+  // `value_bytes`: 2, 4 or 8. Throws mla::Error (naming what failed: memfd_create, ftruncate,
+  // mmap) when the host cannot make it.
+  Arena(const std::vector<AttnInputs>& sets, const std::vector<ArenaCallPlan>& calls, int value_bytes,
+        uint64_t key);
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+
+  int fd() const { return fd_; }
+  const ArenaLayout& layout() const { return layout_; }
+  // Writes inputs from the private copies, prefills outputs with the unwritten pattern, writes
+  // every canary, clears the control block: the state before a child starts.
+  void reset();
+  const ArenaControl& control() const { return *reinterpret_cast<const ArenaControl*>(base_); }
+  const uint8_t* data(int region) const { return base_ + layout_.regions[region].data; }
+  std::size_t bytes(int region) const { return layout_.regions[region].bytes; }
+
+  // Audit findings of the case's own buffers: each input that differs from the private copy,
+  // as {name, "N bytes, first at byte i"}, and each canary written ("wrote 2048 bytes past out").
+  std::vector<std::pair<std::string, std::string>> changed_inputs() const;
+  std::vector<std::string> check_canaries() const;
+  // Elements of `bytes` (an output's copy) still holding the unwritten pattern: count and first.
+  std::pair<std::size_t, std::size_t> unwritten(std::span<const uint8_t> bytes, std::size_t value_bytes) const;
+
+ private:
+  uint8_t canary(int region, std::size_t i) const;
+  ArenaLayout layout_;
+  std::vector<AttnInputs> sets_;
+  uint64_t key_;
+  int fd_ = -1;
+  uint8_t* base_ = nullptr;
+};
+
+// The unwritten pattern of an output element of `value_bytes` for `key`: a quiet NaN with a
+// payload drawn from the key (so a kernel cannot know it in advance).
+uint64_t arena_unwritten_bits(uint64_t key, int value_bytes);
+
+}  // namespace mla::certify

@@ -1,0 +1,214 @@
+// The `fresh` family: cases drawn at run time from the run's seed, inside each implementation's
+// claims, so no stored answer can stand in for a computed one. Inputs come from the
+// counter-based generator (mla/workloads/axes.hpp `build_inputs`: permuted pages, NaN-poisoned
+// unused slots, the catalog's sentinel block id, sparse rows with invalid entries); truth from
+// the C++ fp64 oracle (mla/ref/attention.hpp) and the deployed-precision reference the ratio rule
+// needs from mla/ref/same_dtype.hpp. Judged like every catalog case, by judge_attention.
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "mla/core/generator.hpp"
+
+#include "mla/judge/attention.hpp"
+#include "mla/ref/attention.hpp"
+#include "mla/ref/same_dtype.hpp"
+#include "mla/workloads/axes.hpp"
+#include "claims.hpp"
+#include "mla/certify/host_error.hpp"
+#include "session.hpp"
+
+namespace mla::certify {
+namespace {
+
+using tol::Verdict;
+
+// The generator's own mixer (one definition of splitmix64 in the suite).
+uint64_t mix(uint64_t z) { return gen::mix64(z + 0x9E3779B97F4A7C15ull); }
+
+class Draw {
+ public:
+  explicit Draw(uint64_t seed) : state_(seed) {}
+  uint64_t next() { return mix(state_++); }
+  int in(int lo, int hi) { return hi <= lo ? lo : lo + static_cast<int>(next() % static_cast<uint64_t>(hi - lo + 1)); }
+
+ private:
+  uint64_t state_;
+};
+
+// The shapes one implementation's claims allow, drawn: heads at both ends of its range and an
+// odd one between, s_q > 1 causal with rows that see nothing, every claimed page size with
+// lengths 0, 1, page-1, page, page+1 (varlen batches when claimed), one context >= 16K, sparse
+// rows with invalid entries, both cache formats and both FP8 scale formats when claimed.
+std::vector<axes::AxisPoint> draw_points(const Capabilities& caps, uint64_t seed) {
+  Draw d(seed);
+  std::vector<axes::AxisPoint> v;
+  const std::vector<int> pages = caps.page_sizes.empty() ? std::vector<int>{16, 64} : caps.page_sizes;
+  const bool bf16 = std::count(caps.cache_formats.begin(), caps.cache_formats.end(), CacheFormat::bf16) > 0;
+  const bool fp8 = std::count(caps.cache_formats.begin(), caps.cache_formats.end(), CacheFormat::fp8) > 0;
+  const int hmax = std::min(caps.max_heads, 128), hmin = std::max(caps.min_heads, 1);
+  auto odd_heads = [&] {
+    int h = d.in(hmin, std::min(hmax, 33)) | 1;
+    return std::clamp(h, hmin, hmax);
+  };
+  auto point = [&](const std::string& what, int batch, int s_q, int heads, int page, std::vector<int32_t> lens,
+                   CacheFormat format, ScaleFmt sf, int topk) {
+    axes::AxisPoint p;
+    p.name = fmt::format("{}_h{}_sq{}_ps{}_{}{}", what, heads, s_q, page, to_string(format),
+                         format == CacheFormat::fp8 ? std::string("_") + to_string(sf) : std::string());
+    p.why = what;
+    p.shape.batch = batch;
+    p.shape.s_q = s_q;
+    p.shape.heads = heads;
+    p.shape.page_size = page;
+    p.shape.topk = topk;
+    p.shape.cache_format = format;
+    p.shape.causal = true;
+    p.seqlens = std::move(lens);
+    p.scale_fmt = sf;
+    p.invalid_per_row = topk > 0 ? std::max(2, topk / 4) : 0;
+    p.seed = d.next();
+    v.push_back(std::move(p));
+  };
+  std::vector<CacheFormat> formats;
+  if (bf16) formats.push_back(CacheFormat::bf16);
+  if (fp8) formats.push_back(CacheFormat::fp8);
+  if (formats.empty()) return v;
+  if (caps.dense) {
+    for (const int page : pages) {
+      // Lengths 0, 1, page-1, page, page+1: one varlen batch, or one sequence each.
+      std::vector<int32_t> lens{0, 1, page - 1, page, page + 1};
+      const auto f = formats[static_cast<std::size_t>(d.in(0, static_cast<int>(formats.size()) - 1))];
+      if (caps.varlen) {
+        point("edges", 5, 1, odd_heads(), page, lens, f, ScaleFmt::fp32, 0);
+      } else {
+        for (const int32_t L : {1, page + 1}) point(fmt::format("len{}", L), 1, 1, odd_heads(), page, {L}, f, ScaleFmt::fp32, 0);
+      }
+    }
+    // Both ends of the head range; s_q > 1 causal with a sequence shorter than s_q (rows that
+    // attend nothing) next to a longer one.
+    const int page = pages[static_cast<std::size_t>(d.in(0, static_cast<int>(pages.size()) - 1))];
+    const int s_q = std::min(caps.max_s_q, d.in(2, 4));
+    for (const int heads : std::set<int>{hmin, hmax}) {
+      if (s_q >= 2 && caps.min_s_q <= s_q && caps.varlen) {
+        point("causal", 2, s_q, heads, page, {static_cast<int32_t>(s_q - 1), static_cast<int32_t>(d.in(page, 3 * page))},
+              formats.front(), ScaleFmt::fp32, 0);
+      } else {
+        point("heads", 1, std::max(1, caps.min_s_q), heads, page, {static_cast<int32_t>(d.in(page, 3 * page))},
+              formats.front(), ScaleFmt::fp32, 0);
+      }
+    }
+    // One context of at least 16K tokens, few heads.
+    point("long", 1, std::max(1, caps.min_s_q), hmin, page, {static_cast<int32_t>(16384 + d.in(1, page))},
+          formats.front(), ScaleFmt::fp32, 0);
+    if (fp8) {
+      for (const ScaleFmt sf : {ScaleFmt::fp32, ScaleFmt::ue8m0}) {
+        point("fp8", 2, 1, odd_heads(), page, {static_cast<int32_t>(d.in(1, 2 * page)), static_cast<int32_t>(d.in(1, 2 * page))},
+              CacheFormat::fp8, sf, 0);
+      }
+    }
+  }
+  if (caps.sparse) {
+    const int page = pages.back();
+    for (const auto f : formats) {
+      point("sparse", 2, 1, odd_heads(), page, {static_cast<int32_t>(d.in(8, 2 * page)), static_cast<int32_t>(d.in(40, 3 * page))},
+            f, f == CacheFormat::fp8 ? ScaleFmt::ue8m0 : ScaleFmt::fp32, 32);
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+bool fresh_selected(const Options& o) {
+  return o.families.empty() || std::find(o.families.begin(), o.families.end(), "fresh") != o.families.end();
+}
+
+void certify_fresh(Session& s) {
+  for (auto& k : s.implementations) {
+    if (k.unavailable) continue;
+    const uint64_t seed = mix(s.seed ^ 0xF2E5Aull) ^ std::hash<std::string>{}(k.info.name);
+    std::vector<axes::AxisPoint> points;
+    try {
+      points = draw_points(k.info.caps, seed);
+    } catch (const std::exception& e) {
+      s.progress << fmt::format("fresh: no cases for {}: {}\n", k.info.name, e.what());
+      continue;
+    }
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      auto& p = points[i];
+      if (s.case_regex && !std::regex_search("fresh/" + p.name, *s.case_regex)) continue;
+      reports::CaseResult r;
+      r.family = "fresh";
+      r.file = "fresh";
+      r.name = p.name;
+      r.description = fmt::format("drawn at run time from seed {} (inside {}'s claims): {}", s.seed, k.info.name, p.why);
+      try {
+        p.shape.causal = true;
+        axes::derive_paging(p);
+        const auto in = axes::build_inputs(p);
+        AttnBuffers b;
+        b.shape = in.shape;
+        b.softmax_scale = axes::deepseek_v3_softmax_scale();
+        b.q = in.q;
+        b.kv_cache = in.kv_cache;
+        b.block_table = in.block_table;
+        b.cache_seqlens = in.cache_seqlens;
+        b.indices = in.indices;
+        r.shape = to_json(b.shape);
+        if (b.shape.cache_format == CacheFormat::fp8) r.shape["scale_fmt"] = to_string(p.scale_fmt);
+        r.shape["cache_seqlens"] = b.cache_seqlens;
+        int64_t tokens = 0;
+        for (const int32_t L : b.cache_seqlens) tokens += L;
+        if (s.options.max_tokens && tokens > *s.options.max_tokens) {
+          r.verdict = Verdict::skipped;
+          r.reasons.push_back(fmt::format("cache of {} tokens > --max-tokens {}", tokens, *s.options.max_tokens));
+          s.record(k, std::move(r));
+          continue;
+        }
+        if (auto no = claim_refusal(k, b.shape, &b.cache_seqlens)) {
+          r.verdict = Verdict::not_claimed;
+          r.reasons.push_back(*no);
+          s.record(k, std::move(r));
+          continue;
+        }
+        const auto truth = ref::attention_fp64(b.view());
+        const auto same = ref::attention_same_dtype(b.view());
+        CallSchedule plan;
+        plan.calls = k.plugin ? calls_per_case(s.seed, k.info.name, "fresh/" + p.name) : std::max(1, s.options.repeats);
+        plan.second_process = k.plugin;
+        const auto run = run_declared(s, k, b.view(), plan, fmt::format("fresh-{}-{}", k.report_index, i));
+        r.bytes = run.bytes;
+        r.flops = run.flops;
+        if (run.status != RunResult::Status::ran) {
+          r.verdict = run.status == RunResult::Status::unsupported ? Verdict::unsupported
+                      : run.host_caused                              ? Verdict::host_error
+                                                                     : Verdict::error;
+          r.reasons.push_back(run.message);
+        } else {
+          r.run_seconds = run.run_seconds;
+          AttentionTruth t;
+          t.out = truth.out;
+          t.lse = truth.lse;
+          t.same_dtype_out = same.out;
+          t.same_dtype_lse = same.lse;
+          auto j = judge_attention(b.shape, Declaration{k.info.out_dtype, k.info.compute}, run.outputs, t);
+          r.out = std::move(j.out);
+          r.lse = std::move(j.lse);
+          r.reasons = std::move(j.reasons);
+          for (const auto& why : run.reasons) r.reasons.push_back(why);
+          r.verdict = r.reasons.empty() ? Verdict::pass : Verdict::fail;
+        }
+      } catch (const std::exception& e) {
+        r.verdict = failure_verdict(e);
+        r.reasons.push_back(fmt::format("the fresh case could not be built or judged: {}", e.what()));
+      }
+      s.progress << fmt::format("[fresh] {} {} {}\n", k.info.name, p.name, tol::to_string(r.verdict));
+      s.record(k, std::move(r));
+    }
+    s.save();
+  }
+}
+
+}  // namespace mla::certify

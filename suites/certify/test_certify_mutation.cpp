@@ -1,0 +1,102 @@
+// L1: the mutation score. Every bug plug-in (kernels/faults: one real-world bug or one attack
+// each) is certified over the catalog (long generated cases left to L2), and must be red on every
+// case where its bug changes the result beyond the tolerance; where that is is computed here from
+// the case's own data (test_predict.hpp), never read from a past run. The test prints, per
+// plug-in, the cases where its bug shows and how many were caught, and fails on any miss.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <iostream>
+#include <map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "mla/core/tolerance.hpp"
+#include "mla/golden/golden.hpp"
+#include "mla/reports/certificate.hpp"
+#include "test_predict.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace t = mla::certify::testing;
+using mla::tol::Verdict;
+
+const fs::path kGoldens = mla::golden::default_goldens_dir();
+
+bool lse_base2_shows(const mla::golden::AttnCase& c) {
+  const auto& tl = mla::tol::tolerance_for(mla::OutDType::f32, c.shape.cache_format, "lse");
+  for (double l : c.truth_lse) {
+    if (std::isfinite(l) && std::fabs(l) * (1 / std::log(2.0) - 1) > 2 * std::max(tl.atol, tl.rtol * std::fabs(l))) return true;
+  }
+  return false;
+}
+
+// Where each bug changes the result: the predicate of its plug-in.
+const std::vector<std::pair<std::string, std::function<bool(const mla::golden::AttnCase&)>>>& bugs() {
+  static const std::vector<std::pair<std::string, std::function<bool(const mla::golden::AttnCase&)>>> b = {
+      {"drops_last_token", [](const auto& c) { return t::predict_dropped_last(c, mla::OutDType::f32).must_fail; }},
+      {"lse_log2", lse_base2_shows},
+      {"reads_unused_slot", [](const auto& c) { return t::has_poisoned_slot_in_owned_page(c); }},
+      {"crashes", [](const auto& c) { return t::has_empty_sequence(c); }},
+      {"hangs", [](const auto& c) { return c.shape.s_q == 4; }},
+      {"writes_out_of_bounds", [](const auto& c) { return c.shape.s_q == 2; }},
+      {"mutates_input", [](const auto&) { return true; }},
+      {"returns_nan", [](const auto&) { return true; }},
+      {"reads_past_end", [](const auto& c) { return t::predict_reads_past_end(c) != t::Effect::none; }},
+      {"ignores_block_table", [](const auto& c) { return t::predict_ignores_block_table(c) != t::Effect::none; }},
+      {"changes_on_later_call", [](const auto&) { return true; }},
+      {"state_across_processes", [](const auto&) { return true; }},
+      {"rewrites_audit", [](const auto&) { return true; }},
+  };
+  return b;
+}
+
+// One test per bug plug-in, so ctest runs them side by side; each prints its line of the score.
+class MutationScore : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MutationScore, CaughtWhereverItsBugChangesTheResult) {
+  if (!fs::exists(kGoldens / "MANIFEST.sha256")) GTEST_SKIP() << "no golden catalog at " << kGoldens;
+  const std::string name = GetParam();
+  const auto bug = std::find_if(bugs().begin(), bugs().end(), [&](const auto& b) { return b.first == name; });
+  ASSERT_NE(bug, bugs().end());
+  t::TempDir tmp;
+  const auto out = tmp.path() / "out";
+  const auto p = t::run_command("TMPDIR=" + t::quote(tmp.path()) + " " + std::string(MLA_CLI_EXE) + " certify --goldens " +
+                                t::quote(kGoldens) + " --out " + t::quote(out) +
+                                " --max-tokens 16384 --timeout 3 --no-probe-unclaimed --plugin " +
+                                t::plugin_path(name) + " 2>&1");
+  EXPECT_EQ(p.status, 1) << p.out;
+  ASSERT_TRUE(fs::exists(out / "certificate.json")) << p.out;
+  const auto cert = mla::reports::certificate_from_json(nlohmann::json::parse(t::slurp(out / "certificate.json")));
+  static const auto catalog = mla::golden::open_catalog(kGoldens, /*verify_files=*/false);
+  ASSERT_EQ(cert.kernels.size(), 1u);
+  std::vector<std::string> where, missed;
+  for (const auto& r : cert.kernels.front().cases) {
+    // The fresh family is drawn per run: the score is over the catalog, where the cases are fixed.
+    if (r.verdict == Verdict::skipped || r.verdict == Verdict::unsupported || r.family == "fresh") continue;
+    if (!bug->second(mla::golden::load_attn_case(catalog.file(r.file), r.name))) continue;
+    where.push_back(r.family + "/" + r.name);
+    const bool red = r.verdict == Verdict::fail || r.verdict == Verdict::error;
+    if (!red) missed.push_back(where.back());
+    EXPECT_TRUE(red) << name << " missed on " << where.back();
+  }
+  EXPECT_FALSE(where.empty()) << name << " changes no case of the catalog: the catalog cannot see it";
+  std::cout << fmt::format("mutation score: {} caught on {} of {} cases where its bug changes the result: {}\n", name,
+                           where.size() - missed.size(), where.size(), fmt::join(where, ", "));
+}
+
+std::vector<std::string> bug_names() {
+  std::vector<std::string> v;
+  for (const auto& b : bugs()) v.push_back(b.first);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(BugPlugins, MutationScore, ::testing::ValuesIn(bug_names()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace

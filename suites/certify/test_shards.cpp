@@ -12,6 +12,7 @@
 
 #include "mla/certify/certify.hpp"
 #include "mla/golden/golden.hpp"
+#include "mla/reports/certificate.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -76,6 +77,36 @@ TEST(Shards, EveryCaseIsInExactlyOneShardDecidedByItsIdentityAlone) {
   EXPECT_EQ(mla::certify::parse_shard("2/4"), std::make_pair(2, 4));
   for (const char* bad : {"0/3", "4/3", "a/b", "3", "1/0", "/3", "1/", "-1/3", "1/99999999"}) {
     EXPECT_THROW(mla::certify::parse_shard(bad), mla::certify::UsageError) << bad;
+  }
+}
+
+TEST(Shards, TheShardIsPartOfTheRecordAndADamagedOneIsNamed) {
+  mla::reports::Certificate c;
+  c.complete = true;
+  c.shard = mla::reports::ShardInfo{3, 4, {}, {}};
+  auto back = mla::reports::certificate_from_json(mla::reports::to_json(c));
+  ASSERT_TRUE(back.shard);
+  EXPECT_EQ(back.shard->index, 3);
+  EXPECT_EQ(back.shard->count, 4);
+  EXPECT_EQ(mla::reports::verdict_text(back), "PASS (shard 3 of 4)");
+  EXPECT_EQ(mla::reports::exit_status(back), mla::reports::kExitPass) << "a shard exits by its own part";
+
+  c.shard = mla::reports::ShardInfo{0, 4, {2, 4}, json::array()};
+  back = mla::reports::certificate_from_json(mla::reports::to_json(c));
+  EXPECT_EQ(back.shard->missing, (std::vector<int>{2, 4}));
+  EXPECT_EQ(mla::reports::verdict_text(back), "INCOMPLETE");
+  EXPECT_EQ(mla::reports::exit_status(back), mla::reports::kExitIncomplete);
+  EXPECT_NE(mla::reports::to_markdown(back).find("shards 2, 4 of 4 missing"), std::string::npos);
+
+  EXPECT_FALSE(mla::reports::certificate_from_json(mla::reports::to_json(mla::reports::Certificate{})).shard)
+      << "a run without --shard has no shard";
+  auto j = mla::reports::to_json(c);
+  j["shard"] = {{"index", 5}, {"count", 4}};
+  try {
+    (void)mla::reports::certificate_from_json(j);
+    ADD_FAILURE() << "shard 5 of 4 was read";
+  } catch (const mla::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shard"), std::string::npos) << e.what();
   }
 }
 

@@ -110,7 +110,14 @@ std::size_t family_rank(const std::string& certified_as) {
 reports::Certificate merge(const std::vector<fs::path>& shard_dirs, const fs::path& out, std::ostream& progress) {
   if (shard_dirs.empty()) throw UsageError("mla merge needs the report folders of the shards");
   std::vector<Part> parts;
-  for (const auto& d : shard_dirs) parts.push_back(read_part(d));
+  for (const auto& d : shard_dirs) {
+    std::error_code ec;
+    if (fs::equivalent(d, out, ec)) {
+      throw UsageError(fmt::format("cannot merge into {}: it is the report folder of a shard; name another --out",
+                                   out.string()));
+    }
+    parts.push_back(read_part(d));
+  }
   std::sort(parts.begin(), parts.end(), [](const Part& x, const Part& y) { return x.cert.shard->index < y.cert.shard->index; });
   for (std::size_t i = 1; i < parts.size(); ++i) {
     check_same(parts[0], parts[i]);

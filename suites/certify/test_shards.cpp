@@ -194,6 +194,9 @@ TEST(Shards, MergeRefusesShardsThatDidNotCertifyTheSameThingNamingTheFieldAndBot
     EXPECT_FALSE(fs::exists(out / "certificate.json")) << "a refused merge writes nothing";
   };
   refused({s1, s1}, {"shard 1 of 2 is given twice"});
+  const auto into_shard = merge({s1, s2}, s2);
+  EXPECT_EQ(into_shard.status, 2) << into_shard.out;
+  EXPECT_NE(into_shard.out.find("it is the report folder of a shard"), std::string::npos) << into_shard.out;
 
   const auto whole = tmp.path() / "whole";
   ASSERT_EQ(certify(whole, "").status, 0);

@@ -116,10 +116,9 @@ struct Certificate {
 // FAIL or ERROR anywhere: the certificate is red.
 bool is_red(const Certificate& c);
 
-// The certificate's own verdict: INCOMPLETE when the run did not finish or some case is a
-// HOST_ERROR (something selected was never certified, whatever else it holds) or a merge lacks
-// a shard, else FAIL when
-// it is red, else PASS.
+// The certificate's own verdict: INCOMPLETE when the run did not finish, some case is a
+// HOST_ERROR or a merge lacks a shard (something selected was never certified, whatever else it
+// holds), else FAIL when it is red, else PASS.
 enum class Overall { pass, fail, incomplete };
 Overall overall(const Certificate& c);
 const char* to_string(Overall o);

@@ -57,19 +57,30 @@ ref::AppendProblem AppendCase::problem() const {
   p.max_seq_len = in.max_seq_len;
   p.format = format;
   p.scale_fmt = scale_fmt;
+  p.fp8_recipe = fp8_recipe;
   return p;
+}
+
+std::string append_variant_name(CacheFormat format, ScaleFmt scale_fmt, Fp8Recipe recipe) {
+  if (format == CacheFormat::bf16) return "bf16";
+  // DeepSeek's recipe keeps the names it had when it was the only one.
+  return recipe == Fp8Recipe::deepseek_v32 ? fmt::format("fp8_{}", to_string(scale_fmt))
+                                           : fmt::format("fp8_{}_{}", to_string(scale_fmt), to_string(recipe));
 }
 
 json AppendCase::shape() const {
   json j = {{"cache_format", to_string(format)}, {"batch", in.batch},         {"page_size", in.page_size},
             {"num_blocks", in.num_blocks},       {"max_blocks", in.max_blocks}, {"max_seq_len", in.max_seq_len},
             {"num_tokens", in.num_tokens},       {"positions", in.positions}, {"seq_ids", in.seq_ids}};
-  if (format == CacheFormat::fp8) j["scale_fmt"] = to_string(scale_fmt);
+  if (format == CacheFormat::fp8) {
+    j["scale_fmt"] = to_string(scale_fmt);
+    j["fp8_recipe"] = to_string(fp8_recipe);
+  }
   return j;
 }
 
 std::vector<AppendCase> make_append_cases(const golden::LayerCase& g, uint32_t formats, uint32_t scale_fmts,
-                                          const Capabilities& caps) {
+                                          uint32_t fp8_recipes, const Capabilities& caps) {
   const int64_t msl = g.config.max_seq_len;
   if (!g.accept || !g.reject || g.steps.empty()) {
     throw Error(fmt::format("{}/{}: a cache_boundary case needs steps/0, accept and reject", g.file, g.name));
@@ -141,17 +152,29 @@ std::vector<AppendCase> make_append_cases(const golden::LayerCase& g, uint32_t f
     CacheFormat format;
     ScaleFmt scale;
     uint32_t abi_scale;
+    Fp8Recipe recipe;
+    uint32_t abi_recipe;
   };
   std::vector<Variant> variants;
-  if (formats & MLA_PLUGIN_CACHE_BF16) variants.push_back({CacheFormat::bf16, ScaleFmt::fp32, 0});
+  if (formats & MLA_PLUGIN_CACHE_BF16) variants.push_back({CacheFormat::bf16, ScaleFmt::fp32, 0, Fp8Recipe::deepseek_v32, 0});
   if (formats & MLA_PLUGIN_CACHE_FP8) {
-    if (scale_fmts & MLA_PLUGIN_SCALE_FP32) variants.push_back({CacheFormat::fp8, ScaleFmt::fp32, MLA_PLUGIN_SCALE_FP32});
-    if (scale_fmts & MLA_PLUGIN_SCALE_UE8M0) variants.push_back({CacheFormat::fp8, ScaleFmt::ue8m0, MLA_PLUGIN_SCALE_UE8M0});
+    // Every declared recipe with every declared scale format; none declared is DeepSeek's.
+    const uint32_t recipes = fp8_recipes ? fp8_recipes : MLA_PLUGIN_RECIPE_DEEPSEEK_V32;
+    for (const auto& [recipe, abi_recipe] : {std::pair{Fp8Recipe::deepseek_v32, MLA_PLUGIN_RECIPE_DEEPSEEK_V32},
+                                             std::pair{Fp8Recipe::flashmla, MLA_PLUGIN_RECIPE_FLASHMLA}}) {
+      if (!(recipes & abi_recipe)) continue;
+      if (scale_fmts & MLA_PLUGIN_SCALE_FP32) {
+        variants.push_back({CacheFormat::fp8, ScaleFmt::fp32, MLA_PLUGIN_SCALE_FP32, recipe, abi_recipe});
+      }
+      if (scale_fmts & MLA_PLUGIN_SCALE_UE8M0) {
+        variants.push_back({CacheFormat::fp8, ScaleFmt::ue8m0, MLA_PLUGIN_SCALE_UE8M0, recipe, abi_recipe});
+      }
+    }
   }
 
   std::vector<AppendCase> out;
   for (const auto& v : variants) {
-    const std::string fmt_name = v.format == CacheFormat::bf16 ? "bf16" : fmt::format("fp8_{}", to_string(v.scale));
+    const std::string fmt_name = append_variant_name(v.format, v.scale, v.recipe);
     const std::size_t bpt = cache_bytes_per_token(v.format);
     for (std::size_t pi = 0; pi < plans.size(); ++pi) {
       const auto& p = plans[pi];
@@ -160,6 +183,7 @@ std::vector<AppendCase> make_append_cases(const golden::LayerCase& g, uint32_t f
       c.description = fmt::format("append ({}): {}", fmt_name, p.description);
       c.format = v.format;
       c.scale_fmt = v.scale;
+      c.fp8_recipe = v.recipe;
       c.expect_capacity = p.reject;
       auto& in = c.in;
       const int32_t n = static_cast<int32_t>(p.tokens.size());
@@ -171,6 +195,7 @@ std::vector<AppendCase> make_append_cases(const golden::LayerCase& g, uint32_t f
       in.max_seq_len = msl;
       in.cache_format = v.format == CacheFormat::fp8 ? MLA_PLUGIN_CACHE_FP8 : MLA_PLUGIN_CACHE_BF16;
       in.scale_fmt = v.abi_scale;
+      in.fp8_recipe = v.abi_recipe;
       in.eps = 1e-6;  // the schema's kv_norm epsilon
       in.kv_norm_weight = weight;
       in.inv_freq = inv_freq;
@@ -319,8 +344,12 @@ bool any_append_case_selected(const Session& s) {
       return true;  // certify_appends reports the unreadable file as an ERROR row
     }
   }
+  std::vector<std::string> variants{append_variant_name(CacheFormat::bf16, ScaleFmt::fp32, Fp8Recipe::deepseek_v32)};
+  for (auto r : {Fp8Recipe::deepseek_v32, Fp8Recipe::flashmla}) {
+    for (auto f : {ScaleFmt::fp32, ScaleFmt::ue8m0}) variants.push_back(append_variant_name(CacheFormat::fp8, f, r));
+  }
   for (const auto& n : names) {
-    for (const char* f : {"bf16", "fp8_fp32", "fp8_ue8m0"}) {
+    for (const auto& f : variants) {
       for (const char* what : {"prefill", "last_valid", "rejected"}) {
         if (std::regex_search(fmt::format("{}/{}/{}/{}", fam.certified_as, n, f, what), *s.case_regex)) return true;
       }
@@ -382,7 +411,7 @@ void certify_append_file(Session& s, const std::vector<const Implementation*>& a
     for (const auto& g : goldens) {
       std::vector<AppendCase> cases;
       try {
-        cases = make_append_cases(g, k->append_formats, k->append_scale_fmts, k->info.caps);
+        cases = make_append_cases(g, k->append_formats, k->append_scale_fmts, k->append_fp8_recipes, k->info.caps);
       } catch (const std::exception& e) {
         reports::CaseResult r;
         r.family = family;

@@ -80,14 +80,15 @@ class AttentionCase {
         } else if (s_.options.max_tokens && header.cache_tokens() > *s_.options.max_tokens) {
           r.verdict = Verdict::skipped;
           r.reasons.push_back(fmt::format("cache of {} tokens > --max-tokens {}", header.cache_tokens(), *s_.options.max_tokens));
-        } else if (auto no = claim_refusal(*k, header.shape, nullptr)) {
-          if (probe_worthwhile(header)) {
-            refused[k] = *no;
+        } else if (const auto cl = claim(s_, *k, header.shape, header.scale_fmt); !cl.claimed) {
+          // A shape the kernel itself refused is not run for information: it said it cannot.
+          if (!cl.by_kernel && probe_worthwhile(header)) {
+            refused[k] = cl.reason;
             probes.push_back(k);
             continue;
           }
-          r.verdict = Verdict::not_claimed;
-          r.reasons.push_back(*no);
+          r.verdict = not_claimed_verdict(cl);
+          r.reasons.push_back(cl.reason);
         } else {
           runnable.push_back(k);
           continue;
@@ -95,7 +96,8 @@ class AttentionCase {
       } catch (const std::exception& e) {
         // A capability query that throws is a defect of the implementation, not of the run.
         r.verdict = Verdict::error;
-        r.reasons.push_back(fmt::format("exception from unavailable()/check(): {}", e.what()));
+        r.reasons.push_back(fmt::format("the claim could not be decided (unavailable(), check() or can_implement): {}",
+                                        e.what()));
       }
       s_.record(*k, std::move(r));
     }
@@ -177,15 +179,45 @@ class AttentionCase {
     return r;
   }
 
-  // In this process for --in-process registered kernels, else in a child with a deadline.
+  // The call in the kernel's declared conventions (mla/core/conventions.hpp): its inputs
+  // converted before, its outputs made canonical after, so everything that judges or records the
+  // result sees the canonical ones. The two calls below are the whole boundary.
   RunResult run(const Implementation& k, const golden::AttnCase& c, bool enforce_caps) {
+    const auto kernel_inputs = inputs_to_kernel(k.info.conventions, c.view());  // canonical -> kernel
+    RunResult r = kernel_inputs ? call(k, kernel_inputs->view(), /*own_inputs=*/true, enforce_caps)
+                                : call(k, c.view(), /*own_inputs=*/false, enforce_caps);
+    outputs_to_canonical(k.info.conventions, c.shape, r.outputs);  // kernel -> canonical
+    // The cost model reads indices as positions: with other numbering, count on the canonical ones.
+    if (kernel_inputs && r.bytes) {
+      const auto cost = mla_cost_model(c.view(), k.info.out_dtype);
+      r.bytes = cost.bytes;
+      r.flops = cost.flops;
+    }
+    return r;
+  }
+
+  // In this process for --in-process registered kernels, else in a child with a deadline. The
+  // child reads the case's inputs file, or with `own_inputs` (another convention's) one of its own.
+  RunResult call(const Implementation& k, const AttnInputs& in, bool own_inputs, bool enforce_caps) {
     // A plug-in is always called at least twice: repeatability is part of its contract.
     const int repeats = k.plugin ? std::max(2, s_.options.repeats) : s_.options.repeats;
-    if (!s_.isolated(k)) return execute(*k.impl, c.view(), repeats, enforce_caps);
+    if (!s_.isolated(k)) return execute(*k.impl, in, repeats, enforce_caps);
 
+    // Inputs in another convention than the case's travel in a file of their own.
+    fs::path inputs = inputs_;
+    if (own_inputs) {
+      inputs = s_.work.path() / fmt::format("case-{}-{}.inputs", index_, k.report_index);
+      try {
+        wire::write(inputs, encode(in));
+      } catch (const std::exception& e) {
+        RunResult r;
+        r.message = fmt::format("cannot hand the case to a child process: {}", e.what());
+        return r;
+      }
+    }
     const auto result = s_.work.path() / fmt::format("case-{}-{}.result", index_, k.report_index);
     const auto log = s_.work.path() / fmt::format("case-{}-{}.log", index_, k.report_index);
-    std::vector<std::string> argv{s_.self.string(), "__child", "run", "--inputs", inputs_.string(), "--result",
+    std::vector<std::string> argv{s_.self.string(), "__child", "run", "--inputs", inputs.string(), "--result",
                                   result.string(), "--repeats", std::to_string(repeats)};
     if (k.ref.plugin) argv.insert(argv.end(), {"--plugin", k.ref.plugin->string()});
     if (k.ref.fault) argv.insert(argv.end(), {"--extra", *k.ref.fault});
@@ -215,6 +247,7 @@ class AttentionCase {
     }
     fs::remove(result, ec);
     fs::remove(log, ec);
+    if (inputs != inputs_) fs::remove(inputs, ec);
     return r;
   }
 
@@ -238,7 +271,7 @@ class AttentionCase {
     }
     r.run_seconds = run.run_seconds;
     try {
-      auto j = judge_attention(c.shape, Declaration{k.info.out_dtype}, run.outputs, truth.view());
+      auto j = judge_attention(c.shape, Declaration{k.info.out_dtype, k.info.compute}, run.outputs, truth.view());
       r.out = std::move(j.out);
       r.lse = std::move(j.lse);
       r.out_vs_unquantized = std::move(j.out_vs_unquantized);

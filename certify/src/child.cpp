@@ -199,7 +199,39 @@ int child_describe(const std::filesystem::path& plugin_path, const std::filesyst
   d.device_memory = lib->device_memory();
   d.append_formats = lib->append_formats();
   d.append_scale_fmts = lib->append_scale_fmts();
+  d.append_fp8_recipes = lib->append_fp8_recipes();
+  d.can_implement = lib->has_can_implement();
   wire::write(result, encode(d));
+  return 0;
+}
+
+int child_claims(const std::filesystem::path& plugin_path, const std::filesystem::path& query,
+                 const std::filesystem::path& result) {
+  const auto questions = decode_claim_query(wire::read(query, kClaimQuery));
+  const auto lib = plugin::Library::open(plugin_path);
+  std::vector<ClaimAnswer> answers;
+  for (const auto& q : questions) {
+    ClaimAnswer a;
+    try {
+      const auto c = lib->can_implement(q.shape, q.scale_fmt);
+      switch (c.answer) {
+        case plugin::Library::Claim::Answer::ok: a.kind = ClaimAnswer::Kind::ok; break;
+        case plugin::Library::Claim::Answer::unsupported:
+          a.kind = ClaimAnswer::Kind::unsupported;
+          a.reason = c.reason;
+          break;
+        case plugin::Library::Claim::Answer::error:
+          a.kind = ClaimAnswer::Kind::error;
+          a.reason = fmt::format("can_implement returned {}: {}", plugin::describe_rc(c.rc), c.reason);
+          break;
+      }
+    } catch (const std::exception& e) {
+      a.kind = ClaimAnswer::Kind::error;
+      a.reason = fmt::format("can_implement: {}", e.what());
+    }
+    answers.push_back(std::move(a));
+  }
+  wire::write(result, encode(answers));
   return 0;
 }
 

@@ -1,7 +1,13 @@
-// Private to mla_certify: the one decision whether a case is inside what an implementation
-// claims. A case outside the claims is NOT_CLAIMED (never judged, never counted against the
+// Private to mla_certify: THE decision whether a case is inside what an implementation claims.
+// A case outside the claims is NOT_CLAIMED (never judged, never counted against the
 // implementation, shown in its coverage); UNSUPPORTED is kept for a kernel that refuses, when
 // called, a shape it claimed.
+//
+// What is asked, in order: the registered kernel's own check() (which starts from its declared
+// capabilities), or for a plug-in the capabilities of its descriptor; then the lengths; then, for
+// a plug-in with an ABI 1.2 can_implement, the kernel's own answer. That answer is obtained in a
+// child process (loading a plug-in runs its code, which the certifying process never does) and
+// comes back as data; it is asked once per distinct shape and kept for the rest of the run.
 #pragma once
 
 #include <cstdint>
@@ -10,21 +16,33 @@
 #include <vector>
 
 #include "mla/core/attention.hpp"
+#include "mla/core/numeric.hpp"
+#include "mla/core/tolerance.hpp"
 
 namespace mla::certify {
 
 struct Implementation;
+class Session;
 
-// Why `k` does not claim a case of this shape, or nullopt when it claims it. `seqlens` are the
-// case's cache lengths when it has been loaded (variable lengths are a claim too); before that,
-// nullptr, and the decision is from the shape alone. Asked once per case before loading and
-// once after.
-//
-// What is asked, in order: the registered kernel's own check() (which starts from its declared
-// capabilities), or for a plug-in the capabilities of its descriptor; then the lengths. A
-// plug-in's `can_implement` callback (asked in a child process, like every plug-in call) would
-// be asked here last, its refusal a NOT_CLAIMED like the others.
+// Why `k` does not claim a case of this shape by its declarations, or nullopt when it claims it.
+// `seqlens` are the case's cache lengths when it has been loaded (variable lengths are a claim
+// too); before that, nullptr, and the decision is from the shape alone.
 std::optional<std::string> claim_refusal(const Implementation& k, const AttnShape& shape,
                                          const std::vector<int32_t>* seqlens);
+
+// claim_refusal on the shape, then the plug-in's can_implement (the FP8 scale format is part of
+// the shape it sees). Not claimed: the reason; by_kernel when the kernel's own can_implement
+// refused (its reason quoted). Throws mla::Error when can_implement failed (another return code,
+// a crash): an ERROR of the kernel, never a refusal.
+struct Claim {
+  bool claimed = true;
+  std::string reason;
+  bool by_kernel = false;
+};
+Claim claim(Session& s, const Implementation& k, const AttnShape& shape, std::optional<ScaleFmt> scale_fmt);
+
+// The verdict of a case an implementation does not claim, by its declarations or by its own
+// can_implement: one word, never counted against it.
+tol::Verdict not_claimed_verdict(const Claim& c);
 
 }  // namespace mla::certify

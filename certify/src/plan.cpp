@@ -30,6 +30,22 @@ std::string builtin_version(const Session& s) {
   return fmt::format("{} (commit {})", MLA_VERSION, commit ? commit->substr(0, 12) : std::string("unknown"));
 }
 
+// What the implementation declared, as the host applies it (the certificate's "declared").
+nlohmann::json declared_json(const Implementation& e) {
+  json j = {{"precision", to_json(precision_class(e.info), e.info.compute.has_value())},
+            {"conventions", to_json(e.info.conventions)}};
+  if (e.plugin) {
+    j["can_implement"] = e.can_implement;
+    if (e.append_formats & MLA_PLUGIN_CACHE_FP8) {
+      json recipes = json::array();
+      if (e.append_fp8_recipes & MLA_PLUGIN_RECIPE_DEEPSEEK_V32) recipes.push_back(to_string(Fp8Recipe::deepseek_v32));
+      if (e.append_fp8_recipes & MLA_PLUGIN_RECIPE_FLASHMLA) recipes.push_back(to_string(Fp8Recipe::flashmla));
+      j["append_fp8_recipes"] = recipes;
+    }
+  }
+  return j;
+}
+
 void add_implementation(Session& s, Implementation e, reports::KernelReport r) {
   for (const auto& other : s.implementations) {
     if (other.info.name == e.info.name) {
@@ -42,6 +58,7 @@ void add_implementation(Session& s, Implementation e, reports::KernelReport r) {
   r.description = e.info.description;
   r.out_dtype = to_string(e.info.out_dtype);
   r.unavailable = e.unavailable;
+  r.declared = declared_json(e);
   e.report_index = s.cert.kernels.size();
   s.cert.kernels.push_back(std::move(r));
   s.implementations.push_back(std::move(e));
@@ -80,6 +97,8 @@ void add_plugin(Session& s, const fs::path& path, std::size_t i) {
   e.unavailable = d.unavailable;
   e.append_formats = d.append_formats;
   e.append_scale_fmts = d.append_scale_fmts;
+  e.append_fp8_recipes = d.append_fp8_recipes;
+  e.can_implement = d.can_implement;
   reports::KernelReport r;
   r.version = d.version;
   r.origin = {{"kind", "plugin"},

@@ -111,7 +111,8 @@ wire::Message encode(const plugin::AppendCallInputs& in) {
   wire::Message m(kAppendInputs);
   m.fields() = {{"num_tokens", in.num_tokens},   {"batch", in.batch},           {"max_blocks", in.max_blocks},
                 {"page_size", in.page_size},     {"num_blocks", in.num_blocks}, {"max_seq_len", in.max_seq_len},
-                {"cache_format", in.cache_format}, {"scale_fmt", in.scale_fmt}, {"eps_bits", bits_of(in.eps)}};
+                {"cache_format", in.cache_format}, {"scale_fmt", in.scale_fmt}, {"fp8_recipe", in.fp8_recipe},
+                {"eps_bits", bits_of(in.eps)}};
   m.put("latent", in.latent);
   m.put("k_pe", in.k_pe);
   m.put("kv_norm_weight", in.kv_norm_weight);
@@ -134,6 +135,7 @@ plugin::AppendCallInputs decode_append_inputs(const wire::Message& m) {
     x.max_seq_len = f.at("max_seq_len");
     x.cache_format = f.at("cache_format");
     x.scale_fmt = f.at("scale_fmt");
+    x.fp8_recipe = f.at("fp8_recipe");
     x.eps = from_bits(f.at("eps_bits").get<uint64_t>());
     return x;
   });
@@ -181,7 +183,13 @@ wire::Message encode(const PluginDescription& d) {
                 {"device_memory", d.device_memory},
                 {"append_formats", d.append_formats},
                 {"append_scale_fmts", d.append_scale_fmts},
+                {"append_fp8_recipes", d.append_fp8_recipes},
+                {"can_implement", d.can_implement},
                 {"capabilities", to_json(d.info.caps)},
+                {"conventions", to_json(d.info.conventions)},
+                {"compute", d.info.compute ? json{{"operands", to_string(d.info.compute->operands)},
+                                                  {"accumulate", to_string(d.info.compute->accumulate)}}
+                                           : json()},
                 {"unavailable", d.unavailable ? json(*d.unavailable) : json()}};
   return m;
 }
@@ -202,7 +210,70 @@ PluginDescription decode_plugin_description(const wire::Message& m) {
     d.device_memory = f.at("device_memory");
     d.append_formats = f.at("append_formats");
     d.append_scale_fmts = f.at("append_scale_fmts");
+    d.append_fp8_recipes = f.at("append_fp8_recipes");
+    d.can_implement = f.at("can_implement");
+    d.info.conventions = conventions_from_json(f.at("conventions"));
+    if (const auto& c = f.at("compute"); !c.is_null()) {
+      d.info.compute = ComputePrecision{out_dtype_from_string(c.at("operands").get<std::string>()),
+                                        out_dtype_from_string(c.at("accumulate").get<std::string>())};
+    }
     return d;
+  });
+}
+
+wire::Message encode(const std::vector<ClaimQuestion>& q) {
+  wire::Message m(kClaimQuery);
+  json shapes = json::array();
+  for (const auto& x : q) {
+    shapes.push_back({{"shape", to_json(x.shape)}, {"scale_fmt", x.scale_fmt ? json(to_string(*x.scale_fmt)) : json()}});
+  }
+  m.fields() = {{"questions", shapes}};
+  return m;
+}
+
+std::vector<ClaimQuestion> decode_claim_query(const wire::Message& m) {
+  return decoding(m, [](const json& f) {
+    std::vector<ClaimQuestion> q;
+    for (const auto& x : f.at("questions")) {
+      ClaimQuestion c;
+      c.shape = attn_shape_from_json(x.at("shape"));
+      if (!x.at("scale_fmt").is_null()) c.scale_fmt = scale_fmt_from_string(x.at("scale_fmt").get<std::string>());
+      q.push_back(std::move(c));
+    }
+    return q;
+  });
+}
+
+namespace {
+const char* claim_kind_name(ClaimAnswer::Kind k) {
+  switch (k) {
+    case ClaimAnswer::Kind::ok: return "ok";
+    case ClaimAnswer::Kind::unsupported: return "unsupported";
+    case ClaimAnswer::Kind::error: return "error";
+  }
+  return "error";
+}
+ClaimAnswer::Kind claim_kind_from(const std::string& s) {
+  for (auto k : {ClaimAnswer::Kind::ok, ClaimAnswer::Kind::unsupported, ClaimAnswer::Kind::error}) {
+    if (s == claim_kind_name(k)) return k;
+  }
+  throw Error(fmt::format("unknown claim answer '{}'", s));
+}
+}  // namespace
+
+wire::Message encode(const std::vector<ClaimAnswer>& a) {
+  wire::Message m(kClaimAnswers);
+  json answers = json::array();
+  for (const auto& x : a) answers.push_back({{"answer", claim_kind_name(x.kind)}, {"reason", x.reason}});
+  m.fields() = {{"answers", answers}};
+  return m;
+}
+
+std::vector<ClaimAnswer> decode_claim_answers(const wire::Message& m) {
+  return decoding(m, [](const json& f) {
+    std::vector<ClaimAnswer> a;
+    for (const auto& x : f.at("answers")) a.push_back({claim_kind_from(x.at("answer").get<std::string>()), x.at("reason").get<std::string>()});
+    return a;
   });
 }
 

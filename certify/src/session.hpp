@@ -16,6 +16,7 @@
 #include "mla/certify/child.hpp"
 #include "mla/certify/golden_check.hpp"
 #include "mla/certify/isolation.hpp"
+#include "mla/certify/protocol.hpp"
 #include "mla/core/kernel.hpp"
 #include "mla/golden/golden.hpp"
 #include "mla/reports/certificate.hpp"
@@ -36,7 +37,9 @@ struct Implementation {
   const AttentionImpl* impl = nullptr;  // builtin / fault kernel: the object in this process
   KernelRef ref;                        // how a child builds it
   bool plugin = false;
+  bool can_implement = false;  // a plug-in whose can_implement (ABI 1.2) is asked about each shape
   uint32_t append_formats = 0, append_scale_fmts = 0;  // plug-ins with an append entry (ABI 1.1)
+  uint32_t append_fp8_recipes = 0;                     // MLA_PLUGIN_RECIPE_* its FP8 append writes
   std::size_t report_index = 0;                         // its KernelReport in the certificate
 };
 
@@ -108,6 +111,8 @@ class Session {
   // selection: written with every save and part of the final certificate.
   std::vector<std::vector<reports::CaseResult>> outside;
   bool save_failed = false;
+  // can_implement answers already obtained (claims.cpp), by implementation and shape.
+  std::map<std::string, ClaimAnswer> claim_answers;
 
   reports::KernelReport& report(const Implementation& k) { return cert.kernels[k.report_index]; }
   void record(const Implementation& k, reports::CaseResult r) { report(k).cases.push_back(std::move(r)); }
@@ -129,6 +134,7 @@ class Session {
 // plan.cpp: fills the session's implementations (and their KernelReports) and cases from the
 // options; UsageError when the selection is empty or names something unknown.
 void plan(Session& s);
+
 
 // attention_case.cpp: every implementation on one attention case (index `i` of the plan).
 void certify_attention_case(Session& s, const CaseRef& ref, std::size_t i);

@@ -1,18 +1,13 @@
 #include "mla/core/generator.hpp"
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <cstdlib>
-#include <exception>
-#include <mutex>
 #include <numeric>
-#include <thread>
 
 #include <fmt/format.h>
 
 #include "generator_kernels.hpp"
 #include "mla/core/error.hpp"
+#include "mla/core/isa.hpp"
 
 // splitmix64-uniform-v1, exactly as fixtures/SCHEMA.md writes it: every operation is on
 // uint64 (wrapping, as the schema's "modulo 2^64") or float64 in the written order, so the
@@ -64,14 +59,14 @@ const char* to_string(Isa isa) {
   return "?";
 }
 
+// The host code's one CPU detection (mla/core/isa.hpp). Its avx2 also asks for FMA, which the
+// generator's AVX2 kernel does not use; no x86-64 CPU has AVX2 without FMA.
 bool supported(Isa isa) {
-  static const bool avx2 = detail::cpu_has_avx2();
-  static const bool avx512 = detail::cpu_has_avx512();
   switch (isa) {
     case Isa::automatic:
     case Isa::scalar: return true;
-    case Isa::avx2: return avx2;
-    case Isa::avx512: return avx512;
+    case Isa::avx2: return cpu_supports(SimdIsa::avx2);
+    case Isa::avx512: return cpu_supports(SimdIsa::avx512);
   }
   return false;
 }
@@ -83,20 +78,6 @@ Isa best_isa() {
 }
 
 namespace {
-
-std::atomic<int> g_threads{0};  // set_threads' value; 0: not set
-
-int env_or_hardware_threads() {
-  if (const char* e = std::getenv("MLA_THREADS"); e != nullptr && *e != '\0') {
-    errno = 0;
-    char* end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    if (errno != 0 || end == e || *end != '\0' || v < 1 || v > 4096)
-      throw Error(fmt::format("MLA_THREADS='{}': expected a thread count between 1 and 4096", e));
-    return static_cast<int>(v);
-  }
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
 
 // A thread gets at least this many elements: below it, starting a thread (tens of us) costs more
 // than the fill it would share (about 1 ns per element).
@@ -125,46 +106,6 @@ void fill_parallel(uint64_t seed, uint64_t stream, double mean, double sd, std::
 }
 
 }  // namespace
-
-int threads() {
-  const int t = g_threads.load(std::memory_order_relaxed);
-  return t > 0 ? t : env_or_hardware_threads();
-}
-
-void set_threads(int n) {
-  if (n < 0 || n > 4096) throw Error(fmt::format("gen::set_threads({}): expected 0 (default) or 1..4096", n));
-  g_threads.store(n, std::memory_order_relaxed);
-}
-
-void parallel_for(std::size_t n, std::size_t min_per_thread, const std::function<void(std::size_t, std::size_t)>& body,
-                  int nthreads) {
-  if (n == 0) return;
-  const std::size_t want = static_cast<std::size_t>(nthreads > 0 ? nthreads : threads());
-  const std::size_t pieces = std::clamp<std::size_t>(n / std::max<std::size_t>(min_per_thread, 1), 1, want);
-  if (pieces == 1) {
-    body(0, n);
-    return;
-  }
-  // Piece boundaries on multiples of 64 items: whole cache lines per thread for every element
-  // type the fills write, so no two threads share a line.
-  auto bound = [&](std::size_t p) { return p == pieces ? n : std::min(n, (n / pieces * p) & ~std::size_t{63}); };
-  std::exception_ptr error;
-  std::mutex m;
-  auto run = [&](std::size_t p) {
-    try {
-      if (bound(p) < bound(p + 1)) body(bound(p), bound(p + 1));
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(m);
-      if (!error) error = std::current_exception();
-    }
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(pieces - 1);
-  for (std::size_t p = 1; p < pieces; ++p) pool.emplace_back(run, p);
-  run(0);
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
-}
 
 // ---- fills --------------------------------------------------------------------------------------
 

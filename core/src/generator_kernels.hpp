@@ -56,8 +56,4 @@ void fill_bf16_avx2(uint64_t k, uint64_t first, double mean, double sd, uint16_t
 void fill_f64_avx512(uint64_t k, uint64_t first, double mean, double sd, double* out, std::size_t n);
 void fill_bf16_avx512(uint64_t k, uint64_t first, double mean, double sd, uint16_t* out, std::size_t n);
 
-// Whether this CPU (and the OS, for the vector registers' state) runs the kernel.
-bool cpu_has_avx2();
-bool cpu_has_avx512();
-
 }  // namespace mla::gen::detail

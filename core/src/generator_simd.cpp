@@ -19,17 +19,6 @@ namespace mla::gen::detail {
 
 #if defined(MLA_GEN_X86)
 
-bool cpu_has_avx2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2");
-}
-
-bool cpu_has_avx512() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-}
-
 // ---- AVX2: four 64-bit lanes -----------------------------------------------------------------
 // AVX2 has no 64x64-bit multiply: a·c mod 2^64 = lo(a)·lo(c) + ((hi(a)·lo(c) + lo(a)·hi(c)) << 32),
 // each product a 32x32->64 vpmuludq.
@@ -215,8 +204,6 @@ MLA_AVX512 void fill_bf16_avx512(uint64_t k, uint64_t first, double mean, double
 
 #else  // not x86-64: only the scalar kernels exist; generator.cpp never calls these
 
-bool cpu_has_avx2() { return false; }
-bool cpu_has_avx512() { return false; }
 void fill_f64_avx2(uint64_t k, uint64_t first, double mean, double sd, double* out, std::size_t n) {
   fill_f64_scalar(k, first, mean, sd, out, n);
 }

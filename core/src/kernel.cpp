@@ -27,6 +27,8 @@ KernelRole kernel_role_from_string(std::string_view s) {
   throw Error(fmt::format("unknown kernel role '{}' (expected oracle, baseline or optimized)", s));
 }
 
+PrecisionClass precision_class(const KernelInfo& k) { return precision_class(k.compute, k.out_dtype); }
+
 std::optional<std::string> check_capabilities(const Capabilities& caps, const AttnShape& shape) {
   std::vector<std::string> why;
   if (shape.d_qk != 576 || shape.d_v != 512) {

@@ -17,13 +17,9 @@ using tol::Verdict;
 constexpr int64_t kLat = static_cast<int64_t>(kLatentDim), kRp = static_cast<int64_t>(kRopeDim),
                   kTok = static_cast<int64_t>(kQkDim);
 
-// The float32 scale recipe of fp8_quantize_token for a block maximum `amax`.
-float recipe_scale(double amax, ScaleFmt f) {
-  const float s = std::max(static_cast<float>(amax), 1e-4f) / 448.0f;
-  if (f == ScaleFmt::fp32) return s;
-  int e = 0;
-  const float m = std::frexp(s, &e);
-  return m == 0.5f ? s : std::ldexp(1.0f, e);
+// The recipes' formulas as messages name them (mla/core/numeric.hpp, Fp8Recipe).
+const char* recipe_formula(Fp8Recipe r) {
+  return r == Fp8Recipe::flashmla ? "max(amax / 448, 1e-4)" : "max(amax, 1e-4) / 448";
 }
 
 bool is_power_of_two(float s) {
@@ -80,8 +76,10 @@ void judge_fp8_encoding(const ref::AppendProblem& p, std::span<const uint8_t> af
   // RMSNorm is a scaling, so the latent's legitimate error is relative only: the entry's rtol.
   // (Its absolute terms exist for RoPE pairs that cancel, which the latent has not.)
   auto band = [&](double v) { return bf16_tol.rtol * std::fabs(v); };
-  int64_t bad_scales = 0, bad_codes = 0;
+  int64_t bad_scales = 0, bad_codes = 0, other_fits = 0;
   std::string first_scale, first_code;
+  // The recipe the implementation did not declare: when every wrong scale is that one's, say so.
+  const Fp8Recipe other = p.fp8_recipe == Fp8Recipe::deepseek_v32 ? Fp8Recipe::flashmla : Fp8Recipe::deepseek_v32;
   for (int64_t i = 0; i < p.num_tokens; ++i) {
     const uint8_t* t8 = after.data() + slots[static_cast<std::size_t>(i)] * static_cast<int64_t>(bpt);
     const double* t = values.data() + i * kTok;
@@ -93,13 +91,18 @@ void judge_fp8_encoding(const ref::AppendProblem& p, std::span<const uint8_t> af
         lo = std::max(lo, std::fabs(t[j]) - band(t[j]));
         hi = std::max(hi, std::fabs(t[j]) + band(t[j]));
       }
-      const float s_lo = recipe_scale(lo, p.scale_fmt), s_hi = recipe_scale(hi, p.scale_fmt);
-      const bool ok = std::isfinite(s) && s >= s_lo && s <= s_hi && (p.scale_fmt == ScaleFmt::fp32 || is_power_of_two(s));
-      if (!ok) {
+      auto allows = [&](Fp8Recipe r) {
+        const float s_lo = fp8_block_scale(lo, p.scale_fmt, r), s_hi = fp8_block_scale(hi, p.scale_fmt, r);
+        return std::isfinite(s) && s >= s_lo && s <= s_hi && (p.scale_fmt == ScaleFmt::fp32 || is_power_of_two(s));
+      };
+      if (!allows(p.fp8_recipe)) {
         if (bad_scales++ == 0) {
-          first_scale = fmt::format("token {} block {}: scale {:.9g}, the {} recipe allows [{:.9g}, {:.9g}]", i, b, s,
-                                    to_string(p.scale_fmt), s_lo, s_hi);
+          first_scale = fmt::format("token {} block {}: scale {:.9g}, the {} recipe ({} scales) allows [{:.9g}, {:.9g}]", i,
+                                    b, s, to_string(p.fp8_recipe), to_string(p.scale_fmt),
+                                    fp8_block_scale(lo, p.scale_fmt, p.fp8_recipe),
+                                    fp8_block_scale(hi, p.scale_fmt, p.fp8_recipe));
         }
+        if (allows(other)) ++other_fits;
         continue;  // codes are judged against a sound scale only
       }
       for (int64_t j = b * 128; j < (b + 1) * 128; ++j) {
@@ -114,9 +117,15 @@ void judge_fp8_encoding(const ref::AppendProblem& p, std::span<const uint8_t> af
     }
   }
   if (bad_scales) {
-    reasons.push_back(fmt::format("fp8 scales: {} block scale{} not max(amax, 1e-4)/448{} of the block; first {}", bad_scales,
-                                  bad_scales == 1 ? " is" : "s are",
+    reasons.push_back(fmt::format("fp8 scales: {} block scale{} not the declared {} recipe's {}{} of the block; first {}",
+                                  bad_scales, bad_scales == 1 ? " is" : "s are", to_string(p.fp8_recipe),
+                                  recipe_formula(p.fp8_recipe),
                                   p.scale_fmt == ScaleFmt::ue8m0 ? " rounded up to a power of two" : "", first_scale));
+    if (other_fits == bad_scales) {
+      reasons.push_back(fmt::format("fp8 scales: every one of them is the {} recipe's {}: the kernel writes {}, not the {} "
+                                    "it declares",
+                                    to_string(other), recipe_formula(other), to_string(other), to_string(p.fp8_recipe)));
+    }
   }
   if (bad_codes) {
     reasons.push_back(fmt::format("fp8 codes: {} e4m3 code{} not the round-to-nearest-even encoding of the value with "

@@ -6,8 +6,12 @@
 
 namespace mla {
 
+const tol::Tolerance& attention_tolerance(const PrecisionClass& c, CacheFormat format, std::string_view what) {
+  return tol::tolerance_for(c, format, what);
+}
+
 const tol::Tolerance& attention_tolerance(OutDType produced, CacheFormat format, std::string_view what) {
-  return tol::tolerance_for(produced, format, what);
+  return attention_tolerance(implied_precision(produced), format, what);
 }
 
 AttentionJudgement judge_attention(const AttnShape& s, const Declaration& declared, const AttnOutputs& got,
@@ -26,9 +30,12 @@ AttentionJudgement judge_attention(const AttnShape& s, const Declaration& declar
   const std::vector<int64_t> os = out_shape(s), ls = lse_shape(s);
   const bool with_ref = got.dtype != OutDType::f64 && !truth.same_dtype_out.empty();
   auto ref = [&](std::span<const double> v) { return with_ref ? std::optional<std::span<const double>>(v) : std::nullopt; };
-  j.out = tol::judge("out", got.out, truth.out, os, attention_tolerance(got.dtype, s.cache_format, "out"),
+  // The declared operands and accumulation with the dtype really produced: a wrong dtype is a
+  // reason above, and the values are judged for what they are.
+  const PrecisionClass cls = precision_class(declared.compute, got.dtype);
+  j.out = tol::judge("out", got.out, truth.out, os, attention_tolerance(cls, s.cache_format, "out"),
                      ref(truth.same_dtype_out));
-  j.lse = tol::judge("lse", got.lse, truth.lse, ls, attention_tolerance(got.dtype, s.cache_format, "lse"),
+  j.lse = tol::judge("lse", got.lse, truth.lse, ls, attention_tolerance(cls, s.cache_format, "lse"),
                      ref(truth.same_dtype_lse));
   for (const auto& why : j.out.reasons) j.reasons.push_back("out: " + why);
   for (const auto& why : j.lse.reasons) j.reasons.push_back("lse: " + why);

@@ -53,6 +53,7 @@ class MlaFp64 final : public AttentionImpl {
     info_.description = "float64 absorbed MLA attention core (the truth reference), online softmax, Eigen";
     info_.role = KernelRole::oracle;
     info_.out_dtype = OutDType::f64;
+    info_.compute = ComputePrecision{OutDType::f64, OutDType::f64};
     info_.caps = host_capabilities();
   }
   const KernelInfo& info() const override { return info_; }

@@ -207,6 +207,9 @@ class CudaMlaDecode final : public AttentionImpl {
     if (opt.forced_splits > 0) info_.description += fmt::format(" (forced {} splits)", opt.forced_splits);
     info_.role = KernelRole::optimized;
     info_.out_dtype = OutDType::bf16;
+    // bf16 mma.sync operands (an FP8 cache is dequantized into bf16 tiles, P rounded to bf16),
+    // fp32 softmax and accumulation.
+    info_.compute = ComputePrecision{OutDType::bf16, OutDType::f32};
     info_.caps = mla_decode_caps();
   }
 

@@ -175,6 +175,7 @@ class CudaNaiveMha final : public AttentionImpl {
         "(fp32 accumulate), fp32 softmax, bf16 probabilities and output";
     info_.role = KernelRole::baseline;
     info_.out_dtype = OutDType::bf16;
+    info_.compute = ComputePrecision{OutDType::bf16, OutDType::f32};  // cuBLAS bf16 GEMMs, fp32 accumulate
     info_.caps = detail::dense_bf16_caps();
   }
 

@@ -61,6 +61,55 @@ Capabilities capabilities_from(const mla_plugin_capabilities& c) {
   return caps;
 }
 
+namespace {
+
+// A 1.2 field holding one of two words, 0 or 1.
+void check_choice(uint32_t v, const char* field, const char* zero, const char* one) {
+  if (v > 1) throw PluginError(fmt::format("{} {} is neither {} (0) nor {} (1)", field, v, zero, one));
+}
+
+std::optional<OutDType> precision_from_abi(uint32_t v, const char* field) {
+  switch (v) {
+    case MLA_PLUGIN_PRECISION_UNDECLARED: return std::nullopt;
+    case MLA_PLUGIN_PRECISION_FP64: return OutDType::f64;
+    case MLA_PLUGIN_PRECISION_FP32: return OutDType::f32;
+    case MLA_PLUGIN_PRECISION_BF16: return OutDType::bf16;
+    default:
+      throw PluginError(fmt::format("{} {} is not an MLA_PLUGIN_PRECISION_* value (0 undeclared, 1 fp64, 2 fp32, 3 bf16)",
+                                    field, v));
+  }
+}
+
+OutDType out_dtype_from_abi(int32_t v) { return v == MLA_PLUGIN_OUT_BF16 ? OutDType::bf16 : OutDType::f32; }
+
+void validate_revision_1_2(const mla_plugin_descriptor& d) {
+  check_choice(d.lse_base, "lse_base", "MLA_PLUGIN_LSE_BASE_E", "MLA_PLUGIN_LSE_BASE_2");
+  check_choice(d.lse_layout, "lse_layout", "MLA_PLUGIN_LSE_B_H_SQ", "MLA_PLUGIN_LSE_B_SQ_H");
+  check_choice(d.empty_row_lse, "empty_row_lse", "MLA_PLUGIN_EMPTY_LSE_POS_INF", "MLA_PLUGIN_EMPTY_LSE_NEG_INF");
+  check_choice(d.index_numbering, "index_numbering", "MLA_PLUGIN_INDEX_POSITIONS", "MLA_PLUGIN_INDEX_GLOBAL_SLOTS");
+  const auto ops = precision_from_abi(d.operand_precision, "operand_precision");
+  const auto acc = precision_from_abi(d.accum_precision, "accum_precision");
+  if (ops.has_value() != acc.has_value()) {
+    throw PluginError(fmt::format("operand_precision {} and accum_precision {} must both be declared or both be "
+                                  "MLA_PLUGIN_PRECISION_UNDECLARED",
+                                  d.operand_precision, d.accum_precision));
+  }
+  if (ops) {
+    const PrecisionClass c{*ops, *acc, out_dtype_from_abi(d.out_dtype)};
+    if (auto why = unjudgeable(c)) throw PluginError(fmt::format("precision class {}", *why));
+  }
+  const uint32_t known_recipes = MLA_PLUGIN_RECIPE_DEEPSEEK_V32 | MLA_PLUGIN_RECIPE_FLASHMLA;
+  if ((d.append_fp8_recipes & ~known_recipes) != 0 ||
+      (d.append_fp8_recipes != 0 && (d.append_formats & MLA_PLUGIN_CACHE_FP8) == 0)) {
+    throw PluginError(fmt::format("append_fp8_recipes 0x{:x} must be MLA_PLUGIN_RECIPE_* bits, and 0 unless "
+                                  "append_formats includes MLA_PLUGIN_CACHE_FP8",
+                                  d.append_fp8_recipes));
+  }
+  if (d.reserved_1_2 != 0) throw PluginError(fmt::format("reserved_1_2 is {}, must be 0", d.reserved_1_2));
+}
+
+}  // namespace
+
 void validate_descriptor(const mla_plugin_descriptor& d) {
   if (d.abi_version != MLA_PLUGIN_ABI_VERSION) {
     throw PluginError(fmt::format("plug-in ABI version {} is not this host's {} (rebuild it against this "
@@ -126,6 +175,7 @@ void validate_descriptor(const mla_plugin_descriptor& d) {
                                     d.append_scale_fmts));
     }
   }
+  if (MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, can_implement, d.struct_size)) validate_revision_1_2(d);
 }
 
 // ---- Library --------------------------------------------------------------------------------
@@ -167,7 +217,7 @@ std::shared_ptr<Library> Library::open(const std::filesystem::path& path) {
   lib->info_.name = d.name;
   lib->info_.backend = d.backend;
   lib->info_.description = d.description;
-  lib->info_.out_dtype = d.out_dtype == MLA_PLUGIN_OUT_BF16 ? OutDType::bf16 : OutDType::f32;
+  lib->info_.out_dtype = out_dtype_from_abi(d.out_dtype);
   lib->info_.caps = capabilities_from(d.caps);
   lib->version_ = d.version;
   if (MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, append, d.struct_size)) {
@@ -176,6 +226,20 @@ std::shared_ptr<Library> Library::open(const std::filesystem::path& path) {
     lib->append_formats_ = d.append_formats;
     lib->append_scale_fmts_ = d.append_scale_fmts;
     lib->append_ = d.append;
+  }
+  // FP8 appends write DeepSeek's recipe unless the plug-in says which (1.2); 1.1 had only that one.
+  if (lib->append_formats_ & MLA_PLUGIN_CACHE_FP8) lib->append_fp8_recipes_ = MLA_PLUGIN_RECIPE_DEEPSEEK_V32;
+  if (MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, can_implement, d.struct_size)) {
+    auto& c = lib->info_.conventions;
+    c.lse_base = d.lse_base == MLA_PLUGIN_LSE_BASE_2 ? LseBase::two : LseBase::e;
+    c.lse_layout = d.lse_layout == MLA_PLUGIN_LSE_B_SQ_H ? LseLayout::b_sq_h : LseLayout::b_h_sq;
+    c.empty_row_lse = d.empty_row_lse == MLA_PLUGIN_EMPTY_LSE_NEG_INF ? EmptyRowLse::neg_inf : EmptyRowLse::pos_inf;
+    c.indices = d.index_numbering == MLA_PLUGIN_INDEX_GLOBAL_SLOTS ? IndexNumbering::global_slots : IndexNumbering::positions;
+    const auto ops = precision_from_abi(d.operand_precision, "operand_precision");
+    const auto acc = precision_from_abi(d.accum_precision, "accum_precision");
+    if (ops && acc) lib->info_.compute = ComputePrecision{*ops, *acc};
+    if (d.append_fp8_recipes != 0) lib->append_fp8_recipes_ = d.append_fp8_recipes;
+    lib->can_implement_ = d.can_implement;
   }
   return lib;
 }
@@ -190,6 +254,36 @@ std::optional<std::string> Library::unavailable() const {
   }
   if (device_memory()) return detail::device_unavailable();
   return std::nullopt;
+}
+
+Library::Claim Library::can_implement(const AttnShape& shape, std::optional<ScaleFmt> scale_fmt) const {
+  Claim c;
+  if (!can_implement_) return c;
+  mla_plugin_shape a{};
+  a.struct_size = sizeof a;
+  a.batch = shape.batch;
+  a.s_q = shape.s_q;
+  a.heads = shape.heads;
+  a.d_qk = shape.d_qk;
+  a.d_v = shape.d_v;
+  a.page_size = shape.page_size;
+  a.num_blocks = shape.num_blocks;
+  a.max_blocks = shape.max_blocks;
+  a.topk = shape.topk;
+  a.cache_format = shape.cache_format == CacheFormat::fp8 ? MLA_PLUGIN_CACHE_FP8 : MLA_PLUGIN_CACHE_BF16;
+  a.causal = shape.causal ? 1 : 0;
+  if (shape.cache_format == CacheFormat::fp8) {
+    a.scale_fmt = scale_fmt.value_or(ScaleFmt::fp32) == ScaleFmt::ue8m0 ? MLA_PLUGIN_SCALE_UE8M0 : MLA_PLUGIN_SCALE_FP32;
+  }
+  char reason[1024] = {};
+  const int32_t rc = can_implement_(&a, reason, sizeof reason);
+  reason[sizeof reason - 1] = '\0';
+  c.rc = rc;
+  c.reason = reason;
+  c.answer = rc == MLA_PLUGIN_OK ? Claim::Answer::ok : rc == MLA_PLUGIN_UNSUPPORTED ? Claim::Answer::unsupported
+                                                                                    : Claim::Answer::error;
+  if (c.answer == Claim::Answer::unsupported && c.reason.empty()) c.reason = "(no reason given)";
+  return c;
 }
 
 // ---- GuardedBuffer --------------------------------------------------------------------------
@@ -477,6 +571,7 @@ AppendCallResult call_append(const Library& lib, const AppendCallInputs& in) {
   a.block_table = block_table.data();
   a.kv_cache = cache.data();
   a.stream = nullptr;
+  a.fp8_recipe = in.cache_format == MLA_PLUGIN_CACHE_FP8 ? in.fp8_recipe : 0;
 
   std::unique_ptr<detail::DeviceCall> dev;
   if (lib.device_memory()) {

@@ -301,6 +301,7 @@ json to_json(const Certificate& c) {
                        {"out_dtype", k.out_dtype},
                        {"version", k.version},
                        {"origin", k.origin},
+                       {"declared", k.declared},
                        {"notes", k.notes},
                        {"unavailable", opt(k.unavailable)},
                        {"verdict", kernel_verdict(k, finished(c))},
@@ -365,6 +366,7 @@ Certificate certificate_from_json(const json& j) {
       // Fields added after format 1 was first written: absent in older certificates.
       k.version = read_opt<std::string>(kj, kw, "version").value_or("");
       if (kj.contains("origin")) k.origin = kj.at("origin");
+      if (kj.contains("declared")) k.declared = kj.at("declared");
       // What --resume compares a plug-in by: it must be what the certifier wrote there.
       if (k.origin.is_object() && k.origin.contains("sha256")) (void)field<std::string>(k.origin, kw + ".origin", "sha256");
       k.notes = read_opt<std::vector<std::string>>(kj, kw, "notes").value_or(std::vector<std::string>{});

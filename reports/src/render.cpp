@@ -86,6 +86,7 @@ void kernel_section(std::string& md, const Certificate& c, const KernelReport& k
                     k.backend, k.out_dtype, cell(k.description));
   if (!k.version.empty()) md += fmt::format("Version: {}\n", cell(k.version));
   if (!k.origin.is_null()) md += fmt::format("Origin: `{}`\n\n", k.origin.dump());
+  if (!k.declared.is_null()) md += fmt::format("Declared: `{}`\n\n", k.declared.dump());
   for (const auto& note : k.notes) md += fmt::format("Note (information only): {}\n\n", cell(note));
   md += fmt::format("PASS {} · FAIL {} · ERROR {} · HOST_ERROR {} · UNSUPPORTED {} · NOT_CLAIMED {} · SKIPPED {}\n",
                     n.pass, n.fail, n.error, n.host_error, n.unsupported, n.not_claimed, n.skipped);

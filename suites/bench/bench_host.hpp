@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <fstream>
 #include <functional>
@@ -89,6 +90,13 @@ inline bool init_google_benchmark(int argc, char** argv, bool quick) {
   args.push_back(nullptr);
   benchmark::Initialize(&gargc, args.data());
   return !benchmark::ReportUnrecognizedArguments(gargc, args.data());
+}
+
+// CPU seconds this process has used, all threads.
+inline double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // Bytes of MemAvailable (0 if unknown).

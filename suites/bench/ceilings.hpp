@@ -24,6 +24,8 @@ const char* to_string(Isa i);
 // (the build's flags): a kernel compiled for sse2 cannot reach the avx512 peak.
 Isa runtime_isa();
 Isa build_isa();
+// The ISA the host kernels' products run with (mla::simd_isa(): the best, unless MLA_ISA says).
+Isa kernel_isa();
 
 // One probe kernel, one thread, `n` elements or iterations; each returns a value that depends on
 // all the work so the compiler cannot drop it.
@@ -60,6 +62,9 @@ struct CeilingSet {
   std::vector<Ceiling> all;
   // The ones used for % of ceiling and the ridge point.
   double read_bw = 0, triad_bw = 0, fma_f64 = 0, fma_f32 = 0, gemm_f64 = 0;
+  // The FMA probes' FLOPs per CPU second the process got (one core's peak, however busy the
+  // machine was): the roof of pct_of_flop_ceiling_per_cpu_second.
+  double fma_f64_per_cpu_second = 0, fma_f32_per_cpu_second = 0;
 };
 
 // Runs every probe with `threads` threads (each thread its own slice or its own chains), best

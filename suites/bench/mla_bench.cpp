@@ -15,8 +15,9 @@
 // (suites/device/gpu_bench.hpp: CUDA events, L2 flush, device ceilings in the same JSON);
 // without a device they are listed as unavailable rows.
 //   --mla_points=a,b                    only these axis points (any tier)
-//   --mla_threads=N                     threads of the ceiling probes (default 1: the CPU
-//                                       implementations are single-threaded)
+//   --mla_threads=N                     threads of the CPU implementations and of the ceiling
+//                                       probes, one setting for both (default: $MLA_THREADS, else
+//                                       every core; mla/core/threads.hpp)
 //   --mla_stream_mib=N                  size of each STREAM array (default 256)
 //   --mla_ceiling_reps=N                best of N for the context ceilings (default 5)
 //   --mla_no_flush                      do not evict the caches between timed calls (by
@@ -50,7 +51,10 @@
 
 #include "bench_host.hpp"
 #include "ceilings.hpp"
+#include "harness.hpp"
 #include "mla/core/error.hpp"
+#include "mla/core/isa.hpp"
+#include "mla/core/threads.hpp"
 #if MLA_BENCH_WITH_GPU
 // The GPU half (suites/device): device ceilings, CUDA-event timing and an L2 flush for the
 // `cuda` implementations, linked when the CUDA build has it (suites/bench/CMakeLists.txt).
@@ -71,7 +75,7 @@ struct Options {
   bool quick = false;
   std::vector<std::string> kernels;
   std::vector<std::string> points;
-  int threads = 1;
+  int threads = 0;  // 0: mla::threads()
   std::size_t stream_mib = 256;
   int ceiling_reps = 5;
   bool flush = true;
@@ -105,17 +109,11 @@ std::string fmt_si(double v) { return fmt::format("{:.6g}", v); }
 // Which host ceilings judge an implementation. Device implementations get none here (the GPU
 // half gives the `cuda` ones their device's roofs) rather than a CPU number that would make a
 // GPU look 100x past its roof.
-struct Roof {
-  bool known = false;
-  double bw = 0, peak = 0;
-  std::string peak_name;
-};
-
-Roof roof_for(const mla::KernelInfo& info, const CeilingSet& c) {
-  Roof r;
+mla::bench::Roof roof_for(const mla::KernelInfo& info, const CeilingSet& c) {
+  mla::bench::Roof r;
   if (info.backend != "cpu") return r;
-  r.known = true;
-  r.bw = c.read_bw;  // the kernels mostly read: the read-only probe is their bandwidth roof
+  r.bw_name = "read_bw";  // the kernels mostly read: the read-only probe is their bandwidth roof
+  r.bw = c.read_bw;
   if (info.out_dtype == mla::OutDType::f64) {
     r.peak = c.fma_f64;
     r.peak_name = "fma_f64";
@@ -174,11 +172,7 @@ struct KernelCase {
   int threads;                        // threads the CPU implementations use (--mla_threads)
 };
 
-double process_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
+using mla::bench::process_cpu_seconds;
 
 void bench_kernel(benchmark::State& st, KernelCase kc) {
   const mla::AttentionImpl& impl = *kc.impl;
@@ -228,31 +222,27 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
       seconds += dt;
     }
     if (st.error_occurred()) return;
-    const double iters = static_cast<double>(st.iterations());
     using C = benchmark::Counter;
-    st.SetBytesProcessed(static_cast<int64_t>(cost.bytes) * st.iterations());
-    st.counters["flop_per_second"] = C(cost.flops, C::kIsIterationInvariantRate);
-    st.counters["model_bytes"] = C(cost.bytes);
-    st.counters["model_flops"] = C(cost.flops);
-    const double ai = cost.bytes > 0 ? cost.flops / cost.bytes : 0.0;
-    st.counters["ai_flop_per_byte"] = C(ai);
+    const std::string bound = mla::bench::roofline_counters(st, cost, seconds, roof_for(impl.info(), *kc.ceilings));
     st.counters["cold_cache"] = C(flusher ? 1.0 : 0.0);
     // CPU time the process got during the timed calls per wall second and thread: below 1 the
     // implementation was descheduled (a busy machine), so its times overstate its cost.
     if (impl.info().backend == "cpu" && seconds > 0)
       st.counters["cpu_share"] = C(cpu_seconds / (seconds * kc.threads));
-    const Roof roof = roof_for(impl.info(), *kc.ceilings);
-    if (roof.known && seconds > 0) {
-      const double bps = cost.bytes * iters / seconds, fps = cost.flops * iters / seconds;
-      const double ridge = roof.peak / roof.bw;
-      const bool mem = ai < ridge;
-      st.counters["pct_of_bw_ceiling"] = C(100.0 * bps / roof.bw);
-      st.counters["pct_of_flop_ceiling"] = C(100.0 * fps / roof.peak);
-      st.counters["pct_of_ceiling"] = C(100.0 * (mem ? bps / roof.bw : fps / roof.peak));
-      st.counters["memory_bound"] = C(mem ? 1.0 : 0.0);
-      st.counters["ridge_flop_per_byte"] = C(ridge);
-      st.SetLabel(fmt::format("{}; roof read_bw+{}{}", mem ? "memory-bound" : "compute-bound", roof.peak_name,
-                              flusher ? "" : "; warm caches"));
+    // The FLOP rate per CPU second the process got, against the FMA probe's rate per CPU second
+    // (a core's peak): what the implementation reaches on the cores it was given. On a shared machine the wall
+    // rate (pct_of_flop_ceiling) also counts the time other processes held the cores; this one
+    // does not, so the two together tell a slow kernel from a busy machine. Not a substitute
+    // for the wall rate: the report's % of ceiling stays the wall one.
+    if (impl.info().backend == "cpu" && cpu_seconds > 0) {
+      const bool f64 = impl.info().out_dtype == mla::OutDType::f64;
+      const double per_cpu = f64 ? kc.ceilings->fma_f64_per_cpu_second : kc.ceilings->fma_f32_per_cpu_second;
+      if (per_cpu > 0)
+        st.counters["pct_of_flop_ceiling_per_cpu_second"] =
+            C(100.0 * cost.flops * static_cast<double>(st.iterations()) / cpu_seconds / per_cpu);
+    }
+    if (!bound.empty()) {
+      st.SetLabel(fmt::format("{}{}", bound, flusher ? "" : "; warm caches"));
     } else {
       st.SetLabel(fmt::format("no ceiling: none measured for backend {} in this run; device caches not flushed",
                               impl.info().backend));
@@ -312,26 +302,6 @@ void bench_gemm(benchmark::State& st, int n) {
   st.counters["flop_per_second"] = benchmark::Counter(total, benchmark::Counter::kIsRate);
 }
 
-nlohmann::ordered_json point_json(const mla::axes::AxisPoint& p) {
-  int32_t mx = 0;
-  for (int32_t l : p.seqlens) mx = std::max(mx, l);
-  return {{"axis", mla::axes::to_string(p.axis)},
-          {"why", p.why},
-          {"scaled_from", p.scaled_from},
-          {"batch", p.shape.batch},
-          {"s_q", p.shape.s_q},
-          {"heads", p.shape.heads},
-          {"page_size", p.shape.page_size},
-          {"topk", p.shape.topk},
-          {"cache_format", mla::to_string(p.shape.cache_format)},
-          {"scale_fmt", p.shape.cache_format != mla::CacheFormat::fp8 ? ""
-                        : p.scale_fmt == mla::ScaleFmt::ue8m0 ? "ue8m0" : "fp32"},
-          {"seqlen_max", mx},
-          {"seqlen_mean", p.shape.batch ? static_cast<double>(p.total_tokens()) / p.shape.batch : 0.0},
-          {"total_tokens", p.total_tokens()},
-          {"seed", p.seed}};
-}
-
 void print_table() {
   std::cout << "name\taxis\ttiers\tbatch\ts_q\theads\tpage_size\ttopk\tcache\tseqlen_max\ttotal_tokens\tinput_MiB\tscaled_from\n";
   for (const auto& p : mla::axes::catalog()) {
@@ -341,7 +311,7 @@ void print_table() {
         if (!tiers.empty()) tiers += ',';
         tiers += mla::axes::to_string(t);
       }
-    const auto j = point_json(p);
+    const auto j = mla::bench::point_json(p);
     std::cout << fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.1f}\t{}\n", p.name, j["axis"].get<std::string>(), tiers,
                              p.shape.batch, p.shape.s_q, p.shape.heads, p.shape.page_size, p.shape.topk,
                              j["cache_format"].get<std::string>(), j["seqlen_max"].get<int>(), p.total_tokens(),
@@ -362,6 +332,16 @@ int main(int argc, char** argv) {
   if (o.list) {
     print_table();
     return 0;
+  }
+  try {
+    // One thread count for the kernels (they read mla::threads()) and the ceilings below, so a
+    // % of ceiling compares like with like.
+    if (o.threads > 0) mla::set_threads(o.threads);
+    o.threads = mla::threads();
+    (void)mla::simd_isa();  // a malformed MLA_ISA is a usage error here, not an error row
+  } catch (const std::exception& e) {
+    std::cerr << "mla-bench: " << e.what() << "\n";
+    return 2;
   }
   if (!mla::bench::init_google_benchmark(argc, argv, o.quick)) return 2;
 
@@ -442,6 +422,8 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("mla_tier", o.points.empty() ? mla::axes::to_string(o.tier) : "explicit points");
   benchmark::AddCustomContext("mla_isa_runtime", mla::bench::to_string(mla::bench::runtime_isa()));
   benchmark::AddCustomContext("mla_isa_build", mla::bench::to_string(mla::bench::build_isa()));
+  // What the host implementations' products dispatch to at run time (mla/ref/gemm.hpp).
+  benchmark::AddCustomContext("mla_isa_kernels", mla::to_string(mla::simd_isa()));
   benchmark::AddCustomContext("mla_llc_bytes", std::to_string(llc));
   // Below this the points are the edges (sub-millisecond calls on < 1 MiB of inputs), where a
   // per-call eviction costs 10-100x the call and the roofline has nothing to learn.
@@ -472,7 +454,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("mla_device_half", MLA_BENCH_WITH_GPU ? "linked (suites/device)" : "not built (no CUDA)");
   benchmark::AddCustomContext("mla_ceilings", cj.dump());
   nlohmann::ordered_json pj = nlohmann::ordered_json::object();
-  for (const auto* p : points) pj[p->name] = point_json(*p);
+  for (const auto* p : points) pj[p->name] = mla::bench::point_json(*p);
   benchmark::AddCustomContext("mla_points", pj.dump());
   nlohmann::ordered_json kj = nlohmann::ordered_json::array();
   for (const auto* k : impls) {
@@ -482,17 +464,8 @@ int main(int argc, char** argv) {
       continue;
     }
 #endif
-    const auto why = k->unavailable();
-    const Roof roof = roof_for(k->info(), ceilings);
-    kj.push_back({{"name", k->info().name},
-                  {"backend", k->info().backend},
-                  {"description", k->info().description},
-                  {"role", mla::to_string(k->info().role)},
-                  {"out_dtype", mla::to_string(k->info().out_dtype)},
-                  {"unavailable", why ? *why : ""},
-                  // Which measured ceilings judge it (keys of mla_ceilings); null: none measured.
-                  {"roof_bw", roof.known ? nlohmann::ordered_json("read_bw") : nlohmann::ordered_json()},
-                  {"roof_peak", roof.known ? nlohmann::ordered_json(roof.peak_name) : nlohmann::ordered_json()}});
+    // Which measured ceilings judge it (keys of mla_ceilings); null: none measured.
+    kj.push_back(mla::bench::kernel_json(*k, roof_for(k->info(), ceilings)));
   }
   benchmark::AddCustomContext("mla_kernels", kj.dump());
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -55,7 +56,8 @@ std::vector<AppendCase> all_cases() {
   std::vector<AppendCase> out;
   for (const auto& g : boundary_goldens()) {
     auto c = mla::certify::make_append_cases(g, MLA_PLUGIN_CACHE_BF16 | MLA_PLUGIN_CACHE_FP8,
-                                             MLA_PLUGIN_SCALE_FP32 | MLA_PLUGIN_SCALE_UE8M0, mla::Capabilities{});
+                                             MLA_PLUGIN_SCALE_FP32 | MLA_PLUGIN_SCALE_UE8M0,
+                                             MLA_PLUGIN_RECIPE_DEEPSEEK_V32 | MLA_PLUGIN_RECIPE_FLASHMLA, mla::Capabilities{});
     out.insert(out.end(), c.begin(), c.end());
   }
   return out;
@@ -252,6 +254,59 @@ TEST_F(AppendGoldens, CorrectAppendPluginCertifiesGreen) {
   }
 }
 
+// FlashMLA's quantizer and vLLM's fp8_ds_mla writer use max(amax / 448, 1e-4): a correct append
+// of that recipe, declared as such, is judged by it.
+TEST_F(AppendGoldens, FlashMlaRecipeAppendDeclaredAsSuchCertifiesGreen) {
+  const auto c = certify(std::string("--family cache_append --plugin ") + MLA_PLUGIN_FLASHMLA_APPEND);
+  EXPECT_EQ(c.status, 0) << c.out;
+  const auto rows = append_rows(c, "flashmla_append");
+  EXPECT_EQ(rows.size(), boundary_goldens().size() * 9) << "bf16, fp8/fp32, fp8/ue8m0 x prefill, last_valid, rejected";
+  int fp8 = 0;
+  for (const auto& r : rows) {
+    EXPECT_EQ(r.verdict, Verdict::pass) << r.name << ": " << reasons(r);
+    if (r.shape.at("cache_format") != "fp8") continue;
+    ++fp8;
+    EXPECT_EQ(r.shape.at("fp8_recipe"), "flashmla") << r.name;
+    EXPECT_NE(r.name.find("_flashmla/"), std::string::npos) << r.name;
+  }
+  EXPECT_GT(fp8, 0);
+  // The certificate records what the plug-in declared.
+  ASSERT_EQ(c.cert.kernels.size(), 1u);
+  EXPECT_EQ(c.cert.kernels[0].declared.at("append_fp8_recipes"), nlohmann::json::array({"flashmla"}));
+}
+
+// The same code declaring DeepSeek's recipe fails exactly the calls where the two recipes write
+// different bytes (a block of amax < 448 * 1e-4: the all-zero latent), and says which recipe it
+// really writes.
+TEST_F(AppendGoldens, AFlashMlaRecipeAppendDeclaredAsDeepSeeksFailsNamingTheRecipeItWrites) {
+  const auto c = certify(std::string("--family cache_append --plugin ") + MLA_PLUGIN_FLASHMLA_APPEND_DECLARED_V32);
+  EXPECT_EQ(c.status, 1) << c.out;
+  std::map<std::string, const AppendCase*> by_name;
+  const auto cases = all_cases();
+  for (const auto& x : cases) by_name[x.name] = &x;
+  int red = 0;
+  for (const auto& r : append_rows(c, "flashmla_append_declared_v32")) {
+    SCOPED_TRACE(r.name);
+    const auto it = by_name.find(r.name);
+    ASSERT_NE(it, by_name.end());
+    bool differ = false;
+    if (it->second->format == mla::CacheFormat::fp8 && !it->second->expect_capacity) {
+      auto as_flashmla = *it->second;
+      as_flashmla.fp8_recipe = mla::Fp8Recipe::flashmla;
+      differ = reference_run(*it->second).kv_cache != reference_run(as_flashmla).kv_cache;
+    }
+    if (!differ) {
+      EXPECT_EQ(r.verdict, Verdict::pass) << reasons(r);
+      continue;
+    }
+    ++red;
+    EXPECT_EQ(r.verdict, Verdict::fail);
+    EXPECT_TRUE(has_reason(r, "not the declared deepseek_v32 recipe's max(amax, 1e-4) / 448")) << reasons(r);
+    EXPECT_TRUE(has_reason(r, "the kernel writes flashmla, not the deepseek_v32 it declares")) << reasons(r);
+  }
+  EXPECT_GT(red, 0);
+}
+
 TEST_F(AppendGoldens, HalfSplitRopeFailsNamingTheRope) {
   const auto c = certify(std::string("--family cache_append --plugin ") + MLA_PLUGIN_APPEND_HALF_SPLIT_ROPE);
   EXPECT_EQ(c.status, 1) << c.out;
@@ -312,6 +367,31 @@ TEST(PluginAbi, ADescriptorOfRevision10StillLoadsAndItsTailIsNeverRead) {
   EXPECT_EQ(lib->append_formats(), 0u);
   EXPECT_EQ(lib->append(), nullptr);
   EXPECT_FALSE(lib->unavailable().has_value());
+}
+
+TEST(PluginAbi, ADescriptorOfRevision11StillLoadsAndItsTailIsNeverRead) {
+  // Its 1.2 fields hold garbage past struct_size: a host reading them would refuse it.
+  const auto lib = mla::plugin::Library::open(MLA_PLUGIN_ABI_1_1_PLUGIN);
+  EXPECT_EQ(lib->descriptor().struct_size, MLA_PLUGIN_DESCRIPTOR_V1_1_SIZE);
+  EXPECT_EQ(lib->abi_minor(), 1u);
+  EXPECT_EQ(lib->append_formats(), MLA_PLUGIN_CACHE_BF16 | MLA_PLUGIN_CACHE_FP8);
+  EXPECT_EQ(lib->append_fp8_recipes(), MLA_PLUGIN_RECIPE_DEEPSEEK_V32) << "1.1 knew one recipe: DeepSeek's";
+  EXPECT_FALSE(lib->has_can_implement());
+  EXPECT_TRUE(lib->info().conventions.canonical());
+  EXPECT_FALSE(lib->info().compute.has_value());
+}
+
+TEST_F(AppendGoldens, ARevision11AppendCertifiesGreenUnderDeepSeeksRecipe) {
+  const auto c = certify(std::string("--family cache_append --plugin ") + MLA_PLUGIN_ABI_1_1_PLUGIN);
+  EXPECT_EQ(c.status, 0) << c.out;
+  const auto rows = append_rows(c, "abi_1_1_plugin");
+  EXPECT_EQ(rows.size(), boundary_goldens().size() * 9);
+  for (const auto& r : rows) {
+    EXPECT_EQ(r.verdict, Verdict::pass) << r.name << ": " << reasons(r);
+    if (r.shape.at("cache_format") == "fp8") {
+      EXPECT_EQ(r.shape.at("fp8_recipe"), "deepseek_v32");
+    }
+  }
 }
 
 TEST(PluginAbi, AppendPluginDeclaresItsFormats) {

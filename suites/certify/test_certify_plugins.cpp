@@ -282,4 +282,170 @@ TEST_F(CertifyPlugins, AdversarialPluginsGetTheirVerdictsCaseByCase) {
   }
 }
 
+// ---- ABI 1.2 declarations -------------------------------------------------------------------
+
+std::string plugin_arg(const char* path) { return " --plugin " + quote(path); }
+
+std::string format_of(const mla::reports::CaseResult& c) { return c.shape.at("cache_format").get<std::string>(); }
+bool fp32_scaled_fp8(const mla::reports::CaseResult& c) {
+  return format_of(c) == "fp8" && c.shape.at("scale_fmt") == "fp32";
+}
+
+// A case the implementation does not claim: never judged, never counted against it.
+bool not_claimed(const mla::reports::CaseResult& c) { return c.verdict == Verdict::not_claimed && !c.reasons.empty(); }
+
+// A kernel that dequantizes FP8 into bf16 tiles and rounds P to bf16, writing float32: judged by
+// the class it declares (bf16/f32/f32) it is correct; declared fp32 throughout, it is held to the
+// fp32 bounds and fails where bf16 dequantization rounds (float32-scaled FP8 blocks).
+TEST_F(CertifyPlugins, ABf16OperandKernelIsJudgedByTheClassItDeclares) {
+  const mla::PrecisionClass bf16_ops{mla::OutDType::bf16, mla::OutDType::f32, mla::OutDType::f32};
+  const auto good = certify(plugin_arg(MLA_PLUGIN_BF16_OPERANDS_F32_OUT) + " --family attn_core --family attn_fp8");
+  EXPECT_EQ(good.status, 0) << good.stdout_text;
+  const auto& k = kernel(good, "bf16_operands_f32_out");
+  EXPECT_EQ(k.declared.at("precision"),
+            (nlohmann::json{{"operands", "bf16"}, {"accumulate", "f32"}, {"output", "f32"}, {"declared", true}}));
+  int fp32_scaled = 0;
+  for (const auto& c : k.cases) {
+    SCOPED_TRACE(c.family + "/" + c.name);
+    if (skipped_for_size(c)) continue;
+    EXPECT_EQ(c.verdict, Verdict::pass) << reasons(c);
+    ASSERT_TRUE(c.out.has_value());
+    const auto format = mla::cache_format_from_string(format_of(c));
+    EXPECT_EQ(c.out->tolerance, mla::tol::tolerance_for(bf16_ops, format, "out").name);
+    if (fp32_scaled_fp8(c)) ++fp32_scaled;
+  }
+  EXPECT_GE(fp32_scaled, 3);
+
+  const auto wrong = certify(plugin_arg(MLA_PLUGIN_BF16_OPERANDS_DECLARED_F32) + " --family attn_fp8");
+  EXPECT_EQ(wrong.status, 1) << wrong.stdout_text;
+  int red = 0;
+  for (const auto& c : kernel(wrong, "bf16_operands_declared_f32").cases) {
+    SCOPED_TRACE(c.family + "/" + c.name);
+    if (!fp32_scaled_fp8(c) || skipped_for_size(c)) continue;
+    ++red;
+    EXPECT_EQ(c.verdict, Verdict::fail) << "the fp32 bounds let bf16 operand rounding through";
+    ASSERT_TRUE(c.out.has_value());
+    EXPECT_EQ(c.out->tolerance, "attn.out.f32");
+    EXPECT_TRUE(any_reason(c, "out: ")) << reasons(c);
+  }
+  EXPECT_EQ(red, fp32_scaled);
+}
+
+// What FlashMLA's decode accepts, as the example's predicate states it.
+bool flashmla_accepts(const nlohmann::json& shape) {
+  const int topk = shape.at("topk"), heads = shape.at("heads"), page = shape.at("page_size");
+  const bool fp8 = shape.at("cache_format") == "fp8";
+  return (topk == 0 ? !fp8 : fp8) && (heads == 64 || heads == 128) && topk % 64 == 0 && page == 64;
+}
+
+// A FlashMLA-shaped kernel cannot state its domain in ranges and masks; with can_implement, every
+// shape outside it is NOT_CLAIMED (in the kernel's own words, never run, never counted), and not
+// one case comes back UNSUPPORTED from a call. Without the predicate the same decode refuses
+// those shapes when called.
+TEST_F(CertifyPlugins, AFlashMlaShapedKernelWithCanImplementClaimsExactlyItsDomain) {
+  // attn_stress is left out: its cases are long (L2) or dense bf16 shapes attn_core already has.
+  const auto r = certify(plugin_arg(MLA_PLUGIN_FLASHMLA_SHAPED) + " --family attn_core --family attn_fp8 --family attn_sparse");
+  EXPECT_EQ(r.status, 0) << r.stdout_text;
+  const auto& k = kernel(r, "flashmla_shaped");
+  EXPECT_EQ(k.declared.at("can_implement"), true);
+  int passed = 0, by_predicate = 0;
+  for (const auto& c : k.cases) {
+    SCOPED_TRACE(c.family + "/" + c.name);
+    if (skipped_for_size(c)) continue;
+    if (flashmla_accepts(c.shape)) {
+      ++passed;
+      EXPECT_EQ(c.verdict, Verdict::pass) << reasons(c);
+      continue;
+    }
+    EXPECT_TRUE(not_claimed(c)) << to_string(c.verdict) << ": " << reasons(c);
+    EXPECT_FALSE(c.out.has_value());
+    // Inside the ranges (heads 64..128, page 64) only the predicate can refuse; outside them the
+    // capabilities already did, and the predicate is never asked.
+    const int heads = c.shape.at("heads");
+    const bool in_ranges = heads >= 64 && heads <= 128 && c.shape.at("page_size") == 64;
+    EXPECT_EQ(any_reason(c, "(the kernel's can_implement)"), in_ranges) << reasons(c);
+    if (in_ranges) {
+      ++by_predicate;
+      EXPECT_EQ(c.reasons.size(), 1u) << "a shape the kernel refused is not run for information: " << reasons(c);
+    }
+  }
+  EXPECT_GE(passed, 5);
+  EXPECT_GT(by_predicate, 0);
+
+  const auto bare = certify(plugin_arg(MLA_PLUGIN_FLASHMLA_SHAPED_NO_PREDICATE) + " --family attn_fp8 --family attn_sparse");
+  int refused_when_called = 0;
+  for (const auto& c : kernel(bare, "flashmla_shaped_no_predicate").cases) {
+    if (c.verdict == Verdict::unsupported) ++refused_when_called;
+  }
+  EXPECT_GT(refused_when_called, 0) << "without can_implement the decode's refusals show as UNSUPPORTED";
+}
+
+// A predicate that fails is a defect of the kernel, never a refusal: the cases whose claim it
+// could not decide are its ERRORs, with what went wrong; the rest run as usual.
+TEST_F(CertifyPlugins, ACanImplementThatFailsMakesErrorsNotRefusals) {
+  const auto r = certify(plugin_arg(MLA_PLUGIN_BROKEN_CAN_IMPLEMENT) + " --family attn_core --family attn_sparse");
+  EXPECT_EQ(r.status, 1) << r.stdout_text;
+  int sparse = 0, crashed = 0, passed = 0;
+  for (const auto& c : kernel(r, "broken_can_implement").cases) {
+    SCOPED_TRACE(c.family + "/" + c.name);
+    if (skipped_for_size(c)) continue;
+    if (c.shape.at("topk") != 0) {
+      ++sparse;
+      EXPECT_EQ(c.verdict, Verdict::error);
+      EXPECT_TRUE(any_reason(c, "can_implement returned")) << reasons(c);
+      EXPECT_TRUE(any_reason(c, "sparse metadata table not initialized")) << reasons(c);
+    } else if (c.shape.at("heads") == 128) {
+      ++crashed;
+      EXPECT_EQ(c.verdict, Verdict::error);
+      EXPECT_TRUE(any_reason(c, "can_implement could not be asked: crashed")) << reasons(c);
+    } else {
+      ++passed;
+      EXPECT_EQ(c.verdict, Verdict::pass) << reasons(c);
+    }
+  }
+  EXPECT_GT(sparse, 0);
+  EXPECT_GT(crashed, 0);
+  EXPECT_GT(passed, 0);
+}
+
+// FlashInfer's outputs (lse base 2, [b, s_q, h], -inf for an empty row) and global-slot sparse
+// indices, declared: the host converts and the kernel certifies green, with the conventions in
+// the certificate. The same code declaring nothing is read as canonical and fails.
+TEST_F(CertifyPlugins, AFlashInferConventionKernelCertifiesGreenOnlyWhenItDeclaresItsConventions) {
+  const std::string families = " --family attn_core --family attn_sparse";
+  const auto good = certify(plugin_arg(MLA_PLUGIN_FLASHINFER_CONVENTIONS) + families);
+  EXPECT_EQ(good.status, 0) << good.stdout_text;
+  const auto& k = kernel(good, "flashinfer_conventions");
+  EXPECT_EQ(k.declared.at("conventions"), (nlohmann::json{{"lse_base", "2"},
+                                                          {"lse_layout", "[b,s_q,h]"},
+                                                          {"empty_row_lse", "-inf"},
+                                                          {"indices", "global_slots"}}));
+  int sparse = 0, passed = 0;
+  for (const auto& c : k.cases) {
+    SCOPED_TRACE(c.family + "/" + c.name);
+    if (skipped_for_size(c)) continue;
+    EXPECT_EQ(c.verdict, Verdict::pass) << reasons(c);
+    ++passed;
+    if (c.shape.at("topk") != 0) ++sparse;
+  }
+  EXPECT_GT(passed, 10);
+  EXPECT_GT(sparse, 3);
+
+  const auto undeclared = certify(plugin_arg(MLA_PLUGIN_FLASHINFER_UNDECLARED) + families);
+  EXPECT_EQ(undeclared.status, 1) << undeclared.stdout_text;
+  for (const auto& c : kernel(undeclared, "flashinfer_undeclared").cases) {
+    SCOPED_TRACE(c.family + "/" + c.name);
+    if (skipped_for_size(c)) continue;
+    if (c.shape.at("topk") == 0) {
+      // Every case has a finite lse (base 2 is 0.69x too small) or an empty row (-inf, not +inf).
+      EXPECT_EQ(c.verdict, Verdict::fail) << reasons(c);
+      EXPECT_TRUE(any_reason(c, "lse: ")) << reasons(c);
+    } else {
+      // Positions read as global slots: the wrong tokens, or (an invalid position such as
+      // INT_MAX taken for a slot) memory far outside the cache. Red either way.
+      EXPECT_TRUE(c.verdict == Verdict::fail || c.verdict == Verdict::error) << reasons(c);
+    }
+  }
+}
+
 }  // namespace

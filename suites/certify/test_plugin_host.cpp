@@ -174,6 +174,42 @@ TEST(PluginDescriptor, EveryRuleIsEnforcedWithItsReason) {
   expect_refused(d, "longer than 4096");
 }
 
+// Revision 1.2's declarations: each field holds one of its words, or the descriptor is refused
+// naming the field; a field past struct_size is never read.
+TEST(PluginDescriptor, Revision12DeclarationsAreValidatedByName) {
+  auto d = valid_descriptor();
+  d.lse_base = 2;
+  expect_refused(d, "lse_base 2 is neither MLA_PLUGIN_LSE_BASE_E (0) nor MLA_PLUGIN_LSE_BASE_2 (1)");
+  d = valid_descriptor();
+  d.lse_layout = 5;
+  expect_refused(d, "lse_layout 5");
+  d = valid_descriptor();
+  d.empty_row_lse = 9;
+  expect_refused(d, "empty_row_lse 9");
+  d = valid_descriptor();
+  d.index_numbering = 3;
+  expect_refused(d, "index_numbering 3");
+  d = valid_descriptor();
+  d.operand_precision = MLA_PLUGIN_PRECISION_BF16;
+  expect_refused(d, "must both be declared or both be MLA_PLUGIN_PRECISION_UNDECLARED");
+  d.accum_precision = MLA_PLUGIN_PRECISION_BF16;
+  expect_refused(d, "accumulating in bf16");
+  d.accum_precision = 7;
+  expect_refused(d, "accum_precision 7 is not an MLA_PLUGIN_PRECISION_* value");
+  d.accum_precision = MLA_PLUGIN_PRECISION_FP32;
+  EXPECT_NO_THROW(mla::plugin::validate_descriptor(d));
+  d = valid_descriptor();
+  d.append_fp8_recipes = MLA_PLUGIN_RECIPE_FLASHMLA;  // no FP8 append to write it with
+  expect_refused(d, "append_fp8_recipes 0x2");
+  d = valid_descriptor();
+  d.reserved_1_2 = 1;
+  expect_refused(d, "reserved_1_2 is 1");
+  // The same garbage behind a 1.1 struct_size is not the descriptor's.
+  d.struct_size = MLA_PLUGIN_DESCRIPTOR_V1_1_SIZE;
+  d.lse_base = 0xDEAD;
+  EXPECT_NO_THROW(mla::plugin::validate_descriptor(d));
+}
+
 TEST(PluginDescriptor, CapabilitiesTranslateFieldByField) {
   const auto caps = mla::plugin::capabilities_from(valid_descriptor().caps);
   EXPECT_EQ(caps.cache_formats, std::vector<mla::CacheFormat>{mla::CacheFormat::fp8});

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -236,6 +237,28 @@ TEST(Fp8Token, QuotientIsFloat32) {
   mla::fp8_quantize_token(lat, rope, mla::ScaleFmt::fp32, tok);
   EXPECT_EQ(tok[1], 0x38);
   EXPECT_EQ(e4m3_from_double(1.0625 + 0x1p-40), 0x39);
+}
+
+// The dequantizer decodes through a table: every one of the 256 codes, in every block, under a
+// scale that is not a power of two, must give e4m3_to_double(code) * scale exactly (NaN codes NaN).
+TEST(Fp8Token, TableDecodeMatchesFormulaForEveryCode) {
+  std::vector<uint8_t> tok(mla::kFp8TokenBytes);
+  const float scales[4] = {0.0123f, 1.0f, 3.0f, 1e-4f / 448.0f};
+  for (std::size_t i = 0; i < mla::kLatentDim; ++i) tok[i] = static_cast<uint8_t>((i * 37 + i / 128) % 256);
+  for (int t = 0; t < 4; ++t) std::memcpy(tok.data() + mla::kLatentDim + 4 * t, &scales[t], sizeof(float));
+  std::vector<double> back(mla::kQkDim);
+  mla::fp8_dequantize_token(tok, back);
+  for (std::size_t i = 0; i < mla::kLatentDim; ++i) {
+    const double want = mla::e4m3_to_double(tok[i]) * static_cast<double>(scales[i / 128]);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(back[i])) << i;
+    } else {
+      EXPECT_EQ(back[i], want) << "code " << int{tok[i]} << " at " << i;
+    }
+  }
+  std::vector<bool> seen(256);
+  for (std::size_t i = 0; i < mla::kLatentDim; ++i) seen[tok[i]] = true;
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), true), 256);  // the pattern covers every code
 }
 
 TEST(Fp8Token, NaNBlockAndBadSizes) {

@@ -15,6 +15,7 @@
 
 #include "mla/core/error.hpp"
 #include "mla/cuda/check.hpp"
+#include "harness.hpp"
 
 namespace mla::device {
 namespace {
@@ -193,13 +194,9 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
     record.model_bytes = cost.bytes;
     record.model_flops = cost.flops;
     using C = benchmark::Counter;
-    const double iters = static_cast<double>(st.iterations());
-    st.SetBytesProcessed(static_cast<int64_t>(cost.bytes) * st.iterations());
-    st.counters["flop_per_second"] = C(cost.flops, C::kIsIterationInvariantRate);
-    st.counters["model_bytes"] = C(cost.bytes);
-    st.counters["model_flops"] = C(cost.flops);
-    const double ai = cost.bytes > 0 ? cost.flops / cost.bytes : 0.0;
-    st.counters["ai_flop_per_byte"] = C(ai);
+    mla::bench::Roof roof{kRoofBw, kRoofPeak, kc.setup->ceiling(kRoofBw), kc.setup->ceiling(kRoofPeak)};
+    std::string label = mla::bench::roofline_counters(st, cost, seconds, roof);
+    if (label.empty()) label = "no ceiling measured";
     // Tokens per second: cache tokens read (the memory-bound work) and query tokens decoded
     // (b·s_q per call, what a serving system counts).
     st.counters["cache_tokens_per_second"] = C(static_cast<double>(traffic.tokens), C::kIsIterationInvariantRate);
@@ -207,21 +204,6 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
         C(static_cast<double>(int64_t{p.shape.batch} * p.shape.s_q), C::kIsIterationInvariantRate);
     st.counters["cold_cache"] = C(fl ? 1.0 : 0.0);
     st.counters["event_timed"] = C(bound ? 1.0 : 0.0);
-    const double bw = kc.setup->ceiling(kRoofBw), peak = kc.setup->ceiling(kRoofPeak);
-    std::string label;
-    if (bw > 0 && peak > 0 && seconds > 0) {
-      const double bps = cost.bytes * iters / seconds, fps = cost.flops * iters / seconds;
-      const double ridge = peak / bw;
-      const bool mem = ai < ridge;
-      st.counters["pct_of_bw_ceiling"] = C(100.0 * bps / bw);
-      st.counters["pct_of_flop_ceiling"] = C(100.0 * fps / peak);
-      st.counters["pct_of_ceiling"] = C(100.0 * (mem ? bps / bw : fps / peak));
-      st.counters["memory_bound"] = C(mem ? 1.0 : 0.0);
-      st.counters["ridge_flop_per_byte"] = C(ridge);
-      label = fmt::format("{}; roof {}+{}", mem ? "memory-bound" : "compute-bound", kRoofBw, kRoofPeak);
-    } else {
-      label = "no ceiling measured";
-    }
     label += bound ? "; CUDA events" : "; host clock incl. launch (implementation does not expose its stream)";
     label += fl ? "; L2 flushed" : "; warm L2";
     st.SetLabel(label);
@@ -371,36 +353,7 @@ nlohmann::ordered_json ceilings_json(const GpuBenchSetup& s) {
 }
 
 nlohmann::ordered_json kernel_json(const AttentionImpl& impl) {
-  const auto why = impl.unavailable();
-  return {{"name", impl.info().name},
-          {"backend", impl.info().backend},
-          {"description", impl.info().description},
-          {"role", to_string(impl.info().role)},
-          {"out_dtype", to_string(impl.info().out_dtype)},
-          {"unavailable", why ? *why : ""},
-          {"roof_bw", kRoofBw},
-          {"roof_peak", kRoofPeak}};
-}
-
-nlohmann::ordered_json point_json(const axes::AxisPoint& p) {
-  int32_t mx = 0;
-  for (int32_t l : p.seqlens) mx = std::max(mx, l);
-  return {{"axis", axes::to_string(p.axis)},
-          {"why", p.why},
-          {"scaled_from", p.scaled_from},
-          {"batch", p.shape.batch},
-          {"s_q", p.shape.s_q},
-          {"heads", p.shape.heads},
-          {"page_size", p.shape.page_size},
-          {"topk", p.shape.topk},
-          {"cache_format", to_string(p.shape.cache_format)},
-          {"scale_fmt", p.shape.cache_format != CacheFormat::fp8 ? ""
-                        : p.scale_fmt == ScaleFmt::ue8m0   ? "ue8m0"
-                                                           : "fp32"},
-          {"seqlen_max", mx},
-          {"seqlen_mean", p.shape.batch ? static_cast<double>(p.total_tokens()) / p.shape.batch : 0.0},
-          {"total_tokens", p.total_tokens()},
-          {"seed", p.seed}};
+  return mla::bench::kernel_json(impl, mla::bench::Roof{kRoofBw, kRoofPeak});
 }
 
 void register_gpu_ceiling_benchmarks(const GpuBenchSetup& s) {

@@ -1,10 +1,10 @@
 // GPU half of the benchmarks: device ceilings and the CUDA implementations over the shared axes,
 // timed with CUDA events and an L2 flush between calls, registered into Google Benchmark.
 //
-// Why a library apart from mla-bench: it was written while suites/bench (mla-bench) was not yet
-// committed and belonged to another author. It is used by the standalone `mla-gpu-bench`
-// (mla_gpu_bench.cpp) and is shaped so mla-bench can link it and call the same functions
-// (suites/device/README.md, "Integration into mla-bench").
+// A library apart from mla-bench because it needs CUDA: the standalone `mla-gpu-bench`
+// (mla_gpu_bench.cpp) and, in a CUDA build, mla-bench itself link it; what both write about
+// points, implementations and rooflines is suites/bench/harness.hpp (suites/device/README.md,
+// "One harness with mla-bench").
 #pragma once
 
 #include <optional>
@@ -49,10 +49,9 @@ GpuBenchSetup prepare_gpu_bench(const GpuBenchOptions& o);
 void add_gpu_context(const GpuBenchSetup& s);
 // {key: {value, unit, method, median, best_ms, reps}} for merging into mla_ceilings.
 nlohmann::ordered_json ceilings_json(const GpuBenchSetup& s);
-// One mla_kernels entry (same fields as mla-bench's) with the GPU roofs.
+// One mla_kernels entry (suites/bench/harness.hpp, as mla-bench writes it) with the GPU roofs.
+// The points' entries are mla::bench::point_json's.
 nlohmann::ordered_json kernel_json(const AttentionImpl& impl);
-// One mla_points entry (same fields as mla-bench's point_json, so the report reads both).
-nlohmann::ordered_json point_json(const axes::AxisPoint& p);
 
 // `ceiling/gpu_read_bw`, `ceiling/gpu_copy_bw`, `ceiling/gpu_gemm_bf16/<n>` as manual-time
 // benchmarks (CUDA events), so the ceilings sit in the same JSON and are tracked run to run.

@@ -46,6 +46,7 @@
 #include "bench_host.hpp"
 #include "bench_rows.hpp"
 #include "gpu_bench.hpp"
+#include "harness.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/cuda/device.hpp"
@@ -111,7 +112,7 @@ Options take_options(int& argc, char** argv) {
 void print_list(const std::vector<const mla::axes::AxisPoint*>& points) {
   std::cout << "name\taxis\tbatch\ts_q\theads\tpage_size\ttopk\tcache\tseqlen_max\tseqlen_mean\tcausal\n";
   for (const auto* p : points) {
-    const auto j = mla::device::point_json(*p);
+    const auto j = mla::bench::point_json(*p);
     std::cout << fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n", p->name, j["axis"].get<std::string>(),
                              p->shape.batch, p->shape.s_q, p->shape.heads, p->shape.page_size, p->shape.topk,
                              j["cache_format"].get<std::string>(), j["seqlen_max"].get<int>(),
@@ -205,7 +206,7 @@ int main(int argc, char** argv) {
   mla::device::add_gpu_context(setup);
   benchmark::AddCustomContext("mla_ceilings", mla::device::ceilings_json(setup).dump());
   nlohmann::ordered_json pj = nlohmann::ordered_json::object();
-  for (const auto* p : points) pj[p->name] = mla::device::point_json(*p);
+  for (const auto* p : points) pj[p->name] = mla::bench::point_json(*p);
   benchmark::AddCustomContext("mla_points", pj.dump());
   nlohmann::ordered_json kj = nlohmann::ordered_json::array();
   for (const auto* k : impls) kj.push_back(mla::device::kernel_json(*k));

@@ -1,7 +1,7 @@
 // The FP8 cache-append problems shared by the GPU test and the simulator test.
 //
 // Golden problems: every FP8 case of the catalog (of every attention family of
-// fixtures/catalog.json) turned into an append. Its tokens are the case's inputs/kv_cache_bf16 (already normalized and
+// fixtures/catalog.json) whose scale recipe is the one the CUDA append declares, turned into an append. Its tokens are the case's inputs/kv_cache_bf16 (already normalized and
 // roped), one per slot some sequence uses, at that sequence and position, appended in an order
 // unrelated to positions into a cache whose every slot holds the FP8 poison token. The whole
 // cache afterwards must equal the case's inputs/kv_cache byte for byte: written slots because the
@@ -22,6 +22,7 @@
 #include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/cuda/cache_append.hpp"
+#include "mla/cuda/cache_append_info.hpp"
 #include "mla/golden/golden.hpp"
 #include "support/goldens.hpp"
 
@@ -84,10 +85,10 @@ inline std::optional<std::vector<Fp8GoldenProblem>> load_fp8_golden_problems(std
   const auto cat = testing::open_goldens(why);
   if (!cat) return std::nullopt;
   std::vector<Fp8GoldenProblem> out;
-  // The CUDA FP8 append writes DeepSeek's scale recipe only; FlashMLA-recipe cases are for
-  // kernels that declare that recipe.
+  // The cases of the recipe the CUDA FP8 append declares it writes (mla/cuda/cache_append_info.hpp);
+  // another recipe's cases are for kernels that declare that one.
   const auto fp8 = testing::attention_cases(*cat, [](const golden::AttnHeader& h) {
-    return h.shape.cache_format == CacheFormat::fp8 && h.fp8_recipe == Fp8Recipe::deepseek_v32;
+    return h.shape.cache_format == CacheFormat::fp8 && h.fp8_recipe == cuda::kCacheAppendFp8Recipe;
   });
   for (const auto& ref : fp8) {
     {

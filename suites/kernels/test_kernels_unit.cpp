@@ -4,11 +4,15 @@
 // bitwise repeatability with no state carried between calls).
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <string>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "mla/core/error.hpp"
+#include "mla/core/isa.hpp"
+#include "mla/core/threads.hpp"
 #include "mla/core/tolerance.hpp"
 #include "mla/faults/faults.hpp"
 #include "mla/ref/same_dtype.hpp"
@@ -48,6 +52,52 @@ std::vector<const AttentionImpl*> cpu_kernels() {
   // Never let a per-kernel loop pass by running over nothing.
   if (v.size() < 3) throw Error(fmt::format("expected the 3 builtin CPU kernels, found {}", v.size()));
   return v;
+}
+
+// ---------------------------------------------------------------------------- threads and ISA
+
+// The host kernels split their work by sequence (dense) or query token (sparse), fixed by the
+// problem: the bits must not depend on the thread count. Every ISA path of their products stays
+// within the bounds their dtype is judged by against the fp64 plain loops.
+TEST(HostKernels, ThreadCountDoesNotChangeABitAndEveryIsaPasses) {
+  struct Restore {
+    ~Restore() {
+      set_threads(0);
+      set_simd_isa(std::nullopt);
+    }
+  } restore;
+  AttnSpec dense;
+  dense.seqlens = {37, 0, 130, 5};
+  dense.s_q = 2;
+  AttnSpec sparse;
+  sparse.topk = 16;
+  sparse.s_q = 3;
+  AttnSpec fp8 = dense;
+  fp8.format = CacheFormat::fp8;
+  for (const AttnSpec& spec : {dense, sparse, fp8}) {
+    const auto lg = testing::make_logical(spec);
+    const auto p = testing::lay_out(lg, {});
+    const auto want = testing::oracle(lg);
+    AttentionTruth truth;
+    truth.out = want.out;
+    truth.lse = want.lse;
+    for (const AttentionImpl* k : cpu_kernels()) {
+      SCOPED_TRACE(k->info().name + (spec.topk ? " sparse" : " dense") + (spec.format == CacheFormat::fp8 ? " fp8" : ""));
+      set_simd_isa(std::nullopt);
+      set_threads(1);
+      const AttnOutputs one = run_once(*k, p.inputs());
+      set_threads(3);
+      const AttnOutputs three = run_once(*k, p.inputs());
+      EXPECT_TRUE(bitwise_equal("out", one.out, three.out));
+      EXPECT_TRUE(bitwise_equal("lse", one.lse, three.lse));
+      for (SimdIsa isa : {SimdIsa::sse2, SimdIsa::avx2, SimdIsa::avx512}) {
+        if (!cpu_supports(isa)) continue;
+        set_simd_isa(isa);
+        EXPECT_TRUE(testing::matches(std::string("vs plain loops, ") + to_string(isa), run_once(*k, p.inputs()), p.shape,
+                                     truth));
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------- registry

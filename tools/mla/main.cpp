@@ -34,6 +34,7 @@
 #include "mla/certify/host_error.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/presets.hpp"
+#include "mla/core/threads.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
 #include "mla/reports/coverage.hpp"
@@ -111,6 +112,11 @@ int main(int argc, char** argv) {
                     "Plug-ins always run in a child process");
   certify->add_flag("--no-probe-unclaimed", no_probe,
                     "do not run cases outside a kernel's claimed capabilities for information");
+  int certify_threads = 0;
+  certify->add_option("--threads", certify_threads,
+                      "threads of the host implementations and oracles, here and in the child processes "
+                      "(default: $MLA_THREADS, else every core); results do not depend on it")
+      ->check(CLI::Range(1, 4096));
   certify->add_flag("--require-full-coverage", o.require_full_coverage,
                     "for CI: exit 4 unless every implementation claims, and is judged on, every selected case "
                     "(cases left out by --max-tokens excepted)");
@@ -194,6 +200,10 @@ int main(int argc, char** argv) {
   auto* c_describe = child->add_subcommand("describe", "");
   c_describe->add_option("--plugin", c_plugin)->required();
   c_describe->add_option("--result", c_result)->required();
+  auto* c_claims = child->add_subcommand("claims", "");
+  c_claims->add_option("--plugin", c_plugin)->required();
+  c_claims->add_option("--inputs", c_inputs)->required();
+  c_claims->add_option("--result", c_result)->required();
   std::string c_file;
   bool c_full = false;
   auto* c_golden = child->add_subcommand("golden", "");
@@ -241,8 +251,25 @@ int main(int argc, char** argv) {
       return report_error("__child describe", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
     }
   }
+  if (*c_claims) {
+    try {
+      return cert::child_claims(c_plugin, c_inputs, c_result);
+    } catch (const std::exception& e) {
+      return report_error("__child claims", e, 3);
+    }
+  }
 
   if (*certify) {
+    if (certify_threads > 0) {
+      // The environment too: kernels run in child processes, which read MLA_THREADS.
+      ::setenv("MLA_THREADS", std::to_string(certify_threads).c_str(), 1);
+      mla::set_threads(certify_threads);
+    }
+    try {
+      (void)mla::threads();  // a malformed MLA_THREADS is a usage error now, not a kernel ERROR later
+    } catch (const std::exception& e) {
+      return report_error("certify", e, 2);
+    }
     if (o.goldens.empty()) o.goldens = mla::golden::default_goldens_dir();
     for (const auto& p : plugins) o.plugins.emplace_back(p);
     o.isolate = !in_process;

@@ -23,6 +23,7 @@
 #include "mla/core/numeric.hpp"
 #include "mla/cuda/attention.hpp"
 #include "mla/cuda/cache_append.hpp"
+#include "mla/cuda/cache_append_info.hpp"
 #include "mla/plugin/mla_plugin.h"
 
 namespace {
@@ -136,6 +137,12 @@ int32_t append(const mla_plugin_append_args* args, char* error, size_t error_siz
         a.scale_fmt != MLA_PLUGIN_SCALE_UE8M0) {
       return fail(error, error_size, MLA_PLUGIN_UNSUPPORTED, "fp8 scale format is neither fp32 nor ue8m0");
     }
+    const uint32_t writes = mla::cuda::kCacheAppendFp8Recipe == mla::Fp8Recipe::flashmla ? MLA_PLUGIN_RECIPE_FLASHMLA
+                                                                                         : MLA_PLUGIN_RECIPE_DEEPSEEK_V32;
+    if (a.cache_format == MLA_PLUGIN_CACHE_FP8 && MLA_PLUGIN_HAS_FIELD(mla_plugin_append_args, fp8_recipe, a.struct_size) &&
+        a.fp8_recipe != 0 && a.fp8_recipe != writes) {
+      return fail(error, error_size, MLA_PLUGIN_UNSUPPORTED, "the fp8 append writes only the recipe it declares");
+    }
     auto stream = static_cast<cudaStream_t>(a.stream);
     const auto w16 = to_host(a.kv_norm_weight, kLatent, stream);
     cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -223,6 +230,14 @@ mla_plugin_descriptor make_descriptor() {
   d.append_formats = MLA_PLUGIN_CACHE_BF16 | MLA_PLUGIN_CACHE_FP8;
   d.append_scale_fmts = MLA_PLUGIN_SCALE_FP32 | MLA_PLUGIN_SCALE_UE8M0;
   d.append = append;
+  // 1.2: what the wrapped kernels declare: the decode's precision class, the append's recipe.
+  const auto& compute = decoder().info().compute;
+  if (compute && compute->operands == mla::OutDType::bf16 && compute->accumulate == mla::OutDType::f32) {
+    d.operand_precision = MLA_PLUGIN_PRECISION_BF16;
+    d.accum_precision = MLA_PLUGIN_PRECISION_FP32;
+  }
+  d.append_fp8_recipes = mla::cuda::kCacheAppendFp8Recipe == mla::Fp8Recipe::flashmla ? MLA_PLUGIN_RECIPE_FLASHMLA
+                                                                                       : MLA_PLUGIN_RECIPE_DEEPSEEK_V32;
   return d;
 }
 

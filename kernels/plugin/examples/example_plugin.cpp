@@ -60,10 +60,62 @@
 #ifndef MLA_EXAMPLE_APPEND
 #define MLA_EXAMPLE_APPEND 0
 #endif
-// Poses as a plug-in compiled against ABI 1.0: struct_size stops before the 1.1 fields, which
-// hold garbage (as the bytes after an old, shorter descriptor would) that a host must not read.
+// The FP8 scale recipe the append writes (ABI 1.2 names them): 0 the one the host asks for (the
+// args' fp8_recipe; DeepSeek's from a 1.1 host), MLA_PLUGIN_RECIPE_FLASHMLA FlashMLA's quantizer
+// always, as a FlashMLA-derived kernel does; and the recipes the descriptor declares (0: none,
+// which means DeepSeek's).
+#ifndef MLA_EXAMPLE_WRITES_RECIPE
+#define MLA_EXAMPLE_WRITES_RECIPE 0
+#endif
+#ifndef MLA_EXAMPLE_DECLARES_RECIPES
+#define MLA_EXAMPLE_DECLARES_RECIPES 0
+#endif
+// Poses as a plug-in compiled against ABI 1.0 (or 1.1): struct_size stops before the later
+// fields, which hold garbage (as the bytes after an old, shorter descriptor would) that a host
+// must not read.
 #ifndef MLA_EXAMPLE_V1_0
 #define MLA_EXAMPLE_V1_0 0
+#endif
+#ifndef MLA_EXAMPLE_V1_1
+#define MLA_EXAMPLE_V1_1 0
+#endif
+// ABI 1.2 personalities: the same decode written the way a production kernel is (docs/field.md,
+// "The peers' conventions"), and what its descriptor declares about it.
+//  - MLA_EXAMPLE_BF16_OPERANDS: reads bf16 tiles, as FlashMLA's reference and the suite's CUDA
+//    decode do: an FP8 cache dequantized into bf16, P rounded to bf16 before P·V; fp32 output.
+//    MLA_EXAMPLE_PRECISION declares it: 0 nothing (the class fp32 output implies: fp32 operands),
+//    1 bf16 operands / fp32 accumulation (the truth), 2 fp32 / fp32 (a wrong declaration).
+//  - MLA_EXAMPLE_FLASHINFER: FlashInfer's outputs and FlashMLA's indices: lse in base 2, laid out
+//    [b, s_q, h], -inf for a row that attends nothing; sparse indices are global cache slots
+//    (block * page_size + offset) with -1 the only invalid value. MLA_EXAMPLE_DECLARES_CONVENTIONS
+//    says so in the descriptor (without it the host hands it positions and reads its lse as
+//    canonical: a kernel whose declaration is wrong).
+//  - MLA_EXAMPLE_FLASHMLA_SHAPED: decode refuses (MLA_PLUGIN_UNSUPPORTED) what FlashMLA refuses:
+//    dense needs the bf16 cache, sparse needs FP8, heads in {64, 128}, topk % 64 == 0, page size
+//    64. MLA_EXAMPLE_CAN_IMPLEMENT exports that rule as the 1.2 can_implement, so the host never
+//    calls it on a shape it would refuse.
+#ifndef MLA_EXAMPLE_BF16_OPERANDS
+#define MLA_EXAMPLE_BF16_OPERANDS 0
+#endif
+#ifndef MLA_EXAMPLE_PRECISION
+#define MLA_EXAMPLE_PRECISION 0
+#endif
+#ifndef MLA_EXAMPLE_FLASHINFER
+#define MLA_EXAMPLE_FLASHINFER 0
+#endif
+#ifndef MLA_EXAMPLE_DECLARES_CONVENTIONS
+#define MLA_EXAMPLE_DECLARES_CONVENTIONS 0
+#endif
+#ifndef MLA_EXAMPLE_FLASHMLA_SHAPED
+#define MLA_EXAMPLE_FLASHMLA_SHAPED 0
+#endif
+#ifndef MLA_EXAMPLE_CAN_IMPLEMENT
+#define MLA_EXAMPLE_CAN_IMPLEMENT 0
+#endif
+// A predicate that is itself broken (test data): MLA_PLUGIN_ERROR on sparse shapes, a crash on
+// 128 heads. Its decode is correct; the cases whose claim cannot be decided are its ERRORs.
+#ifndef MLA_EXAMPLE_BROKEN_CAN_IMPLEMENT
+#define MLA_EXAMPLE_BROKEN_CAN_IMPLEMENT 0
 #endif
 // Test data only (suites/certify): sets MLA_PLUGIN_FLAG_DEVICE_MEMORY without an unavailable()
 // of its own, so the host's own reason for not running it must show.
@@ -107,10 +159,9 @@ uint16_t load_u16(const uint8_t* p) {
   return v;
 }
 
-// Token `t` of sequence `b` as 576 doubles (exact: bf16 values, or e4m3 · float32 scale).
-void load_token(const mla_plugin_decode_args& a, int64_t b, int64_t t, double* k) {
-  const int64_t block = a.block_table[b * a.max_blocks + t / a.page_size];
-  const int64_t slot = block * a.page_size + t % a.page_size;
+// The token in cache slot `slot` as 576 doubles (exact: bf16 values, or e4m3 · float32 scale;
+// bf16 operands: that product rounded to bf16, the tile an FP8 kernel dequantizes into).
+void load_slot(const mla_plugin_decode_args& a, int64_t slot, double* k) {
   if (a.cache_format == MLA_PLUGIN_CACHE_BF16) {
     const uint8_t* p = a.kv_cache + slot * kBf16TokenBytes;
     for (int d = 0; d < kDqk; ++d) k[d] = bf16_to_float(load_u16(p + 2 * d));
@@ -119,10 +170,52 @@ void load_token(const mla_plugin_decode_args& a, int64_t b, int64_t t, double* k
     float scales[4];
     std::memcpy(scales, p + kLatent, sizeof scales);
     for (int d = 0; d < kLatent; ++d) k[d] = e4m3_to_double(p[d]) * static_cast<double>(scales[d / 128]);
+#if MLA_EXAMPLE_BF16_OPERANDS
+    for (int d = 0; d < kLatent; ++d) k[d] = bf16_to_float(bf16_from_float(static_cast<float>(k[d])));
+#endif
     const uint8_t* rope = p + kLatent + sizeof scales;
     for (int j = 0; j < kRope; ++j) k[kLatent + j] = bf16_to_float(load_u16(rope + 2 * j));
   }
 }
+
+// Token `t` of sequence `b`, through the block table.
+void load_token(const mla_plugin_decode_args& a, int64_t b, int64_t t, double* k) {
+  const int64_t block = a.block_table[b * a.max_blocks + t / a.page_size];
+  load_slot(a, block * a.page_size + t % a.page_size, k);
+}
+
+#if MLA_EXAMPLE_FLASHMLA_SHAPED
+// What FlashMLA's decode accepts, as one predicate: decode and can_implement both ask it.
+const char* flashmla_refusal(int32_t topk, uint32_t cache_format, int32_t heads, int32_t page_size) {
+  if (topk == 0 && cache_format != MLA_PLUGIN_CACHE_BF16) return "dense decode needs the bf16 cache";
+  if (topk > 0 && cache_format != MLA_PLUGIN_CACHE_FP8) return "sparse decode needs the FP8 cache";
+  if (heads != 64 && heads != 128) return "heads must be 64 or 128";
+  if (topk % 64 != 0) return "topk must be a multiple of 64";
+  if (page_size != 64) return "page size must be 64";
+  return nullptr;
+}
+#endif
+#if MLA_EXAMPLE_CAN_IMPLEMENT
+int32_t can_implement(const mla_plugin_shape* shape, char* reason, size_t reason_size) {
+#if MLA_EXAMPLE_BROKEN_CAN_IMPLEMENT
+  if (shape->topk > 0) {
+    std::snprintf(reason, reason_size, "sparse metadata table not initialized");
+    return MLA_PLUGIN_ERROR;
+  }
+  if (shape->heads == 128) {
+    const int* volatile table = nullptr;  // the head-count lookup it never allocated
+    return table[shape->heads];
+  }
+  return MLA_PLUGIN_OK;
+#else
+  if (const char* no = flashmla_refusal(shape->topk, shape->cache_format, shape->heads, shape->page_size)) {
+    std::snprintf(reason, reason_size, "%s", no);
+    return MLA_PLUGIN_UNSUPPORTED;
+  }
+  return MLA_PLUGIN_OK;
+#endif
+}
+#endif
 
 #if MLA_EXAMPLE_FAULT == FAULT_TAMPERS_WITH_GOLDENS
 // $MLA_EXAMPLE_TAMPER = "change:PATH;delete:PATH;...": overwrite 8 bytes in the middle of PATH
@@ -162,6 +255,12 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
     std::snprintf(error, error_size, "d_qk=%d d_v=%d: only 576/512", a.d_qk, a.d_v);
     return MLA_PLUGIN_UNSUPPORTED;
   }
+#if MLA_EXAMPLE_FLASHMLA_SHAPED
+  if (const char* no = flashmla_refusal(a.topk, a.cache_format, a.heads, a.page_size)) {
+    std::snprintf(error, error_size, "%s", no);
+    return MLA_PLUGIN_UNSUPPORTED;
+  }
+#endif
 #if MLA_EXAMPLE_FAULT == FAULT_TAMPERS_WITH_GOLDENS
   tamper();
 #endif
@@ -206,6 +305,11 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
         const int32_t* row = a.indices + (b * S + s) * a.topk;
         for (int64_t j = 0; j < a.topk; ++j) {
           const int64_t t = row[j];
+#if MLA_EXAMPLE_FLASHINFER
+          if (t == -1) continue;  // a global slot; -1 is the one invalid value
+          positions.push_back(t);
+          continue;
+#endif
           if (t < 0 || t >= L) continue;  // invalid indices are skipped, never clamped
 #if MLA_EXAMPLE_FAULT == FAULT_DROPS_LAST_TOKEN
           if (t == L - 1) continue;
@@ -218,10 +322,14 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
         const uint16_t* qh = a.q + ((b * S + s) * H + h) * kDqk;
         for (int d = 0; d < kDqk; ++d) q[h * kDqk + d] = bf16_to_float(qh[d]);
       }
-      // Pass 1: every score, and each head's maximum.
+      // Pass 1: every score, and each head's maximum. (Sparse global slots are read as they are.)
+      auto load = [&](int64_t t) {
+        if (MLA_EXAMPLE_FLASHINFER && a.topk > 0) load_slot(a, t, k.data());
+        else load_token(a, b, t, k.data());
+      };
       scores.assign(static_cast<std::size_t>(H) * n, 0.0);
       for (std::size_t j = 0; j < n; ++j) {
-        load_token(a, b, positions[j], k.data());
+        load(positions[j]);
         for (int64_t h = 0; h < H; ++h) {
           double dot = 0;
           for (int d = 0; d < kDqk; ++d) dot += q[h * kDqk + d] * k[d];
@@ -233,14 +341,22 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
         for (std::size_t j = 0; j < n; ++j) m = std::max(m, scores[h * n + j]);
         mx[h] = m;
         sum[h] = 0;
+#if MLA_EXAMPLE_BF16_OPERANDS
+        // P is normalized before P·V so that it can be rounded to bf16 as a tile.
+        for (std::size_t j = 0; j < n; ++j) sum[h] += std::exp(scores[h * n + j] - m);
+#endif
       }
       // Pass 2: P·V with the maximum subtracted.
       std::fill(acc.begin(), acc.end(), 0.0);
       for (std::size_t j = 0; j < n; ++j) {
-        load_token(a, b, positions[j], k.data());
+        load(positions[j]);
         for (int64_t h = 0; h < H; ++h) {
+#if MLA_EXAMPLE_BF16_OPERANDS
+          const double w = bf16_to_float(bf16_from_float(static_cast<float>(std::exp(scores[h * n + j] - mx[h]) / sum[h])));
+#else
           const double w = std::exp(scores[h * n + j] - mx[h]);
           sum[h] += w;
+#endif
           double* o = acc.data() + h * kDv;
           for (int d = 0; d < kDv; ++d) o[d] += w * k[d];
         }
@@ -253,7 +369,7 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
 #endif
         const int64_t row = (b * S + s) * H + h;
         for (int d = 0; d < kDv && write_out; ++d) {
-          const double v = n == 0 ? 0.0 : acc[h * kDv + d] / sum[h];
+          const double v = n == 0 ? 0.0 : MLA_EXAMPLE_BF16_OPERANDS ? acc[h * kDv + d] : acc[h * kDv + d] / sum[h];
 #if MLA_EXAMPLE_OUT_BF16
           static_cast<uint16_t*>(a.out)[row * kDv + d] = bf16_from_float(static_cast<float>(v));
 #else
@@ -264,7 +380,12 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
 #if MLA_EXAMPLE_FAULT == FAULT_LSE_LOG2
         lse /= std::log(2.0);
 #endif
+#if MLA_EXAMPLE_FLASHINFER
+        lse = n == 0 ? -std::numeric_limits<double>::infinity() : lse / std::log(2.0);
+        a.lse[(b * S + s) * H + h] = static_cast<float>(lse);
+#else
         a.lse[(b * H + h) * S + s] = static_cast<float>(lse);
+#endif
       }
     }
   }
@@ -290,7 +411,8 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
 #if MLA_EXAMPLE_APPEND
 // ---- append (ABI 1.1) -----------------------------------------------------------------------
 // float64 RMSNorm and RoPE, one rounding to bf16; FP8: the bf16 latent quantized per 128-value
-// block with scale max(amax, 1e-4) / 448 (float32; ue8m0 rounds it up to a power of two).
+// block with the recipe's float32 scale, DeepSeek's max(amax, 1e-4) / 448 or FlashMLA's
+// max(amax / 448, 1e-4) (ue8m0 rounds it up to a power of two).
 
 uint16_t bf16_from_double(double x) { return bf16_from_float(static_cast<float>(x)); }
 
@@ -311,10 +433,10 @@ uint8_t e4m3_from_float(float x) {
   return static_cast<uint8_t>(best | (x < 0 ? 0x80 : 0));
 }
 
-float fp8_block_scale(const double* v, uint32_t scale_fmt) {
+float fp8_block_scale(const double* v, uint32_t scale_fmt, uint32_t recipe) {
   float amax = 0;
   for (int j = 0; j < 128; ++j) amax = std::max(amax, static_cast<float>(std::fabs(v[j])));
-  const float scale = std::max(amax, 1e-4f) / 448.0f;
+  const float scale = recipe == MLA_PLUGIN_RECIPE_FLASHMLA ? std::max(amax / 448.0f, 1e-4f) : std::max(amax, 1e-4f) / 448.0f;
   if (scale_fmt != MLA_PLUGIN_SCALE_UE8M0) return scale;
   int e = 0;
   const float m = std::frexp(scale, &e);  // scale = m * 2^e, m in [0.5, 1)
@@ -333,6 +455,11 @@ int32_t append(const mla_plugin_append_args* args, char* error, size_t error_siz
     return MLA_PLUGIN_UNSUPPORTED;
   }
   const int64_t bytes_per_token = fp8 ? kFp8TokenBytes : kBf16TokenBytes;
+  // The recipe to write: a 1.1 host passes none (its args end before the field), meaning DeepSeek's.
+  uint32_t recipe = MLA_PLUGIN_HAS_FIELD(mla_plugin_append_args, fp8_recipe, a.struct_size) && a.fp8_recipe != 0
+                        ? a.fp8_recipe
+                        : MLA_PLUGIN_RECIPE_DEEPSEEK_V32;
+  if (MLA_EXAMPLE_WRITES_RECIPE != 0) recipe = MLA_EXAMPLE_WRITES_RECIPE;
   // Every token is checked before the first write: a rejected call must leave the cache as it was.
   std::vector<int64_t> slots(static_cast<std::size_t>(std::max(0, a.num_tokens)));
   for (int32_t i = 0; i < a.num_tokens; ++i) {
@@ -386,7 +513,7 @@ int32_t append(const mla_plugin_append_args* args, char* error, size_t error_siz
     } else {
       for (int j = 0; j < kLatent; ++j) v[j] = bf16_to_float(bf16_from_double(v[j]));
       for (int blk = 0; blk < kLatent / 128; ++blk) {
-        const float scale = fp8_block_scale(v.data() + 128 * blk, a.scale_fmt);
+        const float scale = fp8_block_scale(v.data() + 128 * blk, a.scale_fmt, recipe);
         for (int j = 0; j < 128; ++j) token[128 * blk + j] = e4m3_from_float(static_cast<float>(v[128 * blk + j]) / scale);
         std::memcpy(token.data() + kLatent + 4 * blk, &scale, 4);
       }
@@ -429,14 +556,47 @@ mla_plugin_descriptor make_descriptor() {
   d.caps.min_s_q = 1;
   d.caps.max_s_q = 64;
   d.caps.num_page_sizes = 0;  // any
+#if MLA_EXAMPLE_FLASHMLA_SHAPED
+  // What the ranges and masks can say; the rest (which format for which attention, heads as a
+  // set, topk's multiple) only a predicate can.
+  d.caps.min_heads = 64;
+  d.caps.num_page_sizes = 1;
+  d.caps.page_sizes[0] = 64;
+#endif
   d.decode = decode;
   d.unavailable = nullptr;
   d.abi_minor = MLA_PLUGIN_ABI_MINOR;
   d.flags = MLA_EXAMPLE_DEVICE_MEMORY ? MLA_PLUGIN_FLAG_DEVICE_MEMORY : 0u;  // host memory unless testing
+  // 1.2 declarations (zero: the canonical conventions, the class out_dtype implies).
+#if MLA_EXAMPLE_PRECISION == 1
+  d.operand_precision = MLA_PLUGIN_PRECISION_BF16;
+  d.accum_precision = MLA_PLUGIN_PRECISION_FP32;
+#elif MLA_EXAMPLE_PRECISION == 2
+  d.operand_precision = MLA_PLUGIN_PRECISION_FP32;
+  d.accum_precision = MLA_PLUGIN_PRECISION_FP32;
+#endif
+#if MLA_EXAMPLE_FLASHINFER && MLA_EXAMPLE_DECLARES_CONVENTIONS
+  d.lse_base = MLA_PLUGIN_LSE_BASE_2;
+  d.lse_layout = MLA_PLUGIN_LSE_B_SQ_H;
+  d.empty_row_lse = MLA_PLUGIN_EMPTY_LSE_NEG_INF;
+  d.index_numbering = MLA_PLUGIN_INDEX_GLOBAL_SLOTS;
+#endif
+#if MLA_EXAMPLE_CAN_IMPLEMENT
+  d.can_implement = can_implement;
+#endif
 #if MLA_EXAMPLE_APPEND
   d.append_formats = MLA_PLUGIN_CACHE_BF16 | MLA_PLUGIN_CACHE_FP8;
   d.append_scale_fmts = MLA_PLUGIN_SCALE_FP32 | MLA_PLUGIN_SCALE_UE8M0;
   d.append = append;
+  d.append_fp8_recipes = MLA_EXAMPLE_DECLARES_RECIPES;
+#endif
+#if MLA_EXAMPLE_V1_1
+  d.struct_size = MLA_PLUGIN_DESCRIPTOR_V1_1_SIZE;
+  d.abi_minor = 1;
+  d.lse_base = 0xDEADu;
+  d.index_numbering = 0xFFFFFFFFu;
+  d.operand_precision = 0xFFFFFFFFu;
+  d.reserved_1_2 = 0xFFFFFFFFu;
 #endif
 #if MLA_EXAMPLE_V1_0
   d.struct_size = MLA_PLUGIN_DESCRIPTOR_V1_0_SIZE;

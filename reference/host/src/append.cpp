@@ -113,7 +113,8 @@ void cache_append_reference(const AppendProblem& p, std::span<uint8_t> kv_cache)
     } else {
       std::vector<double> latent(v, v + kLatent);
       for (double& x : latent) x = bf16_to_float(bf16_from_double(x));
-      fp8_quantize_token(latent, std::span<const double>(v + kLatent, static_cast<std::size_t>(kRope)), p.scale_fmt, token);
+      fp8_quantize_token(latent, std::span<const double>(v + kLatent, static_cast<std::size_t>(kRope)), p.scale_fmt, token,
+                         p.fp8_recipe);
     }
     std::memcpy(kv_cache.data() + slots[static_cast<std::size_t>(i)] * static_cast<int64_t>(bpt), token.data(), bpt);
   }

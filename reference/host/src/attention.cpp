@@ -1,37 +1,52 @@
 #include "mla/ref/attention.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
-#include <Eigen/Dense>
 #include <fmt/format.h>
 
 #include "mla/core/error.hpp"
 #include "mla/core/numeric.hpp"
+#include "mla/core/threads.hpp"
+#include "mla/ref/gemm.hpp"
 
 namespace mla::ref {
 
 namespace {
 
-using MatrixRM = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // Tokens per online-softmax step: big enough for efficient GEMMs, small enough that a
 // 64-query × 128-head block of scores stays at 64 MB.
 constexpr int64_t kChunk = 1024;
+// Tokens per split-KV segment: a sequence longer than this is cut into segments attended as
+// separate tasks (each its own running max, sum and output) and merged in segment order, so one
+// long sequence still uses every thread. Fixed by the problem, never by the thread count: the
+// tasks, their GEMM shapes and the merge order are the same on 1 thread or 64.
+constexpr int64_t kSegment = 4 * kChunk;
 
+// Per-worker scratch: one chunk of decoded tokens, its scores, and the task's query rows.
 struct Workspace {
-  MatrixRM k;  // [kChunk, 576] decoded tokens
-  MatrixRM s;  // [rows, kChunk] scores, then probabilities
+  std::vector<double> k;  // [kChunk, 576]
+  std::vector<double> s;  // [rows, kChunk]
+  std::vector<double> q;  // [rows, 576]
 };
 
-// Online softmax of query groups [g0, g0+ng) (each group = the H rows of one query token)
-// against the tokens at logical positions `pos` (ascending); group g sees positions <= lim[g]
-// (nondecreasing in g). Accumulates into O (unnormalised), running max m and running sum l.
-void attend(const PagedCache& cache, int64_t b, const MatrixRM& Q, int64_t g0, int64_t ng, int64_t H,
-            std::span<const int64_t> pos, std::span<const int64_t> lim, double scale, MatrixRM& O,
-            Eigen::VectorXd& m, Eigen::VectorXd& l, Workspace& ws) {
+// A task's running state over its rows: O unnormalised [rows, 512], running max m, running sum l.
+struct Acc {
+  double* o;
+  double* m;
+  double* l;
+};
+
+// Online softmax of `ng` query groups (each group = the H rows of one query token; their bf16
+// query in Q, [ng*H, 576]) against the tokens at logical positions `pos` (ascending); group g
+// sees positions <= lim[g] (nondecreasing in g). Accumulates into `acc`.
+void attend(const PagedCache& cache, int64_t b, const double* Q, int64_t ng, int64_t H, std::span<const int64_t> pos,
+            std::span<const int64_t> lim, double scale, const Acc& acc, Workspace& ws) {
   const int64_t n = static_cast<int64_t>(pos.size());
   for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
     const int64_t cn = std::min(kChunk, n - c0);
@@ -39,15 +54,13 @@ void attend(const PagedCache& cache, int64_t b, const MatrixRM& Q, int64_t g0, i
     int64_t gs = 0;
     while (gs < ng && lim[static_cast<std::size_t>(gs)] < first) ++gs;
     if (gs == ng) break;  // positions only grow: no group sees anything from here on
-    for (int64_t j = 0; j < cn; ++j) cache.token(b, pos[static_cast<std::size_t>(c0 + j)], ws.k.row(j).data());
-    const int64_t r0 = (g0 + gs) * H, rn = (ng - gs) * H;
-    auto S = ws.s.topLeftCorner(rn, cn);
-    const auto K = ws.k.topRows(cn);
-    S.noalias() = Q.middleRows(r0, rn) * K.transpose();
+    for (int64_t j = 0; j < cn; ++j) cache.token(b, pos[static_cast<std::size_t>(c0 + j)], ws.k.data() + j * kDqk);
+    const int64_t r0 = gs * H, rn = (ng - gs) * H;
+    gemm_abt(rn, cn, kDqk, Q + r0 * kDqk, kDqk, ws.k.data(), kDqk, ws.s.data(), kChunk, false);
     for (int64_t rr = 0; rr < rn; ++rr) {
       const int64_t r = r0 + rr;
       const int64_t limit = lim[static_cast<std::size_t>(gs + rr / H)];
-      double* srow = ws.s.data() + rr * ws.s.cols();
+      double* srow = ws.s.data() + rr * kChunk;
       double mx = -kInf;
       int64_t seen = 0;
       for (int64_t j = 0; j < cn; ++j) {
@@ -65,20 +78,52 @@ void attend(const PagedCache& cache, int64_t b, const MatrixRM& Q, int64_t g0, i
         std::fill_n(srow, cn, 0.0);
         continue;
       }
-      const double m_new = std::max(m[r], mx);
-      const double alpha = std::exp(m[r] - m_new);  // 0 on the first visible chunk (m = -inf)
+      const double m_new = std::max(acc.m[r], mx);
+      const double alpha = std::exp(acc.m[r] - m_new);  // 0 on the first visible chunk (m = -inf)
       double sum = 0;
       for (int64_t j = 0; j < cn; ++j) {
         const double p = std::exp(srow[j] - m_new);  // masked: exp(-inf) = 0
         srow[j] = p;
         sum += p;
       }
-      l[r] = l[r] * alpha + sum;
-      if (alpha != 1.0) O.row(r) *= alpha;
-      m[r] = m_new;
+      acc.l[r] = acc.l[r] * alpha + sum;
+      if (alpha != 1.0) {
+        double* orow = acc.o + r * kDv;
+        for (int64_t d = 0; d < kDv; ++d) orow[d] *= alpha;
+      }
+      acc.m[r] = m_new;
     }
-    O.middleRows(r0, rn).noalias() += S * K.leftCols(kDv);
+    gemm_ab(rn, kDv, cn, ws.s.data(), kChunk, ws.k.data(), kDqk, acc.o + r0 * kDv, kDv, true);
   }
+}
+
+// One unit of independent output rows: query groups [g0, g0+ng) of sequence b against `pos`,
+// cut into segments of kSegment positions.
+struct Unit {
+  int64_t b, g0, ng;
+  std::vector<int64_t> pos, lim;
+  int64_t segments() const { return std::max<int64_t>(1, (static_cast<int64_t>(pos.size()) + kSegment - 1) / kSegment); }
+};
+
+// The partial state of segment >= 1 of a unit (segment 0 accumulates in the result itself).
+struct Partial {
+  std::vector<double> o, m, l;
+};
+
+}  // namespace
+
+namespace {
+
+// A bf16 token's 576 values, exactly (bf16 is the top half of a float32), for the float
+// readers (the float64 ones use mla/ref/gemm.hpp's per-ISA decoder). Inline rather than
+// bf16_to_float per value, which cost as much as the products at 16 heads. The cache is little
+// endian, like every host we build for.
+template <class T>
+void decode_bf16(const uint8_t* p, T* out) {
+  uint16_t bits[kQkDim];
+  std::memcpy(bits, p, sizeof bits);
+  for (std::size_t d = 0; d < kQkDim; ++d)
+    out[d] = static_cast<T>(std::bit_cast<float>(static_cast<uint32_t>(bits[d]) << 16));
 }
 
 }  // namespace
@@ -104,12 +149,10 @@ const uint8_t* PagedCache::slot(int64_t b, int64_t t) const {
 void PagedCache::token(int64_t b, int64_t t, double* out) const {
   const uint8_t* p = slot(b, t);
   if (in_->shape.cache_format == CacheFormat::fp8) {
-    fp8_dequantize_token({p, kFp8TokenBytes}, {out, kQkDim});
+    decode_fp8_token(p, out);  // fp8_dequantize_token's values, vectorized (mla/ref/gemm.hpp)
     return;
   }
-  uint16_t bits[kQkDim];
-  std::memcpy(bits, p, sizeof bits);  // the cache is little endian, like every host we build for
-  for (std::size_t d = 0; d < kQkDim; ++d) out[d] = bf16_to_float(bits[d]);
+  decode_bf16_token(p, out);
 }
 
 void PagedCache::token(int64_t b, int64_t t, float* out) const {
@@ -120,9 +163,7 @@ void PagedCache::token(int64_t b, int64_t t, float* out) const {
     for (std::size_t d = 0; d < kQkDim; ++d) out[d] = static_cast<float>(tmp[d]);
     return;
   }
-  uint16_t bits[kQkDim];
-  std::memcpy(bits, p, sizeof bits);
-  for (std::size_t d = 0; d < kQkDim; ++d) out[d] = bf16_to_float(bits[d]);
+  decode_bf16(p, out);
 }
 
 AttnResult attention_fp64(const AttnInputs& in) {
@@ -132,42 +173,87 @@ AttnResult attention_fp64(const AttnInputs& in) {
   AttnResult res;
   res.out.assign(static_cast<std::size_t>(B * R * kDv), 0.0);
   res.lse.assign(static_cast<std::size_t>(B * H * SQ), kInf);
+  std::vector<double> m(static_cast<std::size_t>(B * R), -kInf), l(static_cast<std::size_t>(B * R), 0.0);
 
-  MatrixRM Q(R, kDqk), O(R, kDv);
-  Eigen::VectorXd m(R), l(R);
-  Workspace ws{MatrixRM(kChunk, kDqk), MatrixRM(R, kChunk)};
-  std::vector<int64_t> pos, lim;
+  // The units: a sequence's query groups together (dense, so its tokens are decoded once for all
+  // of them), or one query token (sparse: each has its own positions).
+  std::vector<Unit> units;
   for (int64_t b = 0; b < B; ++b) {
-    const uint16_t* qb = in.q.data() + b * R * kDqk;
-    for (int64_t r = 0; r < R; ++r) {
-      for (int64_t d = 0; d < kDqk; ++d) Q(r, d) = bf16_to_float(qb[r * kDqk + d]);
-    }
-    O.setZero();
-    m.setConstant(-kInf);
-    l.setZero();
     const int64_t L = cache.seqlen(b);
     if (sh.topk == 0) {
-      lim.resize(static_cast<std::size_t>(SQ));
-      for (int64_t s = 0; s < SQ; ++s) lim[static_cast<std::size_t>(s)] = dense_last_position(sh, L, s);
-      const int64_t n = std::max<int64_t>(lim.back() + 1, 0);  // limits grow with s
-      pos.resize(static_cast<std::size_t>(n));
-      for (int64_t t = 0; t < n; ++t) pos[static_cast<std::size_t>(t)] = t;
-      attend(cache, b, Q, 0, SQ, H, pos, lim, in.softmax_scale, O, m, l, ws);
+      Unit u{b, 0, SQ, {}, std::vector<int64_t>(static_cast<std::size_t>(SQ))};
+      for (int64_t s = 0; s < SQ; ++s) u.lim[static_cast<std::size_t>(s)] = dense_last_position(sh, L, s);
+      u.pos.resize(static_cast<std::size_t>(std::max<int64_t>(u.lim.back() + 1, 0)));  // limits grow with s
+      for (std::size_t t = 0; t < u.pos.size(); ++t) u.pos[t] = static_cast<int64_t>(t);
+      units.push_back(std::move(u));
     } else {
-      lim.assign(1, std::numeric_limits<int64_t>::max());
-      for (int64_t s = 0; s < SQ; ++s) {
-        pos = sparse_row_positions(in, b, s);
-        attend(cache, b, Q, s, 1, H, pos, lim, in.softmax_scale, O, m, l, ws);
-      }
+      for (int64_t s = 0; s < SQ; ++s)
+        units.push_back(Unit{b, s, 1, sparse_row_positions(in, b, s), {std::numeric_limits<int64_t>::max()}});
     }
-    for (int64_t s = 0; s < SQ; ++s) {
-      for (int64_t hh = 0; hh < H; ++hh) {
-        const int64_t r = s * H + hh;
-        if (l[r] == 0.0) continue;  // nothing attended: out stays 0, lse stays +inf
-        double* dst = res.out.data() + (b * R + r) * kDv;
-        for (int64_t d = 0; d < kDv; ++d) dst[d] = O(r, d) / l[r];
-        res.lse[static_cast<std::size_t>((b * H + hh) * SQ + s)] = m[r] + std::log(l[r]);
+  }
+  struct Task {
+    std::size_t unit;
+    int64_t segment;
+  };
+  std::vector<Task> tasks;
+  std::vector<std::vector<Partial>> partials(units.size());
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const int64_t segs = units[u].segments();
+    partials[u].resize(static_cast<std::size_t>(segs - 1));
+    for (int64_t k = 0; k < segs; ++k) tasks.push_back({u, k});
+  }
+
+  const int workers = task_workers(tasks.size(), 0);
+  std::vector<Workspace> ws(static_cast<std::size_t>(workers));
+  parallel_tasks(tasks.size(), workers, [&](std::size_t ti, int worker) {
+    const Task& t = tasks[ti];
+    const Unit& u = units[t.unit];
+    const int64_t rows = u.ng * H, row0 = u.b * R + u.g0 * H;
+    Workspace& w = ws[static_cast<std::size_t>(worker)];
+    w.k.resize(static_cast<std::size_t>(kChunk * kDqk));
+    if (w.s.size() < static_cast<std::size_t>(rows * kChunk)) w.s.resize(static_cast<std::size_t>(rows * kChunk));
+    if (w.q.size() < static_cast<std::size_t>(rows * kDqk)) w.q.resize(static_cast<std::size_t>(rows * kDqk));
+    const uint16_t* qb = in.q.data() + row0 * kDqk;
+    for (int64_t i = 0; i < rows * kDqk; ++i) w.q[static_cast<std::size_t>(i)] = bf16_to_float(qb[i]);
+    Acc acc{res.out.data() + row0 * kDv, m.data() + row0, l.data() + row0};
+    if (t.segment > 0) {
+      Partial& p = partials[t.unit][static_cast<std::size_t>(t.segment - 1)];
+      p.o.assign(static_cast<std::size_t>(rows * kDv), 0.0);
+      p.m.assign(static_cast<std::size_t>(rows), -kInf);
+      p.l.assign(static_cast<std::size_t>(rows), 0.0);
+      acc = Acc{p.o.data(), p.m.data(), p.l.data()};
+    }
+    const std::size_t begin = static_cast<std::size_t>(t.segment * kSegment);
+    const std::size_t end = std::min(u.pos.size(), begin + static_cast<std::size_t>(kSegment));
+    attend(cache, u.b, w.q.data(), u.ng, H, std::span(u.pos).subspan(begin, end - begin), u.lim, in.softmax_scale,
+           acc, w);
+  });
+
+  // Merge each unit's segments into segment 0 in segment order, then normalise. Row by row, so
+  // the order of the sums is fixed whatever ran where.
+  for (std::size_t ui = 0; ui < units.size(); ++ui) {
+    const Unit& u = units[ui];
+    const int64_t rows = u.ng * H, row0 = u.b * R + u.g0 * H;
+    for (int64_t rr = 0; rr < rows; ++rr) {
+      const std::size_t r = static_cast<std::size_t>(row0 + rr);
+      double* o = res.out.data() + row0 * kDv + rr * kDv;
+      for (const Partial& p : partials[ui]) {
+        const double pm = p.m[static_cast<std::size_t>(rr)];
+        if (pm == -kInf) continue;  // the segment held nothing this row sees
+        const double m_new = std::max(m[r], pm);
+        const double a0 = std::exp(m[r] - m_new), a1 = std::exp(pm - m_new);
+        const double* po = p.o.data() + rr * kDv;
+        for (int64_t d = 0; d < kDv; ++d) o[d] = o[d] * a0 + po[d] * a1;
+        l[r] = l[r] * a0 + p.l[static_cast<std::size_t>(rr)] * a1;
+        m[r] = m_new;
       }
+      const int64_t s = u.g0 + rr / H, hh = rr % H;
+      if (l[r] == 0.0) {  // nothing attended: out 0, lse stays +inf
+        std::fill_n(o, kDv, 0.0);
+        continue;
+      }
+      for (int64_t d = 0; d < kDv; ++d) o[d] /= l[r];
+      res.lse[static_cast<std::size_t>((u.b * H + hh) * SQ + s)] = m[r] + std::log(l[r]);
     }
   }
   return res;

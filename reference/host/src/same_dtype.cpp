@@ -4,11 +4,13 @@
 #include <limits>
 #include <vector>
 
+#include "mla/core/error.hpp"
 #include "mla/core/numeric.hpp"
 
 namespace mla::ref {
 
-AttnResult attention_same_dtype(const AttnInputs& in) {
+AttnResult attention_same_dtype(const AttnInputs& in, OutDType output) {
+  if (output == OutDType::f64) throw Error("attention_same_dtype: the deployed-precision computation writes f32 or bf16");
   const PagedCache cache(in);
   const AttnShape& s = in.shape;
   const int64_t B = s.batch, SQ = s.s_q, H = s.heads;
@@ -62,7 +64,7 @@ AttnResult attention_same_dtype(const AttnInputs& in) {
         for (int c = 0; c < kDv; ++c) {
           float acc = 0.f;
           for (int64_t j = 0; j < n; ++j) acc += p[static_cast<std::size_t>(j)] * kv[static_cast<std::size_t>(j * kDqk + c)];
-          o[c] = bf16_to_float(bf16_from_float(acc));
+          o[c] = output == OutDType::bf16 ? bf16_to_float(bf16_from_float(acc)) : acc;
         }
         r.lse[static_cast<std::size_t>((b * H + h) * SQ + sq)] = static_cast<double>(m + std::log(sum));
       }

@@ -204,7 +204,16 @@ def render_markdown(run: BenchRun, cert: dict[str, Any] | None = None,
         L.append("Ridge points (FLOP/byte; below: memory-bound): "
                  + "; ".join(f"{k} = {_g(v)}" for k, v in ridges.items()) + ".")
         L.append("")
-    if ctx.get("mla_isa_runtime") != ctx.get("mla_isa_build"):
+    kernel_isa = ctx.get("mla_isa_kernels")
+    if kernel_isa is not None:
+        # Runs whose host kernels choose their ISA at run time (mla/ref/gemm.hpp).
+        runtime = ctx.get("mla_isa_runtime")
+        if kernel_isa != str(runtime).replace("avx2_fma", "avx2"):
+            L.append(f"The compute roofs are what this CPU reaches with {runtime}; the host kernels ran with"
+                     f" {kernel_isa} (MLA_ISA), so part of the distance to the roof is that choice"
+                     " (see `fma_f64_kernel_isa`).")
+            L.append("")
+    elif ctx.get("mla_isa_runtime") != ctx.get("mla_isa_build"):
         L.append(f"The compute roofs are what this CPU reaches with {ctx.get('mla_isa_runtime')}; the kernels were"
                  f" compiled for {ctx.get('mla_isa_build')}, so part of the distance to the roof is the build's ISA"
                  " (see `fma_f64_build_isa` and `gemm_f64`).")

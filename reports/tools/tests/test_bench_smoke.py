@@ -15,7 +15,8 @@ BENCH = os.environ.get("MLA_BENCH")
 pytestmark = pytest.mark.skipif(not BENCH, reason="MLA_BENCH (path of mla-bench) not set")
 
 POINTS = "edge_len0_mixed,edge_page_boundaries,edge_heads7,edge_sparse_invalid,edge_fp8_tiny_values"
-FAST = ["--mla_stream_mib=64", "--mla_ceiling_reps=1", "--mla_no_flush", "--benchmark_min_time=0.001"]
+# Two threads whatever the machine: the kernels and the ceilings both use the one setting.
+FAST = ["--mla_stream_mib=64", "--mla_ceiling_reps=1", "--mla_no_flush", "--benchmark_min_time=0.001", "--mla_threads=2"]
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,9 @@ def test_json_carries_ceilings_points_and_kernels(bench_run):
     for key in ("read_bw", "triad_bw", "fma_f64", "fma_f32", "gemm_f64"):
         assert run.ceiling_value(key) > 0, key
     assert set(run.points) == set(POINTS.split(","))
-    assert run.context["mla_threads"] == "1" and run.context["mla_cpu_model"]
+    assert run.context["mla_threads"] == "2" and run.context["mla_cpu_model"]
+    assert json.loads(run.context["mla_ceilings"])["threads"] == 2
+    assert run.context["mla_isa_kernels"] in ("sse2", "avx2", "avx512")
     cpu = [k for k, v in run.kernels.items() if v["backend"] == "cpu"]
     assert cpu, "no CPU implementation registered"
     for k in cpu:

@@ -10,7 +10,8 @@
 // by the golden's seed, and the truth is the fp64 append oracle (mla/ref/append.hpp) on exactly
 // those bf16 inputs.
 //
-// Per claimed format (bf16; fp8 with each claimed scale format) three calls, each on a cache
+// Per claimed format (bf16; fp8 with each claimed scale format and each FP8 scale recipe the
+// plug-in declares it writes, DeepSeek's when it declares none) three calls, each on a cache
 // whose every byte starts as a known pattern:
 //   prefill     - a prefill chunk of one sequence across a page boundary plus scattered tokens
 //                 of another (first and last slot of a page, an all-zero latent, a block of
@@ -41,17 +42,23 @@ struct AppendCase {
   plugin::AppendCallInputs in;
   CacheFormat format = CacheFormat::bf16;
   ScaleFmt scale_fmt = ScaleFmt::fp32;
+  Fp8Recipe fp8_recipe = Fp8Recipe::deepseek_v32;  // fp8: the recipe the plug-in declares and is judged by
   bool expect_capacity = false;  // a token past capacity: the call must be refused
   // The oracle's view of the call: the same inputs, with the format and scale to write.
   ref::AppendProblem problem() const;
   nlohmann::json shape() const;
 };
 
-// The cases of one golden case of the append family for the formats (MLA_PLUGIN_CACHE_*) and
-// FP8 scale formats (MLA_PLUGIN_SCALE_*) a plug-in claims; `caps` picks the page size. Throws
-// mla::Error when the golden's boundary positions are not max_seq_len - 1 and max_seq_len.
+// The cases of one golden case of the append family for the formats (MLA_PLUGIN_CACHE_*), FP8
+// scale formats (MLA_PLUGIN_SCALE_*) and FP8 recipes (MLA_PLUGIN_RECIPE_*; 0: DeepSeek's) a
+// plug-in claims; `caps` picks the page size. Throws mla::Error when the golden's boundary
+// positions are not max_seq_len - 1 and max_seq_len.
 std::vector<AppendCase> make_append_cases(const golden::LayerCase& g, uint32_t formats, uint32_t scale_fmts,
-                                          const Capabilities& caps);
+                                          uint32_t fp8_recipes, const Capabilities& caps);
+
+// The middle part of an append case's name: "bf16", "fp8_fp32", "fp8_ue8m0" (DeepSeek's recipe,
+// the names from before recipes were named), "fp8_fp32_flashmla", "fp8_ue8m0_flashmla".
+std::string append_variant_name(CacheFormat format, ScaleFmt scale_fmt, Fp8Recipe recipe);
 
 // Fills r.verdict, r.reasons, r.run_seconds and the latent (r.out) / k_pe (r.lse) comparisons
 // from a child's outcome: judge_append, plus the audit's findings for a call that was judged.

@@ -1,4 +1,4 @@
-// The child side of process isolation: `mla __child run | append | describe` builds the
+// The child side of process isolation: `mla __child run | append | describe | claims` builds the
 // implementation it was named, calls it on the case it was handed and writes back what happened
 // (protocol.hpp). It never judges: verdicts are the parent's. The parent calls execute()
 // directly for --in-process runs of registered kernels.
@@ -36,5 +36,9 @@ int child_append(const std::filesystem::path& plugin, const std::filesystem::pat
                  const std::filesystem::path& result, int repeats);
 // `mla __child describe`: loads the plug-in and writes its validated descriptor.
 int child_describe(const std::filesystem::path& plugin, const std::filesystem::path& result);
+// `mla __child claims`: asks the plug-in's can_implement (ABI 1.2) about every shape of the query
+// and writes its answers, in order; a plug-in without one answers ok to everything.
+int child_claims(const std::filesystem::path& plugin, const std::filesystem::path& query,
+                 const std::filesystem::path& result);
 
 }  // namespace mla::certify

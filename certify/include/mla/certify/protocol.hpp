@@ -50,6 +50,8 @@ inline constexpr const char* kAttentionResult = "attention-result";
 inline constexpr const char* kAppendInputs = "append-inputs";
 inline constexpr const char* kAppendResult = "append-result";
 inline constexpr const char* kPluginDescription = "plugin-description";
+inline constexpr const char* kClaimQuery = "claim-query";
+inline constexpr const char* kClaimAnswers = "claim-answers";
 
 // Messages refer to the arrays of what they encode: it must outlive wire::write.
 wire::Message encode(const AttnInputs& in);
@@ -65,14 +67,32 @@ AppendRun decode_append_run(const wire::Message& m);
 // A plug-in's descriptor as the certifier records it: what the host validated and read from the
 // library, in the certificate's words.
 struct PluginDescription {
-  KernelInfo info;
+  KernelInfo info;  // with its declared precision and conventions (1.2)
   std::string version;
   std::optional<std::string> unavailable;
   uint32_t abi_version = 0, abi_minor = 0;
   bool device_memory = false;
   uint32_t append_formats = 0, append_scale_fmts = 0;  // MLA_PLUGIN_CACHE_* / MLA_PLUGIN_SCALE_* bits
+  uint32_t append_fp8_recipes = 0;                     // MLA_PLUGIN_RECIPE_* bits
+  bool can_implement = false;                          // has the 1.2 predicate
 };
 wire::Message encode(const PluginDescription& d);
 PluginDescription decode_plugin_description(const wire::Message& m);
+
+// The shapes a plug-in's can_implement is asked about (in the child, never in the certifying
+// process), and its answers, one per shape in the same order.
+struct ClaimQuestion {
+  AttnShape shape;
+  std::optional<ScaleFmt> scale_fmt;  // FP8 shapes
+};
+struct ClaimAnswer {
+  enum class Kind { ok, unsupported, error };
+  Kind kind = Kind::error;
+  std::string reason;  // unsupported: the kernel's words; error: what went wrong
+};
+wire::Message encode(const std::vector<ClaimQuestion>& q);
+std::vector<ClaimQuestion> decode_claim_query(const wire::Message& m);
+wire::Message encode(const std::vector<ClaimAnswer>& a);
+std::vector<ClaimAnswer> decode_claim_answers(const wire::Message& m);
 
 }  // namespace mla::certify

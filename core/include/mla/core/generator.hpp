@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "mla/core/threads.hpp"
+
 namespace mla::gen {
 
 uint64_t mix64(uint64_t z);
@@ -29,11 +31,12 @@ const char* to_string(Isa isa);
 bool supported(Isa isa);  // scalar and automatic: always
 Isa best_isa();           // avx512 (F+DQ+BW+VL), else avx2, else scalar
 
-// Threads a fill uses when FillOptions::threads is 0: the last set_threads(n) (n >= 1), else
-// MLA_THREADS from the environment (a positive integer; anything else is an mla::Error naming
-// it), else every hardware thread. set_threads(0) returns to the environment's or the default.
-int threads();
-void set_threads(int n);
+// Threads a fill uses when FillOptions::threads is 0: the process-wide setting of
+// mla/core/threads.hpp (set_threads, else MLA_THREADS, else every hardware thread), the same one
+// the oracle and the host kernels read.
+using ::mla::parallel_for;
+using ::mla::set_threads;
+using ::mla::threads;
 
 struct FillOptions {
   Isa isa = Isa::automatic;  // an unsupported one is an mla::Error
@@ -48,12 +51,5 @@ void fill_bf16(uint64_t seed, uint64_t stream, double mean, double std, std::spa
                const FillOptions& opt = {});
 // Stable argsort of bits(seed, stream, i), i < n.
 std::vector<int64_t> permutation(uint64_t seed, uint64_t stream, int64_t n);
-
-// Runs body(begin, end) over [0, n) cut into at most `threads` (0: threads()) contiguous pieces
-// of at least `min_per_thread` items, the calling thread taking the first piece; rethrows the
-// first exception a piece threw. For input building whose items are independent (the fills
-// themselves, the per-token FP8 quantization of a generated cache).
-void parallel_for(std::size_t n, std::size_t min_per_thread,
-                  const std::function<void(std::size_t, std::size_t)>& body, int threads = 0);
 
 }  // namespace mla::gen

@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "mla/core/attention.hpp"
+#include "mla/core/conventions.hpp"
+#include "mla/core/precision.hpp"
 
 namespace mla {
 
@@ -52,7 +54,15 @@ struct KernelInfo {
   KernelRole role = KernelRole::optimized;
   OutDType out_dtype = OutDType::f64;
   Capabilities caps;
+  // Its precision class besides the output (mla/core/precision.hpp): what its products read and
+  // what it accumulates in. nullopt: undeclared, held to the class out_dtype implies.
+  std::optional<ComputePrecision> compute;
+  // How its lse and sparse indices are written (mla/core/conventions.hpp); the host converts.
+  Conventions conventions;
 };
+
+// {operands, accumulate, out_dtype}: the class the judge picks the tolerance by.
+PrecisionClass precision_class(const KernelInfo& k);
 
 // Byte and FLOP model of one call, used by benchmarks and reports.
 struct CostModel {

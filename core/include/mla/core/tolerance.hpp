@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mla/core/attention.hpp"
+#include "mla/core/precision.hpp"
 
 namespace mla::tol {
 
@@ -55,9 +56,19 @@ double effective_atol(const Tolerance& t, double max_abs_truth);
 const Tolerance& lookup(std::string_view name);
 const std::vector<Tolerance>& table();
 
-// The table entry for an attention-core result: `what` is "out" or "lse"; the cache format
-// matters only for bf16 outputs (an FP8 cache adds its dequantization path). Throws mla::Error
-// on another `what`.
+// The table entry for an attention-core result of an implementation of precision class `c`
+// (mla/core/precision.hpp): `what` is "out" or "lse"; the cache format matters for bf16 operands
+// (an FP8 cache adds its dequantization into bf16). Throws mla::Error on another `what` and on a
+// class the suite cannot judge (precision.hpp, unjudgeable). The classes and their entries:
+//   f64/f64/f64                        attn.*.f64
+//   f32 or f64 operands, f32 output    attn.*.f32
+//   bf16 operands, f32 output          attn.out.bf16_operands_f32 (bf16 cache),
+//                                      attn.out.fp8_bf16_operands_f32 (FP8 cache);
+//                                      lse: attn.lse.bf16 / attn.lse.fp8 (it is fp32 in both)
+//   any operands, bf16 output          attn.*.bf16 (bf16 cache), attn.*.fp8 (FP8 cache)
+// with f32 or f64 accumulation.
+const Tolerance& tolerance_for(const PrecisionClass& c, CacheFormat format, std::string_view what);
+// The same for an implementation that declares nothing: the class its output dtype implies.
 const Tolerance& tolerance_for(OutDType dtype, CacheFormat format, std::string_view what);
 nlohmann::json to_json(const Tolerance& t);
 

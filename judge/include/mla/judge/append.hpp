@@ -10,9 +10,12 @@
 //    own bf16 intermediate is impossible (it is not observable). With r the fp64 value and
 //    band(r) = rtol·|r| of the bf16 entry (relative only, as RMSNorm is a scaling: a zero stays
 //    exactly zero):
-//      scale  s of each 128-block must equal recipe(a) = max(a, 1e-4)/448 in float32 (ue8m0:
-//             rounded up to a power of two) for some amax a in [max(|r| - band), max(|r| + band)]
-//             over the block: the recipe is monotone, so s must lie in [recipe(lo), recipe(hi)];
+//      scale  s of each 128-block must equal recipe(a) in float32 for the recipe the
+//             implementation declares it writes (AppendProblem::fp8_recipe: DeepSeek's
+//             max(a, 1e-4)/448 or FlashMLA's max(a/448, 1e-4); ue8m0: rounded up to a power of
+//             two) for some amax a in [max(|r| - band), max(|r| + band)] over the block: the
+//             recipe is monotone, so s must lie in [recipe(lo), recipe(hi)]. When every wrong
+//             scale is the other recipe's, the reasons say the kernel writes that one;
 //      codes  each e4m3 code must decode to a value in [e4m3(lo / s), e4m3(hi / s)] with lo, hi
 //             the band's ends and s the token's OWN scale: the round-to-nearest-even encoding of
 //             some value the kernel may legitimately have had before quantizing, nothing else.

@@ -4,8 +4,9 @@
 //
 // What it decides, from the one tolerance table (mla/core/tolerance.hpp):
 //  * the output dtype the implementation produced must be the one it declared;
-//  * out and lse each pass every rule of the table entry for the produced dtype and the cache
-//    format; when a deployed-precision reference is given and the result is not fp64, the
+//  * out and lse each pass every rule of the table entry for its precision class (the operands
+//    and accumulation it declared, or the ones its output dtype implies when it declared none,
+//    with the produced dtype as output) and the cache format; when a deployed-precision reference is given and the result is not fp64, the
 //    error-ratio rule is armed with it for both (an fp64 implementation is held to the truth
 //    alone: the bf16 reference is far coarser than it, so a ratio against it bounds nothing);
 //  * for an FP8 cache, the distance to the result on the unquantized cache is recorded apart
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "mla/core/attention.hpp"
+#include "mla/core/precision.hpp"
 #include "mla/core/tolerance.hpp"
 
 namespace mla {
@@ -26,6 +28,9 @@ namespace mla {
 // and from what it produced.
 struct Declaration {
   OutDType out_dtype = OutDType::f64;
+  // Operands and accumulation (KernelInfo::compute); nullopt: undeclared, the class out_dtype
+  // implies (every 1.x plug-in and every kernel that predates precision classes).
+  std::optional<ComputePrecision> compute = std::nullopt;
 };
 
 // What a result is compared with; the spans have the shapes out_shape() / lse_shape().
@@ -47,7 +52,11 @@ struct AttentionJudgement {
   bool pass() const { return reasons.empty(); }
 };
 
-// The table entry a result is judged with: `what` is "out" or "lse".
+// THE choice of the table entry a result is judged with: by the implementation's precision class
+// (mla/core/tolerance.hpp, tolerance_for, lists the classes and their entries); `what` is "out"
+// or "lse". Throws mla::Error for a class the suite cannot judge.
+const tol::Tolerance& attention_tolerance(const PrecisionClass& c, CacheFormat format, std::string_view what);
+// An implementation that declared nothing: the class of the dtype it produced.
 const tol::Tolerance& attention_tolerance(OutDType produced, CacheFormat format, std::string_view what);
 
 // Never throws on bad numbers (they are reasons); throws mla::Error when the truth or a

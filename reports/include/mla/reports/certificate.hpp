@@ -74,6 +74,10 @@ struct KernelReport {
   std::string name, backend, description, out_dtype;
   std::string version;     // what --resume compares: a result is reused only for the same version
   nlohmann::json origin;   // where it came from: builtin, or a plug-in's path, sha256, ABI version
+  // What it declared and the host applied: its precision class (and whether declared or implied
+  // by the output dtype), lse and index conventions, FP8 append recipes, whether it has a
+  // can_implement. Null in certificates written before declarations were recorded.
+  nlohmann::json declared;
   std::vector<std::string> notes;  // informational, never part of the verdict
   std::optional<std::string> unavailable;
   std::vector<CaseResult> cases;

@@ -52,12 +52,28 @@ class Library {
   // for device memory) why this host cannot give it any; nullopt when it can run.
   std::optional<std::string> unavailable() const;
 
-  // Revision 1.1 fields, as zero when the plug-in's descriptor predates them.
+  // Revision 1.1 and 1.2 fields, as zero when the plug-in's descriptor predates them. The
+  // conventions and the precision class (1.2) are in info().
   uint32_t abi_minor() const { return abi_minor_; }
   bool device_memory() const { return (flags_ & MLA_PLUGIN_FLAG_DEVICE_MEMORY) != 0; }
   uint32_t append_formats() const { return append_formats_; }      // MLA_PLUGIN_CACHE_* bits
   uint32_t append_scale_fmts() const { return append_scale_fmts_; }  // MLA_PLUGIN_SCALE_* bits
   mla_plugin_append_fn append() const { return append_; }
+  // MLA_PLUGIN_RECIPE_* bits the FP8 append writes: DeepSeek's when it declares none (the only
+  // recipe before 1.2); 0 when it writes no FP8.
+  uint32_t append_fp8_recipes() const { return append_fp8_recipes_; }
+  bool has_can_implement() const { return can_implement_ != nullptr; }
+
+  // The plug-in's own answer on a shape (1.2 can_implement): ok, or unsupported with its reason,
+  // or error (another return code). A plug-in without can_implement answers ok. Runs the
+  // plug-in's code: call it only in a process that may crash.
+  struct Claim {
+    enum class Answer { ok, unsupported, error };
+    Answer answer = Answer::ok;
+    int32_t rc = MLA_PLUGIN_OK;
+    std::string reason;
+  };
+  Claim can_implement(const AttnShape& shape, std::optional<ScaleFmt> scale_fmt) const;
 
  private:
   Library() = default;
@@ -66,8 +82,9 @@ class Library {
   const mla_plugin_descriptor* desc_ = nullptr;
   KernelInfo info_;
   std::string version_;
-  uint32_t abi_minor_ = 0, flags_ = 0, append_formats_ = 0, append_scale_fmts_ = 0;
+  uint32_t abi_minor_ = 0, flags_ = 0, append_formats_ = 0, append_scale_fmts_ = 0, append_fp8_recipes_ = 0;
   mla_plugin_append_fn append_ = nullptr;
+  mla_plugin_can_implement_fn can_implement_ = nullptr;
 };
 
 // One append call's inputs (owned), in the C ABI's terms.
@@ -76,6 +93,7 @@ struct AppendCallInputs {
   int64_t max_seq_len = 0;
   uint32_t cache_format = MLA_PLUGIN_CACHE_BF16;
   uint32_t scale_fmt = 0;
+  uint32_t fp8_recipe = MLA_PLUGIN_RECIPE_DEEPSEEK_V32;  // MLA_PLUGIN_RECIPE_*: the one to write (fp8)
   double eps = 1e-6;
   std::vector<uint16_t> latent, k_pe, kv_norm_weight;
   std::vector<double> inv_freq;

@@ -1,11 +1,12 @@
-/* mla_plugin.h — the C ABI of an external MLA attention-core decode kernel, version 1.1.
+/* mla_plugin.h — the C ABI of an external MLA attention-core decode kernel, version 1.2.
  *
  * A plug-in is a shared library that exports one function, mla_plugin_get_descriptor, returning
  * a descriptor: who it is (name, version), what it claims to support (cache formats, head and
  * s_q ranges, page sizes, dense/sparse, variable lengths, output dtype), its decode entry point
- * and, optionally (1.1), a cache-append entry point. `mla certify --plugin path/to/lib.so` runs
- * it, in a separate process, on every golden case inside its claims and judges the results
- * against float64 truth.
+ * and, optionally (1.1), a cache-append entry point; from 1.2 also what it is (lse and index
+ * conventions, precision class, FP8 scale recipes) and an optional can_implement predicate.
+ * `mla certify --plugin path/to/lib.so` runs it, in a separate process, on every golden case
+ * inside its claims and judges the results against float64 truth.
  *
  * Why C: a C ABI is the one every compiler and language can produce and load without sharing a
  * C++ standard library, so a kernel built elsewhere (another compiler, CUDA, Rust) can be
@@ -21,12 +22,28 @@
  *    treats a field the writer did not have as zero / NULL: "not provided";
  *  - a host accepts any descriptor at least as large as revision 1.0's (MLA_PLUGIN_DESCRIPTOR_V1_0_SIZE);
  *  - a plug-in reading arguments checks struct_size the same way before using a later field.
- * So a 1.0 plug-in (no append, host memory) loads unchanged in a 1.1 host, and a 1.1 plug-in
- * works in a 1.0 host that simply never looks at the appended fields.
+ * So a 1.0 plug-in (no append, host memory) loads unchanged in a 1.1 or 1.2 host, and a 1.2
+ * plug-in works in a 1.0 or 1.1 host that simply never looks at the appended fields. Every field
+ * a revision appends reads as zero when absent, and zero is always the earlier revisions' meaning.
  *
  * Revision 1.1 adds: the optional `append` entry point (writing tokens into the paged cache) with
  * the formats it writes, and `flags` by which a CUDA plug-in asks for DEVICE pointers and a
  * stream (MLA_PLUGIN_FLAG_DEVICE_MEMORY).
+ *
+ * Revision 1.2 adds what a production kernel needs to be certified as it is (docs/field.md, "The
+ * peers' conventions"), all declared, none assumed:
+ *  - conventions: lse base (e or 2), lse layout ([b,h,s_q] or [b,s_q,h]), the lse of an empty row
+ *    (+inf or -inf), sparse index numbering (positions, or global cache slots with -1 the only
+ *    invalid marker). The host converts its canonical inputs to them before the call and the
+ *    outputs back before judging, and records them in the certificate;
+ *  - the precision class: operand and accumulation precision (with out_dtype, the output's); the
+ *    tolerance is chosen from it;
+ *  - the FP8 scale recipes the append writes (DeepSeek's or FlashMLA's), and in the append
+ *    arguments the one to write;
+ *  - `can_implement`, an optional predicate on a shape finer than the capability ranges (FlashMLA:
+ *    dense needs the bf16 cache, sparse needs FP8, heads in {64, 128}, topk % 64 == 0). It is
+ *    called in the certifier's child process, before any case is run; a shape it refuses is not
+ *    claimed, with its own reason, and never counted against the kernel.
  *
  * Data layouts are those of fixtures/SCHEMA.md and of mla::AttnInputs: a bf16 absorbed query, a
  * paged latent cache (bf16: 576 bf16 values per token; fp8: the 656-byte V3.2 token), a block
@@ -45,7 +62,8 @@ extern "C" {
 #endif
 
 #define MLA_PLUGIN_ABI_VERSION 1u
-#define MLA_PLUGIN_ABI_MINOR 1u /* 1.1: append entry point, device memory flag */
+#define MLA_PLUGIN_ABI_MINOR 2u /* 1.1: append entry point, device memory flag; 1.2: conventions,
+                                   precision class, FP8 recipes, can_implement */
 #define MLA_PLUGIN_ENTRY_SYMBOL "mla_plugin_get_descriptor"
 
 /* Cache formats (bit mask in capabilities, a single bit in decode arguments). */
@@ -69,9 +87,38 @@ extern "C" {
 #define MLA_PLUGIN_CAPACITY 3    /* append only (1.1): a token lies past the cache's capacity; the
                                     call wrote nothing (a certified property) */
 
-/* Scale formats of the FP8 cache (bit mask in append_scale_fmts, a single bit in append args). */
-#define MLA_PLUGIN_SCALE_FP32 0x1u  /* per-128 block float32 scale max(amax, 1e-4) / 448 */
-#define MLA_PLUGIN_SCALE_UE8M0 0x2u /* the same, rounded up to a power of two */
+/* Scale formats of the FP8 cache (bit mask in append_scale_fmts, a single bit in append args):
+ * the per-128 block float32 scale of the recipe (below), as it is, or rounded up to a power of two. */
+#define MLA_PLUGIN_SCALE_FP32 0x1u
+#define MLA_PLUGIN_SCALE_UE8M0 0x2u
+
+/* FP8 scale recipes (1.2; bit mask in append_fp8_recipes, a single bit in append args): how a
+ * block's scale follows from its amax. They differ exactly for amax < 448 * 1e-4 (an all-zero
+ * block: 1e-4/448, ue8m0 2^-22, against 1e-4, ue8m0 2^-13). */
+#define MLA_PLUGIN_RECIPE_DEEPSEEK_V32 0x1u /* DeepSeek V3.2 inference: max(amax, 1e-4) / 448 */
+#define MLA_PLUGIN_RECIPE_FLASHMLA 0x2u     /* FlashMLA's quantizer, vLLM's fp8_ds_mla: max(amax / 448, 1e-4) */
+
+/* Conventions (1.2). Zero is the canonical one, which every 1.0/1.1 plug-in follows. */
+#define MLA_PLUGIN_LSE_BASE_E 0u       /* natural log */
+#define MLA_PLUGIN_LSE_BASE_2 1u       /* log2 (FlashInfer's default) */
+#define MLA_PLUGIN_LSE_B_H_SQ 0u       /* lse [batch, heads, s_q] */
+#define MLA_PLUGIN_LSE_B_SQ_H 1u       /* lse [batch, s_q, heads] (FlashInfer's) */
+#define MLA_PLUGIN_EMPTY_LSE_POS_INF 0u /* a row that attends nothing has lse +inf (and out 0) */
+#define MLA_PLUGIN_EMPTY_LSE_NEG_INF 1u /* ... lse -inf (FlashInfer's) */
+#define MLA_PLUGIN_INDEX_POSITIONS 0u  /* sparse indices are positions within the sequence: valid
+                                          when 0 <= idx < cache_seqlens[b], every other value invalid */
+#define MLA_PLUGIN_INDEX_GLOBAL_SLOTS 1u /* global cache slots block_table[b][p / page_size] *
+                                            page_size + p % page_size, and -1 the ONLY invalid value
+                                            (FlashMLA's, FlashInfer's, vLLM's) */
+
+/* Precision of operands and accumulation (1.2). 0 in both: undeclared, the class out_dtype
+ * implies (float32 out: float32 operands and accumulation; bf16 out: bf16 operands, float32
+ * accumulation), the rule before 1.2. */
+#define MLA_PLUGIN_PRECISION_UNDECLARED 0u
+#define MLA_PLUGIN_PRECISION_FP64 1u
+#define MLA_PLUGIN_PRECISION_FP32 2u
+#define MLA_PLUGIN_PRECISION_BF16 3u /* operands only: the products read bf16 tiles (an FP8 cache
+                                        dequantized into bf16, P rounded to bf16) */
 
 /* Descriptor flags (1.1). */
 #define MLA_PLUGIN_FLAG_DEVICE_MEMORY 0x1u /* every pointer in decode/append arguments is CUDA device
@@ -111,11 +158,13 @@ typedef struct mla_plugin_decode_args {
   const uint8_t* kv_cache;       /* [num_blocks, page_size, bytes per token] */
   const int32_t* block_table;    /* [batch, max_blocks] */
   const int32_t* cache_seqlens;  /* [batch], 0 <= L <= max_blocks * page_size */
-  const int32_t* indices;        /* [batch, s_q, topk] positions; NULL when topk == 0 */
+  const int32_t* indices;        /* [batch, s_q, topk] positions, or global slots as the descriptor's
+                                    index_numbering says (1.2); NULL when topk == 0 */
 
   void* out;  /* [batch, s_q, heads, d_v]: float32, or bf16 bits (uint16_t), per out_dtype */
   float* lse; /* [batch, heads, s_q]: natural-log sum of exp(scores); +inf for a row that
-                 attends nothing (whose out is 0) */
+                 attends nothing (whose out is 0). A 1.2 plug-in may declare another base, layout
+                 and empty-row value (lse_base, lse_layout, empty_row_lse): same element count. */
 
   void* stream; /* device-memory plug-ins: the cudaStream_t to run on (never the legacy default
                    stream); NULL for host-memory plug-ins */
@@ -155,7 +204,23 @@ typedef struct mla_plugin_append_args {
   uint8_t* kv_cache;              /* [num_blocks, page_size, bytes per token], read and written */
 
   void* stream; /* as in mla_plugin_decode_args */
+  /* ---- 1.2 (check struct_size: absent from a 1.1 host, which means DeepSeek's recipe) ---- */
+  uint32_t fp8_recipe; /* FP8: MLA_PLUGIN_RECIPE_DEEPSEEK_V32 or MLA_PLUGIN_RECIPE_FLASHMLA, one of the
+                          descriptor's append_fp8_recipes; 0 for bf16 */
 } mla_plugin_append_args;
+
+/* A shape, as can_implement (1.2) sees it: what decode will be called with, before any data.
+ * Varying lengths are in capabilities (MLA_PLUGIN_VARLEN), not here: they are data. */
+typedef struct mla_plugin_shape {
+  uint32_t struct_size; /* sizeof(mla_plugin_shape) as the host compiled it */
+  int32_t batch, s_q, heads;
+  int32_t d_qk, d_v; /* 576 and 512 */
+  int32_t page_size, num_blocks, max_blocks;
+  int32_t topk;          /* 0: dense */
+  uint32_t cache_format; /* MLA_PLUGIN_CACHE_BF16 or MLA_PLUGIN_CACHE_FP8 */
+  int32_t causal;        /* as in mla_plugin_decode_args */
+  uint32_t scale_fmt;    /* FP8: MLA_PLUGIN_SCALE_FP32 or MLA_PLUGIN_SCALE_UE8M0; 0 for bf16 */
+} mla_plugin_shape;
 
 /* Returns MLA_PLUGIN_OK, or another code with a NUL-terminated message in error[0..error_size). */
 typedef int32_t (*mla_plugin_decode_fn)(const mla_plugin_decode_args* args, char* error, size_t error_size);
@@ -166,6 +231,13 @@ typedef int32_t (*mla_plugin_append_fn)(const mla_plugin_append_args* args, char
 /* Optional: NULL when the plug-in can run here, else why not (e.g. "no CUDA device"); the host
  * then records every case as SKIPPED with that reason. */
 typedef const char* (*mla_plugin_unavailable_fn)(void);
+
+/* Optional (1.2): whether decode implements `shape`, which already lies inside the capabilities.
+ * Returns MLA_PLUGIN_OK, or MLA_PLUGIN_UNSUPPORTED with a NUL-terminated reason in
+ * reason[0..reason_size) (e.g. "dense needs the bf16 cache"): the shape is then not claimed, with
+ * that reason, and never counted against the kernel. Any other code is an error of the kernel.
+ * Pure: no state, the same answer every time; called before any data exists. */
+typedef int32_t (*mla_plugin_can_implement_fn)(const mla_plugin_shape* shape, char* reason, size_t reason_size);
 
 typedef struct mla_plugin_descriptor {
   uint32_t abi_version; /* MLA_PLUGIN_ABI_VERSION the plug-in was compiled against */
@@ -184,14 +256,26 @@ typedef struct mla_plugin_descriptor {
   uint32_t append_formats;    /* MLA_PLUGIN_CACHE_* bits append can write; 0 iff append is NULL */
   uint32_t append_scale_fmts; /* MLA_PLUGIN_SCALE_* bits; non-zero iff append_formats has FP8 */
   mla_plugin_append_fn append; /* optional, may be NULL */
+  /* ---- 1.2 (read only when struct_size covers them; zero: the 1.1 meaning) ---- */
+  uint32_t lse_base;           /* MLA_PLUGIN_LSE_BASE_E or MLA_PLUGIN_LSE_BASE_2 */
+  uint32_t lse_layout;         /* MLA_PLUGIN_LSE_B_H_SQ or MLA_PLUGIN_LSE_B_SQ_H */
+  uint32_t empty_row_lse;      /* MLA_PLUGIN_EMPTY_LSE_POS_INF or MLA_PLUGIN_EMPTY_LSE_NEG_INF */
+  uint32_t index_numbering;    /* MLA_PLUGIN_INDEX_POSITIONS or MLA_PLUGIN_INDEX_GLOBAL_SLOTS */
+  uint32_t operand_precision;  /* MLA_PLUGIN_PRECISION_*; UNDECLARED in both or in neither */
+  uint32_t accum_precision;    /* MLA_PLUGIN_PRECISION_FP64 or _FP32 (or UNDECLARED) */
+  uint32_t append_fp8_recipes; /* MLA_PLUGIN_RECIPE_* bits the append can write; 0: DeepSeek's only
+                                  (1.1's meaning); non-zero only when append_formats has FP8 */
+  uint32_t reserved_1_2;       /* 0 */
+  mla_plugin_can_implement_fn can_implement; /* optional, may be NULL */
 } mla_plugin_descriptor;
 
 /* Whether a struct whose struct_size is `size` contains `field` entirely. */
 #define MLA_PLUGIN_HAS_FIELD(type, field, size) \
   ((size_t)(size) >= offsetof(type, field) + sizeof(((type*)0)->field))
-/* The descriptor of revision 1.0 ended after `unavailable`. */
+/* The descriptor of revision 1.0 ended after `unavailable`, that of 1.1 after `append`. */
 #define MLA_PLUGIN_DESCRIPTOR_V1_0_SIZE \
   (offsetof(mla_plugin_descriptor, unavailable) + sizeof(mla_plugin_unavailable_fn))
+#define MLA_PLUGIN_DESCRIPTOR_V1_1_SIZE (offsetof(mla_plugin_descriptor, append) + sizeof(mla_plugin_append_fn))
 
 /* The one exported symbol. `host_abi_version` is the host's MLA_PLUGIN_ABI_VERSION; a plug-in
  * that cannot serve it returns NULL. The descriptor must stay valid while the library is loaded. */

@@ -7,7 +7,7 @@
 // block_table[seq][pos / page_size] * page_size + pos % page_size as
 //   bf16: [latent 512 | k_pe 64] rounded once to bf16 from float64;
 //   fp8:  the latent rounded to bf16 first (as deployed: kv_norm's output is a bf16 tensor), then
-//         fp8_quantize_token (per-128 e4m3 blocks, scale per ScaleFmt; k_pe as bf16).
+//         fp8_quantize_token (per-128 e4m3 blocks, scale per ScaleFmt and Fp8Recipe; k_pe as bf16).
 //
 // Capacity (upstream has no sliding window: docs/field.md, "Upstream semantics"): a position
 // >= max_seq_len, a page index >= max_blocks or a block-table entry outside [0, num_blocks) is
@@ -40,6 +40,7 @@ struct AppendProblem {
   int64_t max_seq_len = 0;
   CacheFormat format = CacheFormat::bf16;
   ScaleFmt scale_fmt = ScaleFmt::fp32;  // fp8 only
+  Fp8Recipe fp8_recipe = Fp8Recipe::deepseek_v32;  // fp8 only: the scale recipe to write
 };
 
 // The first token (in call order) past capacity, or nullopt when every token fits. Assumes the

@@ -42,8 +42,12 @@ struct AttnResult {
 };
 
 // The attention in float64: scores = scale·(q·k) over all 576 dims, softmax, out = P·c (the 512
-// latent dims); online softmax over chunks of 1024 tokens in the tokens' logical order, so the
-// result depends neither on the physical page layout nor on the batch order (bitwise).
+// latent dims); online softmax over chunks of 1024 tokens in the tokens' logical order, a
+// sequence longer than 4K tokens cut into 4K-token segments merged in order, so the result
+// depends neither on the physical page layout nor on the batch order (bitwise). Runs on
+// mla::threads() threads (a sequence's rows, or one segment of them, per task: the cut is fixed
+// by the shape, so the bits do not depend on the thread count either) with the products built
+// for the CPU's ISA (mla/ref/gemm.hpp).
 AttnResult attention_fp64(const AttnInputs& in);
 
 }  // namespace mla::ref

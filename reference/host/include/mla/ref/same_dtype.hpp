@@ -15,7 +15,9 @@
 namespace mla::ref {
 
 // out [b, s_q, h, 512] (exact bf16 values), lse [b, h, s_q] (fp32 values). Reads only tokens
-// < L through the validated paged-cache accessor.
-AttnResult attention_same_dtype(const AttnInputs& in);
+// < L through the validated paged-cache accessor. `output` f32 leaves the fp32 P·V sums unrounded:
+// the computation of the precision class bf16/f32/f32 (bf16 operands, fp32 accumulation, fp32
+// output), the witness its tolerance entries are measured with.
+AttnResult attention_same_dtype(const AttnInputs& in, OutDType output = OutDType::bf16);
 
 }  // namespace mla::ref

@@ -401,7 +401,7 @@ void certify_append_file(Session& s, const std::vector<const Implementation*>& a
       r.name = "all";
       r.verdict = Verdict::error;
       r.reasons.push_back(note);
-      s.record(*k, std::move(r));
+      if (s.in_shard(family, r.name)) s.record(*k, std::move(r));  // one shard owns the row
     }
     s.save();
     return;
@@ -419,12 +419,13 @@ void certify_append_file(Session& s, const std::vector<const Implementation*>& a
         r.name = g.name;
         r.verdict = Verdict::error;
         r.reasons.push_back(fmt::format("append cases cannot be built: {}", e.what()));
-        s.record(*k, std::move(r));
+        if (s.in_shard(family, r.name)) s.record(*k, std::move(r));
         continue;
       }
       for (const auto& c : cases) {
         const CaseRef ref{family, file, c.name};
         if (s.case_regex && !std::regex_search(family + "/" + c.name, *s.case_regex)) continue;
+        if (!s.in_shard(family, c.name)) continue;
         const auto t0 = Clock::now();
         if (auto kept = s.kept(*k, ref)) {
           s.record(*k, std::move(*kept));

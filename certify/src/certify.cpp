@@ -128,6 +128,7 @@ void begin(Session& s) {
     throw UsageError(fmt::format("the golden catalog in {} cannot be used: {}", o.goldens.string(), e.what()));
   }
   cert.manifest = s.catalog.sha256;
+  if (o.shard_count > 0) cert.shard = reports::ShardInfo{o.shard_index, o.shard_count, {}, {}};
   s.goldens.emplace(s.self);
 }
 
@@ -248,6 +249,10 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
   if (options.out.empty()) throw UsageError("--out is required");
   if (options.repeats < 1) throw UsageError("--repeat must be at least 1");
   if (!(options.timeout_s > 0)) throw UsageError("--timeout must be positive");
+  if (options.shard_count > 0 && (options.shard_index < 1 || options.shard_index > options.shard_count)) {
+    throw UsageError(fmt::format("--shard {}/{}: the index must be between 1 and {}", options.shard_index,
+                                 options.shard_count, options.shard_count));
+  }
   const auto t_start = Clock::now();
   Session s(options, progress);
   // Before anything is read or written there: one certifier per report folder.

@@ -39,9 +39,13 @@ std::string to_junit(const reports::Certificate& c) {
   // that says so, whatever the recorded cases say.
   const bool incomplete = reports::overall(c) == reports::Overall::incomplete;
   if (incomplete) ++tests, ++failures;
-  x += fmt::format("<testsuites name=\"mla-certify\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
+  // A shard's file is named for its shard, so a CI that collects several never reads one as the
+  // whole selection.
+  const std::string suite = c.shard && c.shard->part() ? fmt::format("mla-certify shard {} of {}", c.shard->index, c.shard->count)
+                                                       : std::string("mla-certify");
+  x += fmt::format("<testsuites name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" "
                    "time=\"{:.3f}\">\n",
-                   tests, failures, errors, skipped, c.wall_seconds);
+                   xml_escape(suite), tests, failures, errors, skipped, c.wall_seconds);
   for (const auto& k : c.kernels) {
     const auto n = reports::count(k);
     double time = 0;
@@ -63,7 +67,8 @@ std::string to_junit(const reports::Certificate& c) {
     // The device the verdicts hold for: the GPUs when there are any, else the CPU.
     prop("device", c.machine.gpus.empty() ? c.machine.cpu_model : fmt::format("{}", fmt::join(c.machine.gpus, "; ")));
     prop("driver", c.machine.driver.value_or("n/a"));
-    prop("verdict", reports::headline(k, c.complete));
+    prop("verdict", reports::headline(c, k));
+    if (c.shard && c.shard->part()) prop("shard", fmt::format("{} of {}", c.shard->index, c.shard->count));
     for (const auto& note : k.notes) prop("note", note);
     x += "    </properties>\n";
     for (const auto& r : k.cases) {
@@ -106,7 +111,10 @@ std::string to_junit(const reports::Certificate& c) {
     std::size_t recorded = 0;
     for (const auto& k : c.kernels) recorded += k.cases.size();
     const std::string why =
-        c.complete ? "some cases hit a HOST_ERROR and were not certified; --resume runs them again"
+        c.shard && !c.shard->missing.empty()
+            ? fmt::format("merged without shard {} of {}: its cases were never certified", fmt::join(c.shard->missing, ", "),
+                          c.shard->count)
+        : c.complete ? "some cases hit a HOST_ERROR and were not certified; --resume runs them again"
                    : fmt::format("the run did not finish ({} results recorded); --resume finishes it", recorded);
     x += "  <testsuite name=\"mla-certify\" tests=\"1\" failures=\"1\" errors=\"0\" skipped=\"0\">\n";
     x += fmt::format("    <testcase classname=\"mla-certify\" name=\"run complete\">\n      <failure message=\"INCOMPLETE: "

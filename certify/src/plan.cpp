@@ -253,9 +253,39 @@ void select_cases(Session& s) {
                                            "has an append entry point for the cache_append cases)"
                                          : "the selection matches no attention case");
   }
+  // The shard is cut from the whole selection, after it was found non-empty: a shard that
+  // happens to hold no case is a (trivially) complete part, not a usage error.
+  if (o.shard_count > 0) {
+    const auto before = s.attention_cases.size();
+    std::erase_if(s.attention_cases, [&](const CaseRef& r) { return !s.in_shard(r.family, r.name); });
+    s.progress << fmt::format("mla certify: shard {} of {}: {} of {} attention cases\n", o.shard_index, o.shard_count,
+                              s.attention_cases.size(), before);
+  }
 }
 
 }  // namespace
+
+int shard_of(const std::string& family, const std::string& name, int count) {
+  if (count < 1) throw UsageError("a shard count must be at least 1");
+  const std::string id = family + "/" + name;
+  const auto hex = sha256_hex({reinterpret_cast<const uint8_t*>(id.data()), id.size()});
+  const uint64_t h = std::stoull(hex.substr(0, 15), nullptr, 16);
+  return static_cast<int>(h % static_cast<uint64_t>(count)) + 1;
+}
+
+std::pair<int, int> parse_shard(const std::string& text) {
+  const auto bad = [&] {
+    return UsageError(fmt::format("--shard '{}' is not I/N with 1 <= I <= N <= 1000 (e.g. 2/4)", printable(text)));
+  };
+  const auto slash = text.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 >= text.size() || text.size() > 9) throw bad();
+  const auto digits = [](const std::string& t) { return std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; }); };
+  const auto i = text.substr(0, slash), n = text.substr(slash + 1);
+  if (!digits(i) || !digits(n)) throw bad();
+  const int index = std::stoi(i), count = std::stoi(n);
+  if (index < 1 || count < 1 || index > count || count > 1000) throw bad();
+  return {index, count};
+}
 
 void plan(Session& s) {
   select_implementations(s);

@@ -50,6 +50,11 @@ void Resume::load(const std::filesystem::path& out, const reports::Certificate& 
     const json old_tol = old.build.is_object() && old.build.contains("tolerance_table_sha256")
                              ? old.build.at("tolerance_table_sha256") : json();
     if (old_tol != now.build.at("tolerance_table_sha256")) return std::string("the tolerance table changed");
+    // Another shard's rows are not this shard's to keep (nor a whole run's, nor a merge's).
+    const auto shard_word = [](const reports::Certificate& c) {
+      return c.shard ? fmt::format("{}/{}", c.shard->index, c.shard->count) : std::string("none");
+    };
+    if (shard_word(old) != shard_word(now)) return fmt::format("shard {} vs {}", shard_word(old), shard_word(now));
     if (result_options(old.options) != result_options(now.options)) {
       return fmt::format("options {} vs {}", result_options(old.options).dump(), result_options(now.options).dump());
     }

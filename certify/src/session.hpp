@@ -130,6 +130,10 @@ class Session {
   // The certificate as written: this run's rows, then those kept from outside its selection.
   reports::Certificate with_outside() const;
   bool isolated(const Implementation& k) const { return k.plugin || options.isolate || !k.impl; }
+  // Whether a case of the selection belongs to this run's --shard (always, without one).
+  bool in_shard(const std::string& family, const std::string& name) const {
+    return options.shard_count == 0 || shard_of(family, name, options.shard_count) == options.shard_index;
+  }
 };
 
 // How one (kernel, case) is called in children (run_case.cpp).

@@ -188,6 +188,32 @@ json tolerances_used(const Certificate& c) {
   return j;
 }
 
+json shard_json(const std::optional<ShardInfo>& s) {
+  if (!s) return json();
+  json j = {{"count", s->count}};
+  if (s->part()) {
+    j["index"] = s->index;
+  } else {
+    j["missing"] = s->missing;
+    j["merged"] = s->merged;
+  }
+  return j;
+}
+
+std::optional<ShardInfo> shard_from(const json& j) {
+  if (!j.contains("shard") || j.at("shard").is_null()) return std::nullopt;
+  const json& sj = j.at("shard");
+  ShardInfo s;
+  s.count = field<int>(sj, "shard", "count");
+  s.index = read_opt<int>(sj, "shard", "index").value_or(0);
+  s.missing = read_opt<std::vector<int>>(sj, "shard", "missing").value_or(std::vector<int>{});
+  if (sj.contains("merged")) s.merged = sj.at("merged");
+  if (s.count < 1 || s.index < 0 || s.index > s.count) {
+    throw Error(fmt::format("shard: index {} of count {} is not a shard", s.index, s.count));
+  }
+  return s;
+}
+
 }  // namespace
 
 Counts count(const KernelReport& k) {
@@ -216,6 +242,7 @@ bool is_red(const Certificate& c) {
 
 Overall overall(const Certificate& c) {
   if (!c.complete) return Overall::incomplete;
+  if (c.shard && !c.shard->missing.empty()) return Overall::incomplete;
   for (const auto& k : c.kernels) {
     if (count(k).host_error > 0) return Overall::incomplete;
   }
@@ -229,6 +256,24 @@ const char* to_string(Overall o) {
     case Overall::incomplete: return "INCOMPLETE";
   }
   return "?";
+}
+
+std::string verdict_text(const Certificate& c) {
+  const std::string word = to_string(overall(c));
+  if (c.shard && c.shard->part()) return fmt::format("{} (shard {} of {})", word, c.shard->index, c.shard->count);
+  return word;
+}
+
+// A merge that lacks a shard is as unfinished as a run that was stopped.
+static bool finished(const Certificate& c) { return c.complete && !(c.shard && !c.shard->missing.empty()); }
+
+std::string headline(const Certificate& c, const KernelReport& k) {
+  auto h = headline(k, finished(c));
+  if (c.shard && c.shard->part()) h += fmt::format(" [shard {} of {} only]", c.shard->index, c.shard->count);
+  if (c.shard && !c.shard->missing.empty()) {
+    h += fmt::format(" [shard {} of {} missing]", fmt::join(c.shard->missing, ", "), c.shard->count);
+  }
+  return h;
 }
 
 int exit_status(const Certificate& c, bool require_full_coverage) {
@@ -259,8 +304,8 @@ json to_json(const Certificate& c) {
                        {"declared", k.declared},
                        {"notes", k.notes},
                        {"unavailable", opt(k.unavailable)},
-                       {"verdict", kernel_verdict(k, c.complete)},
-                       {"headline", headline(k, c.complete)},
+                       {"verdict", kernel_verdict(k, finished(c))},
+                       {"headline", headline(c, k)},
                        {"counts", counts_json(count(k))},
                        {"coverage", coverage_json(k)},
                        {"cases", std::move(cases)}});
@@ -271,7 +316,7 @@ json to_json(const Certificate& c) {
           {"started_utc", c.started_utc},
           {"finished_utc", c.finished_utc},
           {"complete", c.complete},
-          {"verdict", to_string(overall(c))},
+          {"verdict", verdict_text(c)},
           {"red", is_red(c)},
           {"wall_seconds", c.wall_seconds},
           {"machine", machine_json(c.machine)},
@@ -279,6 +324,7 @@ json to_json(const Certificate& c) {
           {"options", c.options},
           {"catalog", {{"dir", c.goldens_dir}, {"manifest", c.manifest}, {"manifest_sha256", c.manifest_sha256}}},
           {"notes", c.notes},
+          {"shard", shard_json(c.shard)},
           {"tolerances", tolerances_used(c)},
           {"kernels", std::move(kernels)}};
 }
@@ -306,6 +352,7 @@ Certificate certificate_from_json(const json& j) {
     c.manifest = field<std::map<std::string, std::string>>(cat, "catalog", "manifest");
     c.manifest_sha256 = read_opt<std::string>(cat, "catalog", "manifest_sha256").value_or("");
     c.notes = field<std::vector<std::string>>(j, w, "notes");
+    c.shard = shard_from(j);
     const json& kernels = at(j, w, "kernels");
     if (!kernels.is_array()) throw Error(fmt::format("kernels: expected a list, found {}", type_word(kernels)));
     for (std::size_t ki = 0; ki < kernels.size(); ++ki) {

@@ -80,9 +80,9 @@ void coverage_table(std::string& md, const KernelReport& k) {
   }
 }
 
-void kernel_section(std::string& md, const KernelReport& k, bool complete) {
+void kernel_section(std::string& md, const Certificate& c, const KernelReport& k) {
   const auto n = count(k);
-  md += fmt::format("\n## {}\n\n**{}**\n\n{} backend, {} output. {}\n\n", k.name, cell(headline(k, complete)),
+  md += fmt::format("\n## {}\n\n**{}**\n\n{} backend, {} output. {}\n\n", k.name, cell(headline(c, k)),
                     k.backend, k.out_dtype, cell(k.description));
   if (!k.version.empty()) md += fmt::format("Version: {}\n", cell(k.version));
   if (!k.origin.is_null()) md += fmt::format("Origin: `{}`\n\n", k.origin.dump());
@@ -153,19 +153,31 @@ std::string incomplete_reason(const Certificate& c) {
   std::vector<std::string> why;
   if (!c.complete) why.push_back("the run did not finish (it was still going, or was stopped)");
   if (host > 0) why.push_back(fmt::format("{} case{} hit a HOST_ERROR", host, host == 1 ? "" : "s"));
+  if (c.shard && !c.shard->missing.empty()) {
+    return fmt::format("{}shard{} {} of {} missing: `mla merge` it with the others' certificates",
+                       why.empty() ? "" : fmt::format("{}; ", fmt::join(why, " and ")),
+                       c.shard->missing.size() == 1 ? "" : "s", fmt::join(c.shard->missing, ", "), c.shard->count);
+  }
   return fmt::format("{}; `mla certify --resume` with the same options finishes it", fmt::join(why, " and "));
 }
 
 std::string to_markdown(const Certificate& c) {
   std::string md;
   const Overall o = overall(c);
-  md += fmt::format("# MLA attention certificate: {}{}\n\n", to_string(o),
-                    c.kernels.size() == 1 && o != Overall::incomplete ? ": " + headline(c.kernels[0], c.complete) : "");
+  md += fmt::format("# MLA attention certificate: {}{}\n\n", verdict_text(c),
+                    c.kernels.size() == 1 && o != Overall::incomplete ? ": " + headline(c, c.kernels[0]) : "");
+  if (c.shard && c.shard->part()) {
+    md += fmt::format("**Shard {} of {}: only the cases of this shard; `mla merge` of all {} shards' certificates gives "
+                      "the verdict of the whole selection.**\n\n",
+                      c.shard->index, c.shard->count, c.shard->count);
+  } else if (c.shard) {
+    md += fmt::format("Merged from {} of {} shards.\n\n", c.shard->count - c.shard->missing.size(), c.shard->count);
+  }
   if (o == Overall::incomplete) {
     md += fmt::format("**INCOMPLETE: {}.**{}\n\n", incomplete_reason(c),
                       is_red(c) ? " Some results recorded so far are red." : "");
   }
-  for (const auto& k : c.kernels) md += fmt::format("- `{}`: {}\n", k.name, cell(headline(k, c.complete)));
+  for (const auto& k : c.kernels) md += fmt::format("- `{}`: {}\n", k.name, cell(headline(c, k)));
   md += "\n";
   md += fmt::format("- Run: {} to {} ({:.1f} s), {} {}\n", c.started_utc,
                     c.finished_utc.empty() ? "?" : c.finished_utc, c.wall_seconds, c.tool, c.tool_version);
@@ -192,7 +204,7 @@ std::string to_markdown(const Certificate& c) {
   md += "\n\"bound use\" is the worst element's |error| / its bound max(atol_used, rtol·|truth|) over out and lse: "
         "below 1 every element is inside its bound.\n";
 
-  for (const auto& k : c.kernels) kernel_section(md, k, c.complete);
+  for (const auto& k : c.kernels) kernel_section(md, c, k);
 
   std::set<std::string> used;
   for (const auto& k : c.kernels) {
@@ -226,14 +238,14 @@ std::string summary(const Certificate& c, std::size_t max_lines) {
   int cases = 0;
   for (const auto& k : c.kernels) cases = std::max(cases, static_cast<int>(k.cases.size()));
   const Overall o = overall(c);
-  lines.push_back(fmt::format("mla-certify: {} - {} implementations x {} cases in {:.1f} s", to_string(o),
+  lines.push_back(fmt::format("mla-certify: {} - {} implementations x {} cases in {:.1f} s", verdict_text(c),
                               c.kernels.size(), cases, c.wall_seconds));
   if (o == Overall::incomplete) lines.push_back(shorten("INCOMPLETE: " + incomplete_reason(c), kSummaryWidth));
   std::size_t width = std::string_view("implementation").size();
   for (const auto& k : c.kernels) width = std::max(width, k.name.size());
   width = std::min<std::size_t>(width, 48);
   for (const auto& k : c.kernels) {
-    lines.push_back(shorten(fmt::format("{:<{}}  {}", shorten(k.name, width), width, headline(k, c.complete)), kSummaryWidth));
+    lines.push_back(shorten(fmt::format("{:<{}}  {}", shorten(k.name, width), width, headline(c, k)), kSummaryWidth));
   }
   lines.push_back(fmt::format("{:<{}} {:>5} {:>5} {:>5} {:>5} {:>6} {:>6} {:>5}  {}", "implementation", width, "PASS",
                               "FAIL", "ERROR", "HOST", "UNSUP", "NOTCL", "SKIP", "worst"));

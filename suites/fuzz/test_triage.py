@@ -50,3 +50,56 @@ def test_escaping_exception_and_ubsan_are_ours():
 
 def test_no_frame_at_all_is_ours():
     assert triage.classify("==1==ERROR: libFuzzer: out-of-memory (malloc(4294967296))")[0] == "ours"
+
+
+# A libhdf5 crash is someone else's bug only when the tool survives the file: it reads every
+# golden through in a child first, so the tool's own process must refuse the file and live.
+# Stand-ins for the tool, so the test needs no build: one that refuses, one that dies, one that
+# hangs.
+def _tool(tmp_path, body: str) -> str:
+    path = tmp_path / "mla"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def _artifact(tmp_path) -> str:
+    path = tmp_path / "crash-0123"
+    path.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)
+    return str(path)
+
+
+HDF5_CRASH = report(HDF5_ANON, HDF5_ITER, LOADER)
+LOADER_FUZZER = "/build/fuzz/suites/fuzz/fuzz_golden_loader"
+
+
+def test_a_libhdf5_crash_the_tool_survives_is_libhdf5(tmp_path):
+    # The tool is given a catalog whose manifest matches the file (as a user would have it).
+    tool = _tool(tmp_path, 'cd "$3" && sha256sum -c MANIFEST.sha256 >/dev/null || exit 99\n'
+                           'echo "golden file artifact.h5 is refused: killed by signal SIGSEGV" >&2; exit 2')
+    assert triage.classify(HDF5_CRASH)[0] == "libhdf5"
+    verdict, why = triage.attribute_libhdf5(LOADER_FUZZER, _artifact(tmp_path), "SEGV", tool, 5)
+    assert verdict == "libhdf5", why
+    assert "exit 2" in why
+
+
+def test_a_libhdf5_crash_that_kills_the_tool_is_ours(tmp_path):
+    tool = _tool(tmp_path, "kill -SEGV $$")
+    verdict, why = triage.attribute_libhdf5(LOADER_FUZZER, _artifact(tmp_path), "SEGV", tool, 5)
+    assert verdict == "ours" and "SIGSEGV" in why, why
+
+
+def test_a_libhdf5_crash_that_hangs_the_tool_is_ours(tmp_path):
+    tool = _tool(tmp_path, "exec sleep 60")
+    verdict, why = triage.through_tool(tool, _artifact(tmp_path), 5, deadline=1)
+    assert verdict == "ours" and "killed after" in why, why
+
+
+def test_a_libhdf5_crash_without_the_tool_to_replay_it_is_ours(tmp_path):
+    verdict, why = triage.attribute_libhdf5(LOADER_FUZZER, _artifact(tmp_path), "SEGV", None, 5)
+    assert verdict == "ours" and "--tool" in why
+
+
+def test_a_libhdf5_crash_of_a_recipe_target_stays_libhdf5(tmp_path):
+    verdict, why = triage.attribute_libhdf5("/b/fuzz_golden_schema", _artifact(tmp_path), "SEGV", None, 5)
+    assert verdict == "libhdf5" and "not a golden file" in why

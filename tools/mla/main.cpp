@@ -4,6 +4,8 @@
 //   mla goldens   list | validate | inspect the golden catalog
 //   mla memory    KV-cache bytes per token and totals for a preset or any config; --check
 //                 confirms the model against what the implementations allocate
+//   mla merge     the certificates of the shards of one certification (--shard I/N on several
+//                 machines) combined into one, judged as one run
 //   mla report    the benchmark report (reports/tools/bench_report.py, arguments passed on)
 // Invoked as `mla-certify` (a link to this binary) it behaves as `mla certify`.
 //
@@ -19,6 +21,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <tuple>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -120,9 +123,20 @@ int main(int argc, char** argv) {
   certify->add_flag("--require-full-coverage", o.require_full_coverage,
                     "for CI: exit 4 unless every implementation claims, and is judged on, every selected case "
                     "(cases left out by --max-tokens excepted)");
+  std::string shard_text;
+  certify->add_option("--shard", shard_text,
+                      "I/N: certify only shard I of N of the selection (split by case identity, the same on every "
+                      "machine); `mla merge` combines the N shards' certificates");
   certify->add_option("--kernel-extra", o.extras,
                       "test only: add a deliberately broken implementation (kernels/faults: dropped_last ignores each "
                       "sequence's last cached token; throws, leaky, bf16_only are certifier self-tests)");
+
+  // ---- merge ----
+  std::vector<std::string> merge_dirs;
+  fs::path merge_out;
+  auto* merge = app.add_subcommand("merge", "combine the certificates of the shards of one certification (mla certify --shard I/N)");
+  merge->add_option("dirs", merge_dirs, "report folders of the shards (each with its certificate.json)")->required();
+  merge->add_option("--out", merge_out, "report folder of the merged certificate")->required();
 
   // ---- goldens ----
   std::string goldens_dir;
@@ -282,6 +296,7 @@ int main(int argc, char** argv) {
     o.isolate = !in_process;
     o.probe_unclaimed = !no_probe;
     try {
+      if (!shard_text.empty()) std::tie(o.shard_index, o.shard_count) = cert::parse_shard(shard_text);
       const auto c = cert::run(o, std::cerr);
       std::cout << mla::reports::summary(c);
       std::cout << fmt::format("certificate: {}, {}, {}\n", (o.out / cert::kJsonName).string(),
@@ -290,7 +305,7 @@ int main(int argc, char** argv) {
       if (rc == mla::reports::kExitCoverage) {
         for (const auto& k : c.kernels) {
           if (!mla::reports::coverage(k).full()) {
-            std::cerr << "mla certify: --require-full-coverage: " << k.name << ": " << mla::reports::headline(k, c.complete)
+            std::cerr << "mla certify: --require-full-coverage: " << k.name << ": " << mla::reports::headline(c, k)
                       << "\n";
           }
         }
@@ -300,6 +315,23 @@ int main(int argc, char** argv) {
       return report_error("certify", e, 2);
     } catch (const std::exception& e) {
       return report_error("certify", e, 1);
+    }
+  }
+
+  if (*merge) {
+    try {
+      std::vector<fs::path> dirs(merge_dirs.begin(), merge_dirs.end());
+      const auto c = cert::merge(dirs, merge_out, std::cerr);
+      std::cout << mla::reports::summary(c);
+      std::cout << fmt::format("certificate: {}, {}, {}\n", (merge_out / cert::kJsonName).string(),
+                               (merge_out / cert::kMarkdownName).string(), (merge_out / cert::kJunitName).string());
+      // The same exit codes as one run of the whole selection would have had.
+      const bool full = c.options.is_object() && c.options.value("require_full_coverage", false);
+      return mla::reports::exit_status(c, full);
+    } catch (const cert::UsageError& e) {
+      return report_error("merge", e, 2);
+    } catch (const std::exception& e) {
+      return report_error("merge", e, 1);
     }
   }
 

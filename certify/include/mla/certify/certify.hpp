@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <iosfwd>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,26 @@ struct Options {
   // the certificate is the same either way.
   bool require_full_coverage = false;
   std::filesystem::path self_exe;  // executable re-run as the child; empty: this one
+  // --shard I/N: only the selected cases whose identity falls in shard I (shard_of); 1-based.
+  int shard_index = 0, shard_count = 0;  // 0: no shard
 };
+
+// The shard (1..count) a case belongs to: from the sha256 of its identity "<family>/<case>"
+// alone, so every machine of a fleet computes the same split whatever its file order, timing or
+// selection, and every case is in exactly one shard.
+int shard_of(const std::string& family, const std::string& name, int count);
+
+// Parses "I/N" (1 <= I <= N); UsageError naming the text otherwise.
+std::pair<int, int> parse_shard(const std::string& text);
+
+// `mla merge DIR... --out OUT`: the certificates of the shards of one certification combined
+// into one (JSON, Markdown, JUnit in OUT), judged by the same rules as a single run. Refused
+// (UsageError naming the field and both values) when the shards differ in catalog, tool version,
+// options, tolerance table or implementation builds, when one is not a shard's certificate, or
+// when two hold the same shard or the same case. A missing shard is not refused: the merged
+// certificate is INCOMPLETE and names it.
+reports::Certificate merge(const std::vector<std::filesystem::path>& shard_dirs, const std::filesystem::path& out,
+                           std::ostream& progress);
 
 // Bad options (unknown kernel or family, a selection with no case, an invalid regex, a
 // plug-in that cannot be loaded), an unreadable catalog and an unwritable report folder are

@@ -32,7 +32,8 @@ inline constexpr int kExitPass = 0;        // every claimed case judged, none re
 inline constexpr int kExitFail = 1;        // some implementation FAILed or had an ERROR on a case
 inline constexpr int kExitUsage = 2;       // bad options or unusable input; no certificate written
 inline constexpr int kExitIncomplete = 3;  // the run did not finish or HOST_ERRORs left cases
-                                           // uncertified: --resume finishes it
+                                           // uncertified: --resume (or the missing shards)
+                                           // finishes it
 inline constexpr int kExitCoverage = 4;    // --require-full-coverage, and some case is not covered
 
 struct MachineInfo {
@@ -88,6 +89,17 @@ struct Counts {
 };
 Counts count(const KernelReport& k);
 
+// A shard's certificate (`mla certify --shard I/N`) holds the cases of the selection whose
+// identity hashes to shard I (certify/src/plan.cpp, shard_of); it is never the catalog's verdict.
+// A merged one (`mla merge`) records every shard it was made of, and the missing ones.
+struct ShardInfo {
+  int index = 0;  // 1-based; 0 in a merged certificate
+  int count = 0;
+  std::vector<int> missing;  // merged: the shard indices no certificate was given for
+  nlohmann::json merged;     // merged: one record per shard (index, folder, machine, times)
+  bool part() const { return index > 0; }
+};
+
 struct Certificate {
   std::string tool = "mla-certify";
   std::string tool_version;
@@ -102,17 +114,23 @@ struct Certificate {
   std::vector<std::string> notes;                // catalog remarks (missing family, ...)
   std::vector<KernelReport> kernels;
   double wall_seconds = 0;
+  std::optional<ShardInfo> shard;  // nullopt: neither a shard nor a merge of shards
 };
 
 // FAIL or ERROR anywhere: the certificate is red.
 bool is_red(const Certificate& c);
 
-// The certificate's own verdict: INCOMPLETE when the run did not finish or some case is a
-// HOST_ERROR (something selected was never certified, whatever else it holds), else FAIL when
-// it is red, else PASS.
+// The certificate's own verdict: INCOMPLETE when the run did not finish, some case is a
+// HOST_ERROR or a merge lacks a shard (something selected was never certified, whatever else it
+// holds), else FAIL when it is red, else PASS.
 enum class Overall { pass, fail, incomplete };
 Overall overall(const Certificate& c);
 const char* to_string(Overall o);
+// The verdict as the certificate states it: to_string(overall(c)), and for a shard's certificate
+// "PASS (shard 2 of 4)", so no part of a selection reads as the whole catalog's pass.
+std::string verdict_text(const Certificate& c);
+// An implementation's headline (coverage.hpp) within this certificate: a shard's says so.
+std::string headline(const Certificate& c, const KernelReport& k);
 // kExitPass / kExitFail / kExitIncomplete / kExitCoverage (the last only when
 // `require_full_coverage` and some implementation's coverage is not full, see coverage.hpp).
 int exit_status(const Certificate& c, bool require_full_coverage = false);

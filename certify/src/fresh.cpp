@@ -136,9 +136,14 @@ void certify_fresh(Session& s) {
       s.progress << fmt::format("fresh: no cases for {}: {}\n", k.info.name, e.what());
       continue;
     }
+    // In name order, the order `mla merge` restores when it combines the shards of a run.
+    std::stable_sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
     for (std::size_t i = 0; i < points.size(); ++i) {
       auto& p = points[i];
       if (s.case_regex && !std::regex_search("fresh/" + p.name, *s.case_regex)) continue;
+      // Split like the catalog's cases; the shards of one run share its seed (mla merge refuses
+      // shards whose options, the seed among them, differ), so together they hold each drawn case once.
+      if (!s.in_shard("fresh", p.name)) continue;
       reports::CaseResult r;
       r.family = "fresh";
       r.file = "fresh";

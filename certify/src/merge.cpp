@@ -96,13 +96,16 @@ void check_same(const Part& a, const Part& b) {
   }
 }
 
-// Rows in the order a single run writes them: by family (the catalog's order), file, case.
-std::size_t family_rank(const std::string& certified_as) {
+// Rows in the order a single run writes them: the catalog's attention families (in catalog
+// order), then the fresh family, then the append families; within a family by file and case
+// (a single run writes the fresh cases in name order for this reason).
+std::pair<int, std::size_t> family_rank(const std::string& certified_as) {
   const auto& fams = golden::families();
+  if (certified_as == "fresh") return {1, 0};
   for (std::size_t i = 0; i < fams.size(); ++i) {
-    if (fams[i].certified_as == certified_as) return i;
+    if (fams[i].certified_as == certified_as) return {fams[i].certify == golden::Certified::append ? 2 : 0, i};
   }
-  return fams.size();
+  return {3, 0};
 }
 
 }  // namespace

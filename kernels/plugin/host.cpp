@@ -256,11 +256,11 @@ std::optional<std::string> Library::unavailable() const {
   return std::nullopt;
 }
 
-Library::Claim Library::can_implement(const AttnShape& shape, std::optional<ScaleFmt> scale_fmt) const {
-  Claim c;
-  if (!can_implement_) return c;
-  mla_plugin_shape a{};
-  a.struct_size = sizeof a;
+namespace {
+// The shape's fields, which mla_plugin_shape (can_implement) and mla_plugin_decode_args (decode)
+// both carry under the same names.
+template <class Args>
+void put_shape(Args& a, const AttnShape& shape) {
   a.batch = shape.batch;
   a.s_q = shape.s_q;
   a.heads = shape.heads;
@@ -272,6 +272,15 @@ Library::Claim Library::can_implement(const AttnShape& shape, std::optional<Scal
   a.topk = shape.topk;
   a.cache_format = shape.cache_format == CacheFormat::fp8 ? MLA_PLUGIN_CACHE_FP8 : MLA_PLUGIN_CACHE_BF16;
   a.causal = shape.causal ? 1 : 0;
+}
+}  // namespace
+
+Library::Claim Library::can_implement(const AttnShape& shape, std::optional<ScaleFmt> scale_fmt) const {
+  Claim c;
+  if (!can_implement_) return c;
+  mla_plugin_shape a{};
+  a.struct_size = sizeof a;
+  put_shape(a, shape);
   if (shape.cache_format == CacheFormat::fp8) {
     a.scale_fmt = scale_fmt.value_or(ScaleFmt::fp32) == ScaleFmt::ue8m0 ? MLA_PLUGIN_SCALE_UE8M0 : MLA_PLUGIN_SCALE_FP32;
   }
@@ -368,17 +377,7 @@ int32_t call_decode(const Library& lib, const AttnInputs& in, void* out, std::si
   };
   mla_plugin_decode_args a{};
   a.struct_size = sizeof a;
-  a.batch = shape.batch;
-  a.s_q = shape.s_q;
-  a.heads = shape.heads;
-  a.d_qk = shape.d_qk;
-  a.d_v = shape.d_v;
-  a.page_size = shape.page_size;
-  a.num_blocks = shape.num_blocks;
-  a.max_blocks = shape.max_blocks;
-  a.topk = shape.topk;
-  a.cache_format = shape.cache_format == CacheFormat::fp8 ? MLA_PLUGIN_CACHE_FP8 : MLA_PLUGIN_CACHE_BF16;
-  a.causal = shape.causal ? 1 : 0;
+  put_shape(a, shape);
   a.softmax_scale = in.softmax_scale;
   a.q = in.q.data();
   a.kv_cache = in.kv_cache.data();

@@ -5,6 +5,8 @@
 // catalog.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -46,6 +48,27 @@ TEST(MlaCli, SubcommandsAndTheAlias) {
   EXPECT_NE(help.out.find("--resume"), std::string::npos);
   EXPECT_EQ(help.out.find("__child"), std::string::npos);
   EXPECT_EQ(mla("--help").out.find("__child"), std::string::npos) << "the child mode is internal";
+}
+
+// A value out of range is refused (exit 2) in words that name the flag and the rule, never with
+// the largest double written out, and values that would overflow later are refused too.
+TEST(MlaCli, OutOfRangeValuesAreRefusedInWords) {
+  struct Bad {
+    std::string args, says;
+  };
+  for (const Bad& b : {Bad{"certify --timeout -1", "--timeout: -1 must be a number > 0"},
+                       Bad{"certify --timeout 1e300", "<= 1e+06 s"},
+                       Bad{"certify --max-tokens 0", "--max-tokens: 0 must be a number > 0"},
+                       Bad{"certify --seed -1", "'-1' is not an unsigned 64-bit integer"},
+                       Bad{"certify --seed 18446744073709551616", "is not an unsigned 64-bit integer"},
+                       Bad{"memory --heads -3", "--heads: -3 must be a number > 0"}}) {
+    const auto p = mla(b.args + " 2>&1");
+    EXPECT_EQ(p.status, 2) << b.args << ": " << p.out;
+    EXPECT_NE(p.out.find(b.says), std::string::npos) << b.args << ": " << p.out;
+    int run = 0, longest = 0;
+    for (const char c : p.out) longest = std::max(longest, run = std::isdigit(static_cast<unsigned char>(c)) ? run + 1 : 0);
+    EXPECT_LT(longest, 25) << b.args << " prints a number of " << longest << " digits: " << p.out;
+  }
 }
 
 // ---- goldens ---------------------------------------------------------------------------------
@@ -134,7 +157,7 @@ json memory_json(const std::string& args) {
   return json::parse(p.out);
 }
 
-TEST(MlaMemory, ByteModelMatchesTheFieldNotes) {
+TEST(MlaMemory, ByteModelMatchesDocsField) {
   // docs/field.md, "KV-cache bytes per token and layer": naive MHA 81 920 B (128 heads) and
   // 10 240 B (16 heads), MLA bf16 1 152, latent only 1 024, FP8 656, indexer +132.
   const auto v3 = memory_json("--preset v3");

@@ -238,7 +238,7 @@ TEST(CostModel, SparseCountsDistinctValidTokensPerSequence) {
   EXPECT_EQ(naive.flops, c.flops);
 }
 
-TEST(CostModel, BytesPerTokenMatchFieldNotes) {
+TEST(CostModel, BytesPerTokenMatchDocsField) {
   EXPECT_EQ(cache_bytes_per_token(CacheFormat::bf16), 1152u);
   EXPECT_EQ(cache_bytes_per_token(CacheFormat::fp8), 656u);
   EXPECT_STREQ(to_string(CacheFormat::fp8), "fp8");

@@ -145,7 +145,7 @@ TEST(Yarn, RampGuardsEqualEnds) {
   EXPECT_EQ(r2, want2);
 }
 
-TEST(Yarn, SoftmaxScaleMatchesFieldNotes) {
+TEST(Yarn, SoftmaxScaleMatchesDocsField) {
   // docs/field.md quotes 10 decimals; the check is exact at that precision.
   EXPECT_EQ(fmt::format("{:.10f}", softmax_scale(v3_config())), "0.1352337789");
   EXPECT_EQ(fmt::format("{:.10f}", softmax_scale(v2_lite_config())), "0.1147213868");

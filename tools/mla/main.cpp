@@ -17,10 +17,12 @@
 // output.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <string>
 #include <tuple>
 
 #include <CLI/CLI.hpp>
@@ -48,6 +50,44 @@ namespace {
 namespace fs = std::filesystem;
 namespace cert = mla::certify;
 namespace tools = mla::tools;
+
+// CLI11's PositiveNumber and NonNegativeNumber name their range with the largest double written
+// out in full (300 digits); these say the rule in words, and bound what would overflow later (a
+// timeout becomes a clock duration, a seed is unsigned).
+CLI::Validator number_above(double lo, bool inclusive, double hi, const std::string& unit = "") {
+  const std::string rule = fmt::format("a number {} {}{}", inclusive ? ">=" : ">", lo,
+                                       hi < 1e300 ? fmt::format(" and <= {:g}{}", hi, unit) : "");
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        std::size_t used = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        const std::string shown = text.size() > 40 ? text.substr(0, 40) + "..." : text;
+        if (used == 0 || used != text.size()) return fmt::format("'{}' is not a number", shown);
+        if (!(inclusive ? v >= lo : v > lo) || !(v <= hi)) return fmt::format("{} must be {}", shown, rule);
+        return {};
+      },
+      rule);
+}
+const CLI::Validator kPositive = number_above(0, false, 1e308);
+const CLI::Validator kNonNegative = number_above(0, true, 1e308);
+
+CLI::Validator unsigned_64() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const bool digits = !text.empty() && text.size() <= 20 &&
+                            std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (!digits || (text.size() == 20 && text > "18446744073709551615")) {
+          return fmt::format("'{}' is not an unsigned 64-bit integer", text.size() > 40 ? text.substr(0, 40) + "..." : text);
+        }
+        return {};
+      },
+      "UINT64");
+}
 
 // The family names `--family` accepts, as the certificate's rows name them.
 std::string certified_families() {
@@ -97,15 +137,16 @@ int main(int argc, char** argv) {
   certify->add_option("--case", o.case_regex, "only cases whose '<family>/<case>' matches this regex (ECMAScript)");
   certify->add_option("--max-tokens", o.max_tokens,
                       "skip (as SKIPPED) cases whose cache holds more tokens, e.g. 32768 leaves out the 128K case")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   certify->add_option("--seed", o.seed,
                       "the run's seed (drawn at run time when absent; the certificate records it and --seed with it "
-                      "reproduces the run)");
+                      "reproduces the run)")
+      ->check(unsigned_64());
   certify->add_option("--repeat", o.repeats, "runs per case of a registered kernel; every run must give bitwise identical results (plug-ins: 3 to 5, drawn from --seed)")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   certify->add_option("--timeout", o.timeout_s, "seconds one kernel may take on one case before it is killed (ERROR)")
-      ->check(CLI::PositiveNumber)
+      ->check(number_above(0, false, 1e6, " s"))
       ->capture_default_str();
   certify->add_flag("--resume", o.resume,
                     "keep the results of <out>/certificate.json whose kernel version and golden file are unchanged; "
@@ -159,15 +200,15 @@ int main(int argc, char** argv) {
   bool json_out = false, check = false, list_presets = false;
   auto* memory = app.add_subcommand("memory", "KV-cache footprint per token, layer and in total");
   memory->add_option("--preset", preset_name, "tiny, v2-lite, v3, v3-tp2, v3-tp4, v3-tp8, ...")->capture_default_str();
-  memory->add_option("--heads", heads, "attention heads (overrides the preset)")->check(CLI::PositiveNumber);
-  memory->add_option("--nope", nope, "qk_nope_head_dim")->check(CLI::NonNegativeNumber);
-  memory->add_option("--rope", rope, "qk_rope_head_dim")->check(CLI::PositiveNumber);
-  memory->add_option("--v", vdim, "v_head_dim")->check(CLI::PositiveNumber);
-  memory->add_option("--kv-lora-rank", rank, "kv_lora_rank")->check(CLI::PositiveNumber);
-  memory->add_option("--layers", layers, "layers (default: the preset's)")->check(CLI::PositiveNumber);
+  memory->add_option("--heads", heads, "attention heads (overrides the preset)")->check(kPositive);
+  memory->add_option("--nope", nope, "qk_nope_head_dim")->check(kNonNegative);
+  memory->add_option("--rope", rope, "qk_rope_head_dim")->check(kPositive);
+  memory->add_option("--v", vdim, "v_head_dim")->check(kPositive);
+  memory->add_option("--kv-lora-rank", rank, "kv_lora_rank")->check(kPositive);
+  memory->add_option("--layers", layers, "layers (default: the preset's)")->check(kPositive);
   memory->add_option("--context", context, "tokens per sequence (default: the preset's max_seq_len)")
-      ->check(CLI::NonNegativeNumber);
-  memory->add_option("--batch", batch, "sequences")->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(kNonNegative);
+  memory->add_option("--batch", batch, "sequences")->check(kPositive)->capture_default_str();
   memory->add_flag("--json", json_out, "machine-readable output");
   memory->add_flag("--list-presets", list_presets, "list the presets and exit");
   memory->add_flag("--check", check,

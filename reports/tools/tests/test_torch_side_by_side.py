@@ -72,7 +72,7 @@ def test_causal_pairs_follow_the_bottom_right_diagonal():
     assert tsb.attended_pairs(short) == 0 + 1 + 2 + 3  # the first query sees nothing
 
 
-def test_decompressed_mha_reads_field_notes_bytes_per_token():
+def test_decompressed_mha_reads_the_documented_bytes_per_token():
     p = tsb.DEFAULT_POINTS[0]
     b1, _ = tsb.cost_model(p, "torch_sdpa_mha")
     p2 = tsb.Point(**{**p.__dict__, "seqlen_max": 2048, "seqlen_mean": 2048.0})

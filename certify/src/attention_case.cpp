@@ -195,34 +195,7 @@ class AttentionCase {
     auto r = s_.base_result(ref_);
     r.description = c.description;
     r.shape = shape_json(c);
-    r.bytes = run.bytes;
-    r.flops = run.flops;
-    switch (run.status) {
-      case RunResult::Status::unsupported:
-        r.verdict = Verdict::unsupported;
-        r.reasons.push_back(run.message);
-        return r;
-      case RunResult::Status::error:
-        r.verdict = run.host_caused ? Verdict::host_error : Verdict::error;
-        r.reasons.push_back(run.message);
-        return r;
-      case RunResult::Status::ran: break;
-    }
-    r.run_seconds = run.run_seconds;
-    try {
-      auto j = judge_attention(c.shape, Declaration{k.info.out_dtype, k.info.compute}, run.outputs, truth.view());
-      r.out = std::move(j.out);
-      r.lse = std::move(j.lse);
-      r.out_vs_unquantized = std::move(j.out_vs_unquantized);
-      r.lse_vs_unquantized = std::move(j.lse_vs_unquantized);
-      r.reasons = std::move(j.reasons);
-    } catch (const std::exception& e) {
-      r.verdict = failure_verdict(e);
-      r.reasons.push_back(fmt::format("the results could not be judged: {}", e.what()));
-      return r;
-    }
-    for (const auto& why : run.reasons) r.reasons.push_back(why);
-    r.verdict = r.reasons.empty() ? Verdict::pass : Verdict::fail;
+    judge_run(r, k, c.shape, run, truth.view());
     return r;
   }
 

@@ -184,27 +184,12 @@ void certify_fresh(Session& s) {
         plan.calls = k.plugin ? calls_per_case(s.seed, k.info.name, "fresh/" + p.name) : std::max(1, s.options.repeats);
         plan.second_process = k.plugin;
         const auto run = run_declared(s, k, b.view(), plan, fmt::format("fresh-{}-{}", k.report_index, i));
-        r.bytes = run.bytes;
-        r.flops = run.flops;
-        if (run.status != RunResult::Status::ran) {
-          r.verdict = run.status == RunResult::Status::unsupported ? Verdict::unsupported
-                      : run.host_caused                              ? Verdict::host_error
-                                                                     : Verdict::error;
-          r.reasons.push_back(run.message);
-        } else {
-          r.run_seconds = run.run_seconds;
-          AttentionTruth t;
-          t.out = truth.out;
-          t.lse = truth.lse;
-          t.same_dtype_out = same.out;
-          t.same_dtype_lse = same.lse;
-          auto j = judge_attention(b.shape, Declaration{k.info.out_dtype, k.info.compute}, run.outputs, t);
-          r.out = std::move(j.out);
-          r.lse = std::move(j.lse);
-          r.reasons = std::move(j.reasons);
-          for (const auto& why : run.reasons) r.reasons.push_back(why);
-          r.verdict = r.reasons.empty() ? Verdict::pass : Verdict::fail;
-        }
+        AttentionTruth t;
+        t.out = truth.out;
+        t.lse = truth.lse;
+        t.same_dtype_out = same.out;
+        t.same_dtype_lse = same.lse;
+        judge_run(r, k, b.shape, run, t);
       } catch (const std::exception& e) {
         r.verdict = failure_verdict(e);
         r.reasons.push_back(fmt::format("the fresh case could not be built or judged: {}", e.what()));

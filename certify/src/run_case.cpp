@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "mla/core/conventions.hpp"
+#include "mla/judge/attention.hpp"
 #include "mla/core/generator.hpp"
 
 #include "arena.hpp"
@@ -295,6 +296,38 @@ RunResult run_declared(Session& s, const Implementation& k, const AttnInputs& ca
     }
   }
   return r;
+}
+
+void judge_run(reports::CaseResult& r, const Implementation& k, const AttnShape& shape, const RunResult& run,
+               const AttentionTruth& truth) {
+  r.bytes = run.bytes;
+  r.flops = run.flops;
+  switch (run.status) {
+    case RunResult::Status::unsupported:
+      r.verdict = tol::Verdict::unsupported;
+      r.reasons.push_back(run.message);
+      return;
+    case RunResult::Status::error:
+      r.verdict = run.host_caused ? tol::Verdict::host_error : tol::Verdict::error;
+      r.reasons.push_back(run.message);
+      return;
+    case RunResult::Status::ran: break;
+  }
+  r.run_seconds = run.run_seconds;
+  try {
+    auto j = judge_attention(shape, Declaration{k.info.out_dtype, k.info.compute}, run.outputs, truth);
+    r.out = std::move(j.out);
+    r.lse = std::move(j.lse);
+    r.out_vs_unquantized = std::move(j.out_vs_unquantized);
+    r.lse_vs_unquantized = std::move(j.lse_vs_unquantized);
+    r.reasons = std::move(j.reasons);
+  } catch (const std::exception& e) {
+    r.verdict = failure_verdict(e);
+    r.reasons.push_back(fmt::format("the results could not be judged: {}", e.what()));
+    return;
+  }
+  for (const auto& why : run.reasons) r.reasons.push_back(why);
+  r.verdict = r.reasons.empty() ? tol::Verdict::pass : tol::Verdict::fail;
 }
 
 }  // namespace mla::certify

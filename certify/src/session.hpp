@@ -19,6 +19,7 @@
 #include "mla/certify/protocol.hpp"
 #include "mla/core/kernel.hpp"
 #include "mla/golden/golden.hpp"
+#include "mla/judge/attention.hpp"
 #include "mla/reports/certificate.hpp"
 
 namespace mla::certify {
@@ -158,6 +159,12 @@ RunResult run_in_children(Session& s, const Implementation& k, const AttnInputs&
 // plan.between, when set, is given in canonical conventions too; only its q may differ from `in`.
 RunResult run_declared(Session& s, const Implementation& k, const AttnInputs& canonical, const CallSchedule& plan,
                        const std::string& tag);
+
+// run_case.cpp: how every attention row is decided, catalog or fresh: the run's own failure
+// (UNSUPPORTED, HOST_ERROR, ERROR) or the judge's PASS/FAIL under the kernel's declaration, with
+// the run's figures, into `r`.
+void judge_run(reports::CaseResult& r, const Implementation& k, const AttnShape& shape, const RunResult& run,
+               const AttentionTruth& truth);
 
 // fresh.cpp: the `fresh` family, drawn from the run's seed inside each implementation's claims
 // and judged against the C++ fp64 oracle; selected unless --family names other families only.

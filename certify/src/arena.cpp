@@ -40,6 +40,23 @@ uint64_t arena_unwritten_bits(uint64_t key, int value_bytes) {
   }
 }
 
+json arena_control_layout() {
+  return {{"child_base", offsetof(ArenaControl, child_base)},
+          {"fault_addr", offsetof(ArenaControl, fault_addr)},
+          {"fault_signal", offsetof(ArenaControl, fault_signal)},
+          {"setup_state", offsetof(ArenaControl, setup_state)},
+          {"setup_message", offsetof(ArenaControl, setup_message)},
+          {"calls", offsetof(ArenaControl, calls)},
+          {"call_size", sizeof(ArenaCall)},
+          {"call",
+           {{"state", offsetof(ArenaCall, state)},
+            {"rc", offsetof(ArenaCall, rc)},
+            {"seconds", offsetof(ArenaCall, seconds)},
+            {"message", offsetof(ArenaCall, message)}}},
+          {"message_bytes", kArenaMessage},
+          {"max_calls", kArenaMaxCalls}};
+}
+
 json ArenaLayout::to_json() const {
   json j;
   j["page"] = page;

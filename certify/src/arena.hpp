@@ -48,6 +48,20 @@ struct ArenaControl {
   ArenaCall calls[kArenaMaxCalls];
 };
 
+// The control block's layout is also written by a child that is not C++ (the Python door,
+// kernels/python/mla_door/child.py, with struct.pack_into): the parent tells it every offset in
+// the plan (arena_control_layout), and these pin the layout so that a change is a decision, made
+// here and in child.py's fallback together, never a drift.
+static_assert(offsetof(ArenaCall, state) == 0 && offsetof(ArenaCall, rc) == 4 && offsetof(ArenaCall, seconds) == 8 &&
+              offsetof(ArenaCall, message) == 16 && sizeof(ArenaCall) == 16 + kArenaMessage);
+static_assert(offsetof(ArenaControl, child_base) == 0 && offsetof(ArenaControl, fault_addr) == 8 &&
+              offsetof(ArenaControl, fault_signal) == 16 && offsetof(ArenaControl, setup_state) == 20 &&
+              offsetof(ArenaControl, setup_message) == 24 && offsetof(ArenaControl, calls) == 24 + kArenaMessage);
+// {"child_base", "fault_addr", "fault_signal", "setup_state", "setup_message", "calls",
+//  "call_size", "call": {"state", "rc", "seconds", "message"}, "message_bytes", "max_calls"}:
+// byte offsets from offsetof, for a child that writes the block without this header.
+nlohmann::json arena_control_layout();
+
 // One guarded region: [guard page | front canary | data | back canary | guard page]. Inputs end
 // flush against their back guard page, so a read one byte past an input faults at once.
 struct ArenaRegion {

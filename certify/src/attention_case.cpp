@@ -172,6 +172,7 @@ class AttentionCase {
   RunResult run(const Implementation& k, const golden::AttnCase& c, bool enforce_caps) {
     CallSchedule plan;
     plan.enforce_caps = enforce_caps;
+    if (c.shape.cache_format == CacheFormat::fp8) plan.scale_fmt = c.scale_fmt;
     AttnBuffers flipped;
     if (k.plugin) {
       // An untrusted kernel: a drawn number of calls, another case called between them, and a

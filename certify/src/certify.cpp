@@ -95,6 +95,8 @@ json options_json(const Options& o) {
             {"extras", o.extras},       {"repeats", o.repeats},      {"timeout_s", o.timeout_s},
             {"isolate", o.isolate},     {"probe_unclaimed", o.probe_unclaimed},
             {"require_full_coverage", o.require_full_coverage}};
+  j["pythons"] = o.pythons;
+  j["python_exe"] = o.python_exe.empty() ? json() : json(o.python_exe.string());
   j["case_regex"] = o.case_regex ? json(*o.case_regex) : json();
   j["seed"] = o.seed ? json(*o.seed) : json();
   j["max_tokens"] = o.max_tokens ? json(*o.max_tokens) : json();

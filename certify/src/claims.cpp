@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "mla/certify/protocol.hpp"
+#include "python_door.hpp"
 #include "session.hpp"
 
 namespace mla::certify {
@@ -25,9 +26,15 @@ ClaimAnswer ask(Session& s, const Implementation& k, const ClaimQuestion& q) {
   ClaimAnswer a;
   try {
     wire::write(query, encode(std::vector<ClaimQuestion>{q}));
-    const auto outcome = run_child({s.self.string(), "__child", "claims", "--plugin", k.ref.plugin->string(), "--inputs",
-                                    query.string(), "--result", result.string()},
-                                   std::min(s.options.timeout_s, 60.0), log);
+    const std::vector<std::string> io{"--inputs", query.string(), "--result", result.string()};
+    std::vector<std::string> argv;
+    if (k.ref.python) {
+      argv = python_child_argv(*k.ref.python, "claims", io);
+    } else {
+      argv = {s.self.string(), "__child", "claims", "--plugin", k.ref.plugin->string()};
+      argv.insert(argv.end(), io.begin(), io.end());
+    }
+    const auto outcome = run_child(argv, std::min(s.options.timeout_s, 60.0), log);
     std::error_code ec;
     if (!outcome.ok() || !fs::exists(result, ec)) {
       a.reason = fmt::format("can_implement could not be asked: {}{}", outcome.ok() ? "no answer written" : outcome.describe(),

@@ -183,6 +183,7 @@ void certify_fresh(Session& s) {
         CallSchedule plan;
         plan.calls = k.plugin ? calls_per_case(s.seed, k.info.name, "fresh/" + p.name) : std::max(1, s.options.repeats);
         plan.second_process = k.plugin;
+        if (b.shape.cache_format == CacheFormat::fp8) plan.scale_fmt = p.scale_fmt;
         const auto run = run_declared(s, k, b.view(), plan, fmt::format("fresh-{}-{}", k.report_index, i));
         AttentionTruth t;
         t.out = truth.out;

@@ -13,6 +13,7 @@
 #include "mla/faults/faults.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/registry/registry.hpp"
+#include "python_door.hpp"
 #include "session.hpp"
 
 #ifndef MLA_VERSION
@@ -137,11 +138,11 @@ void select_implementations(Session& s) {
       throw UsageError(fmt::format("no implementation named '{}' (known: {})", want, fmt::join(known, ", ")));
     }
   }
-  // --plugin alone certifies the plug-ins (and any requested fault kernels), not the whole
+  // --plugin or --python alone certifies those (and any requested fault kernels), not the whole
   // registry; with neither --kernel nor --plugin, everything registered.
   for (const auto& c : pool) {
     const auto& name = c.impl->info().name;
-    const bool wanted = o.kernels.empty() ? (o.plugins.empty() || c.fault.has_value())
+    const bool wanted = o.kernels.empty() ? ((o.plugins.empty() && o.pythons.empty()) || c.fault.has_value())
                                           : std::find(o.kernels.begin(), o.kernels.end(), name) != o.kernels.end();
     if (!wanted) continue;
     Implementation e;
@@ -160,6 +161,10 @@ void select_implementations(Session& s) {
     add_implementation(s, std::move(e), std::move(r));
   }
   for (std::size_t i = 0; i < o.plugins.size(); ++i) add_plugin(s, o.plugins[i], i);
+  for (std::size_t i = 0; i < o.pythons.size(); ++i) {
+    auto [e, r] = describe_python(s, o.pythons[i], i);
+    add_implementation(s, std::move(e), std::move(r));
+  }
   if (s.implementations.empty()) throw UsageError("no implementation selected");
 }
 

@@ -12,7 +12,8 @@ namespace {
 
 using nlohmann::json;
 
-// What --resume compares: the version, and for a plug-in also the library's bytes.
+// What --resume compares: the version, and for a plug-in also the library's bytes; for a Python
+// kernel the digest of its spec, executable, Python and torch versions and module source.
 std::string identity(const reports::KernelReport& k) {
   std::string id = k.version;
   if (k.origin.is_object() && k.origin.contains("sha256")) id += "#" + k.origin.at("sha256").get<std::string>();

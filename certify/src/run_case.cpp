@@ -19,6 +19,7 @@
 #include "mla/certify/host_error.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/numeric.hpp"
+#include "python_door.hpp"
 #include "session.hpp"
 
 namespace mla::certify {
@@ -64,7 +65,8 @@ std::optional<std::string> first_difference(const std::vector<uint8_t>& a, const
 }
 
 ProcessRun run_process(Session& s, const Implementation& k, Arena& arena, const std::vector<int>& case_calls,
-                       bool enforce_caps, const std::string& tag) {
+                       const CallSchedule& plan, const std::string& tag) {
+  const bool enforce_caps = plan.enforce_caps;
   ProcessRun p;
   arena.reset();
   const auto plan_file = s.work.path() / (tag + ".plan");
@@ -72,10 +74,16 @@ ProcessRun run_process(Session& s, const Implementation& k, Arena& arena, const 
   {
     wire::Message m(kAttentionCalls);
     // The child makes the planned calls up to the last one of the case it is asked for.
-    m.fields() = {{"layout", arena.layout().to_json()}, {"make_calls", case_calls.back() + 1}};
+    m.fields() = {{"layout", arena.layout().to_json()}, {"make_calls", case_calls.back() + 1},
+                  {"control", arena_control_layout()}};
+    if (plan.scale_fmt) m.fields()["scale_fmt"] = to_string(*plan.scale_fmt);
     wire::write(plan_file, m);
   }
-  std::vector<std::string> argv{s.self.string(), "__child", "call", "--plan", plan_file.string()};
+  // A Python kernel's child is the user's Python running the door (python_door.hpp); it reads
+  // the same plan and writes the same control block, so everything below is the same for it.
+  std::vector<std::string> argv = k.ref.python ? python_child_argv(*k.ref.python, "call", {"--plan", plan_file.string()})
+                                               : std::vector<std::string>{s.self.string(), "__child", "call", "--plan",
+                                                                          plan_file.string()};
   if (k.ref.plugin) argv.insert(argv.end(), {"--plugin", k.ref.plugin->string()});
   if (k.ref.fault) argv.insert(argv.end(), {"--extra", *k.ref.fault});
   if (k.ref.builtin) argv.insert(argv.end(), {"--kernel", *k.ref.builtin});
@@ -120,6 +128,8 @@ ProcessRun run_process(Session& s, const Implementation& k, Arena& arena, const 
 
 // Why a process did not deliver all its calls, as an ERROR / UNSUPPORTED message; nullopt when
 // it did.
+// `plugin`: a C plug-in (its return code is part of an error's words); a Python kernel's child
+// writes the exception itself.
 std::optional<std::pair<RunResult::Status, std::string>> failure(const ProcessRun& p, const ArenaLayout& l,
                                                                  std::size_t calls, std::size_t case_calls, bool plugin) {
   using St = RunResult::Status;
@@ -213,7 +223,7 @@ RunResult run_in_children(Session& s, const Implementation& k, const AttnInputs&
     r.message = fmt::format("the certifier cannot create the shared buffers for the child: {}", e.what());
     return r;
   }
-  const auto first = run_process(s, k, *arena, case_calls, plan.enforce_caps, tag);
+  const auto first = run_process(s, k, *arena, case_calls, plan, tag);
   // The host's fault (the child could not start, hit this run's file-size limit, or could not
   // do its own part for a reason of the machine): HOST_ERROR, never the kernel's ERROR.
   if (auto why = host_cause(first.outcome)) {
@@ -223,7 +233,7 @@ RunResult run_in_children(Session& s, const Implementation& k, const AttnInputs&
     return r;
   }
   std::vector<std::string> late;  // a failure after the audit found faults: one more reason
-  if (auto f = failure(first, arena->layout(), calls.size(), case_calls.size(), k.plugin)) {
+  if (auto f = failure(first, arena->layout(), calls.size(), case_calls.size(), k.ref.plugin.has_value())) {
     // What this process saw in its own buffers outranks anything the child says or fails to
     // say: with a finding and a call's outputs in hand, the case FAILs for the finding.
     if (first.findings.empty() || first.calls.empty() || f->first == RunResult::Status::unsupported) {
@@ -244,8 +254,8 @@ RunResult run_in_children(Session& s, const Implementation& k, const AttnInputs&
   for (auto& v : late) note(r.reasons, std::move(v));
   if (plan.second_process && late.empty()) {
     const std::vector<int> only_first{case_calls.front()};
-    auto second = run_process(s, k, *arena, only_first, plan.enforce_caps, tag + "-again");
-    if (auto f = failure(second, arena->layout(), 1, 1, k.plugin)) {
+    auto second = run_process(s, k, *arena, only_first, plan, tag + "-again");
+    if (auto f = failure(second, arena->layout(), 1, 1, k.ref.plugin.has_value())) {
       note(r.reasons, fmt::format("a second, fresh process did not repeat the run: {}", f->second));
     } else {
       for (auto& v : second.findings) note(r.reasons, v + " [second process]");

@@ -143,6 +143,7 @@ struct CallSchedule {
   std::optional<AttnInputs> between;       // another case called between them (plug-ins)
   bool second_process = false;             // the case once more in a fresh process, bitwise equal
   bool enforce_caps = true;
+  std::optional<ScaleFmt> scale_fmt;       // FP8 cases: told to kernels that are told it (Python's Call)
 };
 // The number of calls of a plug-in on a case: 3 to 5, drawn from the run's seed, the kernel and
 // the case (the same seed gives the same numbers; a kernel cannot count on a fixed count).

@@ -133,6 +133,12 @@ int main(int argc, char** argv) {
   certify->add_option("--plugin", plugins,
                       "shared library exposing the C ABI of kernels/plugin/include/mla/plugin/mla_plugin.h (repeatable); "
                       "alone it certifies only the plug-ins");
+  certify->add_option("--python", o.pythons,
+                      "a Python kernel, module.path:ATTR or path/to/file.py:ATTR, ATTR an mla_door.Kernel or a "
+                      "zero-argument callable returning one (kernels/python/mla_door; repeatable); alone it certifies "
+                      "only what --plugin and --python name");
+  certify->add_option("--python-exe", o.python_exe,
+                      "the Python that runs --python kernels (default: the first python3 on PATH that imports torch)");
   certify->add_option("--family", o.families, "only these families: " + certified_families());
   certify->add_option("--case", o.case_regex, "only cases whose '<family>/<case>' matches this regex (ECMAScript)");
   certify->add_option("--max-tokens", o.max_tokens,

@@ -36,6 +36,10 @@ struct Options {
   std::filesystem::path goldens, out;
   std::vector<std::string> kernels;   // registry (or fault kernel) names; empty and no plug-ins: all
   std::vector<std::filesystem::path> plugins;  // shared libraries exposing the C ABI
+  // Python kernels (module.path:ATTR or path/to/file.py:ATTR), run by `python_exe` (empty: the
+  // first python3 on PATH that imports torch) through the door (kernels/python/mla_door).
+  std::vector<std::string> pythons;
+  std::filesystem::path python_exe;
   std::vector<std::string> families;  // certified families (as the certificate names them); empty: all
   std::vector<std::string> extras;    // fault kernels (mla/faults/faults.hpp) by name
   std::optional<std::string> case_regex;  // ECMAScript, searched in "<family>/<case>"

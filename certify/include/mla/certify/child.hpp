@@ -19,11 +19,20 @@ namespace mla::certify {
 // before and after. Never throws: a kernel's exception becomes Status::error.
 RunResult execute(const AttentionImpl& impl, const AttnInputs& in, int repeats, bool enforce_caps);
 
+// A Python kernel (`mla certify --python SPEC`): its children are the user's Python running the
+// door's child (kernels/python/mla_door/child.py), never this executable.
+struct PythonRef {
+  std::string spec;               // module.path:ATTR or /abs/path/file.py:ATTR
+  std::filesystem::path exe;      // the python that imports torch
+  std::filesystem::path child;    // <door>/mla_door/child.py
+};
+
 // What a child needs to build the implementation it runs: exactly one is set.
 struct KernelRef {
   std::optional<std::string> builtin;           // registry name
   std::optional<std::string> fault;             // a fault kernel (mla/faults/faults.hpp) by name
   std::optional<std::filesystem::path> plugin;  // shared library (C ABI)
+  std::optional<PythonRef> python;              // a Python callable through the door
 };
 
 // `mla __child run`: exit 0 after writing the result (whatever the kernel did, short of killing

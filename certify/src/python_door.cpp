@@ -1,0 +1,324 @@
+// The Python front door (python_door.hpp): finding the door and a python3 that imports torch,
+// reading a Python kernel's declaration in a child and validating it here.
+#include "python_door.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "mla/certify/wire.hpp"
+#include "mla/core/sha256.hpp"
+#include "mla/core/text.hpp"
+#include "mla/plugin/mla_plugin.h"
+
+#ifndef MLA_SOURCE_DIR
+#define MLA_SOURCE_DIR ""
+#endif
+
+namespace mla::certify {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kPythonDescription = "python-description";
+
+bool has_child(const fs::path& dir) {
+  std::error_code ec;
+  return !dir.empty() && fs::is_regular_file(dir / "mla_door" / "child.py", ec);
+}
+
+bool executable_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
+}
+
+// Every python3 on PATH, in PATH order, each once.
+std::vector<fs::path> pythons_on_path() {
+  std::vector<fs::path> found;
+  std::set<std::string> seen;
+  const char* path = std::getenv("PATH");
+  std::string_view rest = path ? path : "";
+  while (true) {
+    const auto colon = rest.find(':');
+    const std::string dir(rest.substr(0, colon));
+    const fs::path cand = fs::path(dir.empty() ? "." : dir) / "python3";
+    if (executable_file(cand) && seen.insert(cand.string()).second) found.push_back(cand);
+    if (colon == std::string_view::npos) break;
+    rest.remove_prefix(colon + 1);
+  }
+  return found;
+}
+
+// The name a kernel is reported under before its declaration could be read: its ATTR in the
+// words a name allows.
+std::string fallback_name(const std::string& attr) {
+  std::string n = "python_";
+  for (const char c : attr) {
+    n += (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ? c : (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : '_';
+  }
+  return n;
+}
+
+// The field `key` of `j` (named `where` in messages), of JSON type `type`.
+const json& field(const json& j, const std::string& where, const char* key, json::value_t type, const char* what) {
+  if (!j.is_object() || !j.contains(key)) throw Error(fmt::format("declaration has no field '{}{}'", where, key));
+  const json& v = j.at(key);
+  const bool ok = type == json::value_t::number_integer ? (v.is_number_integer()) : v.type() == type;
+  if (!ok) throw Error(fmt::format("declaration field '{}{}' is {}, expected {}", where, key, v.dump(), what));
+  return v;
+}
+std::string string_field(const json& j, const std::string& where, const char* key) {
+  return field(j, where, key, json::value_t::string, "a string").get<std::string>();
+}
+int int_field(const json& j, const std::string& where, const char* key) {
+  const json& v = field(j, where, key, json::value_t::number_integer, "an integer");
+  const auto x = v.get<int64_t>();
+  if (x < -(int64_t{1} << 31) || x >= (int64_t{1} << 31)) {
+    throw Error(fmt::format("declaration field '{}{}' = {} is out of range", where, key, x));
+  }
+  return static_cast<int>(x);
+}
+bool bool_field(const json& j, const std::string& where, const char* key) {
+  return field(j, where, key, json::value_t::boolean, "true or false").get<bool>();
+}
+// A word of `known`, the field named in the error otherwise.
+template <class Parse>
+auto word_field(const json& j, const std::string& where, const char* key, const std::vector<std::string>& known, Parse parse) {
+  const auto w = string_field(j, where, key);
+  if (std::find(known.begin(), known.end(), w) == known.end()) {
+    throw Error(fmt::format("declaration field '{}{}' is '{}', not one of {}", where, key, printable(w), fmt::join(known, ", ")));
+  }
+  return parse(w);
+}
+
+}  // namespace
+
+fs::path door_dir(const fs::path& self) {
+  std::vector<std::string> tried;
+  if (const char* env = std::getenv("MLA_DOOR_PATH"); env && *env) {
+    if (has_child(env)) return fs::absolute(env).lexically_normal();
+    throw UsageError(fmt::format("MLA_DOOR_PATH={} holds no mla_door/child.py", env));
+  }
+  for (const fs::path& dir : {self.parent_path() / "python", fs::path(MLA_SOURCE_DIR) / "kernels" / "python"}) {
+    if (has_child(dir)) return fs::absolute(dir).lexically_normal();
+    tried.push_back(dir.string());
+  }
+  throw UsageError(fmt::format("the Python door (mla_door/child.py) is in none of {}; set MLA_DOOR_PATH to the folder "
+                               "holding mla_door",
+                               fmt::join(tried, ", ")));
+}
+
+std::vector<std::string> python_child_argv(const PythonRef& p, const std::string& verb,
+                                           const std::vector<std::string>& args) {
+  // -s: the user's site directory is not added behind their back; -B: no .pyc written next to
+  // the user's code by a certification.
+  std::vector<std::string> argv{p.exe.string(), "-s", "-B", p.child.string(), verb, "--spec", p.spec};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+PythonDeclaration validate_python_declaration(const json& d) {
+  PythonDeclaration out;
+  KernelInfo& k = out.info;
+  k.role = KernelRole::optimized;
+  k.name = string_field(d, "", "name");
+  if (k.name.empty() || k.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos) {
+    throw Error(fmt::format("declaration field 'name' is '{}', not [a-z0-9_]+", printable(k.name)));
+  }
+  out.version = string_field(d, "", "version");
+  if (out.version.empty()) throw Error("declaration field 'version' is empty");
+  k.description = string_field(d, "", "description");
+  k.backend = word_field(d, "", "backend", {"cpu", "cuda"}, [](const std::string& w) { return w; });
+  k.out_dtype = word_field(d, "", "out_dtype", {"f32", "bf16"}, [](const std::string& w) { return out_dtype_from_string(w); });
+  const json& caps = field(d, "", "caps", json::value_t::object, "an object");
+  const std::string c = "caps.";
+  const json& formats = field(caps, c, "cache_formats", json::value_t::array, "a list");
+  if (formats.empty()) throw Error("declaration field 'caps.cache_formats' is empty");
+  for (const auto& f : formats) {
+    if (!f.is_string() || (f != "bf16" && f != "fp8")) {
+      throw Error(fmt::format("declaration field 'caps.cache_formats' holds {}, not one of bf16, fp8", f.dump()));
+    }
+    const auto fmt_ = cache_format_from_string(f.get<std::string>());
+    if (std::find(k.caps.cache_formats.begin(), k.caps.cache_formats.end(), fmt_) == k.caps.cache_formats.end()) {
+      k.caps.cache_formats.push_back(fmt_);
+    }
+  }
+  k.caps.min_heads = int_field(caps, c, "min_heads");
+  k.caps.max_heads = int_field(caps, c, "max_heads");
+  if (k.caps.min_heads < 1 || k.caps.max_heads < k.caps.min_heads) {
+    throw Error(fmt::format("declaration field 'caps.heads' range [{}, {}] is empty or below 1", k.caps.min_heads,
+                            k.caps.max_heads));
+  }
+  k.caps.min_s_q = int_field(caps, c, "min_s_q");
+  k.caps.max_s_q = int_field(caps, c, "max_s_q");
+  if (k.caps.min_s_q < 1 || k.caps.max_s_q < k.caps.min_s_q) {
+    throw Error(fmt::format("declaration field 'caps.s_q' range [{}, {}] is empty or below 1", k.caps.min_s_q,
+                            k.caps.max_s_q));
+  }
+  const json& pages = field(caps, c, "page_sizes", json::value_t::array, "a list");
+  if (pages.size() > MLA_PLUGIN_MAX_PAGE_SIZES) {
+    throw Error(fmt::format("declaration field 'caps.page_sizes' has {} entries, at most {}", pages.size(),
+                            MLA_PLUGIN_MAX_PAGE_SIZES));
+  }
+  for (std::size_t i = 0; i < pages.size(); ++i) {
+    if (!pages[i].is_number_integer() || pages[i].get<int64_t>() < 1 || pages[i].get<int64_t>() > (1 << 20)) {
+      throw Error(fmt::format("declaration field 'caps.page_sizes[{}]' = {} is not a positive page size", i, pages[i].dump()));
+    }
+    k.caps.page_sizes.push_back(pages[i].get<int>());
+  }
+  k.caps.dense = bool_field(caps, c, "dense");
+  k.caps.sparse = bool_field(caps, c, "sparse");
+  k.caps.varlen = bool_field(caps, c, "varlen");
+  if (!k.caps.dense && !k.caps.sparse) throw Error("declaration fields 'caps.dense' and 'caps.sparse' are both false");
+  const json& conv = field(d, "", "conventions", json::value_t::object, "an object");
+  const std::string cv = "conventions.";
+  k.conventions.lse_base = word_field(conv, cv, "lse_base", {"e", "2"}, [](const std::string& w) { return lse_base_from_string(w); });
+  k.conventions.lse_layout = word_field(conv, cv, "lse_layout", {"[b,h,s_q]", "[b,s_q,h]"},
+                                        [](const std::string& w) { return lse_layout_from_string(w); });
+  k.conventions.empty_row_lse = word_field(conv, cv, "empty_row_lse", {"+inf", "-inf"},
+                                           [](const std::string& w) { return empty_row_lse_from_string(w); });
+  k.conventions.indices = word_field(conv, cv, "indices", {"positions", "global_slots"},
+                                     [](const std::string& w) { return index_numbering_from_string(w); });
+  if (!d.contains("precision")) throw Error("declaration has no field 'precision' (null: the class out_dtype implies)");
+  if (!d.at("precision").is_null()) {
+    const json& p = field(d, "", "precision", json::value_t::object, "an object or null");
+    const auto dtype = [](const std::string& w) { return out_dtype_from_string(w); };
+    ComputePrecision cp{word_field(p, "precision.", "operands", {"f64", "f32", "bf16"}, dtype),
+                        word_field(p, "precision.", "accumulate", {"f64", "f32", "bf16"}, dtype)};
+    const PrecisionClass pc{cp.operands, cp.accumulate, k.out_dtype};
+    if (auto why = unjudgeable(pc)) throw Error(fmt::format("declaration field 'precision': class {}", *why));
+    k.compute = cp;
+  }
+  out.can_implement = bool_field(d, "", "can_implement");
+  return out;
+}
+
+std::pair<Implementation, reports::KernelReport> describe_python(Session& s, const std::string& spec, std::size_t i) {
+  const auto colon = spec.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == spec.size()) {
+    throw UsageError(fmt::format("--python '{}': expected module.path:ATTR or path/to/file.py:ATTR (the name after ':' "
+                                 "is a Kernel or a zero-argument callable returning one)",
+                                 printable(spec)));
+  }
+  std::string where = spec.substr(0, colon);
+  const std::string attr = spec.substr(colon + 1);
+  std::optional<fs::path> file;
+  if (where.size() > 3 && where.compare(where.size() - 3, 3, ".py") == 0) {
+    std::error_code ec;
+    file = fs::absolute(where, ec).lexically_normal();
+    if (!fs::is_regular_file(*file, ec)) {
+      throw UsageError(fmt::format("--python '{}': {} is not a readable file", printable(spec), printable(where)));
+    }
+    where = file->string();
+  }
+  PythonRef ref;
+  ref.spec = where + ":" + attr;  // a file made absolute: children run wherever they run
+  ref.child = door_dir(s.self) / "mla_door" / "child.py";
+
+  std::vector<fs::path> candidates;
+  if (!s.options.python_exe.empty()) {
+    candidates.push_back(s.options.python_exe);
+  } else {
+    candidates = pythons_on_path();
+  }
+  std::vector<std::string> tried;
+  std::optional<wire::Message> described;
+  for (std::size_t c = 0; c < candidates.size() && !described; ++c) {
+    const auto& exe = candidates[c];
+    if (!executable_file(exe)) {
+      tried.push_back(fmt::format("{} (not an executable file)", exe.string()));
+      continue;
+    }
+    ref.exe = exe;
+    const auto result = s.work.path() / fmt::format("python-{}-{}.msg", i, c);
+    const auto log = s.work.path() / fmt::format("python-{}-{}.log", i, c);
+    const auto outcome = run_child(python_child_argv(ref, "describe", {"--result", result.string()}),
+                                   std::min(s.options.timeout_s, 120.0), log);
+    std::error_code ec;
+    if (!outcome.ok() || !fs::exists(result, ec)) {
+      tried.push_back(fmt::format("{} ({}{})", exe.string(), outcome.ok() ? "wrote no answer" : outcome.describe(),
+                                  outcome.stderr_tail.empty() ? "" : ": " + outcome.stderr_tail));
+      continue;
+    }
+    wire::Message m;
+    try {
+      m = wire::read(result, kPythonDescription);
+    } catch (const Error& e) {
+      throw UsageError(fmt::format("--python {}: malformed description from {}: {}", printable(spec), exe.string(), e.what()));
+    }
+    fs::remove(result, ec);
+    if (m.fields().value("torch", json()).is_null()) {
+      tried.push_back(fmt::format("{} (Python {}: cannot import torch: {})", exe.string(),
+                                  m.fields().value("python", std::string("?")), m.fields().value("why", std::string("?"))));
+      continue;
+    }
+    described = std::move(m);
+  }
+
+  Implementation e;
+  e.plugin = true;  // an untrusted kernel: isolated, drawn calls, a case between them, a second process
+  reports::KernelReport r;
+  r.origin = {{"kind", "python"}, {"spec", ref.spec}, {"door", ref.child.parent_path().parent_path().string()}};
+  if (!described) {
+    // Without torch nothing of the user's code can run: every case is SKIPPED, saying what was tried.
+    e.info.name = fallback_name(attr);
+    e.info.backend = "cpu";
+    e.info.out_dtype = OutDType::f32;
+    e.info.description = fmt::format("Python kernel {}", ref.spec);
+    e.info.caps.cache_formats = {CacheFormat::bf16, CacheFormat::fp8};
+    e.info.caps.sparse = true;
+    e.unavailable = candidates.empty()
+                        ? std::string("no python3 on PATH (give one that imports torch with --python-exe)")
+                        : fmt::format("no python3 that imports torch: tried {}", fmt::join(tried, "; "));
+    r.version = "unknown (not imported)";
+    r.origin["python"] = nullptr;
+    r.origin["capabilities"] = to_json(e.info.caps);
+    e.ref.python = ref;
+    return {std::move(e), std::move(r)};
+  }
+  const json& f = described->fields();
+  const auto text = [&](const char* key) { return f.contains(key) && f.at(key).is_string() ? f.at(key).get<std::string>() : std::string(); };
+  if (f.contains("error") && f.at("error").is_string()) {
+    throw UsageError(fmt::format("--python {}: cannot be loaded by {}: {}", printable(spec), ref.exe.string(), printable(text("error"))));
+  }
+  PythonDeclaration d;
+  try {
+    d = validate_python_declaration(f.at("declaration"));
+  } catch (const std::exception& ex) {
+    throw UsageError(fmt::format("--python {}: {}", printable(spec), printable(ex.what())));
+  }
+  d.info.description = printable(d.info.description);
+  d.version = printable(d.version);
+  e.info = d.info;
+  e.can_implement = d.can_implement;
+  if (f.contains("unavailable") && f.at("unavailable").is_string()) e.unavailable = printable(text("unavailable"));
+  e.ref.python = ref;
+  r.version = d.version;
+  r.origin["python"] = ref.exe.string();
+  r.origin["python_version"] = text("python");
+  r.origin["torch_version"] = text("torch");
+  r.origin["cuda_device"] = f.value("cuda_device", json());
+  r.origin["capabilities"] = to_json(d.info.caps);
+  std::string module_digest;
+  if (const auto mf = text("module_file"); !mf.empty()) {
+    r.origin["module_file"] = mf;
+    try {
+      module_digest = sha256_file(mf);
+      r.origin["module_sha256"] = module_digest;
+    } catch (const std::exception&) {
+      // A module without a readable source file (compiled, zipped): its version identifies it.
+    }
+  }
+  // What --resume and `mla merge` compare (with the version): the code and the Python it ran on.
+  const auto id = fmt::format("{}|{}|{}|{}|{}", ref.spec, ref.exe.string(), text("python"), text("torch"), module_digest);
+  r.origin["sha256"] = sha256_hex({reinterpret_cast<const uint8_t*>(id.data()), id.size()});
+  return {std::move(e), std::move(r)};
+}
+
+}  // namespace mla::certify

@@ -1,0 +1,372 @@
+"""The child side of `mla certify --python SPEC`: what `mla __child describe|claims|call` is for a
+C plug-in, for a Python kernel. The certifier (C++) runs
+
+    EXE <door>/mla_door/child.py describe --spec SPEC --result FILE
+    EXE <door>/mla_door/child.py claims   --spec SPEC --inputs QUERY --result FILE
+    EXE <door>/mla_door/child.py call     --spec SPEC --plan PLAN [--unclaimed]
+
+and never imports the user's code itself. Every message is the certifier's one wire format
+(certify/include/mla/certify/wire.hpp: one JSON header line, then the arrays' bytes; these
+messages have none). `call` maps the certifier's shared buffers (a memfd on descriptor 100, laid
+out as the plan says), hands the kernel zero-copy torch views of them, makes the planned calls,
+writes one bounded record per call into the control block (certify/src/arena.hpp ArenaControl /
+ArenaCall) and stops itself (SIGSTOP) after each call the plan marks `stop`, so the certifier
+audits a Python kernel with exactly the code that audits a C plug-in: inputs compared byte for
+byte, canaries around every output, every element written, every call bitwise equal, nothing
+changed after a call returned. Nothing this process writes can make a result pass.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import faulthandler
+import importlib
+import importlib.util
+import json
+import mmap
+import os
+import platform
+import signal
+import struct
+import sys
+import time
+import traceback
+
+# The door's folder first (so `import mla_door` is this package whatever else is installed), not
+# the mla_door folder itself (whose module names would shadow the user's); then the folder the
+# certifier was started in, as `python -m` would.
+_DOOR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.pop(0)
+sys.path.insert(0, _DOOR)
+if os.getcwd() not in sys.path:
+    sys.path.insert(1, os.getcwd())
+
+import mla_door  # noqa: E402
+
+WIRE_FORMAT, WIRE_VERSION = "mla-certify-wire", 1
+ARENA_FD = 100  # kArenaChildFd
+
+# The control block as certify/src/arena.hpp lays it out (its static_asserts pin the same
+# numbers). The plan carries the certifier's own offsetof values; a plan whose layout differs
+# from these comes from another version of the certifier and is refused, never guessed at.
+CONTROL = {
+    "child_base": 0, "fault_addr": 8, "fault_signal": 16, "setup_state": 20, "setup_message": 24,
+    "calls": 24 + 1024, "call_size": 16 + 1024,
+    "call": {"state": 0, "rc": 4, "seconds": 8, "message": 16},
+    "message_bytes": 1024, "max_calls": 32,
+}
+STATE_OK, STATE_UNSUPPORTED, STATE_ERROR = 1, 2, 3
+
+
+# ---- the wire format --------------------------------------------------------------------------
+
+def read_wire(path, kind):
+    with open(path, "rb") as f:
+        header = f.readline(1 << 20)
+        rest = f.read(1)
+    if not header.endswith(b"\n"):
+        raise ValueError(f"{path}: truncated header")
+    h = json.loads(header)
+    if h.get("format") != WIRE_FORMAT or h.get("version") != WIRE_VERSION:
+        raise ValueError(f"{path} is not a {WIRE_FORMAT} file of version {WIRE_VERSION}")
+    if h.get("kind") != kind:
+        raise ValueError(f"{path} holds a '{h.get('kind')}' message, expected '{kind}'")
+    if h.get("arrays") or rest:
+        raise ValueError(f"{path}: unexpected arrays in a '{kind}' message")
+    return h["fields"]
+
+
+def write_wire(path, kind, fields):
+    # Atomically, as wire::write does: a child killed while writing leaves no half message.
+    text = json.dumps({"format": WIRE_FORMAT, "version": WIRE_VERSION, "kind": kind, "fields": fields,
+                       "arrays": []}, default=repr) + "\n"
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+# ---- the user's kernel ------------------------------------------------------------------------
+
+def load_kernel(spec):
+    """The Kernel SPEC names: module.path:ATTR or /path/file.py:ATTR (ATTR a Kernel, or a
+    zero-argument callable returning one)."""
+    where, sep, attr = spec.rpartition(":")
+    if not sep or not where or not attr:
+        raise ValueError(f"'{spec}' is not module.path:ATTR or path/to/file.py:ATTR")
+    if where.endswith(".py"):
+        folder = os.path.dirname(os.path.abspath(where))
+        if folder not in sys.path:
+            sys.path.insert(1, folder)  # the file's siblings import as they would next to it
+        name = "_mla_door_user_" + os.path.splitext(os.path.basename(where))[0]
+        loader_spec = importlib.util.spec_from_file_location(name, where)
+        if loader_spec is None or loader_spec.loader is None:
+            raise ImportError(f"cannot load {where} as a Python file")
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[name] = module
+        loader_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    if not hasattr(module, attr):
+        raise AttributeError(f"{where} has no attribute '{attr}'")
+    obj = getattr(module, attr)
+    if not isinstance(obj, mla_door.Kernel) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, mla_door.Kernel):
+        raise TypeError(f"{spec} is a {type(obj).__name__}, not an mla_door.Kernel (nor a zero-argument callable "
+                        f"returning one)")
+    return module, obj
+
+
+def error_words(e):
+    """One line for the certificate, the last frame of the user's code with it."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if not f.filename.startswith("<") and os.path.dirname(os.path.abspath(f.filename)) != here]
+    where = f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
+    return f"{type(e).__name__}: {e}{where}"
+
+
+def set_threads(torch):
+    # The certifier's --threads reaches children as MLA_THREADS; results must not depend on it.
+    n = os.environ.get("MLA_THREADS", "")
+    if n.isdigit() and int(n) > 0:
+        torch.set_num_threads(int(n))
+
+
+# ---- describe ---------------------------------------------------------------------------------
+
+def describe(args):
+    out = {"python": platform.python_version(), "executable": sys.executable, "torch": None}
+    try:
+        import torch
+        out["torch"] = torch.__version__
+    except Exception as e:  # the certifier tries the next python3, then SKIPs naming them all
+        out["why"] = f"{type(e).__name__}: {e}"
+        write_wire(args.result, "python-description", out)
+        return 0
+    try:
+        module, k = load_kernel(args.spec)
+        out["module_file"] = getattr(module, "__file__", None)
+        out["declaration"] = mla_door.describe(k)
+        why = k.unavailable() if k.unavailable is not None else None
+        if why is not None and not isinstance(why, str):
+            raise TypeError(f"unavailable() returned {why!r}, expected None or a reason string")
+        if why is None and k.backend == "cuda":
+            if not torch.cuda.is_available():
+                why = (f"backend cuda: torch {torch.__version__} ({sys.executable}) sees no CUDA device "
+                       f"(torch.cuda.is_available() is False)")
+            else:
+                out["cuda_device"] = torch.cuda.get_device_name(torch.cuda.current_device())
+        out["unavailable"] = why
+    except Exception as e:
+        out["error"] = error_words(e)
+    write_wire(args.result, "python-description", out)
+    return 0
+
+
+# ---- claims -----------------------------------------------------------------------------------
+
+def shape_of(j, scale_fmt, cls=mla_door.Shape, **extra):
+    return cls(batch=j["batch"], s_q=j["s_q"], heads=j["heads"], d_qk=j.get("d_qk", mla_door.D_QK),
+               d_v=j.get("d_v", mla_door.D_V), page_size=j["page_size"], num_blocks=j["num_blocks"],
+               max_blocks=j["max_blocks"], topk=j["topk"], cache_format=j["cache_format"], causal=j["causal"],
+               scale_fmt=scale_fmt or "", **extra)
+
+
+def claims(args):
+    questions = read_wire(args.inputs, "claim-query")["questions"]
+    _, k = load_kernel(args.spec)
+    answers = []
+    for q in questions:
+        shape = shape_of(q["shape"], q.get("scale_fmt"))
+        try:
+            r = k.can_implement(shape) if k.can_implement is not None else None
+            if r is None:
+                answers.append({"answer": "ok", "reason": ""})
+            elif isinstance(r, str):
+                answers.append({"answer": "unsupported", "reason": r or "(no reason given)"})
+            else:
+                answers.append({"answer": "error",
+                                "reason": f"can_implement returned {r!r}, expected None or a reason string"})
+        except mla_door.Unsupported as e:
+            answers.append({"answer": "unsupported", "reason": str(e) or "(no reason given)"})
+        except Exception as e:
+            answers.append({"answer": "error", "reason": f"can_implement raised {error_words(e)}"})
+    write_wire(args.result, "claim-answers", {"answers": answers})
+    return 0
+
+
+# ---- call -------------------------------------------------------------------------------------
+
+class Control:
+    """The bounded records this child writes into the control block (and nothing else but outputs)."""
+
+    def __init__(self, mm, layout):
+        self.mm, self.l = mm, layout
+
+    def _message(self, at, text):
+        b = text.encode("utf-8", "replace")[: self.l["message_bytes"] - 1] + b"\0"
+        self.mm[at: at + len(b)] = b
+
+    def setup(self, state, text):
+        struct.pack_into("<i", self.mm, self.l["setup_state"], state)
+        self._message(self.l["setup_message"], text)
+
+    def call(self, c, state, seconds, text):
+        base = self.l["calls"] + c * self.l["call_size"]
+        f = self.l["call"]
+        struct.pack_into("<i", self.mm, base + f["state"], state)
+        struct.pack_into("<i", self.mm, base + f["rc"], 0)
+        struct.pack_into("<d", self.mm, base + f["seconds"], seconds)
+        self._message(base + f["message"], text)
+
+
+def call(args):
+    plan = read_wire(args.plan, "attention-calls")
+    layout = plan["layout"]
+    control_layout = plan.get("control")
+    if control_layout != CONTROL:
+        raise RuntimeError(f"the certifier's control block layout {control_layout} is not this door's {CONTROL}: "
+                           f"the door and the mla executable come from different versions")
+    size = layout["size"]
+    if os.fstat(ARENA_FD).st_size != size:
+        raise RuntimeError("the shared buffers are missing or not of the planned size")
+    mm = mmap.mmap(ARENA_FD, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    os.close(ARENA_FD)
+    ctl = Control(mm, CONTROL)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+    struct.pack_into("<Q", mm, CONTROL["child_base"], base)
+    # Guard pages inaccessible, as the C++ child makes them: a read or write past an input faults
+    # at its first byte, past an output at its canary's end. (A fault here is reported as the
+    # signal and the kernel's Python traceback, without the byte offset a C child names: Python
+    # cannot record the faulting address. The parent's canaries catch writes past an output
+    # either way.)
+    page = layout["page"]
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    for r in layout["regions"]:
+        for at in (r["start"], r["start"] + page + r["body"]):
+            libc.mprotect(base + at, page, 0)
+
+    try:
+        import torch
+        set_threads(torch)
+        _, k = load_kernel(args.spec)
+        cuda = k.backend == "cuda"
+        if cuda and not torch.cuda.is_available():
+            ctl.setup(STATE_UNSUPPORTED, "backend cuda: no CUDA device (torch.cuda.is_available() is False)")
+            return 0
+    except Exception as e:
+        ctl.setup(STATE_ERROR, f"the child could not load the kernel: {error_words(e)}")
+        return 0
+
+    regions = layout["regions"]
+
+    def view(index, dtype, shape):
+        r = regions[index]
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        count = r["bytes"] // itemsize
+        if count == 0:
+            return torch.empty(shape, dtype=dtype)
+        # Zero-copy: the tensor's storage is the certifier's shared mapping.
+        return torch.frombuffer(mm, dtype=dtype, count=count, offset=r["data"]).view(*shape)
+
+    out_dtype = {2: torch.bfloat16, 4: torch.float32}[layout["value_bytes"]]
+    lse_b_sq_h = k.conventions.lse_layout == "[b,s_q,h]"
+    scale_fmt = plan.get("scale_fmt") or ""
+
+    def tensors(c):
+        i, out_i, lse_i, _ = layout["calls"][c]
+        inp = layout["inputs"][i]
+        s = inp["shape"]
+        b, sq, h = s["batch"], s["s_q"], s["heads"]
+        d_qk, d_v = s.get("d_qk", mla_door.D_QK), s.get("d_v", mla_door.D_V)
+        q_i, kv_i, bt_i, sl_i, idx_i = inp["regions"]
+        token_bytes = regions[kv_i]["bytes"] // max(1, s["num_blocks"] * s["page_size"])
+        t = {
+            "q": view(q_i, torch.bfloat16, (b, sq, h, d_qk)),
+            "kv_cache": view(kv_i, torch.uint8, (s["num_blocks"], s["page_size"], token_bytes)),
+            "block_table": view(bt_i, torch.int32, (b, s["max_blocks"])),
+            "cache_seqlens": view(sl_i, torch.int32, (b,)),
+            "indices": view(idx_i, torch.int32, (b, sq, s["topk"])) if s["topk"] > 0 else None,
+        }
+        out = view(out_i, out_dtype, (b, sq, h, d_v))
+        lse = view(lse_i, torch.float32, (b, sq, h) if lse_b_sq_h else (b, h, sq))
+        fmt = scale_fmt if s["cache_format"] == "fp8" else ""
+        return t, out, lse, shape_of(s, fmt, mla_door.Call, softmax_scale=inp["softmax_scale"])
+
+    make = min(len(layout["calls"]), plan["make_calls"])
+    for c in range(make):
+        stop = layout["calls"][c][3]
+        state, message, seconds = STATE_OK, "", 0.0
+        try:
+            t, out, lse, info = tensors(c)
+            if cuda:
+                # Device tensors: the shared buffers are host memory, so the door copies in and
+                # out (documented in mla_door, not zero-copy).
+                dev = {n: (v.cuda() if v is not None else None) for n, v in t.items()}
+                d_out, d_lse = torch.empty_like(out, device="cuda"), torch.empty_like(lse, device="cuda")
+                d_out.copy_(out)  # the unwritten pattern travels too: an element never written stays so
+                d_lse.copy_(lse)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                k.decode(dev["q"], dev["kv_cache"], dev["block_table"], dev["cache_seqlens"], dev["indices"],
+                         d_out, d_lse, info)
+                torch.cuda.synchronize()
+                seconds = time.perf_counter() - t0
+                out.copy_(d_out.cpu())
+                lse.copy_(d_lse.cpu())
+                # A kernel that wrote its device inputs: the change is carried back to the shared
+                # buffers, where the certifier's own comparison names it.
+                for n, v in t.items():
+                    if v is not None and not torch.equal(dev[n].cpu(), v):
+                        v.copy_(dev[n].cpu())
+            else:
+                t0 = time.perf_counter()
+                k.decode(t["q"], t["kv_cache"], t["block_table"], t["cache_seqlens"], t["indices"], out, lse, info)
+                seconds = time.perf_counter() - t0
+        except mla_door.Unsupported as e:
+            state, message = STATE_UNSUPPORTED, str(e) or "(no reason given)"
+        except Exception as e:
+            state, message = STATE_ERROR, f"exception: {error_words(e)}"
+        ctl.call(c, state, seconds, message)
+        # Stop so the parent can take this call's outputs before anything else runs in here.
+        if stop:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        if state != STATE_OK:
+            break
+    return 0
+
+
+def main(argv=None):
+    faulthandler.enable()  # a crash in the kernel leaves its Python traceback in the child's log
+    p = argparse.ArgumentParser(prog="mla_door/child.py")
+    sub = p.add_subparsers(dest="verb", required=True)
+    d = sub.add_parser("describe")
+    d.add_argument("--spec", required=True)
+    d.add_argument("--result", required=True)
+    q = sub.add_parser("claims")
+    q.add_argument("--spec", required=True)
+    q.add_argument("--inputs", required=True)
+    q.add_argument("--result", required=True)
+    c = sub.add_parser("call")
+    c.add_argument("--spec", required=True)
+    c.add_argument("--plan", required=True)
+    c.add_argument("--unclaimed", action="store_true")  # the parent decided the claim; nothing to check here
+    args = p.parse_args(argv)
+    try:
+        rc = {"describe": describe, "claims": claims, "call": call}[args.verb](args)
+    except Exception as e:
+        print(f"mla_door child {args.verb}: {error_words(e)}", file=sys.stderr)
+        rc = 3
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # No interpreter teardown: the shared mapping is exported to tensors, and nothing is left to
+    # clean up that the process's end does not.
+    os._exit(rc)
+
+
+if __name__ == "__main__":
+    main()

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "mla/certify/python_declaration.hpp"
 #include "session.hpp"
 
 namespace mla::certify {
@@ -30,14 +31,5 @@ std::vector<std::string> python_child_argv(const PythonRef& p, const std::string
 // malformed SPEC, a module that does not import or a declaration that breaks a rule:
 // UsageError naming the spec and the field.
 std::pair<Implementation, reports::KernelReport> describe_python(Session& s, const std::string& spec, std::size_t i);
-
-// The declaration (mla_door.describe() as JSON) validated with the rules of a C descriptor:
-// KernelInfo (role optimized), or mla::Error naming the field and its value.
-struct PythonDeclaration {
-  KernelInfo info;
-  std::string version;
-  bool can_implement = false;
-};
-PythonDeclaration validate_python_declaration(const nlohmann::json& d);
 
 }  // namespace mla::certify

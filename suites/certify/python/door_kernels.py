@@ -2,6 +2,7 @@
 decode in the suite's canonical conventions, and variants of it that each carry one fault the
 certifier must name (suites/certify/test_certify_python.cpp)."""
 import ctypes
+import math
 import os
 import signal
 
@@ -83,9 +84,7 @@ CHANGES_Q = _variant("door_changes_q", _changes_q)
 DRIFTS = _variant("door_drifts", _drifts)
 RAISES = _variant("door_raises", _raises)
 KILLED = _variant("door_killed", _killed)
-BAD_NAME = _variant("Door-Bad", reference_decode)
 BAD_HEADS = _variant("door_bad_heads", reference_decode, caps=Caps(heads=(0, 128)))
-BAD_LSE_BASE = _variant("door_bad_lse", reference_decode, conventions=mla_door.Conventions(lse_base="10"))
 NO_CUDA_HERE = _variant("door_cuda", reference_decode, backend="cuda")
 
 
@@ -95,3 +94,53 @@ def make_good():
 
 
 NOT_A_KERNEL = 42
+
+
+def flashinfer_style_decode(q, kv_cache, block_table, cache_seqlens, indices, out, lse, call):
+    """FlashInfer's conventions: lse in base 2 shaped [b, s_q, h], -inf for an empty row; sparse
+    indices are global cache slots (block * page_size + offset), -1 the only invalid value."""
+    b, s_q, h, _ = q.shape
+    ps = call.page_size
+    flat = bf16_cache(kv_cache).reshape(-1, mla_door.D_QK)
+    for bi in range(b):
+        L = int(cache_seqlens[bi])
+        for s in range(s_q):
+            if indices is None:
+                last = min(L - s_q + s if call.causal else L - 1, L - 1)
+                pos = torch.arange(0, max(last + 1, 0))
+                slots = block_table[bi, (pos // ps)].long() * ps + pos % ps
+            else:
+                row = indices[bi, s].long()
+                slots = row[row != -1]
+            if slots.numel() == 0:
+                out[bi, s] = 0
+                lse[bi, s, :] = float("-inf")
+                continue
+            k = flat[slots].float()
+            scores = (q[bi, s].float() @ k.T) * call.softmax_scale
+            m = scores.max(dim=1, keepdim=True).values
+            p = torch.exp(scores - m)
+            l = p.sum(dim=1, keepdim=True)
+            out[bi, s] = ((p @ k[:, : mla_door.D_V]) / l).to(out.dtype)
+            lse[bi, s, :] = ((m + torch.log(l)) / math.log(2)).squeeze(1)
+
+
+FLASHINFER_STYLE = _variant("door_flashinfer_style", flashinfer_style_decode,
+                            conventions=mla_door.Conventions(lse_base="2", lse_layout="[b,s_q,h]",
+                                                             empty_row_lse="-inf", indices="global_slots"))
+# The same code declaring the canonical conventions: its lse and its indices are read wrongly.
+FLASHINFER_STYLE_UNDECLARED = _variant("door_flashinfer_undeclared", flashinfer_style_decode)
+
+
+def _only_three_heads(shape):
+    return None if shape.heads == 3 else f"this test kernel does {shape.heads} heads only as 3"
+
+
+CLAIMS_THREE_HEADS = _variant("door_three_heads", reference_decode, can_implement=_only_three_heads)
+
+
+def _refuses(q, kv_cache, block_table, cache_seqlens, indices, out, lse, call):
+    raise mla_door.Unsupported(f"page size {call.page_size} not today")
+
+
+REFUSES = _variant("door_refuses", _refuses)

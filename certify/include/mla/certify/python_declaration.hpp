@@ -1,0 +1,26 @@
+// What a Python kernel declares (kernels/python/mla_door: mla_door.describe(kernel) as JSON), read
+// in a child and validated here with the rules of a C plug-in's descriptor (kernels/plugin/host.cpp
+// validate_descriptor): name [a-z0-9_]+, a version, backend cpu|cuda, out_dtype f32|bf16, a
+// non-empty set of cache formats, non-empty head and s_q ranges from 1, positive page sizes,
+// dense or sparse, the conventions' and precisions' words, a judgeable precision class.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "mla/core/kernel.hpp"
+
+namespace mla::certify {
+
+struct PythonDeclaration {
+  KernelInfo info;  // role optimized
+  std::string version;
+  bool can_implement = false;
+};
+
+// Throws mla::Error naming the field and its value ("declaration field 'caps.heads' range [0, 128]
+// is empty or below 1").
+PythonDeclaration validate_python_declaration(const nlohmann::json& d);
+
+}  // namespace mla::certify

@@ -1,0 +1,289 @@
+// The Python front door end to end: `mla certify --python SPEC` as a user runs it, on a narrow
+// selection of the real catalog (a torch child costs about a second per process here, and every
+// claimed case runs in two). A FlashInfer-convention torch decode certifies green through the
+// host's conversions, the same code declaring the canonical conventions is red, and each broken
+// variant (suites/certify/python/door_kernels.py) is red or refused for the reason that names its
+// fault, through the audit every C plug-in gets. Skipped (with the reason) without the catalog or
+// without a python3 that imports torch.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "mla/certify/python_declaration.hpp"
+#include "mla/core/error.hpp"
+#include "mla/golden/golden.hpp"
+#include "mla/reports/certificate.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using mla::certify::testing::quote;
+using mla::certify::testing::run_command;
+using mla::certify::testing::slurp;
+using mla::certify::testing::TempDir;
+using mla::tol::Verdict;
+using nlohmann::json;
+
+const fs::path kGoldens = mla::golden::default_goldens_dir();
+const fs::path kSource = MLA_SOURCE_DIR;
+const fs::path kKernels = kSource / "suites" / "certify" / "python" / "door_kernels.py";
+const fs::path kExamples = kSource / "kernels" / "python" / "examples";
+// The project's Python (mla.sh installs python3-torch for it).
+const std::string kTorchPython = MLA_TORCH_PYTHON;
+
+// A dense case with an empty causal row (h=3, s_q=2, one sequence of length 1) and a sparse one
+// with every kind of invalid index and an all-invalid row: together they exercise every
+// convention the host converts.
+const std::string kTwoCases = "--family attn_core --family attn_sparse --case 'attn_core/h3_sq2_short$|sparse_bf16_topk16$'";
+const std::string kOneCase = "--family attn_core --case 'attn_core/h3_sq2_short$'";
+
+struct Run {
+  int status = -1;
+  std::string output;  // stdout and stderr together
+  json cert;
+};
+
+Run certify(const std::string& args, const std::string& env = "", const fs::path& out = {}) {
+  TempDir dir;
+  const fs::path o = out.empty() ? dir.path() : out;
+  Run r;
+  const auto p = run_command(fmt::format("{} {} certify --goldens {} --out {} {} 2>&1", env.empty() ? "" : "env " + env,
+                                         MLA_CLI_EXE, quote(kGoldens), quote(o), args));
+  r.status = p.status;
+  r.output = p.out;
+  if (fs::exists(o / "certificate.json")) r.cert = json::parse(slurp(o / "certificate.json"));
+  return r;
+}
+
+std::string spec(const std::string& attr) { return " --python " + quote(kKernels.string() + ":" + attr); }
+
+const json& kernel(const Run& r, const std::string& name) {
+  for (const auto& k : r.cert.at("kernels")) {
+    if (k.at("name") == name) return k;
+  }
+  throw std::runtime_error("no kernel " + name + " in the certificate:\n" + r.output);
+}
+
+// The row of `kernel` on case `name`.
+const json& row(const Run& r, const std::string& k, const std::string& name) {
+  for (const auto& c : kernel(r, k).at("cases")) {
+    if (c.at("case") == name) return c;
+  }
+  throw std::runtime_error("no case " + name + " for " + k);
+}
+
+std::string reasons(const json& c) { return c.at("reasons").dump(); }
+
+bool torch_here() { return run_command(kTorchPython + " -c 'import torch' 2>/dev/null").status == 0; }
+
+class CertifyPython : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kGoldens / "MANIFEST.sha256")) {
+      GTEST_SKIP() << "no golden catalog at " << kGoldens << " (generate it: ./mla.sh goldens)";
+    }
+    if (!torch_here()) GTEST_SKIP() << kTorchPython << " cannot import torch (mla.sh installs python3-torch)";
+  }
+  // A PATH on which python3 is the project's torch Python, whatever the user's PATH holds first.
+  std::string torch_path() const { return "PATH=" + fs::path(kTorchPython).parent_path().string() + ":/usr/bin:/bin"; }
+};
+
+TEST_F(CertifyPython, FlashInferConventionsCertifyGreenAndTheSameCodeUndeclaredIsRed) {
+  const auto r = certify(kTwoCases + spec("FLASHINFER_STYLE") + spec("FLASHINFER_STYLE_UNDECLARED") +
+                             spec("CLAIMS_THREE_HEADS"),
+                         torch_path());
+  ASSERT_EQ(r.status, 1) << r.output;  // the undeclared variant is red
+  for (const char* c : {"h3_sq2_short", "sparse_bf16_topk16"}) {
+    const auto& g = row(r, "door_flashinfer_style", c);
+    EXPECT_EQ(g.at("verdict"), "PASS") << c << ": " << reasons(g);
+    const auto& bad = row(r, "door_flashinfer_undeclared", c);
+    EXPECT_NE(bad.at("verdict"), "PASS") << c << ": " << reasons(bad);
+    EXPECT_NE(bad.at("verdict"), "SKIPPED") << c;
+  }
+  // What the kernel declared is what the certificate records, with where it ran.
+  const auto& k = kernel(r, "door_flashinfer_style");
+  const auto& conv = k.at("declared").at("conventions");
+  EXPECT_EQ(conv.at("lse_base"), "2");
+  EXPECT_EQ(conv.at("lse_layout"), "[b,s_q,h]");
+  EXPECT_EQ(conv.at("empty_row_lse"), "-inf");
+  EXPECT_EQ(conv.at("indices"), "global_slots");
+  const auto& origin = k.at("origin");
+  EXPECT_EQ(origin.at("kind"), "python");
+  EXPECT_EQ(origin.at("spec"), kKernels.string() + ":FLASHINFER_STYLE");
+  EXPECT_EQ(fs::path(origin.at("python").get<std::string>()), fs::path(kTorchPython));
+  const auto versions = run_command(kTorchPython + " -c 'import platform, torch; print(platform.python_version(), torch.__version__)'");
+  EXPECT_EQ(origin.at("python_version").get<std::string>() + " " + origin.at("torch_version").get<std::string>() + "\n",
+            versions.out);
+  // The kernel's own can_implement: its refusal is NOT_CLAIMED with its words, never against it.
+  EXPECT_EQ(row(r, "door_three_heads", "h3_sq2_short").at("verdict"), "PASS");
+  const auto& nc = row(r, "door_three_heads", "sparse_bf16_topk16");
+  EXPECT_EQ(nc.at("verdict"), "NOT_CLAIMED");
+  EXPECT_NE(reasons(nc).find("16 heads only as 3 (the kernel's can_implement)"), std::string::npos) << reasons(nc);
+}
+
+TEST_F(CertifyPython, EachBrokenKernelIsRedForTheFaultItCarries) {
+  const auto r = certify(kOneCase + spec("WRITES_PAST_OUT") + spec("CHANGES_Q") + spec("DRIFTS") + spec("RAISES") +
+                             spec("KILLED") + spec("REFUSES"),
+                         torch_path());
+  ASSERT_EQ(r.status, 1) << r.output;
+  const auto expect = [&](const std::string& k, const char* verdict, const std::string& words) {
+    const auto& c = row(r, k, "h3_sq2_short");
+    EXPECT_EQ(c.at("verdict"), verdict) << k << ": " << reasons(c);
+    EXPECT_NE(reasons(c).find(words), std::string::npos) << k << ": " << reasons(c);
+  };
+  // The parent's canaries, its byte comparison of the inputs and of every call's outputs.
+  expect("door_writes_past_out", "FAIL", "wrote 64 bytes past out");
+  expect("door_changes_q", "FAIL", "input q changed by call 1");
+  expect("door_drifts", "FAIL", "out differs between repeated runs (call 1 vs call 2");
+  // The child's record of the exception, and the signal the parent saw.
+  expect("door_raises", "ERROR", "ValueError: the door's test kernel refuses to work (at door_kernels.py:");
+  expect("door_killed", "ERROR", "killed by signal SIGKILL");
+  expect("door_refuses", "UNSUPPORTED", "page size 16 not today");
+}
+
+TEST_F(CertifyPython, ABadSpecOrDeclarationIsRefusedNamingWhatIsWrong) {
+  // Through the CLI, one of each kind (every rule of the declaration is below, without Python).
+  const auto refused = [&](const std::string& args, const std::string& words) {
+    const auto r = certify(kOneCase + args, torch_path());
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(words), std::string::npos) << args << "\n" << r.output;
+    EXPECT_TRUE(r.cert.is_null()) << "a refused run writes no certificate";
+  };
+  refused(spec("BAD_HEADS"), "declaration field 'caps.heads' range [0, 128] is empty or below 1");
+  refused(spec("NOT_A_KERNEL"), "is a int, not an mla_door.Kernel");
+  refused(" --python no_such_module_of_the_door_tests:KERNEL",
+          "ModuleNotFoundError: No module named 'no_such_module_of_the_door_tests'");
+  refused(" --python " + quote(kKernels), "expected module.path:ATTR or path/to/file.py:ATTR");
+}
+
+// mla_door.describe(kernel) of a plain kernel, as the child writes it.
+json declaration() {
+  return json::parse(R"({"name": "k", "version": "1", "description": "d", "backend": "cpu", "out_dtype": "f32",
+    "caps": {"cache_formats": ["bf16"], "min_heads": 1, "max_heads": 128, "min_s_q": 1, "max_s_q": 64,
+             "page_sizes": [], "dense": true, "sparse": false, "varlen": true},
+    "conventions": {"lse_base": "e", "lse_layout": "[b,h,s_q]", "empty_row_lse": "+inf", "indices": "positions"},
+    "precision": null, "can_implement": false})");
+}
+
+TEST(PythonDeclaration, EveryRuleOfACDescriptorNamesTheFieldItRefuses) {
+  using mla::certify::validate_python_declaration;
+  const auto d = validate_python_declaration(declaration());
+  EXPECT_EQ(d.info.name, "k");
+  EXPECT_FALSE(d.info.compute.has_value());
+  auto with = [](const char* pointer, json v) {
+    auto j = declaration();
+    if (v.is_discarded()) j.erase(json::json_pointer(pointer).back());
+    else j[json::json_pointer(pointer)] = std::move(v);
+    return j;
+  };
+  auto p = declaration();
+  p["out_dtype"] = "bf16";
+  p["precision"] = {{"operands", "bf16"}, {"accumulate", "f32"}};
+  p["conventions"] = {{"lse_base", "2"}, {"lse_layout", "[b,s_q,h]"}, {"empty_row_lse", "-inf"}, {"indices", "global_slots"}};
+  const auto declared = validate_python_declaration(p);
+  ASSERT_TRUE(declared.info.compute.has_value());
+  EXPECT_EQ(declared.info.compute->operands, mla::OutDType::bf16);
+  EXPECT_EQ(declared.info.conventions.indices, mla::IndexNumbering::global_slots);
+  EXPECT_EQ(declared.info.conventions.lse_layout, mla::LseLayout::b_sq_h);
+
+  const std::vector<std::pair<json, std::string>> bad = {
+      {with("/name", "Bad-Name"), "declaration field 'name' is 'Bad-Name', not [a-z0-9_]+"},
+      {with("/name", json::value_t::discarded), "declaration has no field 'name'"},
+      {with("/name", 7), "declaration field 'name' is 7, expected a string"},
+      {with("/version", ""), "declaration field 'version' is empty"},
+      {with("/backend", "rocm"), "declaration field 'backend' is 'rocm', not one of cpu, cuda"},
+      {with("/out_dtype", "f64"), "declaration field 'out_dtype' is 'f64', not one of f32, bf16"},
+      {with("/caps/cache_formats", json::array()), "declaration field 'caps.cache_formats' is empty"},
+      {with("/caps/cache_formats", {"int4"}), "declaration field 'caps.cache_formats' holds \"int4\""},
+      {with("/caps/min_heads", 0), "declaration field 'caps.heads' range [0, 128] is empty or below 1"},
+      {with("/caps/max_heads", "128"), "declaration field 'caps.max_heads' is \"128\", expected an integer"},
+      {with("/caps/max_s_q", 0), "declaration field 'caps.s_q' range [1, 0] is empty or below 1"},
+      {with("/caps/page_sizes", {64, 0}), "declaration field 'caps.page_sizes[1]' = 0 is not a positive page size"},
+      {with("/caps/page_sizes", json(std::vector<int>(17, 64))), "declaration field 'caps.page_sizes' has 17 entries, at most 16"},
+      {with("/caps/dense", false), "declaration fields 'caps.dense' and 'caps.sparse' are both false"},
+      {with("/caps/varlen", 1), "declaration field 'caps.varlen' is 1, expected true or false"},
+      {with("/conventions/lse_base", "10"), "declaration field 'conventions.lse_base' is '10', not one of e, 2"},
+      {with("/conventions/lse_layout", "[h,b,s_q]"), "declaration field 'conventions.lse_layout' is '[h,b,s_q]'"},
+      {with("/conventions/empty_row_lse", "nan"), "declaration field 'conventions.empty_row_lse' is 'nan'"},
+      {with("/conventions/indices", "slots"), "declaration field 'conventions.indices' is 'slots', not one of positions, global_slots"},
+      {with("/precision", json::value_t::discarded), "declaration has no field 'precision'"},
+      {with("/precision", {{"operands", "bf16"}, {"accumulate", "bf16"}}), "declaration field 'precision': class"},
+      {with("/precision", {{"operands", "fp8"}, {"accumulate", "f32"}}), "declaration field 'precision.operands' is 'fp8'"},
+      {with("/can_implement", "yes"), "declaration field 'can_implement' is \"yes\", expected true or false"},
+  };
+  for (const auto& [j, words] : bad) {
+    try {
+      (void)validate_python_declaration(j);
+      ADD_FAILURE() << "accepted: " << j.dump();
+    } catch (const mla::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what() << "\n  expected: " << words;
+    }
+  }
+}
+
+// A python3 that runs but cannot import torch: the project's Python with a stand-in `torch`
+// package first on its path that fails to import, as a python3 without torch does.
+fs::path python_without_torch(const fs::path& dir) {
+  fs::create_directories(dir / "bin");
+  fs::create_directories(dir / "shadow" / "torch");
+  std::ofstream(dir / "shadow" / "torch" / "__init__.py")
+      << "raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n";
+  const auto exe = dir / "bin" / "python3";
+  std::ofstream(exe) << "#!/bin/sh\nPYTHONPATH=" << (dir / "shadow").string() << " exec " << kTorchPython << " \"$@\"\n";
+  fs::permissions(exe, fs::perms::owner_all);
+  return exe;
+}
+
+TEST_F(CertifyPython, PythonIsFoundAsUsersExpectAndAMissingTorchSkipsNamingWhatWasTried) {
+  TempDir tmp;
+  const auto no_torch = python_without_torch(tmp.path());
+  const auto bin = no_torch.parent_path().string();
+  // Only a python3 without torch on PATH: every case SKIPPED, the reason naming it.
+  auto r = certify(kOneCase + spec("GOOD"), "PATH=" + bin);
+  EXPECT_EQ(r.status, 0) << r.output;
+  auto c = row(r, "python_good", "h3_sq2_short");
+  EXPECT_EQ(c.at("verdict"), "SKIPPED");
+  EXPECT_NE(reasons(c).find("no python3 that imports torch: tried " + no_torch.string()), std::string::npos) << reasons(c);
+  EXPECT_NE(reasons(c).find("No module named 'torch'"), std::string::npos) << reasons(c);
+  // --python-exe is the one tried, whatever PATH holds.
+  r = certify(kOneCase + spec("GOOD") + " --python-exe " + quote(no_torch), torch_path());
+  c = row(r, "python_good", "h3_sq2_short");
+  EXPECT_EQ(c.at("verdict"), "SKIPPED");
+  EXPECT_NE(reasons(c).find("tried " + no_torch.string() + " ("), std::string::npos) << reasons(c);
+  // PATH's first python3 lacks torch, a later one has it: that one runs the kernel. A "cuda"
+  // kernel then needs a CUDA device: without one, SKIPPED saying so.
+  r = certify(kOneCase + spec("NO_CUDA_HERE"), "PATH=" + bin + ":" + fs::path(kTorchPython).parent_path().string());
+  const auto& k = kernel(r, "door_cuda");
+  EXPECT_EQ(fs::path(k.at("origin").at("python").get<std::string>()), fs::path(kTorchPython));
+  c = row(r, "door_cuda", "h3_sq2_short");
+  if (c.at("verdict") == "SKIPPED") {
+    EXPECT_NE(reasons(c).find("backend cuda: torch"), std::string::npos) << reasons(c);
+    EXPECT_NE(reasons(c).find("sees no CUDA device"), std::string::npos) << reasons(c);
+  } else {
+    EXPECT_EQ(c.at("verdict"), "PASS") << reasons(c);  // a machine with CUDA: the door's device path
+  }
+}
+
+TEST_F(CertifyPython, ResumeKeepsAResultOnlyWhileTheKernelsCodeIsTheSame) {
+  TempDir tmp;
+  const auto copy = tmp.path() / "door_kernels.py";
+  fs::copy_file(kKernels, copy);
+  const auto out = tmp.path() / "report";
+  const std::string args = kOneCase + " --python " + quote(copy.string() + ":REFUSES");
+  auto r = certify(args, torch_path(), out);
+  ASSERT_EQ(row(r, "door_refuses", "h3_sq2_short").at("verdict"), "UNSUPPORTED") << r.output;
+  r = certify(args + " --resume", torch_path(), out);
+  EXPECT_NE(r.output.find("resume: kept 1 of 1 results"), std::string::npos) << r.output;
+  std::ofstream(copy, std::ios::app) << "\n# changed\n";
+  r = certify(args + " --resume", torch_path(), out);
+  EXPECT_NE(r.output.find("resume: kept 0 of 1 results"), std::string::npos) << r.output;
+}
+
+}  // namespace

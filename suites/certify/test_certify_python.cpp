@@ -96,19 +96,20 @@ class CertifyPython : public ::testing::Test {
 };
 
 TEST_F(CertifyPython, FlashInferConventionsCertifyGreenAndTheSameCodeUndeclaredIsRed) {
-  const auto r = certify(kTwoCases + spec("FLASHINFER_STYLE") + spec("FLASHINFER_STYLE_UNDECLARED") +
-                             spec("CLAIMS_THREE_HEADS"),
+  const auto fi = kExamples / "flashinfer_conventions.py";
+  const auto r = certify(kTwoCases + " --python " + quote(fi.string() + ":KERNEL") + " --python " +
+                             quote(fi.string() + ":KERNEL_UNDECLARED") + spec("CLAIMS_THREE_HEADS"),
                          torch_path());
   ASSERT_EQ(r.status, 1) << r.output;  // the undeclared variant is red
   for (const char* c : {"h3_sq2_short", "sparse_bf16_topk16"}) {
-    const auto& g = row(r, "door_flashinfer_style", c);
+    const auto& g = row(r, "flashinfer_conventions_cpu", c);
     EXPECT_EQ(g.at("verdict"), "PASS") << c << ": " << reasons(g);
-    const auto& bad = row(r, "door_flashinfer_undeclared", c);
+    const auto& bad = row(r, "flashinfer_conventions_undeclared", c);
     EXPECT_NE(bad.at("verdict"), "PASS") << c << ": " << reasons(bad);
     EXPECT_NE(bad.at("verdict"), "SKIPPED") << c;
   }
   // What the kernel declared is what the certificate records, with where it ran.
-  const auto& k = kernel(r, "door_flashinfer_style");
+  const auto& k = kernel(r, "flashinfer_conventions_cpu");
   const auto& conv = k.at("declared").at("conventions");
   EXPECT_EQ(conv.at("lse_base"), "2");
   EXPECT_EQ(conv.at("lse_layout"), "[b,s_q,h]");
@@ -116,7 +117,7 @@ TEST_F(CertifyPython, FlashInferConventionsCertifyGreenAndTheSameCodeUndeclaredI
   EXPECT_EQ(conv.at("indices"), "global_slots");
   const auto& origin = k.at("origin");
   EXPECT_EQ(origin.at("kind"), "python");
-  EXPECT_EQ(origin.at("spec"), kKernels.string() + ":FLASHINFER_STYLE");
+  EXPECT_EQ(origin.at("spec"), fi.string() + ":KERNEL");
   EXPECT_EQ(fs::path(origin.at("python").get<std::string>()), fs::path(kTorchPython));
   const auto versions = run_command(kTorchPython + " -c 'import platform, torch; print(platform.python_version(), torch.__version__)'");
   EXPECT_EQ(origin.at("python_version").get<std::string>() + " " + origin.at("torch_version").get<std::string>() + "\n",

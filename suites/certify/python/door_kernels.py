@@ -1,45 +1,22 @@
-"""Kernels the door's tests certify through `mla certify --python`: one plain, correct torch
-decode in the suite's canonical conventions, and variants of it that each carry one fault the
-certifier must name (suites/certify/test_certify_python.cpp)."""
+"""Kernels the door's tests certify through `mla certify --python`: the suite's canonical torch
+decode, and variants of it that each carry one fault the certifier must name
+(suites/certify/test_certify_python.cpp)."""
 import ctypes
-import math
 import os
 import signal
+import sys
 
 import torch
 
 import mla_door
-from mla_door import Caps, Kernel, bf16_cache
+from mla_door import Caps, Kernel
 
 
-def reference_decode(q, kv_cache, block_table, cache_seqlens, indices, out, lse, call):
-    """Canonical: lse natural log [b,h,s_q], +inf for an empty row, indices as positions."""
-    b, s_q, h, _ = q.shape
-    ps = call.page_size
-    kv = bf16_cache(kv_cache)
-    for bi in range(b):
-        L = int(cache_seqlens[bi])
-        blocks = block_table[bi, : (L + ps - 1) // ps].long()
-        tokens = kv[blocks].reshape(-1, mla_door.D_QK)[:L].float()
-        for s in range(s_q):
-            if indices is None:
-                last = min(L - s_q + s if call.causal else L - 1, L - 1)
-                pos = torch.arange(0, max(last + 1, 0))
-            else:
-                row = indices[bi, s].long()
-                pos = row[(row >= 0) & (row < L)]
-            if pos.numel() == 0:
-                out[bi, s] = 0
-                lse[bi, :, s] = float("inf")
-                continue
-            k = tokens[pos]
-            scores = (q[bi, s].float() @ k.T) * call.softmax_scale
-            m = scores.max(dim=1, keepdim=True).values
-            p = torch.exp(scores - m)
-            l = p.sum(dim=1, keepdim=True)
-            out[bi, s] = ((p @ k[:, : mla_door.D_V]) / l).to(out.dtype)
-            lse[bi, :, s] = (m + torch.log(l)).squeeze(1)
-
+# The suite's canonical torch decode (kernels/python/examples/torch_mla.py) is the correct code
+# every variant below starts from.
+# Found next to the door the certifier runs (kernels/python), wherever this file is copied.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(mla_door.__file__))), "examples"))
+from torch_mla import decode as reference_decode  # noqa: E402
 
 CAPS = Caps(cache_formats=("bf16",), dense=True, sparse=True, heads=(1, 128), s_q=(1, 64))
 GOOD = Kernel(name="door_good", version="1", description="plain torch decode, canonical conventions",
@@ -94,42 +71,6 @@ def make_good():
 
 
 NOT_A_KERNEL = 42
-
-
-def flashinfer_style_decode(q, kv_cache, block_table, cache_seqlens, indices, out, lse, call):
-    """FlashInfer's conventions: lse in base 2 shaped [b, s_q, h], -inf for an empty row; sparse
-    indices are global cache slots (block * page_size + offset), -1 the only invalid value."""
-    b, s_q, h, _ = q.shape
-    ps = call.page_size
-    flat = bf16_cache(kv_cache).reshape(-1, mla_door.D_QK)
-    for bi in range(b):
-        L = int(cache_seqlens[bi])
-        for s in range(s_q):
-            if indices is None:
-                last = min(L - s_q + s if call.causal else L - 1, L - 1)
-                pos = torch.arange(0, max(last + 1, 0))
-                slots = block_table[bi, (pos // ps)].long() * ps + pos % ps
-            else:
-                row = indices[bi, s].long()
-                slots = row[row != -1]
-            if slots.numel() == 0:
-                out[bi, s] = 0
-                lse[bi, s, :] = float("-inf")
-                continue
-            k = flat[slots].float()
-            scores = (q[bi, s].float() @ k.T) * call.softmax_scale
-            m = scores.max(dim=1, keepdim=True).values
-            p = torch.exp(scores - m)
-            l = p.sum(dim=1, keepdim=True)
-            out[bi, s] = ((p @ k[:, : mla_door.D_V]) / l).to(out.dtype)
-            lse[bi, s, :] = ((m + torch.log(l)) / math.log(2)).squeeze(1)
-
-
-FLASHINFER_STYLE = _variant("door_flashinfer_style", flashinfer_style_decode,
-                            conventions=mla_door.Conventions(lse_base="2", lse_layout="[b,s_q,h]",
-                                                             empty_row_lse="-inf", indices="global_slots"))
-# The same code declaring the canonical conventions: its lse and its indices are read wrongly.
-FLASHINFER_STYLE_UNDECLARED = _variant("door_flashinfer_undeclared", flashinfer_style_decode)
 
 
 def _only_three_heads(shape):

@@ -14,6 +14,7 @@
 #include "mla/certify/wire.hpp"
 #include "mla/core/sha256.hpp"
 #include "mla/core/text.hpp"
+#include "mla/plugin/host.hpp"
 #include "mla/plugin/mla_plugin.h"
 
 #ifndef MLA_SOURCE_DIR
@@ -128,7 +129,7 @@ PythonDeclaration validate_python_declaration(const json& d) {
   KernelInfo& k = out.info;
   k.role = KernelRole::optimized;
   k.name = string_field(d, "", "name");
-  if (k.name.empty() || k.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos) {
+  if (!plugin::valid_kernel_name(k.name)) {
     throw Error(fmt::format("declaration field 'name' is '{}', not [a-z0-9_]+", printable(k.name)));
   }
   out.version = string_field(d, "", "version");

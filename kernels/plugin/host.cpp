@@ -30,11 +30,11 @@ std::string checked_string(const char* s, const char* field, bool allow_empty) {
   return std::string(s, n);
 }
 
-bool valid_name(const std::string& n) {
+}  // namespace
+
+bool valid_kernel_name(const std::string& n) {
   return !n.empty() && n.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos;
 }
-
-}  // namespace
 
 std::string describe_rc(int32_t rc) {
   switch (rc) {
@@ -122,7 +122,7 @@ void validate_descriptor(const mla_plugin_descriptor& d) {
                                   MLA_PLUGIN_ABI_VERSION, MLA_PLUGIN_DESCRIPTOR_V1_0_SIZE));
   }
   const auto name = checked_string(d.name, "name", false);
-  if (!valid_name(name)) throw PluginError(fmt::format("plug-in name '{}' is not [a-z0-9_]+", name));
+  if (!valid_kernel_name(name)) throw PluginError(fmt::format("plug-in name '{}' is not [a-z0-9_]+", name));
   checked_string(d.version, "version", false);
   checked_string(d.description, "description", true);
   const auto backend = checked_string(d.backend, "backend", false);

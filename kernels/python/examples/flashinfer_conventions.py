@@ -51,25 +51,20 @@ def decode(q, kv_cache, block_table, cache_seqlens, indices, out, lse, call) -> 
     lse.copy_(base2.transpose(1, 2))
 
 
-_CAPS = mla_door.Caps(cache_formats=("bf16", "fp8"), dense=True, sparse=True, varlen=True,
-                      heads=(1, 128), s_q=(1, 64))
+def _kernel(name: str, description: str, conventions: mla_door.Conventions) -> mla_door.Kernel:
+    return mla_door.Kernel(
+        name=name, version="1", description=description, decode=decode,
+        caps=mla_door.Caps(cache_formats=("bf16", "fp8"), dense=True, sparse=True, varlen=True,
+                           heads=(1, 128), s_q=(1, 64)),
+        conventions=conventions,
+        precision=mla_door.Precision(operands="f32", accumulate="f32"),
+    )
 
-KERNEL = mla_door.Kernel(
-    name="flashinfer_conventions_cpu",
-    version="1",
-    description="torch CPU MLA decode in FlashInfer's conventions (lse base 2 [b,s_q,h], -inf empty, global slots)",
-    decode=decode,
-    caps=_CAPS,
-    conventions=mla_door.Conventions(lse_base="2", lse_layout="[b,s_q,h]", empty_row_lse="-inf",
-                                     indices="global_slots"),
-    precision=mla_door.Precision(operands="f32", accumulate="f32"),
-)
 
-KERNEL_UNDECLARED = mla_door.Kernel(
-    name="flashinfer_conventions_undeclared",
-    version="1",
-    description="the same decode declaring the canonical conventions (red: an adapter that forgot)",
-    decode=decode,
-    caps=_CAPS,
-    precision=mla_door.Precision(operands="f32", accumulate="f32"),
-)
+KERNEL = _kernel("flashinfer_conventions_cpu",
+                 "torch CPU MLA decode in FlashInfer's conventions (lse base 2 [b,s_q,h], -inf empty, global slots)",
+                 mla_door.Conventions(lse_base="2", lse_layout="[b,s_q,h]", empty_row_lse="-inf",
+                                      indices="global_slots"))
+KERNEL_UNDECLARED = _kernel("flashinfer_conventions_undeclared",
+                            "the same decode declaring the canonical conventions (red: an adapter that forgot)",
+                            mla_door.Conventions())

@@ -29,6 +29,8 @@ class PluginError : public Error {
 
 // "MLA_PLUGIN_OK", "MLA_PLUGIN_CAPACITY", ... or "unknown code N": a status code in messages.
 std::string describe_rc(int32_t rc);
+// The rule of an external kernel's name, [a-z0-9_]+ (a plug-in's, a Python kernel's).
+bool valid_kernel_name(const std::string& name);
 
 // Capabilities in the C ABI's form <-> the kernel interface's.
 Capabilities capabilities_from(const mla_plugin_capabilities& c);

@@ -106,7 +106,9 @@ fs::path door_dir(const fs::path& self) {
     if (has_child(env)) return fs::absolute(env).lexically_normal();
     throw UsageError(fmt::format("MLA_DOOR_PATH={} holds no mla_door/child.py", env));
   }
-  for (const fs::path& dir : {self.parent_path() / "python", fs::path(MLA_SOURCE_DIR) / "kernels" / "python"}) {
+  // The bundle keeps bin/mla and python/ side by side (suites/device/make_bundle.sh).
+  for (const fs::path& dir : {(self.parent_path() / ".." / "python").lexically_normal(),
+                              fs::path(MLA_SOURCE_DIR) / "kernels" / "python"}) {
     if (has_child(dir)) return fs::absolute(dir).lexically_normal();
     tried.push_back(dir.string());
   }

@@ -15,8 +15,9 @@
 
 namespace mla::certify {
 
-// The folder holding the mla_door package: $MLA_DOOR_PATH, else `python` next to the mla
-// executable (the device bundle), else kernels/python of the source tree it was built from.
+// The folder holding the mla_door package: $MLA_DOOR_PATH, else `python` beside the folder of the
+// mla executable (the device bundle's bin/ and python/), else kernels/python of the source tree
+// it was built from.
 // Throws UsageError naming what was tried when none holds mla_door/child.py.
 std::filesystem::path door_dir(const std::filesystem::path& self);
 

@@ -162,6 +162,12 @@ TEST_F(CertifyPython, ABadSpecOrDeclarationIsRefusedNamingWhatIsWrong) {
   refused(" --python no_such_module_of_the_door_tests:KERNEL",
           "ModuleNotFoundError: No module named 'no_such_module_of_the_door_tests'");
   refused(" --python " + quote(kKernels), "expected module.path:ATTR or path/to/file.py:ATTR");
+  // The door itself: MLA_DOOR_PATH, when set, is the one place looked in.
+  TempDir empty;
+  const auto r = certify(kOneCase + spec("GOOD"), torch_path() + " MLA_DOOR_PATH=" + empty.path().string());
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("MLA_DOOR_PATH=" + empty.path().string() + " holds no mla_door/child.py"), std::string::npos)
+      << r.output;
 }
 
 // mla_door.describe(kernel) of a plain kernel, as the child writes it.

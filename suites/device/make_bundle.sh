@@ -16,6 +16,7 @@
 #   tools/  check.sh, reports/tools (report generator, torch side-by-side) with the Python
 #           reference beside it (tools/reports/mla_ref: the side-by-side's model constants),
 #           this README
+#   python/  the Python door (kernels/python: mla_door, its adapters and examples)
 #   goldens/  only with --with-goldens (31 MiB): the repository copy travels with the working
 #           tree anyway, and carrying both would take the call past its 64 MiB
 #   source.sha256  sha256 of every file of the source tree that travels to the device machine
@@ -125,6 +126,10 @@ mkdir -p "$OUT/tools/reports"
 mkdir -p "$OUT/tools/reports/mla_ref"
 cp "$SRC"/reference/python/mla_ref/*.py "$OUT/tools/reports/mla_ref/"
 [[ -f $OUT/tools/reports/mla_ref/config.py ]] || die "reference/python/mla_ref/config.py is missing"
+# The Python door (mla certify --python) and its examples: bin/mla finds them at ../python.
+(cd "$SRC/kernels/python" && find . -type f -name '*.py' ! -path './tests/*' ! -path '*/__pycache__/*' -print0 |
+  while IFS= read -r -d '' f; do mkdir -p "$OUT/python/$(dirname "$f")"; cp "$f" "$OUT/python/$f"; done)
+[[ -f $OUT/python/mla_door/child.py ]] || die "kernels/python/mla_door/child.py is missing"
 if ((GOLDENS)); then
   cp -r "$SRC/fixtures/goldens" "$OUT/goldens"
 fi

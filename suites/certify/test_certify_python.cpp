@@ -266,7 +266,7 @@ TEST_F(CertifyPython, PythonIsFoundAsUsersExpectAndAMissingTorchSkipsNamingWhatW
   EXPECT_NE(reasons(c).find("tried " + no_torch.string() + " ("), std::string::npos) << reasons(c);
   // PATH's first python3 lacks torch, a later one has it: that one runs the kernel. A "cuda"
   // kernel then needs a CUDA device: without one, SKIPPED saying so.
-  r = certify(kOneCase + spec("NO_CUDA_HERE"), "PATH=" + bin + ":" + fs::path(kTorchPython).parent_path().string());
+  r = certify(kOneCase + spec("CUDA"), "PATH=" + bin + ":" + fs::path(kTorchPython).parent_path().string());
   const auto& k = kernel(r, "door_cuda");
   EXPECT_EQ(fs::path(k.at("origin").at("python").get<std::string>()), fs::path(kTorchPython));
   c = row(r, "door_cuda", "h3_sq2_short");
@@ -276,6 +276,19 @@ TEST_F(CertifyPython, PythonIsFoundAsUsersExpectAndAMissingTorchSkipsNamingWhatW
   } else {
     EXPECT_EQ(c.at("verdict"), "PASS") << reasons(c);  // a machine with CUDA: the door's device path
   }
+}
+
+TEST_F(CertifyPython, ACudaKernelGetsCopiesAndTheAuditStillSeesWhatItDidToThem) {
+  // MLA_DOOR_DEVICE=cpu: the door's copy-in / copy-out path of a "cuda" kernel into separate
+  // tensors, as on a GPU machine, without one.
+  const auto r = certify(kOneCase + spec("CUDA") + spec("CUDA_CHANGES_Q"), torch_path() + " MLA_DOOR_DEVICE=cpu");
+  ASSERT_EQ(r.status, 1) << r.output;
+  const auto& good = row(r, "door_cuda", "h3_sq2_short");
+  EXPECT_EQ(good.at("verdict"), "PASS") << reasons(good);  // every element written back, bitwise repeatable
+  EXPECT_EQ(kernel(r, "door_cuda").at("origin").at("cuda_device"), "none: copies on cpu (MLA_DOOR_DEVICE=cpu)");
+  const auto& bad = row(r, "door_cuda_changes_q", "h3_sq2_short");
+  EXPECT_EQ(bad.at("verdict"), "FAIL") << reasons(bad);
+  EXPECT_NE(reasons(bad).find("input q changed by call 1"), std::string::npos) << reasons(bad);
 }
 
 TEST_F(CertifyPython, ResumeKeepsAResultOnlyWhileTheKernelsCodeIsTheSame) {

@@ -34,7 +34,10 @@ The one signature of a decode:
 Inputs are read-only (the certifier compares them byte for byte after every call). On the CPU
 every tensor is a zero-copy view of the certifier's shared buffers. A kernel with backend "cuda"
 gets tensors on the current CUDA device: the door copies the inputs there before the call and
-the outputs back after it (documented, not zero-copy: the shared buffers are host memory).
+the outputs back after it (documented, not zero-copy: the shared buffers are host memory;
+torch.cuda.synchronize() before the outputs are written back; MLA_DOOR_DEVICE=cpu takes the same
+copy path on the CPU, which is how the suite tests it without a GPU). Without a CUDA device such a
+kernel's cases are SKIPPED with the reason.
 The call must be deterministic: the certifier calls several times, in two processes, and
 compares bit for bit. Raise `Unsupported(reason)` to refuse a shape at call time (recorded
 UNSUPPORTED); any other exception is the kernel's ERROR with its message.

@@ -57,6 +57,16 @@ CONTROL = {
     "message_bytes": 1024, "max_calls": 32,
 }
 STATE_OK, STATE_UNSUPPORTED, STATE_ERROR = 1, 2, 3
+# Where a backend "cuda" kernel's tensors are copied: the current CUDA device. MLA_DOOR_DEVICE=cpu
+# makes the door take the same copy-in / copy-out path into separate CPU tensors, so the path a
+# GPU machine runs is exercised (and tested, suites/certify/test_certify_python.cpp) without one;
+# the certificate records which it was.
+COPY_DEVICE = os.environ.get("MLA_DOOR_DEVICE", "cuda")
+
+
+def sync(torch):
+    if COPY_DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 # ---- the wire format --------------------------------------------------------------------------
@@ -154,7 +164,9 @@ def describe(args):
         if why is not None and not isinstance(why, str):
             raise TypeError(f"unavailable() returned {why!r}, expected None or a reason string")
         if why is None and k.backend == "cuda":
-            if not torch.cuda.is_available():
+            if COPY_DEVICE != "cuda":
+                out["cuda_device"] = f"none: copies on {COPY_DEVICE} (MLA_DOOR_DEVICE={COPY_DEVICE})"
+            elif not torch.cuda.is_available():
                 why = (f"backend cuda: torch {torch.__version__} ({sys.executable}) sees no CUDA device "
                        f"(torch.cuda.is_available() is False)")
             else:
@@ -255,7 +267,7 @@ def call(args):
         set_threads(torch)
         _, k = load_kernel(args.spec)
         cuda = k.backend == "cuda"
-        if cuda and not torch.cuda.is_available():
+        if cuda and COPY_DEVICE == "cuda" and not torch.cuda.is_available():
             ctl.setup(STATE_UNSUPPORTED, "backend cuda: no CUDA device (torch.cuda.is_available() is False)")
             return 0
     except Exception as e:
@@ -306,15 +318,14 @@ def call(args):
             if cuda:
                 # Device tensors: the shared buffers are host memory, so the door copies in and
                 # out (documented in mla_door, not zero-copy).
-                dev = {n: (v.cuda() if v is not None else None) for n, v in t.items()}
-                d_out, d_lse = torch.empty_like(out, device="cuda"), torch.empty_like(lse, device="cuda")
-                d_out.copy_(out)  # the unwritten pattern travels too: an element never written stays so
-                d_lse.copy_(lse)
-                torch.cuda.synchronize()
+                dev = {n: (v.to(COPY_DEVICE, copy=True) if v is not None else None) for n, v in t.items()}
+                # The unwritten pattern travels too: an element the kernel never writes stays so.
+                d_out, d_lse = out.to(COPY_DEVICE, copy=True), lse.to(COPY_DEVICE, copy=True)
+                sync(torch)
                 t0 = time.perf_counter()
                 k.decode(dev["q"], dev["kv_cache"], dev["block_table"], dev["cache_seqlens"], dev["indices"],
                          d_out, d_lse, info)
-                torch.cuda.synchronize()
+                sync(torch)
                 seconds = time.perf_counter() - t0
                 out.copy_(d_out.cpu())
                 lse.copy_(d_lse.cpu())

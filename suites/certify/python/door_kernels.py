@@ -62,7 +62,24 @@ DRIFTS = _variant("door_drifts", _drifts)
 RAISES = _variant("door_raises", _raises)
 KILLED = _variant("door_killed", _killed)
 BAD_HEADS = _variant("door_bad_heads", reference_decode, caps=Caps(heads=(0, 128)))
-NO_CUDA_HERE = _variant("door_cuda", reference_decode, backend="cuda")
+
+
+def _via_cpu(q, kv_cache, block_table, cache_seqlens, indices, out, lse, call):
+    """A "cuda" kernel for the door's tests: computes on the CPU, writes its device outputs."""
+    o, l = out.cpu(), lse.cpu()
+    reference_decode(q.cpu(), kv_cache.cpu(), block_table.cpu(), cache_seqlens.cpu(),
+                     None if indices is None else indices.cpu(), o, l, call)
+    out.copy_(o)
+    lse.copy_(l)
+
+
+def _cuda_changes_q(q, *rest):
+    _via_cpu(q, *rest)
+    q[0, 0, 0, 0] = q[0, 0, 0, 0] + 1  # its device copy of q: the door carries the change back
+
+
+CUDA = _variant("door_cuda", _via_cpu, backend="cuda")
+CUDA_CHANGES_Q = _variant("door_cuda_changes_q", _cuda_changes_q, backend="cuda")
 
 
 def make_good():

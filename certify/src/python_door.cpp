@@ -39,8 +39,8 @@ bool executable_file(const fs::path& p) {
   return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
 }
 
-// Every python3 on PATH, in PATH order, each once.
-std::vector<fs::path> pythons_on_path() {
+// Every `name` on PATH, in PATH order, each once.
+std::vector<fs::path> on_path(const std::string& name) {
   std::vector<fs::path> found;
   std::set<std::string> seen;
   const char* path = std::getenv("PATH");
@@ -48,7 +48,7 @@ std::vector<fs::path> pythons_on_path() {
   while (true) {
     const auto colon = rest.find(':');
     const std::string dir(rest.substr(0, colon));
-    const fs::path cand = fs::path(dir.empty() ? "." : dir) / "python3";
+    const fs::path cand = fs::path(dir.empty() ? "." : dir) / name;
     if (executable_file(cand) && seen.insert(cand.string()).second) found.push_back(cand);
     if (colon == std::string_view::npos) break;
     rest.remove_prefix(colon + 1);
@@ -225,10 +225,16 @@ std::pair<Implementation, reports::KernelReport> describe_python(Session& s, con
   ref.child = door_dir(s.self) / "mla_door" / "child.py";
 
   std::vector<fs::path> candidates;
-  if (!s.options.python_exe.empty()) {
-    candidates.push_back(s.options.python_exe);
+  if (const auto& exe = s.options.python_exe; !exe.empty()) {
+    // A bare name (`--python-exe python3.12`) is looked up on PATH, as a shell would.
+    const auto named = exe.has_parent_path() ? std::vector<fs::path>{} : on_path(exe.string());
+    candidates.push_back(named.empty() ? exe : named.front());
+    if (!executable_file(candidates.front())) {
+      throw UsageError(fmt::format("--python-exe {} is not an executable file{}", exe.string(),
+                                   exe.has_parent_path() ? "" : " nor a command on PATH"));
+    }
   } else {
-    candidates = pythons_on_path();
+    candidates = on_path("python3");
   }
   std::vector<std::string> tried;
   std::optional<wire::Message> described;

@@ -264,6 +264,12 @@ TEST_F(CertifyPython, PythonIsFoundAsUsersExpectAndAMissingTorchSkipsNamingWhatW
   c = row(r, "python_good", "h3_sq2_short");
   EXPECT_EQ(c.at("verdict"), "SKIPPED");
   EXPECT_NE(reasons(c).find("tried " + no_torch.string() + " ("), std::string::npos) << reasons(c);
+  // One that does not exist is a mistake of the command line, not a machine without torch.
+  r = certify(kOneCase + spec("GOOD") + " --python-exe no_such_python_of_the_door_tests", torch_path());
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--python-exe no_such_python_of_the_door_tests is not an executable file nor a command on PATH"),
+            std::string::npos)
+      << r.output;
   // PATH's first python3 lacks torch, a later one has it: that one runs the kernel. A "cuda"
   // kernel then needs a CUDA device: without one, SKIPPED saying so.
   r = certify(kOneCase + spec("CUDA"), "PATH=" + bin + ":" + fs::path(kTorchPython).parent_path().string());

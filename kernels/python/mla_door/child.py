@@ -39,6 +39,8 @@ _DOOR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
     sys.path.pop(0)
 sys.path.insert(0, _DOOR)
+# And for any Python the kernel itself starts (compile workers, a library's helper processes).
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_DOOR, os.environ.get("PYTHONPATH", "")) if p)
 if os.getcwd() not in sys.path:
     sys.path.insert(1, os.getcwd())
 

@@ -19,6 +19,7 @@
 #include "mla/certify/host_error.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/numeric.hpp"
+#include "mla/core/text.hpp"
 #include "python_door.hpp"
 #include "session.hpp"
 
@@ -35,7 +36,9 @@ uint64_t hash_text(uint64_t h, const std::string& s) {
   return h;
 }
 
-std::string bounded(const char* s) { return std::string(s, strnlen(s, kArenaMessage - 1)); }
+// A child's words, bounded and made printable: they are the kernel's bytes (a control sequence
+// must not reach a terminal, invalid UTF-8 would make the JSON certificate unwritable).
+std::string bounded(const char* s) { return printable(std::string_view(s, strnlen(s, kArenaMessage - 1))); }
 
 void note(std::vector<std::string>& v, std::string why) {
   if (std::find(v.begin(), v.end(), why) == v.end()) v.push_back(std::move(why));

@@ -144,7 +144,7 @@ TEST_F(CertifyPython, EachBrokenKernelIsRedForTheFaultItCarries) {
   expect("door_changes_q", "FAIL", "input q changed by call 1");
   expect("door_drifts", "FAIL", "out differs between repeated runs (call 1 vs call 2");
   // The child's record of the exception, and the signal the parent saw.
-  expect("door_raises", "ERROR", "ValueError: the door's test kernel refuses to work (at door_kernels.py:");
+  expect("door_raises", "ERROR", "ValueError: the door's test kernel refuses to work \\\\x1B[2J, déjà vu (at door_kernels.py:");
   expect("door_killed", "ERROR", "killed by signal SIGKILL");
   expect("door_refuses", "UNSUPPORTED", "page size 16 not today");
 }

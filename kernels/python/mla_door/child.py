@@ -221,7 +221,8 @@ class Control:
         self.mm, self.l = mm, layout
 
     def _message(self, at, text):
-        b = text.encode("utf-8", "replace")[: self.l["message_bytes"] - 1] + b"\0"
+        # Cut at a character boundary: the certifier shows the words, it does not repair them.
+        b = text.encode("utf-8", "replace")[: self.l["message_bytes"] - 1].decode("utf-8", "ignore").encode() + b"\0"
         self.mm[at: at + len(b)] = b
 
     def setup(self, state, text):

@@ -47,7 +47,7 @@ std::vector<Case> cases() {
   dense.seqlens = {37, 0, 130, 5};
   dense.s_q = 2;
   v.push_back({"dense_bf16", dense});
-  AttnSpec seg;  // one sequence of three 4K-token split-KV segments (the last partial), merged
+  AttnSpec seg;  // one sequence cut into 18 split-KV segments of 512 tokens (the last partial), merged
   seg.seqlens = {2 * 4096 + 700, 3};
   seg.heads = 4;
   seg.s_q = 2;
@@ -79,6 +79,27 @@ TEST(OracleThreads, BitwiseEqualForOneTwoAndThreeThreads) {
     // And the split-KV merge is the same mathematics: within the fp64 bounds of plain loops.
     EXPECT_TRUE(testing::matches("attention_fp64 vs plain loops", one, p.shape, testing::oracle(lg)));
   }
+}
+
+// A caller that keeps its result and scratch between calls (cpu_mla_fp64's prepared state) gets
+// the bits of a fresh call, whatever shape the buffers held before: larger, smaller, another
+// cache format, sparse after dense.
+TEST(OracleScratch, ReusedBuffersGiveTheBitsOfAFreshCall) {
+  Settings restore;
+  set_threads(2);
+  ref::AttnResult res;
+  ref::AttentionScratch scratch;
+  const auto all = cases();
+  for (int pass = 0; pass < 2; ++pass)
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      const Case& c = all[pass == 0 ? i : all.size() - 1 - i];
+      SCOPED_TRACE(fmt::format("{} (pass {})", c.name, pass));
+      const auto p = testing::lay_out(testing::make_logical(c.spec), {});
+      const auto fresh = ref::attention_fp64(p.inputs());
+      ref::attention_fp64(p.inputs(), res, scratch);
+      EXPECT_TRUE(bitwise_equal("out", fresh.out, res.out));
+      EXPECT_TRUE(bitwise_equal("lse", fresh.lse, res.lse));
+    }
 }
 
 // Every ISA this CPU runs (the scalar one always) against the SSE2 path and the plain loops.

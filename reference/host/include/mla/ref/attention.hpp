@@ -30,6 +30,10 @@ class PagedCache {
   // Throws mla::Error when t is out of range or the block id is outside [0, num_blocks).
   void token(int64_t b, int64_t t, double* out) const;
   void token(int64_t b, int64_t t, float* out) const;  // bf16 exact; fp8 rounded to float
+  // Asks the CPU to start loading token `t`'s bytes (a software prefetch: the cache's pages are
+  // scattered, so a hardware stream prefetcher stops at each of them); reads nothing itself and
+  // does nothing for a token or block id that token() would refuse.
+  void prefetch(int64_t b, int64_t t) const;
   const AttnInputs& inputs() const { return *in_; }
 
  private:

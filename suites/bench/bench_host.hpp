@@ -144,7 +144,9 @@ inline MachineCpu machine_cpu() {
 // Over an interval of `wall` seconds in which this process used `own_cpu` CPU seconds, what the
 // rest of the machine did: CPUs' worth of other processes' work (0: the other cores were idle;
 // 1: something else held a whole core), of the hypervisor's stealing, and the fraction of the
-// time some task waited for a CPU. Negative readings (tick sampling) are clamped to 0.
+// time some task waited for a CPU. Tick sampling can read an interval of a few ticks as less
+// than nothing or as more than the machine has: the figures are clamped to what is possible (0
+// to the CPUs this process did not use; 0 to every CPU).
 struct MachineLoad {
   double others_cpus = 0, steal_cpus = 0, cpu_wait = 0;
   bool ok = false, psi = false;
@@ -154,8 +156,9 @@ inline MachineLoad machine_load(const MachineCpu& a, const MachineCpu& b, double
   MachineLoad l;
   if (!a.ok || !b.ok || wall <= 0) return l;
   l.ok = true;
-  l.others_cpus = std::max(0.0, (b.busy - a.busy) - own_cpu) / wall;
-  l.steal_cpus = std::max(0.0, b.steal - a.steal) / wall;
+  const double ncpu = static_cast<double>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  l.others_cpus = std::clamp(((b.busy - a.busy) - own_cpu) / wall, 0.0, std::max(0.0, ncpu - own_cpu / wall));
+  l.steal_cpus = std::clamp((b.steal - a.steal) / wall, 0.0, ncpu);
   l.psi = a.psi && b.psi;
   if (l.psi) l.cpu_wait = std::max(0.0, b.waited - a.waited) / wall;
   return l;

@@ -92,12 +92,9 @@ void attend(const PagedCache& cache, int64_t b, const double* Q, int64_t ng, int
       }
       const double m_new = std::max(acc.m[r], mx);
       const double alpha = std::exp(acc.m[r] - m_new);  // 0 on the first visible chunk (m = -inf)
+      exp_minus(srow, cn, m_new);  // masked: exp(-inf) = 0
       double sum = 0;
-      for (int64_t j = 0; j < cn; ++j) {
-        const double p = std::exp(srow[j] - m_new);  // masked: exp(-inf) = 0
-        srow[j] = p;
-        sum += p;
-      }
+      for (int64_t j = 0; j < cn; ++j) sum += srow[j];
       acc.l[r] = acc.l[r] * alpha + sum;
       if (alpha != 1.0) {
         double* orow = acc.o + r * kDv;

@@ -3,9 +3,9 @@
 It has the signatures of `flash_mla.get_mla_metadata` and `flash_mla.flash_mla_with_kvcache`
 and FlashMLA's documented conventions and limits (docs/field.md, "The peers' Python APIs as the
 adapters call them", FlashMLA): dense decode over the bf16 cache [num_blocks, 64, 1, 576] with a
-block table; sparse decode over the FP8 cache [num_blocks, 64, 1, 656] (bytes) with indices that
-are global cache slots, -1 the only invalid value; page size 64, sparse heads 64 or 128, topk a
-multiple of 64; out [b, s_q, h, 512] bf16, natural-log lse [b, h, s_q], +inf for an empty row.
+block table and 64-token pages; sparse decode over the FP8 cache [num_blocks, page, 1, 656]
+(bytes, any page size) with indices that are global cache slots, -1 the only invalid value,
+heads 64 or 128, topk a multiple of 64; out [b, s_q, h, 512] bf16, natural-log lse [b, h, s_q], +inf for an empty row.
 The math is torch_mla's (fp32 on the CPU), so what a certification of it through
 mla_door.adapters.flashmla measures is the adapter and the conventions, not a second kernel.
 
@@ -66,8 +66,6 @@ def library(bug: Optional[str] = None) -> types.SimpleNamespace:
         nb, ps, h_k, width = k_cache.shape
         if h_k != 1:
             raise ValueError("num_heads_k must be 1")
-        if ps != 64:
-            raise ValueError(f"page_block_size must be 64, got {ps}")
         if softmax_scale is None:
             softmax_scale = q.shape[-1] ** -0.5
         meta = (b, s_q, h, ps, bool(causal), bool(is_fp8_kvcache),
@@ -79,6 +77,8 @@ def library(bug: Optional[str] = None) -> types.SimpleNamespace:
         if indices is None:
             if is_fp8_kvcache or k_cache.dtype != torch.bfloat16 or width != 576:
                 raise ValueError("dense decode needs the bf16 cache [num_blocks, 64, 1, 576]")
+            if ps != 64:
+                raise ValueError(f"page_block_size must be 64 for dense decode, got {ps}")
             cache = k_cache.reshape(nb, ps, width).view(torch.uint8)          # the bf16 tokens' bytes
             lens = cache_seqlens
             if bug == "dropped_last_token":
@@ -89,7 +89,7 @@ def library(bug: Optional[str] = None) -> types.SimpleNamespace:
             if causal:
                 raise ValueError("causal must be False when sparse attention is enabled")
             if not is_fp8_kvcache or k_cache.dtype not in (torch.uint8, torch.int8) or width != 656:
-                raise ValueError("sparse decode needs the FP8 cache [num_blocks, 64, 1, 656]")
+                raise ValueError("sparse decode needs the FP8 cache [num_blocks, page, 1, 656]")
             if h not in (64, 128):
                 raise ValueError(f"sparse decode supports 64 or 128 heads, got {h}")
             topk = indices.shape[-1]

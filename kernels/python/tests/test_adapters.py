@@ -112,6 +112,7 @@ FLASHMLA_DENSE = [
 FLASHMLA_SPARSE = [
     dict(seed=4, b=2, s_q=1, h=64, ps=64, lens=[100, 0], cache_format="fp8", topk=64),
     dict(seed=5, b=2, s_q=2, h=128, ps=64, lens=[300, 70], cache_format="fp8", topk=128),
+    dict(seed=6, b=2, s_q=1, h=64, ps=16, lens=[90, 33], cache_format="fp8", topk=64),  # any page size
 ]
 
 
@@ -138,6 +139,7 @@ def test_flashmla_refuses_what_flashmla_cannot_run():
     assert k.can_implement(mla_door.Shape(**ok)) is None
     sparse = dict(ok, topk=128, cache_format="fp8", causal=False, scale_fmt="ue8m0")
     assert k.can_implement(mla_door.Shape(**sparse)) is None
+    assert k.can_implement(mla_door.Shape(**dict(sparse, page_size=16))) is None
     for change, word in [(dict(ok, page_size=16), "page"),
                          (dict(ok, cache_format="fp8", scale_fmt="fp32"), "bf16 cache"),
                          (dict(sparse, cache_format="bf16", scale_fmt=""), "FP8"),

@@ -2,7 +2,7 @@
 
 What it relies on is in docs/field.md, "The peers' Python APIs as the adapters call them",
 FlashMLA: the absorbed q [b, s_q, h, 576] bf16 as is; the cache as [num_blocks, 64, 1, 576]
-bf16 for dense decode and [num_blocks, 64, 1, 656] bytes for sparse decode on the FP8 cache;
+bf16 for dense decode and [num_blocks, page, 1, 656] bytes for sparse decode on the FP8 cache;
 sparse indices are global cache slots (block · page_size + offset) with -1 the only invalid
 value; out [b, s_q, h, 512] bf16 and a natural-log lse [b, h, s_q] with +inf for an empty row.
 The scheduler metadata is computed afresh for every call (it is only valid for the lengths it
@@ -18,18 +18,19 @@ from mla_door import D_V
 
 NAME = "flashmla"
 
-# The library's own limits (docs/field.md, "The peers' Python APIs as the adapters call them").
+# The library's own limits (docs/field.md, "The peers' Python APIs as the adapters call them");
+# the sparse decode takes any page size (its indices are global slots).
 PAGE_SIZE = 64
 SPARSE_HEADS = (64, 128)
 SPARSE_TOPK_MULTIPLE = 64
 
 
 def can_implement(shape: mla_door.Shape) -> Optional[str]:
-    if shape.page_size != PAGE_SIZE:
-        return f"FlashMLA decodes pages of {PAGE_SIZE} tokens only (page size {shape.page_size})"
     if shape.topk == 0:
         if shape.cache_format != "bf16":
             return "FlashMLA's dense decode reads the bf16 cache only (the FP8 cache is sparse-only)"
+        if shape.page_size != PAGE_SIZE:
+            return f"FlashMLA's dense decode reads pages of {PAGE_SIZE} tokens only (page size {shape.page_size})"
         return None
     if shape.cache_format != "fp8":
         return "FlashMLA's sparse decode reads the FP8 656-byte cache only"
@@ -73,13 +74,13 @@ def make(lib=None, name: Optional[str] = None) -> mla_door.Kernel:
     return mla_door.Kernel(
         name=name or NAME,
         version=version,
-        description="FlashMLA flash_mla_with_kvcache: dense decode on the bf16 cache, sparse decode "
-                    "on the FP8 cache (global slots), page size 64",
+        description="FlashMLA flash_mla_with_kvcache: dense decode on the bf16 cache with 64-token "
+                    "pages, sparse decode on the FP8 cache (global slots)",
         decode=decode,
         backend=backend,
         out_dtype="bf16",
         caps=mla_door.Caps(cache_formats=("bf16", "fp8"), dense=True, sparse=True, varlen=True,
-                           heads=(1, 128), s_q=(1, 64), page_sizes=(PAGE_SIZE,)),
+                           heads=(1, 128), s_q=(1, 64), page_sizes=()),
         conventions=mla_door.Conventions(lse_base="e", lse_layout="[b,h,s_q]", empty_row_lse="+inf",
                                          indices="global_slots"),
         # FlashMLA dequantizes the FP8 cache into bf16 and rounds P to bf16 for P·V, fp32 sums.

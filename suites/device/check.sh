@@ -20,8 +20,11 @@
 #                         compute-sanitizer on three small decode problems and both appends
 #                         (the smoke binary), before anything long; no --leak-check
 #   tests             75  every other gpu test binary, in parallel with `certify` (both CUDA
-#                         kernels over the golden catalog) and `certify_plugin` (cuda_plugin.so
-#                         through the C ABI): CPU-bound references, the GPU is not being timed
+#                         kernels over the golden catalog), `certify_plugin` (cuda_plugin.so
+#                         through the C ABI) and `certify_python` (FlashMLA and FlashInfer through
+#                         the Python door's adapters, mla_door.adapters, with the python that
+#                         imports torch, on a few cases; SKIP with the import error where the
+#                         libraries are not installed): the GPU is not being timed
 #   bench            100  mla-gpu-bench: ceilings + the CUDA kernels on the device check's points,
 #                         alone on the GPU; rows reach bench/gpu.json as each completes
 #   torch             35  reports/tools/torch_side_by_side.py on the same points, merged into the
@@ -98,6 +101,7 @@ if [[ -d $BUNDLE/bin ]]; then
   mapfile -t GPU_TESTS < <(sed 's|^|'"$BIN"'/|' "$BIN/gpu_tests.txt")
   MLA=$BIN/mla GPU_BENCH=$BIN/mla-gpu-bench SMOKE=$BIN/mla_gpu_smoke_tests INPUT_RATES=$BIN/mla-input-rates
   CUDA_PLUGIN=$BIN/cuda_plugin.so
+  DOOR=$BUNDLE/python                 # kernels/python (the Python door and its adapters)
   REPO_GUESS=$(readlink -f "$BUNDLE/../../..")
 elif [[ -f $BUNDLE/CMakeCache.txt ]]; then
   LAYOUT=build-tree
@@ -115,6 +119,7 @@ print("\n".join(seen))' "$BUNDLE")
   MLA=$BUNDLE/tools/mla/mla GPU_BENCH=$BUNDLE/suites/device/mla-gpu-bench
   SMOKE=$BUNDLE/suites/device/mla_gpu_smoke_tests INPUT_RATES=$BUNDLE/suites/device/mla-input-rates
   CUDA_PLUGIN=$BUNDLE/kernels/plugin/examples/cuda_plugin.so
+  DOOR=$SRC/kernels/python
   REPO_GUESS=$SRC
 else
   echo "check.sh: $BUNDLE is neither a bundle (bin/) nor a CMake build tree" >&2; exit 3
@@ -131,7 +136,7 @@ mkdir -p "$OUT" || { echo "check.sh: cannot create $OUT" >&2; exit 3; }
 OUT=$(readlink -f "$OUT")
 WORK=$(mktemp -d /tmp/mla-check.XXXXXX)
 R=$WORK/results
-mkdir -p "$R/logs" "$R/tests" "$R/certify" "$R/certify_plugin" "$R/bench" "$R/torch" "$R/report" "$R/sanitize"
+mkdir -p "$R/logs" "$R/tests" "$R/certify" "$R/certify_plugin" "$R/certify_python" "$R/bench" "$R/torch" "$R/report" "$R/sanitize"
 STEPS=$WORK/steps.tsv
 : >"$STEPS"
 BG_PIDS=()
@@ -466,6 +471,24 @@ if [[ -n $GOLDENS && -f $CUDA_PLUGIN ]]; then
     echo "$STEP_RC $STEP_S" >"$WORK/rc_certify_plugin" ) &
   PHASE_PIDS+=($!)
 fi
+# The field's libraries as they are, through the Python door (mla certify --python): the
+# adapters import the installed flash_mla / flashinfer with the python that imports torch; where
+# either does not import, its unavailable() makes every case SKIPPED with the import error. A few
+# cases only (each Python child imports torch and initializes CUDA): FlashMLA's dense decode on the
+# bf16 cache at page 64, its sparse decode on the FP8 cache, and the shapes it does not claim
+# (NOT_CLAIMED with its reason); FlashInfer's varlen and causal s_q > 1 rows and empty rows.
+PY_DOOR_CASES='^attn_core/(all_empty|h16_varlen_ps64|h16_varlen_ps16|h3_sq4_short|h64_sq2_ps64)$|^attn_fp8/fp8_ue8m0_h128$|^attn_sparse/sparse_fp8_tiny_flashmla_ue8m0$'
+PY_DOOR=0
+if [[ -n $GOLDENS && -d $DOOR/mla_door && $("$MLA" certify --help 2>/dev/null) == *--python* ]]; then
+  PY_DOOR=1
+  python_info
+  ( export MLA_DOOR_PATH=$DOOR
+    STEP_CAP=$PHASE_CAP run_step certify_python "$MLA" certify --goldens "$GOLDENS" --out "$R/certify_python" \
+      --python mla_door.adapters.flashmla:kernel --python mla_door.adapters.flashinfer:kernel \
+      --python-exe "$PY" --case "$PY_DOOR_CASES" --timeout 60
+    echo "$STEP_RC $STEP_S" >"$WORK/rc_certify_python" ) &
+  PHASE_PIDS+=($!)
+fi
 ((${#PHASE_PIDS[@]})) && wait "${PHASE_PIDS[@]}"
 for t in "${GPU_TESTS[@]}"; do
   n=$(basename "$t")
@@ -503,6 +526,44 @@ for cert in certify certify_plugin; do
   else record $cert FAIL "$STEP_S" "exit $STEP_RC: $detail $(tail_of $cert 200)"
   fi
 done
+python_door_detail() {  # certificate.json -> "[ALLSKIP ]detail" or "FAIL why"
+  "$PYJ" - "$1" <<'EOF' 2>&1
+import json, sys
+try:
+    c = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"FAIL no readable certificate: {e}"); sys.exit()
+parts, idle = [], 0
+for k in c.get("kernels", []):
+    counts = {v: n for v, n in k.get("counts", {}).items() if n}
+    if k.get("unavailable") or set(counts) <= {"skipped", "SKIPPED"}:
+        idle += 1
+        parts.append(f"{k['name']}: unavailable ({k.get('unavailable') or 'every case skipped'})")
+    else:
+        parts.append(f"{k['name']} {k.get('version', '')}: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
+print(("ALLSKIP " if c.get("kernels") and idle == len(c["kernels"]) else "") + "; ".join(parts))
+EOF
+}
+if ((!PY_DOOR)); then
+  if [[ -z $GOLDENS ]]; then record certify_python SKIP 0 "no golden catalog found"
+  elif [[ ! -d $DOOR/mla_door ]]; then record certify_python SKIP 0 "no Python door package at $DOOR"
+  else record certify_python SKIP 0 "this mla has no certify --python (the Python door)"
+  fi
+else
+  read -r STEP_RC STEP_S <"$WORK/rc_certify_python"
+  if timed_out; then record certify_python TIMEOUT "$STEP_S" "$(tail_of certify_python 200)"
+  elif ((STEP_RC == 125)); then record certify_python SKIP 0 "budget exhausted"
+  else
+    # SKIP when no library could run here (each kernel unavailable, or every case of it SKIPPED),
+    # with each kernel's own reason.
+    detail=$(python_door_detail "$R/certify_python/certificate.json")
+    if [[ $detail == FAIL* ]]; then record certify_python FAIL "$STEP_S" "exit $STEP_RC: ${detail#FAIL } $(tail_of certify_python 200)"
+    elif ((STEP_RC == 0)) && [[ $detail == ALLSKIP* ]]; then record certify_python SKIP "$STEP_S" "${detail#ALLSKIP }"
+    elif ((STEP_RC == 0)); then record certify_python PASS "$STEP_S" "$detail"
+    else record certify_python FAIL "$STEP_S" "exit $STEP_RC: $detail $(tail_of certify_python 200)"
+    fi
+  fi
+fi
 checkpoint tests
 
 # ---- 5. bench (alone on the GPU) ------------------------------------------------------------------

@@ -13,6 +13,8 @@
 #   lib/compat/  libstdc++ and libgcc_s of the build machine, linked into lib/ by check.sh only
 #           when the image's own are too old for the binaries (a newer system libstdc++ is
 #           preferred: libcublas from the wheel may need it)
+#   python/ kernels/python: the Python door (mla_door, its FlashMLA and FlashInfer adapters) and
+#           its examples, for `mla certify --python` (check.sh points MLA_DOOR_PATH here)
 #   tools/  check.sh, reports/tools (report generator, torch side-by-side) with the Python
 #           reference beside it (tools/reports/mla_ref: the side-by-side's model constants),
 #           this README
@@ -54,7 +56,7 @@ cache_var() { sed -n "s/^$1:[A-Z]*=//p" "$BUILD/CMakeCache.txt"; }
   echo "make_bundle.sh: warning: $BUILD was not configured with MLA_BUNDLE=ON; the binaries have no \$ORIGIN/../lib rpath and will not find the bundled libraries" >&2
 
 rm -rf "$OUT"
-mkdir -p "$OUT/bin" "$OUT/lib/compat" "$OUT/tools"
+mkdir -p "$OUT/bin" "$OUT/lib/compat" "$OUT/tools" "$OUT/python"
 OUT=$(readlink -f "$OUT")
 
 # ---- binaries ---------------------------------------------------------------------------------

@@ -11,6 +11,8 @@
 #     binary sees the bundle on LD_LIBRARY_PATH, and no sanitizer gets --leak-check;
 #   * a bench killed by its timeout keeps the rows it wrote, and the real torch merge and report
 #     generator accept the partial run and say it is partial;
+#   * the Python door's step (certify_python) runs with the bundle's python/ as MLA_DOOR_PATH and
+#     names the kernel that could not import;
 #   * OUTDIR holds what the device tool returns (<= 8 files).
 #   test_check_gpu_path.sh CHECK_SH REPO_ROOT WORK_DIR
 set -uo pipefail
@@ -49,15 +51,25 @@ gtest mla_cuda_cache_append_tests pass
 gtest fake_fail_tests fail
 gtest fake_hang_tests hang
 
+# The certifier; with --python (the Python door) it answers like FlashMLA imported and ran while
+# FlashInfer did not import, and it records MLA_DOOR_PATH so the check can be held to it.
 cat >"$b/bin/mla" <<EOS
 #!/usr/bin/env bash
 $guard
 [[ \$1 == --help ]] && exit 0
-while ((\$#)); do [[ \$1 == --out ]] && out=\$2; shift; done
+[[ \$1 == certify && \$2 == --help ]] && { echo "  --python SPEC  a Python kernel (MODULE:ATTR or FILE.py:ATTR)"; exit 0; }
+py=0
+while ((\$#)); do [[ \$1 == --out ]] && out=\$2; [[ \$1 == --python ]] && py=1; shift; done
 mkdir -p "\$out"
+if ((py)); then
+  echo "MLA_DOOR_PATH=\${MLA_DOOR_PATH:-}"
+  echo '{"format": 1, "complete": true, "verdict": "PASS", "kernels": [{"name": "flashmla", "version": "1.0.0", "unavailable": null, "counts": {"PASS": 4, "NOT_CLAIMED": 3, "SKIPPED": 0}, "cases": []}, {"name": "flashinfer", "version": "absent", "unavailable": "flashinfer.mla does not import here: ModuleNotFoundError", "counts": {"SKIPPED": 7}, "cases": []}]}' >"\$out/certificate.json"
+  exit 0
+fi
 echo '{"format": 1, "complete": true, "verdict": "PASS", "kernels": [{"name": "cuda_mla_decode", "unavailable": null, "counts": {"ERROR": 0, "FAIL": 0, "PASS": 2, "SKIPPED": 0, "UNSUPPORTED": 1}, "cases": []}]}' >"\$out/certificate.json"
 echo "# certificate" >"\$out/certificate.md"
 EOS
+mkdir -p "$b/python/mla_door" && : >"$b/python/mla_door/__init__.py"  # as make_bundle.sh copies kernels/python
 # The bench: --mla_probe finds a GPU; the smoke run (one point, one repetition) completes; the
 # main run (--mla_quick) writes two rows as mla-gpu-bench's incremental reporter does, then hangs.
 cat >"$b/bin/mla-gpu-bench" <<EOS
@@ -138,6 +150,9 @@ expect '^\| test_mla_cuda_attention_tests \| PASS \| [0-9]+ \| 5 \| 2 tests, 0 f
 expect '^\| test_fake_fail_tests \| FAIL \| [0-9]+ \| 5 \| 2 tests, 1 failed, 0 skipped: Fake.A'
 expect '^\| test_fake_hang_tests \| TIMEOUT \|'
 expect '^\| certify \| PASS \| [0-9]+ \| 5 \| cuda_mla_decode: 2 PASS, 1 UNSUPPORTED'
+expect '^\| certify_python \| PASS \| [0-9]+ \| 5 \| flashmla 1.0.0: 3 NOT_CLAIMED, 4 PASS; flashinfer: unavailable \(flashinfer.mla does not import here'
+tar -xzOf "$out/results.tar.gz" results/logs/certify_python.log | grep -qx "MLA_DOOR_PATH=$b/python" ||
+  fail "certify_python did not run with MLA_DOOR_PATH at the bundle's python/"
 expect '^\| bench \| TIMEOUT \| [0-9]+ \| 6 \| killed after [0-9]+s; rows kept: 2 rows, 1 unsupported; PARTIAL: 2 benchmarks done'
 expect '^\| torch \| (SKIP|PASS) \|'
 expect '^\| report \| PASS \|'

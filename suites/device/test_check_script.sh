@@ -36,6 +36,9 @@ if [[ $probe == 77 ]]; then
     fail "the smoke step did not run its 14 tests (skipped without a GPU)"
   grep -q "LD_LIBRARY_PATH (inherited, not set by the check)" "$out/device.txt" || fail "device.txt does not report LD_LIBRARY_PATH"
   grep -qE '^\| certify \| SKIP \|.*unavailable' "$out/summary.md" || fail "certify did not record the kernels as unavailable"
+  # FlashMLA / FlashInfer through the Python door: not importable here, so a SKIP that says why
+  grep -qE '^\| certify_python \| SKIP \| [0-9]+ \| [0-9]* \| .*(does not import|no certify --python|unavailable)' "$out/summary.md" ||
+    fail "certify_python is not a SKIP naming the reason"
   grep -q "Device check: INCOMPLETE" "$out/summary.md" || fail "verdict line missing"
 else
   echo "a GPU is present: check.sh ran the device check (exit $rc)"

@@ -114,3 +114,14 @@ def test_tolerance_entries_are_read_from_the_table():
     assert gc.tolerance("attn.out.fp8")["ratio_k"] == 4
     with pytest.raises(KeyError):
         gc.tolerance("attn.out.nothing")
+
+
+def test_declarations_are_the_suites_conventions():
+    import mla_door
+    for k, dt in ((torch_mla.KERNEL, "f32"), (torch_mla.KERNEL_BF16, "bf16")):
+        d = mla_door.describe(k)
+        assert d["out_dtype"] == dt and d["backend"] == "cpu"
+        assert d["conventions"] == {"lse_base": "e", "lse_layout": "[b,h,s_q]", "empty_row_lse": "+inf",
+                                    "indices": "positions"}
+        assert d["precision"] == {"operands": "f32", "accumulate": "f32"}
+        assert d["caps"]["cache_formats"] == ["bf16", "fp8"] and d["caps"]["sparse"]

@@ -52,6 +52,7 @@ const std::vector<std::pair<std::string, std::function<bool(const mla::golden::A
       {"changes_on_later_call", [](const auto&) { return true; }},
       {"state_across_processes", [](const auto&) { return true; }},
       {"rewrites_audit", [](const auto&) { return true; }},
+      {"wraps_negative_index", [](const auto& c) { return t::predict_wrapped_negative(c, mla::OutDType::f32).must_fail; }},
   };
   return b;
 }

@@ -2,7 +2,8 @@
 // by the one C++ implementation of rule needles-v1 (mla/core/needles.hpp), which reproduces the
 // catalog's stored overlay bit for bit; every kind of invalid sparse index the catalog uses, in
 // every row; the catalog's sentinel block id. And the drops-the-last-token plug-in is red on the
-// fresh long case, which it would pass without its needles, while the correct plug-ins stay green.
+// fresh long case, which it would pass without its needles, the plug-in that reads negative
+// invalid indices from the end red on the fresh sparse cases, while the correct plug-ins stay green.
 #include <gtest/gtest.h>
 
 #include <H5Cpp.h>
@@ -320,6 +321,31 @@ TEST(FreshNeedles, DropsLastTokenIsRedOnTheFreshLongCaseAndTheCorrectPluginsGree
           << fmt::format("{}", fmt::join(c.reasons, " | "));
     } else {
       EXPECT_EQ(c.verdict, Verdict::pass) << fmt::format("{}", fmt::join(c.reasons, " | "));
+    }
+  }
+}
+
+TEST(FreshSparse, APluginThatReadsInvalidIndicesIsRedOnTheFreshSparseCases) {
+  if (!have_catalog()) GTEST_SKIP() << "no golden catalog at " << kGoldens;
+  // wraps_negative_index skips -1 and reads -2 as L-2, -7 as L-7: only the catalog's other
+  // negative kinds show it, which every fresh sparse row now holds.
+  t::TempDir tmp;
+  const auto out = tmp.path() / "out";
+  std::string args;
+  for (const char* n : {"wraps_negative_index", "good_plugin"}) args += " --plugin " + t::plugin_path(n);
+  const auto r = t::run_command(std::string(MLA_CLI_EXE) + " certify --goldens " + t::quote(kGoldens) + " --out " +
+                                t::quote(out) + " --family fresh --case '^fresh/sparse_' --seed 11" + args + " 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  ASSERT_TRUE(fs::exists(out / "certificate.json")) << r.out;
+  const auto cert = mla::reports::certificate_from_json(nlohmann::json::parse(t::slurp(out / "certificate.json")));
+  ASSERT_EQ(cert.kernels.size(), 2u);
+  for (const auto& k : cert.kernels) {
+    EXPECT_GE(k.cases.size(), 1u) << k.name;
+    for (const auto& c : k.cases) {
+      SCOPED_TRACE(k.name + " " + c.name);
+      EXPECT_GT(c.shape.at("topk").get<int>(), 0);
+      EXPECT_EQ(c.verdict, k.name == "good_plugin" ? Verdict::pass : Verdict::fail)
+          << fmt::format("{}", fmt::join(c.reasons, " | "));
     }
   }
 }

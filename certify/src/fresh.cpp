@@ -4,7 +4,8 @@
 // unused slots, the catalog's sentinel block id, sparse rows with every kind of invalid index the
 // catalog uses, and on a long bf16 case the catalog's needles, mla/core/needles.hpp); truth from
 // the C++ fp64 oracle (mla/ref/attention.hpp) and the deployed-precision reference the ratio rule
-// needs from mla/ref/same_dtype.hpp. Judged like every catalog case, by judge_attention.
+// needs from mla/ref/same_dtype.hpp. Judged like every catalog case, by judge_attention. A plug-in
+// with an append entry then gets its fresh cache-append cases (append_case.cpp) from the same seed.
 #include <algorithm>
 #include <set>
 
@@ -234,6 +235,8 @@ void certify_fresh(Session& s) {
       s.record(k, std::move(r));
     }
     s.save();
+    // Then its appends, drawn from the same seed (rows of file fresh_append, after the attention rows).
+    certify_fresh_appends(s, k, fresh_seed(s.seed, k.info.name));
   }
 }
 

@@ -17,12 +17,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "mla/certify/append_case.hpp"
 #include "mla/certify/fresh.hpp"
 #include "mla/core/conventions.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/core/needles.hpp"
 #include "mla/golden/golden.hpp"
 #include "mla/judge/attention.hpp"
+#include "mla/ref/append.hpp"
 #include "mla/ref/attention.hpp"
 #include "mla/ref/same_dtype.hpp"
 #include "mla/reports/certificate.hpp"
@@ -346,6 +348,105 @@ TEST(FreshSparse, APluginThatReadsInvalidIndicesIsRedOnTheFreshSparseCases) {
       EXPECT_GT(c.shape.at("topk").get<int>(), 0);
       EXPECT_EQ(c.verdict, k.name == "good_plugin" ? Verdict::pass : Verdict::fail)
           << fmt::format("{}", fmt::join(c.reasons, " | "));
+    }
+  }
+}
+
+// ---- fresh cache appends ---------------------------------------------------------------------
+
+std::vector<mla::certify::AppendCase> fresh_appends(uint64_t seed) {
+  mla::Capabilities caps;
+  caps.page_sizes = {16, 64};
+  return mla::certify::make_fresh_append_cases(seed, MLA_PLUGIN_CACHE_BF16 | MLA_PLUGIN_CACHE_FP8,
+                                               MLA_PLUGIN_SCALE_FP32 | MLA_PLUGIN_SCALE_UE8M0,
+                                               MLA_PLUGIN_RECIPE_DEEPSEEK_V32 | MLA_PLUGIN_RECIPE_FLASHMLA, caps);
+}
+
+TEST(FreshAppend, CasesAreDrawnFromTheSeedOverEveryClaimedFormatAndTheReferencePassesThem) {
+  std::set<int> pages;
+  for (const uint64_t seed : {1u, 2u, 3u, 4u}) {
+    SCOPED_TRACE(seed);
+    const auto cases = fresh_appends(seed);
+    const auto again = fresh_appends(seed);
+    ASSERT_EQ(cases.size(), 10u) << "bf16 and FP8 x {fp32, ue8m0} x {deepseek_v32, flashmla}, scatter and rejected";
+    std::set<std::string> names;
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      const auto& c = cases[i];
+      SCOPED_TRACE(c.name);
+      names.insert(c.name);
+      if (i > 0) EXPECT_LT(cases[i - 1].name, c.name) << "in name order";
+      EXPECT_EQ(c.in.positions, again[i].in.positions) << "the seed reproduces the case";
+      EXPECT_EQ(c.in.latent, again[i].in.latent);
+      const int32_t ps = c.in.page_size, msl = static_cast<int32_t>(c.in.max_seq_len);
+      pages.insert(ps);
+      EXPECT_NE(msl % ps, 0) << "a capacity that is not a page multiple";
+      int permuted = 0;
+      for (std::size_t j = 0; j < c.in.block_table.size(); ++j) permuted += c.in.block_table[j] != static_cast<int32_t>(j);
+      EXPECT_GT(permuted, 0) << "pages are permuted";
+      // Reference run: what the judge accepts.
+      mla::certify::AppendRun run;
+      run.ran = true;
+      run.kv_cache = c.in.kv_cache;
+      try {
+        mla::ref::cache_append_reference(c.problem(), run.kv_cache);
+        run.rc = MLA_PLUGIN_OK;
+      } catch (const mla::CapacityError&) {
+        run.rc = MLA_PLUGIN_CAPACITY;
+      }
+      mla::reports::CaseResult r;
+      mla::certify::judge_append_run(c, run, r);
+      EXPECT_EQ(r.verdict, Verdict::pass) << fmt::format("{}", fmt::join(r.reasons, " | "));
+      if (c.expect_capacity) {
+        EXPECT_EQ(std::count(c.in.positions.begin(), c.in.positions.end(), msl), 1);
+        continue;
+      }
+      // Scatter: both sides of a page boundary, the last valid position, gaps in every sequence.
+      std::map<int32_t, std::set<int32_t>> by_seq;
+      for (std::size_t j = 0; j < c.in.positions.size(); ++j) by_seq[c.in.seq_ids[j]].insert(c.in.positions[j]);
+      EXPECT_EQ(static_cast<int>(by_seq.size()), c.in.batch);
+      bool last = false, boundary = false;
+      for (const auto& [seq, pos] : by_seq) {
+        last |= pos.count(msl - 1) > 0;
+        boundary |= pos.count(ps - 1) > 0 && pos.count(ps) > 0;
+        EXPECT_LT(static_cast<int64_t>(pos.size()), *pos.rbegin() - *pos.begin() + 1) << "sequence " << seq << " is contiguous";
+      }
+      EXPECT_TRUE(last && boundary);
+      EXPECT_FALSE(std::is_sorted(c.in.positions.begin(), c.in.positions.end())) << "a drawn launch order";
+    }
+    for (const char* v : {"bf16", "fp8_fp32", "fp8_ue8m0", "fp8_fp32_flashmla", "fp8_ue8m0_flashmla"})
+      for (const char* what : {"scatter", "rejected"}) EXPECT_EQ(names.count(fmt::format("append/{}/{}", v, what)), 1u);
+    EXPECT_NE(cases.front().in.positions, fresh_appends(seed + 100).front().in.positions) << "another seed, other cases";
+  }
+  EXPECT_EQ(pages, (std::set<int>{16, 64})) << "each claimed page size is drawn";
+}
+
+TEST(FreshAppend, CorrectAppendsAreGreenAndEachAppendBugRedWhereItShows) {
+  if (!have_catalog()) GTEST_SKIP() << "no golden catalog at " << kGoldens;
+  t::TempDir tmp;
+  const auto out = tmp.path() / "out";
+  std::string args;
+  for (const char* path : {MLA_PLUGIN_GOOD_APPEND, MLA_PLUGIN_FLASHMLA_APPEND, MLA_PLUGIN_APPEND_WRITES_NEIGHBOUR,
+                           MLA_PLUGIN_APPEND_NO_CAPACITY_CHECK})
+    args += " --plugin " + t::quote(path);
+  const auto r = t::run_command(std::string(MLA_CLI_EXE) + " certify --goldens " + t::quote(kGoldens) + " --out " +
+                                t::quote(out) + " --family fresh --case '^fresh/append/' --seed 11" + args + " 2>&1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  ASSERT_TRUE(fs::exists(out / "certificate.json")) << r.out;
+  const auto cert = mla::reports::certificate_from_json(nlohmann::json::parse(t::slurp(out / "certificate.json")));
+  ASSERT_EQ(cert.kernels.size(), 4u);
+  for (const auto& k : cert.kernels) {
+    EXPECT_GE(k.cases.size(), 4u) << k.name;
+    for (const auto& c : k.cases) {
+      SCOPED_TRACE(k.name + " " + c.name);
+      EXPECT_EQ(c.family, "fresh");
+      EXPECT_EQ(c.file, mla::certify::kFreshAppendFile);
+      EXPECT_NE(c.description.find("drawn at run time from seed"), std::string::npos) << c.description;
+      const bool rejected = c.name.ends_with("/rejected");
+      Verdict want = Verdict::pass;
+      if (k.name == "append_writes_neighbour" && !rejected) want = Verdict::fail;
+      if (k.name == "append_no_capacity_check" && rejected) want = Verdict::fail;
+      EXPECT_EQ(c.verdict, want) << fmt::format("{}", fmt::join(c.reasons, " | "));
+      if (k.name == "flashmla_append" && c.name.starts_with("append/fp8")) EXPECT_TRUE(c.name.ends_with("_flashmla/" + c.name.substr(c.name.rfind('/') + 1))) << "judged by the recipe it declares";
     }
   }
 }

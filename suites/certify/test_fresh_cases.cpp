@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -41,6 +42,27 @@ using mla::tol::Verdict;
 const fs::path kGoldens = mla::golden::default_goldens_dir();
 
 bool have_catalog() { return fs::exists(kGoldens / "MANIFEST.sha256"); }
+
+// `mla certify --family fresh --seed 11` on the fresh cases `case_regex` selects, for the plug-ins
+// at `paths`: the exit status, the output and the certificate (none when it wrote none).
+struct Run {
+  int status = -1;
+  std::string output;
+  std::optional<mla::reports::Certificate> cert;
+};
+Run certify_fresh(const std::vector<std::string>& paths, const std::string& case_regex) {
+  t::TempDir tmp;
+  const auto out = tmp.path() / "out";
+  std::string args;
+  for (const auto& p : paths) args += " --plugin " + t::quote(p);
+  const auto r = t::run_command(std::string(MLA_CLI_EXE) + " certify --goldens " + t::quote(kGoldens) + " --out " +
+                                t::quote(out) + " --family fresh --case '" + case_regex + "' --seed 11" + args + " 2>&1");
+  Run run{r.status, r.out, std::nullopt};
+  if (fs::exists(out / "certificate.json")) {
+    run.cert = mla::reports::certificate_from_json(nlohmann::json::parse(t::slurp(out / "certificate.json")));
+  }
+  return run;
+}
 
 // ---- raw reads of a golden file (what the loader does not hand out: the generator's description
 // of generated inputs and the stored needles/ datasets as they are) --------------------------------
@@ -299,15 +321,12 @@ TEST(FreshSentinel, TheGeneratorsSentinelBlockIdIsTheCatalogsAndFillsTheSameEntr
 
 TEST(FreshNeedles, DropsLastTokenIsRedOnTheFreshLongCaseAndTheCorrectPluginsGreen) {
   if (!have_catalog()) GTEST_SKIP() << "no golden catalog at " << kGoldens;
-  t::TempDir tmp;
-  const auto out = tmp.path() / "out";
-  std::string args;
-  for (const char* n : {"drops_last_token", "good_plugin", "good_plugin_bf16"}) args += " --plugin " + t::plugin_path(n);
-  const auto r = t::run_command(std::string(MLA_CLI_EXE) + " certify --goldens " + t::quote(kGoldens) + " --out " +
-                                t::quote(out) + " --family fresh --case '^fresh/long_' --seed 11" + args + " 2>&1");
-  EXPECT_EQ(r.status, 1) << r.out;
-  ASSERT_TRUE(fs::exists(out / "certificate.json")) << r.out;
-  const auto cert = mla::reports::certificate_from_json(nlohmann::json::parse(t::slurp(out / "certificate.json")));
+  const auto run = certify_fresh({t::plugin_path("drops_last_token"), t::plugin_path("good_plugin"),
+                                  t::plugin_path("good_plugin_bf16")},
+                                 "^fresh/long_");
+  EXPECT_EQ(run.status, 1) << run.output;
+  ASSERT_TRUE(run.cert.has_value()) << run.output;
+  const auto& cert = *run.cert;
   ASSERT_EQ(cert.kernels.size(), 3u);
   for (const auto& k : cert.kernels) {
     ASSERT_EQ(k.cases.size(), 1u) << k.name;
@@ -331,15 +350,10 @@ TEST(FreshSparse, APluginThatReadsInvalidIndicesIsRedOnTheFreshSparseCases) {
   if (!have_catalog()) GTEST_SKIP() << "no golden catalog at " << kGoldens;
   // wraps_negative_index skips -1 and reads -2 as L-2, -7 as L-7: only the catalog's other
   // negative kinds show it, which every fresh sparse row now holds.
-  t::TempDir tmp;
-  const auto out = tmp.path() / "out";
-  std::string args;
-  for (const char* n : {"wraps_negative_index", "good_plugin"}) args += " --plugin " + t::plugin_path(n);
-  const auto r = t::run_command(std::string(MLA_CLI_EXE) + " certify --goldens " + t::quote(kGoldens) + " --out " +
-                                t::quote(out) + " --family fresh --case '^fresh/sparse_' --seed 11" + args + " 2>&1");
-  EXPECT_EQ(r.status, 1) << r.out;
-  ASSERT_TRUE(fs::exists(out / "certificate.json")) << r.out;
-  const auto cert = mla::reports::certificate_from_json(nlohmann::json::parse(t::slurp(out / "certificate.json")));
+  const auto run = certify_fresh({t::plugin_path("wraps_negative_index"), t::plugin_path("good_plugin")}, "^fresh/sparse_");
+  EXPECT_EQ(run.status, 1) << run.output;
+  ASSERT_TRUE(run.cert.has_value()) << run.output;
+  const auto& cert = *run.cert;
   ASSERT_EQ(cert.kernels.size(), 2u);
   for (const auto& k : cert.kernels) {
     EXPECT_GE(k.cases.size(), 1u) << k.name;
@@ -422,17 +436,12 @@ TEST(FreshAppend, CasesAreDrawnFromTheSeedOverEveryClaimedFormatAndTheReferenceP
 
 TEST(FreshAppend, CorrectAppendsAreGreenAndEachAppendBugRedWhereItShows) {
   if (!have_catalog()) GTEST_SKIP() << "no golden catalog at " << kGoldens;
-  t::TempDir tmp;
-  const auto out = tmp.path() / "out";
-  std::string args;
-  for (const char* path : {MLA_PLUGIN_GOOD_APPEND, MLA_PLUGIN_FLASHMLA_APPEND, MLA_PLUGIN_APPEND_WRITES_NEIGHBOUR,
-                           MLA_PLUGIN_APPEND_NO_CAPACITY_CHECK})
-    args += " --plugin " + t::quote(path);
-  const auto r = t::run_command(std::string(MLA_CLI_EXE) + " certify --goldens " + t::quote(kGoldens) + " --out " +
-                                t::quote(out) + " --family fresh --case '^fresh/append/' --seed 11" + args + " 2>&1");
-  EXPECT_EQ(r.status, 1) << r.out;
-  ASSERT_TRUE(fs::exists(out / "certificate.json")) << r.out;
-  const auto cert = mla::reports::certificate_from_json(nlohmann::json::parse(t::slurp(out / "certificate.json")));
+  const auto run = certify_fresh({MLA_PLUGIN_GOOD_APPEND, MLA_PLUGIN_FLASHMLA_APPEND, MLA_PLUGIN_APPEND_WRITES_NEIGHBOUR,
+                                  MLA_PLUGIN_APPEND_NO_CAPACITY_CHECK},
+                                 "^fresh/append/");
+  EXPECT_EQ(run.status, 1) << run.output;
+  ASSERT_TRUE(run.cert.has_value()) << run.output;
+  const auto& cert = *run.cert;
   ASSERT_EQ(cert.kernels.size(), 4u);
   for (const auto& k : cert.kernels) {
     EXPECT_GE(k.cases.size(), 4u) << k.name;

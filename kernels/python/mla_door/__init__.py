@@ -1,0 +1,169 @@
+"""mla_door: certify an MLA decode kernel written in Python (torch) with `mla certify --python`.
+
+A kernel is a `Kernel` object (or a zero-argument callable returning one) that a module or a
+file exposes under a name:
+
+    mla certify --python my_pkg.my_mod:KERNEL      # imported as a module
+    mla certify --python path/to/file.py:KERNEL    # loaded from the file
+
+It declares the same facts as a C plug-in's descriptor (kernels/plugin/include/mla/plugin/
+mla_plugin.h): who it is, what it claims, its conventions and its precision class. The C++
+certifier validates the declaration, decides what to run, owns every input and output buffer
+and judges the results; this package only runs in the certifier's child process, calls the
+kernel and writes nothing but the outputs (and a bounded message) back.
+
+The one signature of a decode:
+
+    decode(q, kv_cache, block_table, cache_seqlens, indices, out, lse, call) -> None
+
+    q              torch.bfloat16 [batch, s_q, heads, 576]        (the absorbed query)
+    kv_cache       torch.uint8    [num_blocks, page_size, bytes]  1152 bytes per token (bf16 cache:
+                                  576 bf16 values; `bf16_cache(kv_cache)` views it as
+                                  torch.bfloat16 [num_blocks, page_size, 576]) or 656 (the FP8
+                                  token: 512 e4m3 | 4 float32 scales | 64 bf16 rope)
+    block_table    torch.int32    [batch, max_blocks]
+    cache_seqlens  torch.int32    [batch]
+    indices        torch.int32    [batch, s_q, topk], or None when the call is dense (topk == 0);
+                                  numbered as the kernel's conventions say (positions, or global
+                                  slots with -1 the only invalid value)
+    out            [batch, s_q, heads, 512], dtype of `out_dtype`: WRITE EVERY ELEMENT, in place
+    lse            torch.float32, [batch, heads, s_q] or [batch, s_q, heads] as the conventions
+                   say: WRITE EVERY ELEMENT, in place
+    call           a `Call`: the shape, the softmax scale, causal, cache and scale format
+
+Inputs are read-only (the certifier compares them byte for byte after every call). On the CPU
+every tensor is a zero-copy view of the certifier's shared buffers. A kernel with backend "cuda"
+gets tensors on the current CUDA device: the door copies the inputs there before the call and
+the outputs back after it (documented, not zero-copy: the shared buffers are host memory).
+The call must be deterministic: the certifier calls several times, in two processes, and
+compares bit for bit. Raise `Unsupported(reason)` to refuse a shape at call time (recorded
+UNSUPPORTED); any other exception is the kernel's ERROR with its message.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence, Tuple
+
+# Words of the wire format, spelled as the C++ host spells them (mla/core/conventions.hpp,
+# mla/core/precision.hpp, mla/core/kernel.hpp): one spelling of each fact in the suite.
+CACHE_FORMATS = ("bf16", "fp8")
+OUT_DTYPES = ("f32", "bf16")
+LSE_BASES = ("e", "2")
+LSE_LAYOUTS = ("[b,h,s_q]", "[b,s_q,h]")
+EMPTY_ROW_LSES = ("+inf", "-inf")
+INDEX_NUMBERINGS = ("positions", "global_slots")
+PRECISIONS = ("f64", "f32", "bf16")
+BACKENDS = ("cpu", "cuda")
+
+D_QK, D_V, D_ROPE = 576, 512, 64
+BF16_TOKEN_BYTES, FP8_TOKEN_BYTES = 1152, 656
+
+
+class Unsupported(Exception):
+    """Raised by decode (or returned as a reason by can_implement) to refuse a shape."""
+
+
+@dataclass(frozen=True)
+class Caps:
+    """What the kernel claims; the certifier runs nothing outside it (NOT_CLAIMED)."""
+
+    cache_formats: Tuple[str, ...] = ("bf16",)
+    dense: bool = True
+    sparse: bool = False
+    varlen: bool = True
+    heads: Tuple[int, int] = (1, 128)      # inclusive range
+    s_q: Tuple[int, int] = (1, 64)         # inclusive range: query tokens per sequence per call
+    page_sizes: Tuple[int, ...] = ()       # empty: any page size
+
+
+@dataclass(frozen=True)
+class Conventions:
+    """How lse and sparse indices cross the boundary; the host converts (README, conventions)."""
+
+    lse_base: str = "e"
+    lse_layout: str = "[b,h,s_q]"
+    empty_row_lse: str = "+inf"
+    indices: str = "positions"
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The precision class besides the output dtype: what the products read, what they sum in."""
+
+    operands: str = "f32"
+    accumulate: str = "f32"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What can_implement sees: the call's shape before any data exists."""
+
+    batch: int
+    s_q: int
+    heads: int
+    d_qk: int
+    d_v: int
+    page_size: int
+    num_blocks: int
+    max_blocks: int
+    topk: int               # 0: dense
+    cache_format: str       # "bf16" | "fp8"
+    causal: bool
+    scale_fmt: str          # "fp32" | "ue8m0" for an FP8 cache, "" for bf16
+
+
+@dataclass(frozen=True)
+class Call(Shape):
+    """What decode is told besides its tensors."""
+
+    softmax_scale: float = 0.0
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str                                   # [a-z0-9_]+
+    version: str
+    description: str
+    decode: Callable
+    backend: str = "cpu"                        # "cpu" | "cuda"
+    out_dtype: str = "f32"                      # "f32" | "bf16"
+    caps: Caps = field(default_factory=Caps)
+    conventions: Conventions = field(default_factory=Conventions)
+    precision: Optional[Precision] = None       # None: the class out_dtype implies
+    # Optional: shape -> None (implemented) or a reason string (not claimed, never counted).
+    can_implement: Optional[Callable[[Shape], Optional[str]]] = None
+    # Optional: () -> None (can run here) or why not (every case SKIPPED with that reason).
+    unavailable: Optional[Callable[[], Optional[str]]] = None
+
+
+def describe(k: Kernel) -> dict:
+    """The declaration as the C++ host reads it (it validates every field itself)."""
+    return {
+        "name": k.name,
+        "version": k.version,
+        "description": k.description,
+        "backend": k.backend,
+        "out_dtype": k.out_dtype,
+        "caps": {
+            "cache_formats": list(k.caps.cache_formats),
+            "min_heads": k.caps.heads[0],
+            "max_heads": k.caps.heads[1],
+            "min_s_q": k.caps.s_q[0],
+            "max_s_q": k.caps.s_q[1],
+            "page_sizes": list(k.caps.page_sizes),
+            "dense": k.caps.dense,
+            "sparse": k.caps.sparse,
+            "varlen": k.caps.varlen,
+        },
+        "conventions": dataclasses.asdict(k.conventions),
+        "precision": None if k.precision is None else dataclasses.asdict(k.precision),
+        "can_implement": k.can_implement is not None,
+    }
+
+
+def bf16_cache(kv_cache):
+    """A bf16 cache's bytes [num_blocks, page_size, 1152] as bfloat16 [num_blocks, page_size, 576]."""
+    import torch
+
+    return kv_cache.view(torch.bfloat16).view(kv_cache.shape[0], kv_cache.shape[1], D_QK)

@@ -556,7 +556,9 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
           [[maybe_unused]] int64_t t = row[j];
 #if MLA_EXAMPLE_FAULT == FAULT_WRAPS_NEGATIVE_INDEX
           // Checks the padding value -1 only, and reads any other negative index the way Python
-          // indexing does (from the end): -2 becomes L-2, attended once more.
+          // indexing does (from the end): -2 becomes L-2, attended once more. Not one of the
+          // shipped bugs of docs/field.md: it stands for every kernel that knows one invalid
+          // value only, which the catalog's other negative kinds are there to catch.
           if (t < -1) t += L;
 #endif
 #if MLA_EXAMPLE_FLASHINFER

@@ -27,7 +27,8 @@ class PreparedMlaFp64 final : public PreparedAttention {
  public:
   explicit PreparedMlaFp64(const AttnInputs& in) : in_(in) { validate_attention_inputs(in_.view()); }
   void run() override {
-    res_ = ref::attention_fp64(in_.view());
+    ran_ = false;  // a run() that throws leaves res_ half written: no results() from it
+    ref::attention_fp64(in_.view(), res_, scratch_);  // a repeated run() reuses the buffers
     ran_ = true;
   }
   AttnOutputs results() override {
@@ -42,6 +43,7 @@ class PreparedMlaFp64 final : public PreparedAttention {
  private:
   AttnBuffers in_;
   ref::AttnResult res_;
+  ref::AttentionScratch scratch_;
   bool ran_ = false;
 };
 

@@ -4,7 +4,9 @@
 // ceilings.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <exception>
@@ -13,6 +15,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
@@ -97,6 +101,67 @@ inline double process_cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// What the whole machine's CPUs were doing, as the kernel counts it, so a row can say whether
+// other processes held the cores while it ran (a cpu_share below 1 on a machine others share is
+// their time, not a serial section of ours). All in seconds since boot, summed over CPUs:
+// busy = user + nice + system + irq + softirq of /proc/stat (guest time is inside user; the
+// kernel samples these at its tick, so an interval shorter than a few ticks reads coarsely);
+// steal = time the hypervisor ran something else on our virtual CPUs; waited = time in which at
+// least one runnable task waited for a CPU (/proc/pressure/cpu "some", microseconds; psi false
+// where the kernel has no pressure accounting).
+struct MachineCpu {
+  double busy = 0, steal = 0, waited = 0;
+  bool ok = false, psi = false;
+};
+
+inline MachineCpu machine_cpu() {
+  MachineCpu m;
+  {
+    std::ifstream f("/proc/stat");
+    std::string cpu;
+    double user = 0, nice = 0, sys = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+    if (f >> cpu >> user >> nice >> sys >> idle >> iowait >> irq >> softirq >> steal && cpu == "cpu") {
+      const double hz = static_cast<double>(sysconf(_SC_CLK_TCK));
+      m.busy = (user + nice + sys + irq + softirq) / hz;
+      m.steal = steal / hz;
+      m.ok = hz > 0;
+    }
+  }
+  std::ifstream p("/proc/pressure/cpu");
+  std::string line;
+  while (std::getline(p, line))
+    if (line.rfind("some ", 0) == 0) {
+      const auto at = line.find("total=");
+      if (at == std::string::npos) break;
+      m.waited = 1e-6 * std::strtod(line.c_str() + at + 6, nullptr);
+      m.psi = true;
+    }
+  return m;
+}
+
+// Over an interval of `wall` seconds in which this process used `own_cpu` CPU seconds, what the
+// rest of the machine did: CPUs' worth of other processes' work (0: the other cores were idle;
+// 1: something else held a whole core), of the hypervisor's stealing, and the fraction of the
+// time some task waited for a CPU. Tick sampling can read an interval of a few ticks as less
+// than nothing or as more than the machine has: the figures are clamped to what is possible (0
+// to the CPUs this process did not use; 0 to every CPU).
+struct MachineLoad {
+  double others_cpus = 0, steal_cpus = 0, cpu_wait = 0;
+  bool ok = false, psi = false;
+};
+
+inline MachineLoad machine_load(const MachineCpu& a, const MachineCpu& b, double own_cpu, double wall) {
+  MachineLoad l;
+  if (!a.ok || !b.ok || wall <= 0) return l;
+  l.ok = true;
+  const double ncpu = static_cast<double>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  l.others_cpus = std::clamp(((b.busy - a.busy) - own_cpu) / wall, 0.0, std::max(0.0, ncpu - own_cpu / wall));
+  l.steal_cpus = std::clamp((b.steal - a.steal) / wall, 0.0, ncpu);
+  l.psi = a.psi && b.psi;
+  if (l.psi) l.cpu_wait = std::max(0.0, b.waited - a.waited) / wall;
+  return l;
 }
 
 // Bytes of MemAvailable (0 if unknown).

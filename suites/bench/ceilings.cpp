@@ -329,24 +329,35 @@ CeilingSet measure_ceilings(int threads, std::size_t stream_bytes, int reps) {
 
   const Isa isa = runtime_isa();
   // Best wall rate, and (via per_cpu) the best rate per CPU second of the process.
-  auto fma_probe = [&](auto probe, double* per_cpu = nullptr) {
+  auto fma_probe = [&](auto probe, double* per_cpu = nullptr, const char* key = nullptr) {
     const int64_t iters = calibrate(probe, 0.1);
-    double best_per_cpu = 0;
+    double best_per_cpu = 0, best_wall = 0;
+    CeilingSet::ProbeLoad at_best;
     const double v = best([&] {
       std::vector<double> fl(static_cast<size_t>(threads));
+      const MachineCpu m0 = machine_cpu();
+      const auto w0 = Clock::now();
       const double c0 = process_cpu_seconds();
       const double s = timed_parallel(threads, [&](int t) { g_sink = probe(iters, &fl[static_cast<size_t>(t)]); });
       const double cpu = process_cpu_seconds() - c0;
+      const MachineCpu m1 = machine_cpu();
+      // The machine's counters span the threads' start too: judge them over that whole interval.
+      const double span = std::chrono::duration<double>(Clock::now() - w0).count();
       double total = 0;
       for (double f : fl) total += f;
       if (cpu > 0) best_per_cpu = std::max(best_per_cpu, total / cpu);
+      if (total / s > best_wall) {
+        best_wall = total / s;
+        at_best = {key ? key : "", cpu / span, machine_load(m0, m1, cpu, span)};
+      }
       return total / s;
     });
     if (per_cpu) *per_cpu = best_per_cpu;
+    if (key) cs.probe_loads.push_back(at_best);
     return v;
   };
-  cs.fma_f64 = fma_probe([&](int64_t it, double* fl) { return fma_f64(isa, it, fl); }, &cs.fma_f64_per_cpu_second);
-  cs.fma_f32 = fma_probe([&](int64_t it, double* fl) { return fma_f32(isa, it, fl); }, &cs.fma_f32_per_cpu_second);
+  cs.fma_f64 = fma_probe([&](int64_t it, double* fl) { return fma_f64(isa, it, fl); }, &cs.fma_f64_per_cpu_second, "fma_f64");
+  cs.fma_f32 = fma_probe([&](int64_t it, double* fl) { return fma_f32(isa, it, fl); }, &cs.fma_f32_per_cpu_second, "fma_f32");
   cs.all.push_back({"fma_f64", "FLOP/s", cs.fma_f64,
                     fmt::format("independent fp64 FMA chains, {} (best ISA of this CPU), {} thread(s)", to_string(isa), threads)});
   cs.all.push_back({"fma_f32", "FLOP/s", cs.fma_f32,

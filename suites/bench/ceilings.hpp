@@ -65,6 +65,15 @@ struct CeilingSet {
   // The FMA probes' FLOPs per CPU second the process got (one core's peak, however busy the
   // machine was): the roof of pct_of_flop_ceiling_per_cpu_second.
   double fma_f64_per_cpu_second = 0, fma_f32_per_cpu_second = 0;
+  // For the FMA probes' best wall repetition: the CPUs' worth the process got, and what the rest
+  // of the machine did meanwhile (machine_load). A wall ceiling measured while others held a
+  // core is below the machine's; this says so in the same JSON.
+  struct ProbeLoad {
+    std::string key;
+    double own_cpus = 0;
+    MachineLoad load;
+  };
+  std::vector<ProbeLoad> probe_loads;
 };
 
 // Runs every probe with `threads` threads (each thread its own slice or its own chains), best

@@ -204,6 +204,10 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
     mla::bench::CacheFlusher* flusher =
         impl.info().backend == "cpu" && fp.total() >= kc.flush_min_bytes ? kc.flusher : nullptr;
     double seconds = 0, cpu_seconds = 0;
+    // The whole loop, flushes included, against what the machine did meanwhile (machine_load).
+    const mla::bench::MachineCpu m0 = mla::bench::machine_cpu();
+    const double loop_c0 = process_cpu_seconds();
+    const auto loop_t0 = Clock::now();
     for (auto _ : st) {
       if (flusher) flusher->flush();
       const double c0 = process_cpu_seconds();
@@ -221,6 +225,9 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
       st.SetIterationTime(dt);
       seconds += dt;
     }
+    const double loop_wall = std::chrono::duration<double>(Clock::now() - loop_t0).count();
+    const double loop_cpu = process_cpu_seconds() - loop_c0;
+    const mla::bench::MachineLoad load = mla::bench::machine_load(m0, mla::bench::machine_cpu(), loop_cpu, loop_wall);
     if (st.error_occurred()) return;
     using C = benchmark::Counter;
     const std::string bound = mla::bench::roofline_counters(st, cost, seconds, roof_for(impl.info(), *kc.ceilings));
@@ -229,6 +236,14 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
     // implementation was descheduled (a busy machine), so its times overstate its cost.
     if (impl.info().backend == "cpu" && seconds > 0)
       st.counters["cpu_share"] = C(cpu_seconds / (seconds * kc.threads));
+    // Who else had the CPUs while this row ran: other processes' work in CPUs' worth, the
+    // hypervisor's steal, and the fraction of the time a runnable task waited for a CPU. A
+    // cpu_share below 1 with others_cpus near 0 is ours (a serial section, an imbalance).
+    if (impl.info().backend == "cpu" && load.ok) {
+      st.counters["others_cpus"] = C(load.others_cpus);
+      st.counters["steal_cpus"] = C(load.steal_cpus);
+      if (load.psi) st.counters["cpu_wait"] = C(load.cpu_wait);
+    }
     // The FLOP rate per CPU second the process got, against the FMA probe's rate per CPU second
     // (a core's peak): what the implementation reaches on the cores it was given. On a shared machine the wall
     // rate (pct_of_flop_ceiling) also counts the time other processes held the cores; this one
@@ -443,6 +458,18 @@ int main(int argc, char** argv) {
     cj[c.key] = {{"value", c.value}, {"unit", c.unit}, {"method", c.method}};
   }
   cj["threads"] = ceilings.threads;
+  // What the FMA probes got and what else ran meanwhile (bench_host.hpp, machine_load): a wall
+  // ceiling below threads x the per-CPU-second one with others_cpus > 0 was measured on a
+  // machine others shared; with others_cpus near 0 it is the cores' own scaling.
+  nlohmann::ordered_json lj = nlohmann::ordered_json::object();
+  for (const auto& pl : ceilings.probe_loads) {
+    nlohmann::ordered_json e = {{"process_cpus", pl.own_cpus},
+                                {"others_cpus", pl.load.others_cpus},
+                                {"steal_cpus", pl.load.steal_cpus}};
+    if (pl.load.psi) e["cpu_wait"] = pl.load.cpu_wait;
+    if (pl.load.ok) lj[pl.key] = e;
+  }
+  benchmark::AddCustomContext("mla_ceilings_machine_load", lj.dump());
   cj["best_of"] = o.ceiling_reps;
 #if MLA_BENCH_WITH_GPU
   if (gpu) {

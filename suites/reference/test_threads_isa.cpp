@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -47,7 +48,7 @@ std::vector<Case> cases() {
   dense.seqlens = {37, 0, 130, 5};
   dense.s_q = 2;
   v.push_back({"dense_bf16", dense});
-  AttnSpec seg;  // one sequence of three 4K-token split-KV segments (the last partial), merged
+  AttnSpec seg;  // one sequence cut into 18 split-KV segments of 512 tokens (the last partial), merged
   seg.seqlens = {2 * 4096 + 700, 3};
   seg.heads = 4;
   seg.s_q = 2;
@@ -81,6 +82,27 @@ TEST(OracleThreads, BitwiseEqualForOneTwoAndThreeThreads) {
   }
 }
 
+// A caller that keeps its result and scratch between calls (cpu_mla_fp64's prepared state) gets
+// the bits of a fresh call, whatever shape the buffers held before: larger, smaller, another
+// cache format, sparse after dense.
+TEST(OracleScratch, ReusedBuffersGiveTheBitsOfAFreshCall) {
+  Settings restore;
+  set_threads(2);
+  ref::AttnResult res;
+  ref::AttentionScratch scratch;
+  const auto all = cases();
+  for (int pass = 0; pass < 2; ++pass)
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      const Case& c = all[pass == 0 ? i : all.size() - 1 - i];
+      SCOPED_TRACE(fmt::format("{} (pass {})", c.name, pass));
+      const auto p = testing::lay_out(testing::make_logical(c.spec), {});
+      const auto fresh = ref::attention_fp64(p.inputs());
+      ref::attention_fp64(p.inputs(), res, scratch);
+      EXPECT_TRUE(bitwise_equal("out", fresh.out, res.out));
+      EXPECT_TRUE(bitwise_equal("lse", fresh.lse, res.lse));
+    }
+}
+
 // Every ISA this CPU runs (the scalar one always) against the SSE2 path and the plain loops.
 TEST(OracleIsa, EachAvailablePathWithinFp64BoundsOfScalar) {
   Settings restore;
@@ -105,6 +127,34 @@ TEST(OracleIsa, EachAvailablePathWithinFp64BoundsOfScalar) {
     }
   }
   EXPECT_GE(paths, 1);
+}
+
+// The softmax's exp on every ISA this CPU runs: within 4 ulp of the scalar exp (glibc's vector
+// exp on AVX2/AVX-512), the same for the whole row and its tail, -inf to 0 and NaN kept.
+TEST(ExpMinus, EveryIsaWithinFourUlpOfTheScalarExp) {
+  Settings restore;
+  for (SimdIsa isa : {SimdIsa::sse2, SimdIsa::avx2, SimdIsa::avx512}) {
+    if (!cpu_supports(isa)) continue;
+    set_simd_isa(isa);
+    SCOPED_TRACE(to_string(isa));
+    for (double m : {0.0, 3.5, -20.0})
+      for (int64_t n : {1, 3, 4, 7, 8, 9, 19, 1000}) {
+        std::vector<double> x(static_cast<std::size_t>(n));
+        for (int64_t i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = m - 740.0 * static_cast<double>(i) / static_cast<double>(n);
+        if (n > 3) x[1] = -std::numeric_limits<double>::infinity(), x[2] = std::nan("");
+        std::vector<double> got = x;
+        ref::exp_minus(got.data(), n, m);
+        for (int64_t i = 0; i < n; ++i) {
+          const double want = std::exp(x[static_cast<std::size_t>(i)] - m), g = got[static_cast<std::size_t>(i)];
+          if (std::isnan(want)) {
+            EXPECT_TRUE(std::isnan(g)) << i;
+            continue;
+          }
+          const double ulp = std::nextafter(want, std::numeric_limits<double>::infinity()) - want;
+          EXPECT_LE(std::abs(g - want), 4 * ulp) << "n=" << n << " i=" << i << " x-m=" << x[static_cast<std::size_t>(i)] - m;
+        }
+      }
+  }
 }
 
 TEST(Gemm, EveryIsaComputesTheProducts) {

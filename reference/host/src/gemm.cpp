@@ -9,6 +9,7 @@
   void gemm_ab(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, bool);     \
   void decode_bf16_token(const uint8_t*, double*);                                                                 \
   void decode_fp8_token(const uint8_t*, double*);                                                                  \
+  void exp_minus(double*, int64_t, double);                                                                        \
   }
 MLA_GEMM_DECLARE(sse2)
 MLA_GEMM_DECLARE(avx2)
@@ -44,6 +45,7 @@ void gemm_ab(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const
 
 void decode_bf16_token(const uint8_t* token, double* out) { MLA_GEMM_DISPATCH(decode_bf16_token, token, out); }
 void decode_fp8_token(const uint8_t* token, double* out) { MLA_GEMM_DISPATCH(decode_fp8_token, token, out); }
+void exp_minus(double* x, int64_t n, double m) { MLA_GEMM_DISPATCH(exp_minus, x, n, m); }
 
 #undef MLA_GEMM_DISPATCH
 

@@ -15,6 +15,16 @@
 
 #include <cstdint>
 
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+// glibc's vector exp (libmvec, the x86-64 vector function ABI: 8 or 4 lanes in one register;
+// suites/reference/test_threads_isa.cpp holds it within 4 ulp of the scalar exp). Declared here
+// rather than through <math.h>, which announces them only under -ffast-math, a mode that would
+// also drop the NaN and infinity semantics the oracle relies on.
+extern "C" __m512d _ZGVeN8v_exp(__m512d);
+extern "C" __m256d _ZGVdN4v_exp(__m256d);
+#endif
+
 #define MLA_GEMM_CAT2(a, b) a##b
 #define MLA_GEMM_CAT(a, b) MLA_GEMM_CAT2(a, b)
 #define Eigen MLA_GEMM_CAT(Eigen_mla_, MLA_GEMM_ISA)
@@ -194,6 +204,37 @@ void decode_fp8_token(const uint8_t* token, double* out) {
   uint16_t rope[64];
   __builtin_memcpy(rope, token + 512 + 16, sizeof rope);
   for (int d = 0; d < 64; ++d) out[512 + d] = static_cast<double>(__builtin_bit_cast(float, static_cast<uint32_t>(rope[d]) << 16));
+}
+
+// x[i] = exp(x[i] - m) for i < n: the softmax's numerators. A masked score of -inf gives 0, a
+// NaN stays NaN. Vector paths: libmvec's exp on whole registers, the tail padded with -inf, so
+// every element goes through the same function whatever its place in the row.
+void exp_minus(double* x, int64_t n, double m) {
+#if defined(__AVX512F__)
+  constexpr int64_t kL = 8;
+  const __m512d vm = _mm512_set1_pd(m);
+  int64_t i = 0;
+  for (; i + kL <= n; i += kL) _mm512_storeu_pd(x + i, _ZGVeN8v_exp(_mm512_sub_pd(_mm512_loadu_pd(x + i), vm)));
+#elif defined(__AVX2__)
+  constexpr int64_t kL = 4;
+  const __m256d vm = _mm256_set1_pd(m);
+  int64_t i = 0;
+  for (; i + kL <= n; i += kL) _mm256_storeu_pd(x + i, _ZGVdN4v_exp(_mm256_sub_pd(_mm256_loadu_pd(x + i), vm)));
+#endif
+#if defined(__AVX512F__) || defined(__AVX2__)
+  if (i < n) {
+    alignas(64) double t[kL];
+    for (int64_t j = 0; j < kL; ++j) t[j] = i + j < n ? x[i + j] : -__builtin_inf();
+#if defined(__AVX512F__)
+    _mm512_store_pd(t, _ZGVeN8v_exp(_mm512_sub_pd(_mm512_load_pd(t), vm)));
+#else
+    _mm256_store_pd(t, _ZGVdN4v_exp(_mm256_sub_pd(_mm256_load_pd(t), vm)));
+#endif
+    for (int64_t j = 0; i + j < n; ++j) x[i + j] = t[j];
+  }
+#else
+  for (int64_t i = 0; i < n; ++i) x[i] = __builtin_exp(x[i] - m);
+#endif
 }
 
 }  // namespace mla::ref::gemm_detail::MLA_GEMM_ISA

@@ -39,6 +39,11 @@ def test_json_carries_ceilings_points_and_kernels(bench_run):
     assert run.context["mla_threads"] == "2" and run.context["mla_cpu_model"]
     assert json.loads(run.context["mla_ceilings"])["threads"] == 2
     assert run.context["mla_isa_kernels"] in ("sse2", "avx2", "avx512")
+    # The FMA probes say how many CPUs they got and what else ran meanwhile.
+    loads = json.loads(run.context["mla_ceilings_machine_load"])
+    for key in ("fma_f64", "fma_f32"):
+        assert 0.0 < loads[key]["process_cpus"] <= 2.5, loads
+        assert loads[key]["others_cpus"] >= 0.0, loads
     cpu = [k for k, v in run.kernels.items() if v["backend"] == "cpu"]
     assert cpu, "no CPU implementation registered"
     for k in cpu:
@@ -69,6 +74,13 @@ def test_bench_counters_agree_with_the_report_math(bench_run):
         # Single-threaded implementations: at most one core's worth of CPU per wall second
         # (plus clock granularity on microsecond calls).
         assert 0.0 <= row["cpu_share"] <= 1.5
+        # What the rest of the machine did meanwhile (bench_host.hpp, machine_load): CPUs' worth
+        # between none and the machine's (tick-sampled readings are clamped to that).
+        ncpu = os.cpu_count() or 1
+        assert 0.0 <= row["others_cpus"] <= ncpu
+        assert 0.0 <= row["steal_cpus"] <= ncpu
+        if "cpu_wait" in row:
+            assert 0.0 <= row["cpu_wait"] <= 1.5
         assert row["cold_cache"] == 0.0  # edges are below the eviction threshold
         checked += 1
     assert checked > 0

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -29,6 +30,10 @@ class PagedCache {
   // Throws mla::Error when t is out of range or the block id is outside [0, num_blocks).
   void token(int64_t b, int64_t t, double* out) const;
   void token(int64_t b, int64_t t, float* out) const;  // bf16 exact; fp8 rounded to float
+  // Asks the CPU to start loading token `t`'s bytes (a software prefetch: the cache's pages are
+  // scattered, so a hardware stream prefetcher stops at each of them); reads nothing itself and
+  // does nothing for a token or block id that token() would refuse.
+  void prefetch(int64_t b, int64_t t) const;
   const AttnInputs& inputs() const { return *in_; }
 
  private:
@@ -42,12 +47,32 @@ struct AttnResult {
 };
 
 // The attention in float64: scores = scale·(q·k) over all 576 dims, softmax, out = P·c (the 512
-// latent dims); online softmax over chunks of 1024 tokens in the tokens' logical order, a
-// sequence longer than 4K tokens cut into 4K-token segments merged in order, so the result
-// depends neither on the physical page layout nor on the batch order (bitwise). Runs on
-// mla::threads() threads (a sequence's rows, or one segment of them, per task: the cut is fixed
-// by the shape, so the bits do not depend on the thread count either) with the products built
-// for the CPU's ISA (mla/ref/gemm.hpp).
+// latent dims); online softmax over chunks of at most 1024 tokens in the tokens' logical order,
+// a sequence cut into split-KV segments of 256 to 4096 tokens merged in order (the length is
+// halved from 4096 until the call has 16 tasks, from the shape alone), so the result depends
+// neither on the physical page layout nor on the batch order (bitwise). Runs on mla::threads()
+// threads (a sequence's rows, or one segment of them, per task, handed to whichever worker is
+// free: the cut is fixed by the shape, so the bits do not depend on the thread count either)
+// with the products built for the CPU's ISA (mla/ref/gemm.hpp).
 AttnResult attention_fp64(const AttnInputs& in);
+
+// The buffers of one call besides its result, for a caller that repeats calls (a prepared
+// kernel, a benchmark): kept between calls so that a repeat maps and zeroes no new pages.
+class AttentionScratch {
+ public:
+  AttentionScratch();
+  ~AttentionScratch();
+  AttentionScratch(AttentionScratch&&) noexcept;
+  AttentionScratch& operator=(AttentionScratch&&) noexcept;
+  struct Impl;
+
+ private:
+  friend void attention_fp64(const AttnInputs& in, AttnResult& res, AttentionScratch& scratch);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The same attention into `res` (resized; its storage reused when the shape repeats), with
+// `scratch`'s buffers: the bits are those of attention_fp64(in).
+void attention_fp64(const AttnInputs& in, AttnResult& res, AttentionScratch& scratch);
 
 }  // namespace mla::ref

@@ -37,6 +37,11 @@ void decode_bf16_token(const uint8_t* token, double* out);
 // One 656-byte FP8 token (mla/core/numeric.hpp layout) -> 576 doubles.
 void decode_fp8_token(const uint8_t* token, double* out);
 
+// x[i] = exp(x[i] - m) for i < n (the softmax's numerators; -inf gives 0, NaN stays NaN): glibc's
+// vector exp on the AVX2 and AVX-512 paths, the scalar one on SSE2. Not bitwise the scalar exp
+// (within 4 ulp of it, tested), so, like the products, each ISA is its own path.
+void exp_minus(double* x, int64_t n, double m);
+
 // The ISA the products above run with now (mla::simd_isa()).
 inline SimdIsa gemm_isa() { return simd_isa(); }
 

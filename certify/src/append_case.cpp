@@ -13,6 +13,7 @@
 #include "mla/certify/host_error.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
+#include "mla/core/presets.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/judge/append.hpp"
 #include "mla/ref/rope.hpp"
@@ -31,6 +32,136 @@ enum Stream : uint64_t { kLatentStream = 101, kRopeStream, kWeightStream, kBlock
 struct Token {
   int32_t seq, pos;
 };
+
+struct Plan {
+  std::string what, description;
+  std::vector<Token> tokens;
+  bool reject;
+};
+
+struct Variant {
+  CacheFormat format;
+  ScaleFmt scale;
+  uint32_t abi_scale;
+  Fp8Recipe recipe;
+  uint32_t abi_recipe;
+};
+
+// Every claimed format: bf16; fp8 with every declared recipe and every declared scale format
+// (none declared is DeepSeek's).
+std::vector<Variant> claimed_variants(uint32_t formats, uint32_t scale_fmts, uint32_t fp8_recipes) {
+  std::vector<Variant> variants;
+  if (formats & MLA_PLUGIN_CACHE_BF16) variants.push_back({CacheFormat::bf16, ScaleFmt::fp32, 0, Fp8Recipe::deepseek_v32, 0});
+  if (formats & MLA_PLUGIN_CACHE_FP8) {
+    const uint32_t recipes = fp8_recipes ? fp8_recipes : MLA_PLUGIN_RECIPE_DEEPSEEK_V32;
+    for (const auto& [recipe, abi_recipe] : {std::pair{Fp8Recipe::deepseek_v32, MLA_PLUGIN_RECIPE_DEEPSEEK_V32},
+                                             std::pair{Fp8Recipe::flashmla, MLA_PLUGIN_RECIPE_FLASHMLA}}) {
+      if (!(recipes & abi_recipe)) continue;
+      if (scale_fmts & MLA_PLUGIN_SCALE_FP32) {
+        variants.push_back({CacheFormat::fp8, ScaleFmt::fp32, MLA_PLUGIN_SCALE_FP32, recipe, abi_recipe});
+      }
+      if (scale_fmts & MLA_PLUGIN_SCALE_UE8M0) {
+        variants.push_back({CacheFormat::fp8, ScaleFmt::ue8m0, MLA_PLUGIN_SCALE_UE8M0, recipe, abi_recipe});
+      }
+    }
+  }
+  return variants;
+}
+
+// The paging, RoPE and norm weight every call of one set of cases shares.
+struct Layout {
+  uint64_t seed = 0;
+  int32_t batch = 0, page = 0, max_blocks = 0, num_blocks = 0;
+  int64_t max_seq_len = 0;
+  std::vector<int32_t> block_table;
+  std::vector<double> inv_freq;
+  std::vector<uint16_t> weight;
+  // Tokens whose values are replaced by an edge: an all-zero latent (RMSNorm of zeros: eps
+  // alone, output 0), and one whose last 128-block is a million times smaller (its amax below
+  // the 1e-4 scale clamp).
+  Token zero_latent{1, 0}, tiny_block{0, 1};
+};
+
+// One case per (variant, plan): the plans' tokens with values keyed by (sequence, position), so
+// a token has the same inputs in every case, on a cache whose bytes start as a known pattern.
+std::vector<AppendCase> build_cases(const Layout& l, const std::vector<Plan>& plans, const std::vector<Variant>& variants,
+                                    const std::string& prefix, const std::string& about) {
+  const uint64_t seed = l.seed;
+  std::vector<AppendCase> out;
+  for (const auto& v : variants) {
+    const std::string fmt_name = append_variant_name(v.format, v.scale, v.recipe);
+    const std::size_t bpt = cache_bytes_per_token(v.format);
+    for (std::size_t pi = 0; pi < plans.size(); ++pi) {
+      const auto& p = plans[pi];
+      AppendCase c;
+      c.name = fmt::format("{}/{}/{}", prefix, fmt_name, p.what);
+      c.description = fmt::format("append ({}){}: {}", fmt_name, about, p.description);
+      c.format = v.format;
+      c.scale_fmt = v.scale;
+      c.fp8_recipe = v.recipe;
+      c.expect_capacity = p.reject;
+      auto& in = c.in;
+      const int32_t n = static_cast<int32_t>(p.tokens.size());
+      in.num_tokens = n;
+      in.batch = l.batch;
+      in.max_blocks = l.max_blocks;
+      in.page_size = l.page;
+      in.num_blocks = l.num_blocks;
+      in.max_seq_len = l.max_seq_len;
+      in.cache_format = v.format == CacheFormat::fp8 ? MLA_PLUGIN_CACHE_FP8 : MLA_PLUGIN_CACHE_BF16;
+      in.scale_fmt = v.abi_scale;
+      in.fp8_recipe = v.abi_recipe;
+      in.eps = 1e-6;  // the schema's kv_norm epsilon
+      in.kv_norm_weight = l.weight;
+      in.inv_freq = l.inv_freq;
+      in.block_table = l.block_table;
+      for (const auto& t : p.tokens) {
+        in.seq_ids.push_back(t.seq);
+        in.positions.push_back(t.pos);
+      }
+      in.latent.resize(static_cast<std::size_t>(n * kLat));
+      in.k_pe.resize(static_cast<std::size_t>(n * kRp));
+      for (int32_t i = 0; i < n; ++i) {
+        const Token& t = p.tokens[static_cast<std::size_t>(i)];
+        const uint64_t key = static_cast<uint64_t>(t.seq) * 1000003u + static_cast<uint64_t>(t.pos);
+        std::span<uint16_t> lat(in.latent.data() + i * kLat, static_cast<std::size_t>(kLat));
+        gen::fill_bf16(seed + key, kLatentStream, 0.0, 2.0, lat);
+        gen::fill_bf16(seed + key, kRopeStream, 0.0, 1.0, std::span<uint16_t>(in.k_pe.data() + i * kRp, static_cast<std::size_t>(kRp)));
+        if (t.seq == l.zero_latent.seq && t.pos == l.zero_latent.pos) {
+          std::fill(lat.begin(), lat.end(), uint16_t{0});
+        } else if (t.seq == l.tiny_block.seq && t.pos == l.tiny_block.pos) {
+          for (int64_t j = 3 * 128; j < kLat; ++j) lat[static_cast<std::size_t>(j)] = bf16_from_double(bf16_to_float(lat[static_cast<std::size_t>(j)]) * 1e-6);
+        }
+      }
+      in.kv_cache.resize(static_cast<std::size_t>(l.num_blocks) * l.page * bpt);
+      for (std::size_t i = 0; i < in.kv_cache.size(); ++i) {
+        in.kv_cache[i] = static_cast<uint8_t>(gen::bits(seed, kCacheStream + pi, i));
+      }
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+// Two spare blocks no sequence maps (whose bytes nothing may touch) and one block-table entry
+// per sequence past capacity, mapped to a real block (see the header), over a permutation of
+// the physical blocks.
+Layout make_layout(uint64_t seed, int32_t batch, int32_t page, int64_t max_seq_len, const ModelConfig& rope) {
+  Layout l;
+  l.seed = seed;
+  l.batch = batch;
+  l.page = page;
+  l.max_seq_len = max_seq_len;
+  l.max_blocks = static_cast<int32_t>((max_seq_len + page - 1) / page + 1);
+  l.num_blocks = batch * l.max_blocks + 2;
+  l.block_table.resize(static_cast<std::size_t>(batch * l.max_blocks));
+  const auto perm = gen::permutation(seed, kBlockStream, l.num_blocks);
+  for (std::size_t i = 0; i < l.block_table.size(); ++i) l.block_table[i] = static_cast<int32_t>(perm[i]);
+  l.inv_freq = ref::rope_inv_freq(rope);
+  l.weight.resize(static_cast<std::size_t>(kLat));
+  gen::fill_bf16(seed, kWeightStream, 1.0, 0.2, l.weight);
+  return l;
+}
 
 }  // namespace
 
@@ -95,26 +226,10 @@ std::vector<AppendCase> make_append_cases(const golden::LayerCase& g, uint32_t f
   }
   const uint64_t seed = static_cast<uint64_t>(g.seed);
   const int32_t page = caps.page_sizes.empty() ? 16 : caps.page_sizes.front();
-  const int32_t batch = 2;
-  // One block-table entry past capacity, mapped to a real block (see the header), and two blocks
-  // no sequence maps, whose bytes nothing may touch.
-  const int32_t max_blocks = static_cast<int32_t>((msl + page - 1) / page + 1);
-  const int32_t num_blocks = batch * max_blocks + 2;
-  std::vector<int32_t> block_table(static_cast<std::size_t>(batch * max_blocks));
-  const auto perm = gen::permutation(seed, kBlockStream, num_blocks);
-  for (std::size_t i = 0; i < block_table.size(); ++i) block_table[i] = static_cast<int32_t>(perm[i]);
-
   ModelConfig cfg = g.config;
   cfg.qk_rope_head_dim = kRp;  // the ABI's width; the golden's theta and YaRN parameters stay
-  const auto inv_freq = ref::rope_inv_freq(cfg);
-  std::vector<uint16_t> weight(static_cast<std::size_t>(kLat));
-  gen::fill_bf16(seed, kWeightStream, 1.0, 0.2, weight);
+  const Layout layout = make_layout(seed, 2, page, msl, cfg);
 
-  struct Plan {
-    std::string what, description;
-    std::vector<Token> tokens;
-    bool reject;
-  };
   std::vector<Plan> plans;
   {
     Plan p{"prefill", "", {}, false};
@@ -148,85 +263,68 @@ std::vector<AppendCase> make_append_cases(const golden::LayerCase& g, uint32_t f
     plans[1].tokens.pop_back();
   }
 
-  struct Variant {
-    CacheFormat format;
-    ScaleFmt scale;
-    uint32_t abi_scale;
-    Fp8Recipe recipe;
-    uint32_t abi_recipe;
-  };
-  std::vector<Variant> variants;
-  if (formats & MLA_PLUGIN_CACHE_BF16) variants.push_back({CacheFormat::bf16, ScaleFmt::fp32, 0, Fp8Recipe::deepseek_v32, 0});
-  if (formats & MLA_PLUGIN_CACHE_FP8) {
-    // Every declared recipe with every declared scale format; none declared is DeepSeek's.
-    const uint32_t recipes = fp8_recipes ? fp8_recipes : MLA_PLUGIN_RECIPE_DEEPSEEK_V32;
-    for (const auto& [recipe, abi_recipe] : {std::pair{Fp8Recipe::deepseek_v32, MLA_PLUGIN_RECIPE_DEEPSEEK_V32},
-                                             std::pair{Fp8Recipe::flashmla, MLA_PLUGIN_RECIPE_FLASHMLA}}) {
-      if (!(recipes & abi_recipe)) continue;
-      if (scale_fmts & MLA_PLUGIN_SCALE_FP32) {
-        variants.push_back({CacheFormat::fp8, ScaleFmt::fp32, MLA_PLUGIN_SCALE_FP32, recipe, abi_recipe});
-      }
-      if (scale_fmts & MLA_PLUGIN_SCALE_UE8M0) {
-        variants.push_back({CacheFormat::fp8, ScaleFmt::ue8m0, MLA_PLUGIN_SCALE_UE8M0, recipe, abi_recipe});
-      }
-    }
-  }
+  return build_cases(layout, plans, claimed_variants(formats, scale_fmts, fp8_recipes), g.name, "");
+}
 
-  std::vector<AppendCase> out;
-  for (const auto& v : variants) {
-    const std::string fmt_name = append_variant_name(v.format, v.scale, v.recipe);
-    const std::size_t bpt = cache_bytes_per_token(v.format);
-    for (std::size_t pi = 0; pi < plans.size(); ++pi) {
-      const auto& p = plans[pi];
-      AppendCase c;
-      c.name = fmt::format("{}/{}/{}", g.name, fmt_name, p.what);
-      c.description = fmt::format("append ({}): {}", fmt_name, p.description);
-      c.format = v.format;
-      c.scale_fmt = v.scale;
-      c.fp8_recipe = v.recipe;
-      c.expect_capacity = p.reject;
-      auto& in = c.in;
-      const int32_t n = static_cast<int32_t>(p.tokens.size());
-      in.num_tokens = n;
-      in.batch = batch;
-      in.max_blocks = max_blocks;
-      in.page_size = page;
-      in.num_blocks = num_blocks;
-      in.max_seq_len = msl;
-      in.cache_format = v.format == CacheFormat::fp8 ? MLA_PLUGIN_CACHE_FP8 : MLA_PLUGIN_CACHE_BF16;
-      in.scale_fmt = v.abi_scale;
-      in.fp8_recipe = v.abi_recipe;
-      in.eps = 1e-6;  // the schema's kv_norm epsilon
-      in.kv_norm_weight = weight;
-      in.inv_freq = inv_freq;
-      in.block_table = block_table;
-      for (const auto& t : p.tokens) {
-        in.seq_ids.push_back(t.seq);
-        in.positions.push_back(t.pos);
-      }
-      // Values keyed by (sequence, position), so a token has the same inputs in every case.
-      in.latent.resize(static_cast<std::size_t>(n * kLat));
-      in.k_pe.resize(static_cast<std::size_t>(n * kRp));
-      for (int32_t i = 0; i < n; ++i) {
-        const uint64_t key = static_cast<uint64_t>(p.tokens[i].seq) * 1000003u + static_cast<uint64_t>(p.tokens[i].pos);
-        std::span<uint16_t> lat(in.latent.data() + i * kLat, static_cast<std::size_t>(kLat));
-        gen::fill_bf16(seed + key, kLatentStream, 0.0, 2.0, lat);
-        gen::fill_bf16(seed + key, kRopeStream, 0.0, 1.0, std::span<uint16_t>(in.k_pe.data() + i * kRp, static_cast<std::size_t>(kRp)));
-        if (p.tokens[i].seq == 1 && p.tokens[i].pos == 0) {
-          std::fill(lat.begin(), lat.end(), uint16_t{0});  // RMSNorm of zeros: eps alone, output 0
-        } else if (p.tokens[i].seq == 0 && p.tokens[i].pos == 1) {
-          // The last 128-block a million times smaller: its amax is below the 1e-4 scale clamp.
-          for (int64_t j = 3 * 128; j < kLat; ++j) lat[static_cast<std::size_t>(j)] = bf16_from_double(bf16_to_float(lat[static_cast<std::size_t>(j)]) * 1e-6);
-        }
-      }
-      in.kv_cache.resize(static_cast<std::size_t>(num_blocks) * page * bpt);
-      for (std::size_t i = 0; i < in.kv_cache.size(); ++i) {
-        in.kv_cache[i] = static_cast<uint8_t>(gen::bits(seed, kCacheStream + pi, i));
-      }
-      out.push_back(std::move(c));
+std::vector<AppendCase> make_fresh_append_cases(uint64_t seed, uint32_t formats, uint32_t scale_fmts, uint32_t fp8_recipes,
+                                                const Capabilities& caps) {
+  uint64_t counter = 0;
+  auto draw = [&](int64_t lo, int64_t hi) {  // uniform in [lo, hi]
+    return lo + static_cast<int64_t>(gen::bits(seed, kOrderStream + 1, counter++) % static_cast<uint64_t>(hi - lo + 1));
+  };
+  const std::vector<int> pages = caps.page_sizes.empty() ? std::vector<int>{16, 64} : caps.page_sizes;
+  const auto page = static_cast<int32_t>(pages[static_cast<std::size_t>(draw(0, static_cast<int64_t>(pages.size()) - 1))]);
+  const auto batch = static_cast<int32_t>(draw(2, 3));
+  // Two to five whole pages and a part of one: a capacity that is not a page multiple.
+  const int64_t msl = page * draw(2, 5) + draw(1, page - 1 > 1 ? page - 1 : 1);
+  ModelConfig rope = preset("v3").config;
+  rope.qk_rope_head_dim = kRp;
+  Layout layout = make_layout(seed, batch, page, msl, rope);
+
+  // Per sequence: both sides of every page boundary below capacity, the first position of one
+  // sequence and the last valid one of another, and drawn positions between; each sequence's
+  // positions are distinct and not contiguous; the launch order is drawn.
+  std::vector<Token> tokens;
+  const auto last_seq = static_cast<int32_t>(draw(0, batch - 1));
+  for (int32_t b = 0; b < batch; ++b) {
+    std::set<int32_t> pos;
+    for (int64_t edge = page; edge < msl; edge += page) {
+      if (draw(0, 1) == 0 || edge == page) pos.insert(static_cast<int32_t>(edge - 1)), pos.insert(static_cast<int32_t>(edge));
     }
+    if (b == 0) pos.insert(0);
+    if (b == last_seq) pos.insert(static_cast<int32_t>(msl - 1));
+    for (int64_t i = draw(2, 6); i > 0; --i) pos.insert(static_cast<int32_t>(draw(0, msl - 1)));
+    for (const int32_t t : pos) tokens.push_back({b, t});
   }
-  return out;
+  std::vector<Token> shuffled;
+  for (const int64_t i : gen::permutation(seed, kOrderStream, static_cast<int64_t>(tokens.size()))) {
+    shuffled.push_back(tokens[static_cast<std::size_t>(i)]);
+  }
+  layout.zero_latent = shuffled[static_cast<std::size_t>(draw(0, static_cast<int64_t>(shuffled.size()) - 1))];
+  layout.tiny_block = shuffled[static_cast<std::size_t>(draw(0, static_cast<int64_t>(shuffled.size()) - 1))];
+
+  std::vector<Plan> plans;
+  plans.push_back({"scatter",
+                   fmt::format("{} tokens of {} sequences at drawn, non-contiguous positions (both sides of page "
+                               "boundaries, the last valid position {}), page size {}, permuted pages, drawn order",
+                               shuffled.size(), batch, msl - 1, page),
+                   shuffled, false});
+  // Valid tokens with one at max_seq_len among them, at a drawn place: refused, nothing written.
+  Plan reject{"rejected", "", {}, true};
+  const auto n_valid = static_cast<std::size_t>(std::min<int64_t>(draw(1, 3), static_cast<int64_t>(shuffled.size())));
+  reject.tokens.assign(shuffled.begin(), shuffled.begin() + static_cast<std::ptrdiff_t>(n_valid));
+  const auto at = static_cast<std::ptrdiff_t>(draw(0, static_cast<int64_t>(n_valid)));
+  reject.tokens.insert(reject.tokens.begin() + at, Token{static_cast<int32_t>(draw(0, batch - 1)), static_cast<int32_t>(msl)});
+  reject.description = fmt::format("{} valid tokens and one at max_seq_len = {} (call position {}): must return "
+                                   "MLA_PLUGIN_CAPACITY having written nothing",
+                                   n_valid, msl, at);
+  plans.push_back(std::move(reject));
+
+  auto cases = build_cases(layout, plans, claimed_variants(formats, scale_fmts, fp8_recipes), "append",
+                           fmt::format(" drawn at run time from seed {}", seed));
+  // In name order, the order `mla merge` restores.
+  std::sort(cases.begin(), cases.end(), [](const AppendCase& a, const AppendCase& b) { return a.name < b.name; });
+  return cases;
 }
 
 // ---- certifying plug-in appends --------------------------------------------------------------
@@ -447,6 +545,39 @@ void certify_append_file(Session& s, const std::vector<const Implementation*>& a
       }
     }
   }
+}
+
+void certify_fresh_appends(Session& s, const Implementation& k, uint64_t seed) {
+  if (!k.plugin || k.append_formats == 0 || k.unavailable) return;
+  std::vector<AppendCase> cases;
+  try {
+    cases = make_fresh_append_cases(seed, k.append_formats, k.append_scale_fmts, k.append_fp8_recipes, k.info.caps);
+  } catch (const std::exception& e) {
+    reports::CaseResult r;
+    r.family = "fresh";
+    r.file = kFreshAppendFile;
+    r.name = "append";
+    r.verdict = Verdict::error;
+    r.reasons.push_back(fmt::format("fresh append cases cannot be built: {}", e.what()));
+    if (s.in_shard("fresh", r.name)) s.record(k, std::move(r));
+    return;
+  }
+  std::size_t index = 0;
+  for (const auto& c : cases) {
+    if (s.case_regex && !std::regex_search("fresh/" + c.name, *s.case_regex)) continue;
+    if (!s.in_shard("fresh", c.name)) continue;
+    const auto t0 = Clock::now();
+    reports::CaseResult r;
+    r.family = "fresh";
+    r.file = kFreshAppendFile;
+    r.name = c.name;
+    r.description = c.description;
+    judge_append_run(c, run_append(s, k, c, 1000000 + index++), r);
+    s.record(k, std::move(r));
+    s.progress << fmt::format("[fresh] {} {:.2f}s: {}={}\n", c.name, seconds_since(t0), k.info.name,
+                              tol::to_string(s.report(k).cases.back().verdict));
+  }
+  s.save();
 }
 
 }  // namespace mla::certify

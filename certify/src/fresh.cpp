@@ -1,20 +1,24 @@
 // The `fresh` family: cases drawn at run time from the run's seed, inside each implementation's
 // claims, so no stored answer can stand in for a computed one. Inputs come from the
 // counter-based generator (mla/workloads/axes.hpp `build_inputs`: permuted pages, NaN-poisoned
-// unused slots, the catalog's sentinel block id, sparse rows with invalid entries); truth from
+// unused slots, the catalog's sentinel block id, sparse rows with every kind of invalid index the
+// catalog uses, and on a long bf16 case the catalog's needles, mla/core/needles.hpp); truth from
 // the C++ fp64 oracle (mla/ref/attention.hpp) and the deployed-precision reference the ratio rule
-// needs from mla/ref/same_dtype.hpp. Judged like every catalog case, by judge_attention.
+// needs from mla/ref/same_dtype.hpp. Judged like every catalog case, by judge_attention. A plug-in
+// with an append entry then gets its fresh cache-append cases (append_case.cpp) from the same seed.
 #include <algorithm>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "mla/core/generator.hpp"
+#include "mla/core/needles.hpp"
 
 #include "mla/judge/attention.hpp"
 #include "mla/ref/attention.hpp"
 #include "mla/ref/same_dtype.hpp"
 #include "mla/workloads/axes.hpp"
+#include "mla/certify/fresh.hpp"
 #include "claims.hpp"
 #include "mla/certify/host_error.hpp"
 #include "session.hpp"
@@ -67,7 +71,8 @@ std::vector<axes::AxisPoint> draw_points(const Capabilities& caps, uint64_t seed
     p.shape.causal = true;
     p.seqlens = std::move(lens);
     p.scale_fmt = sf;
-    p.invalid_per_row = topk > 0 ? std::max(2, topk / 4) : 0;
+    // At least one entry of every kind of invalid index the catalog uses in every row.
+    p.invalid_per_row = topk > 0 ? std::min(topk, std::max(axes::kInvalidKinds, topk / 4)) : 0;
     p.seed = d.next();
     v.push_back(std::move(p));
   };
@@ -99,9 +104,16 @@ std::vector<axes::AxisPoint> draw_points(const Capabilities& caps, uint64_t seed
               formats.front(), ScaleFmt::fp32, 0);
       }
     }
-    // One context of at least 16K tokens, few heads.
-    point("long", 1, std::max(1, caps.min_s_q), hmin, page, {static_cast<int32_t>(16384 + d.in(1, page))},
-          formats.front(), ScaleFmt::fp32, 0);
+    // One context of at least 16K tokens, few heads: on a bf16 cache it carries needles
+    // (certify_fresh), at the fewest claimed heads the rule can place them at.
+    {
+      const std::vector<int32_t> lens{static_cast<int32_t>(needles::kLongTokens + d.in(1, page))};
+      int heads = hmin;
+      if (formats.front() == CacheFormat::bf16) {
+        if (const int h = needles::fewest_heads(lens, page, hmin, hmax); h > 0) heads = h;
+      }
+      point("long", 1, std::max(1, caps.min_s_q), heads, page, lens, formats.front(), ScaleFmt::fp32, 0);
+    }
     if (fp8) {
       for (const ScaleFmt sf : {ScaleFmt::fp32, ScaleFmt::ue8m0}) {
         point("fp8", 2, 1, odd_heads(), page, {static_cast<int32_t>(d.in(1, 2 * page)), static_cast<int32_t>(d.in(1, 2 * page))},
@@ -121,6 +133,36 @@ std::vector<axes::AxisPoint> draw_points(const Capabilities& caps, uint64_t seed
 
 }  // namespace
 
+uint64_t fresh_seed(uint64_t run_seed, const std::string& implementation) {
+  return mix(run_seed ^ 0xF2E5Aull) ^ std::hash<std::string>{}(implementation);
+}
+
+std::vector<axes::AxisPoint> fresh_points(const Capabilities& caps, uint64_t seed) {
+  std::vector<axes::AxisPoint> points = draw_points(caps, seed);
+  for (auto& p : points) {
+    p.shape.causal = true;
+    axes::derive_paging(p);
+    if (!needles::is_long(p.seqlens)) continue;
+    // Long cases on a bf16 cache carry needles exactly as the catalog's do.
+    const std::string no = p.shape.cache_format == CacheFormat::bf16
+                               ? needles::refusal(p.seqlens, p.shape.page_size, p.shape.heads)
+                               : std::string("they are defined over bf16 caches only");
+    p.needles = no.empty();
+    if (p.needles) {
+      int64_t n = 0;
+      for (const int32_t L : p.seqlens) n += static_cast<int64_t>(needles::positions(L, p.shape.page_size).size());
+      p.why += fmt::format(", with {} needles ({}: first and last position, both sides of every page and 64-token tile "
+                           "boundary, fixtures/SCHEMA.md \"Needles\")",
+                           n, needles::kRule);
+    } else {
+      p.why += ", no needles: " + no;
+    }
+  }
+  // In name order, the order `mla merge` restores when it combines the shards of a run.
+  std::stable_sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return points;
+}
+
 bool fresh_selected(const Options& o) {
   return o.families.empty() || std::find(o.families.begin(), o.families.end(), "fresh") != o.families.end();
 }
@@ -128,16 +170,13 @@ bool fresh_selected(const Options& o) {
 void certify_fresh(Session& s) {
   for (auto& k : s.implementations) {
     if (k.unavailable) continue;
-    const uint64_t seed = mix(s.seed ^ 0xF2E5Aull) ^ std::hash<std::string>{}(k.info.name);
     std::vector<axes::AxisPoint> points;
     try {
-      points = draw_points(k.info.caps, seed);
+      points = fresh_points(k.info.caps, fresh_seed(s.seed, k.info.name));
     } catch (const std::exception& e) {
       s.progress << fmt::format("fresh: no cases for {}: {}\n", k.info.name, e.what());
       continue;
     }
-    // In name order, the order `mla merge` restores when it combines the shards of a run.
-    std::stable_sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
     for (std::size_t i = 0; i < points.size(); ++i) {
       auto& p = points[i];
       if (s.case_regex && !std::regex_search("fresh/" + p.name, *s.case_regex)) continue;
@@ -150,8 +189,6 @@ void certify_fresh(Session& s) {
       r.name = p.name;
       r.description = fmt::format("drawn at run time from seed {} (inside {}'s claims): {}", s.seed, k.info.name, p.why);
       try {
-        p.shape.causal = true;
-        axes::derive_paging(p);
         const auto in = axes::build_inputs(p);
         AttnBuffers b;
         b.shape = in.shape;
@@ -199,6 +236,8 @@ void certify_fresh(Session& s) {
       s.record(k, std::move(r));
     }
     s.save();
+    // Then its appends, drawn from the same seed (rows of file fresh_append, after the attention rows).
+    certify_fresh_appends(s, k, fresh_seed(s.seed, k.info.name));
   }
 }
 

@@ -185,6 +185,9 @@ void certify_attention_case(Session& s, const CaseRef& ref, std::size_t i);
 bool appends_selected(const Session& s);
 bool any_append_case_selected(const Session& s);
 void certify_appends(Session& s);
+// The fresh append cases of one plug-in with an append entry (make_fresh_append_cases), run and
+// judged like the catalog's; certify_fresh calls it after that plug-in's fresh attention cases.
+void certify_fresh_appends(Session& s, const Implementation& k, uint64_t seed);
 
 // Notes derived from the case results alone, so a resumed run words them identically.
 void update_notes(reports::Certificate& cert);

@@ -199,7 +199,9 @@ void check_point(const ax::AxisPoint& p) {
             ASSERT_TRUE(valid.insert(r[j]).second) << "duplicate valid index";
             invalid_before_valid |= saw_invalid;
           } else {
-            ASSERT_TRUE(r[j] == -1 || r[j] >= len) << r[j];
+            bool known = false;
+            for (int kind = 0; kind < ax::kInvalidKinds; ++kind) known |= r[j] == ax::invalid_index(kind, len);
+            ASSERT_TRUE(known) << r[j] << " is none of the catalog's kinds of invalid index";
             saw_invalid = true;
           }
         }

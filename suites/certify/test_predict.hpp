@@ -191,4 +191,81 @@ inline Effect predict_ignores_block_table(const mla::golden::AttnCase& c) {
   return e;
 }
 
+// wraps_negative_index: in a sparse row every index t < -1 with t + L >= 0 is attended as
+// position t + L, once more per such entry (a row with no valid index becomes non-empty). With
+// p_j = exp(scale·q·k_j - lse) from the truth, the extra tokens turn out into
+// (out + Σ p_j·v_j)/(1 + Σ p_j) and lse into lse + log(1 + Σ p_j).
+inline Prediction predict_wrapped_negative(const mla::golden::AttnCase& c, mla::OutDType dtype) {
+  const auto& s = c.shape;
+  Prediction pr;
+  if (s.topk == 0) {
+    pr.must_pass = true;
+    pr.why = "dense";
+    return pr;
+  }
+  const auto& out_tol = mla::tol::tolerance_for(dtype, s.cache_format, "out");
+  const auto& lse_tol = mla::tol::tolerance_for(dtype, s.cache_format, "lse");
+  const int64_t D = 576, Dv = 512;
+  double max_use = 0, sum_d2 = 0, sum_sq = 0;
+  int64_t extra = 0, filled = 0;
+  for (double x : c.truth_out) sum_sq += 2 * x * x;
+  auto key = [&](int64_t b, int64_t t) {
+    const int64_t slot = int64_t{c.block_table[b * s.max_blocks + t / s.page_size]} * s.page_size + t % s.page_size;
+    std::vector<double> k(D);
+    for (int64_t d = 0; d < D; ++d) {
+      if (s.cache_format == mla::CacheFormat::fp8) {
+        k[d] = c.kv_cache_dequant[slot * D + d];
+      } else {
+        uint16_t bits;
+        std::memcpy(&bits, c.kv_cache.data() + (slot * D + d) * 2, 2);
+        k[d] = mla::bf16_to_float(bits);
+      }
+    }
+    return k;
+  };
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int64_t L = c.cache_seqlens[b];
+    for (int64_t sq = 0; sq < s.s_q; ++sq) {
+      std::vector<int64_t> wrapped;
+      for (int64_t j = 0; j < s.topk; ++j) {
+        const int64_t idx = c.indices[(b * s.s_q + sq) * s.topk + j];
+        if (idx < -1 && idx + L >= 0) wrapped.push_back(idx + L);
+      }
+      if (wrapped.empty()) continue;
+      extra += static_cast<int64_t>(wrapped.size());
+      for (int64_t h = 0; h < s.heads; ++h) {
+        const double lse = c.truth_lse[(b * s.heads + h) * s.s_q + sq];
+        if (!std::isfinite(lse)) {
+          ++filled;  // an empty row now attends something
+          continue;
+        }
+        const uint16_t* q = c.q.data() + ((b * s.s_q + sq) * s.heads + h) * D;
+        double P = 0;
+        std::vector<double> pv(Dv, 0.0);
+        for (const int64_t t : wrapped) {
+          const auto k = key(b, t);
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(mla::bf16_to_float(q[d])) * k[d];
+          const double p = std::exp(c.softmax_scale * dot - lse);
+          P += p;
+          for (int64_t d = 0; d < Dv; ++d) pv[d] += p * k[d];
+        }
+        const double* out = c.truth_out.data() + ((b * s.s_q + sq) * s.heads + h) * Dv;
+        for (int64_t d = 0; d < Dv; ++d) {
+          const double delta = (pv[d] - P * out[d]) / (1 + P);
+          sum_d2 += delta * delta;
+          max_use = std::max(max_use, std::fabs(delta) / std::max(out_tol.atol, out_tol.rtol * std::fabs(out[d])));
+        }
+        max_use = std::max(max_use, std::log1p(P) / std::max(lse_tol.atol, lse_tol.rtol * std::fabs(lse)));
+      }
+    }
+  }
+  const double cos = sum_sq > 0 ? sum_d2 / sum_sq : (sum_d2 > 0 ? 1.0 : 0.0);
+  pr.must_fail = filled > 0 || max_use > 2 || cos > 2 * out_tol.cos_diff;
+  pr.must_pass = extra == 0;
+  pr.why = fmt::format("{} wrapped entries, {} empty heads filled, predicted bound use {:.3g}, cos diff {:.3g}", extra, filled,
+                       max_use, cos);
+  return pr;
+}
+
 }  // namespace mla::certify::testing

@@ -112,6 +112,7 @@ inline std::string plugin_path(const std::string& name) {
   MLA_P(MLA_PLUGIN_IGNORES_BLOCK_TABLE, ignores_block_table)
   MLA_P(MLA_PLUGIN_LEAVES_DAEMON, leaves_daemon)
   MLA_P(MLA_PLUGIN_READS_CATALOG, reads_catalog)
+  MLA_P(MLA_PLUGIN_WRAPS_NEGATIVE_INDEX, wraps_negative_index)
 #undef MLA_P
   throw std::runtime_error("no example plug-in named " + name);
 }

@@ -16,6 +16,7 @@
 #include "mla/core/config.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
+#include "mla/core/needles.hpp"
 #include "mla/core/presets.hpp"
 
 namespace mla::axes {
@@ -255,7 +256,7 @@ std::vector<AxisPoint> build_catalog() {
     add(std::move(p));
   }
   add(with_topk(dense("edge_sparse_invalid", A::edge, kEdge, 4, 2, 16, {0, 10, 100, 300}, 711,
-                      "sparse rows with invalid indices mixed in (-1 and >= seqlen) and empty rows"),
+                      "sparse rows with every kind of invalid index mixed in (negative, L, beyond L) and empty rows"),
                 64, 16));
   {
     AxisPoint p = with_fp8(dense("edge_fp8_tiny_values", A::edge, kEdge, 2, 1, 16, same(2, 300), 712,
@@ -303,6 +304,18 @@ Footprint footprint(const AxisPoint& p) {
   return f;
 }
 
+int32_t invalid_index(int kind, int32_t length) {
+  switch (kind % kInvalidKinds) {
+    case 0: return -1;
+    case 1: return -2;
+    case 2: return -7;
+    case 3: return std::numeric_limits<int32_t>::min();
+    case 4: return length;
+    case 5: return length <= std::numeric_limits<int32_t>::max() - 5 ? length + 5 : std::numeric_limits<int32_t>::max();
+    default: return std::numeric_limits<int32_t>::max();
+  }
+}
+
 namespace {
 
 constexpr uint16_t kBf16NaN = 0x7FC0;
@@ -334,7 +347,7 @@ void fill_indices(const AxisPoint& p, std::vector<int32_t>& idx) {
       }
       for (int64_t j = 0; j < n; ++j) taken[static_cast<size_t>(r[j])] = 0;
       for (int64_t j = n, m = 0; j < static_cast<int64_t>(k); ++j, ++m)
-        r[j] = (m % 2 == 0) ? -1 : len + static_cast<int32_t>(m);  // both must be skipped
+        r[j] = invalid_index(static_cast<int>(m % kInvalidKinds), len);  // every one must be skipped
       for (int64_t j = static_cast<int64_t>(k) - 1; j > 0; --j) {
         const uint64_t u = gen::bits(p.seed, kStreamIndices, base + k + static_cast<uint64_t>(j));
         std::swap(r[j], r[u % static_cast<uint64_t>(j + 1)]);
@@ -452,6 +465,11 @@ SyntheticInputs build_inputs(const AxisPoint& p) {
     }
   });
   if (s.topk > 0) fill_indices(p, in.indices);
+  if (p.needles) {
+    if (fp8) throw Error(fmt::format("axis point {}: needles are defined over bf16 caches only", p.name));
+    const needles::Overlay o = needles::make_overlay(in.view());
+    needles::apply(o, in);
+  }
   return in;
 }
 

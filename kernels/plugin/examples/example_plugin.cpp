@@ -52,6 +52,7 @@
 #define FAULT_IGNORES_BLOCK_TABLE 17   // assumes pages are contiguous: block = b * max_blocks + t / page_size
 #define FAULT_LEAVES_DAEMON 18         // correct results, but leaves a setsid double-forked process behind
 #define FAULT_READS_CATALOG 19         // computes nothing: finds the catalog through /proc and returns its stored truth
+#define FAULT_WRAPS_NEGATIVE_INDEX 20  // sparse: -1 is padding, any other negative index counts from the end (t + L)
 
 #ifndef MLA_EXAMPLE_FAULT
 #define MLA_EXAMPLE_FAULT FAULT_NONE
@@ -552,7 +553,14 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
       } else {
         const int32_t* row = a.indices + (b * S + s) * a.topk;
         for (int64_t j = 0; j < a.topk; ++j) {
-          const int64_t t = row[j];
+          [[maybe_unused]] int64_t t = row[j];
+#if MLA_EXAMPLE_FAULT == FAULT_WRAPS_NEGATIVE_INDEX
+          // Checks the padding value -1 only, and reads any other negative index the way Python
+          // indexing does (from the end): -2 becomes L-2, attended once more. Not one of the
+          // shipped bugs of docs/field.md: it stands for every kernel that knows one invalid
+          // value only, which the catalog's other negative kinds are there to catch.
+          if (t < -1) t += L;
+#endif
 #if MLA_EXAMPLE_FLASHINFER
           if (t == -1) continue;  // a global slot; -1 is the one invalid value
           positions.push_back(t);

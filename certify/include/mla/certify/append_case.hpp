@@ -56,6 +56,16 @@ struct AppendCase {
 std::vector<AppendCase> make_append_cases(const golden::LayerCase& g, uint32_t formats, uint32_t scale_fmts,
                                           uint32_t fp8_recipes, const Capabilities& caps);
 
+// The fresh append cases (family `fresh`, rows of file kFreshAppendFile, names
+// "append/<format>/<call>", in name order), drawn from `seed` for what a plug-in claims, as the
+// catalog's are built: a claimed page size, 2-3 sequences over permuted pages, a capacity that
+// is not a page multiple; per format, "scatter" (both sides of page boundaries, the last valid
+// position, drawn non-contiguous positions, an all-zero latent and a block below the scale clamp,
+// in a drawn order) and "rejected" (valid tokens with one at max_seq_len among them).
+inline constexpr const char* kFreshAppendFile = "fresh_append";
+std::vector<AppendCase> make_fresh_append_cases(uint64_t seed, uint32_t formats, uint32_t scale_fmts, uint32_t fp8_recipes,
+                                                const Capabilities& caps);
+
 // The middle part of an append case's name: "bf16", "fp8_fp32", "fp8_ue8m0" (DeepSeek's recipe,
 // the names from before recipes were named), "fp8_fp32_flashmla", "fp8_ue8m0_flashmla".
 std::string append_variant_name(CacheFormat format, ScaleFmt scale_fmt, Fp8Recipe recipe);

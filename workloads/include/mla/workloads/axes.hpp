@@ -47,6 +47,12 @@ inline constexpr uint64_t kStreamIndices = 4;   // sparse top-k rows
 
 // The sentinel for unused block-table entries (fixtures/SCHEMA.md `sentinel_block_id`).
 inline constexpr int32_t kSentinelBlock = 2147483647;
+
+// The kinds of invalid sparse index the catalog's sparse cases hold (the Python reference's
+// make_indices): negatives (-1, -2, -7, INT_MIN), the length L itself, L + 5 and INT_MAX. An
+// entry of kind `k` of a row of sequence length L is invalid_index(k, L).
+inline constexpr int kInvalidKinds = 7;
+int32_t invalid_index(int kind, int32_t length);
 // Page size of every point that does not test paging itself (FlashMLA's only page size).
 inline constexpr int kDefaultPageSize = 64;
 
@@ -63,9 +69,13 @@ struct AxisPoint {
   ScaleFmt scale_fmt = ScaleFmt::fp32;  // fp8 only
   double q_std = 1.0;   // generator std of q (mean 0); large values stress the LSE
   double kv_std = 1.0;  // generator std of the cache values (mean 0)
-  // Sparse only: entries per row that must be skipped (alternately -1 and >= seqlen), mixed
-  // among the valid ones; rows also end in invalid entries when seqlen < topk.
+  // Sparse only: entries per row that must be skipped, mixed among the valid ones; rows also end
+  // in invalid entries when seqlen < topk. They cycle through the catalog's kinds of invalid
+  // index (kInvalidKinds), so a row with 7 or more of them holds every kind.
   int invalid_per_row = 0;
+  // bf16 cache only: plant the needles of rule needles-v1 (mla/core/needles.hpp) over q and the
+  // cache, as the catalog's long cases carry them (fixtures/SCHEMA.md "Needles").
+  bool needles = false;
   uint64_t seed = 0;
 
   bool in(Tier t) const { return (tiers & t) != 0; }
@@ -121,7 +131,10 @@ class SyntheticInputs : public AttnBuffers {
 //    nb = used + 1 so one whole poisoned block exists even when every sequence is empty;
 //  * block-table entries past a sequence's last page hold kSentinelBlock;
 //  * sparse rows hold min(seqlen, topk - invalid_per_row) distinct valid positions (Floyd's
-//    sampling on kStreamIndices), the rest invalid, in a generator-shuffled order.
+//    sampling on kStreamIndices), the rest invalid (invalid_index of kinds 0, 1, 2, ... in turn),
+//    in a generator-shuffled order;
+//  * a point with `needles` then gets the needles-v1 overlay (bf16 cache only; mla::Error when
+//    the rule cannot place them at the point's head count and page size).
 // Throws mla::Error on an inconsistent point (e.g. seqlens.size() != batch).
 SyntheticInputs build_inputs(const AxisPoint& p);
 

@@ -88,12 +88,18 @@ def _md_escape(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
+CERTIFICATE_FORMATS = (1, 2)
+
+
 def load_certificate(path: str | Path) -> dict[str, Any]:
     doc = json.loads(Path(path).read_text())
     if not isinstance(doc, dict) or "kernels" not in doc:
         raise benchjson.BenchFileError(f"{path}: not an mla-certify certificate (no 'kernels')")
-    if doc.get("format") != 1:
-        raise benchjson.BenchFileError(f"{path}: certificate format {doc.get('format')!r} is not 1")
+    # Format 2 (mla/reports/certificate.hpp) added NOT_CLAIMED, HOST_ERROR and INCOMPLETE; what
+    # the report reads (kernels, counts, verdict, complete) means the same in both.
+    if doc.get("format") not in CERTIFICATE_FORMATS:
+        raise benchjson.BenchFileError(f"{path}: certificate format {doc.get('format')!r} is not one of "
+                                       f"{', '.join(map(str, CERTIFICATE_FORMATS))}")
     return doc
 
 
@@ -108,6 +114,9 @@ def _cert_status(cert: dict[str, Any] | None) -> dict[str, str]:
             out[k["name"]] = "unavailable"
         elif c.get("FAIL", 0) or c.get("ERROR", 0):
             out[k["name"]] = "FAILS certification"
+        elif c.get("HOST_ERROR", 0):
+            # The certifier's own failure: not the kernel's, and not a pass either.
+            out[k["name"]] = "not certified (the host failed on some cases)"
         elif c.get("PASS", 0):
             out[k["name"]] = "certified" if cert.get("complete", False) else "certified (incomplete run)"
         else:

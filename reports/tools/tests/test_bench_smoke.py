@@ -120,3 +120,21 @@ def test_list_and_flag_errors():
         q = subprocess.run([BENCH, *bad, *FAST, "--benchmark_filter=^$"], capture_output=True, text=True, timeout=120)
         assert q.returncode == 2, (bad, q.stderr)
         assert q.stderr.strip(), bad
+
+
+CLI = os.environ.get("MLA_CLI")
+
+
+@pytest.mark.skipif(not CLI, reason="MLA_CLI (path of mla) not set")
+def test_the_report_reads_the_certificate_mla_certify_writes(bench_run, tmp_path):
+    # `./mla.sh certify` hands the certifier's own certificate to the report: the format the
+    # report accepts must be the one `mla certify` writes today, so take a real one.
+    out = tmp_path / "cert"
+    p = subprocess.run([CLI, "certify", "--goldens", "fixtures/goldens", "--out", str(out), "--kernel", "cpu_mla_fp64",
+                        "--family", "attn_core", "--case", "attn_core/(all_empty|h1_sq1_single_page)$"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    cert = report.load_certificate(out / "certificate.json")
+    md = report.render_markdown(benchjson.load(bench_run), cert, roofline_png=None, bandwidth_png=None)
+    assert "cpu_mla_fp64" in md
+    assert "Certificate: PASS" in md, md[:3000]

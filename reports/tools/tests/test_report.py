@@ -115,7 +115,7 @@ def test_certificate_marks_failing_kernels(run, tmp_path):
     assert f"`{NAIVE}` ⚠" in md
     assert "not the benchmarked machine" in md
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"format": 2, "kernels": []}))
+    bad.write_text(json.dumps({"format": 3, "kernels": []}))  # a later format than this report knows
     with pytest.raises(benchjson.BenchFileError):
         report.load_certificate(bad)
 

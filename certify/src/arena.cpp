@@ -121,8 +121,9 @@ Arena::Arena(const std::vector<AttnInputs>& sets, const std::vector<ArenaCallPla
   l.page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   l.value_bytes = value_bytes;
   std::size_t cursor = round_up(sizeof(ArenaControl), l.page);
-  auto add = [&](std::string name, std::size_t bytes, bool input) {
+  auto add = [&](std::string name, std::size_t bytes, bool input, std::size_t elem) {
     ArenaRegion r;
+    r.elem = elem;
     r.other = name.find(" (of the case") != std::string::npos;
     r.name = std::move(name);
     r.input = input;
@@ -146,11 +147,11 @@ Arena::Arena(const std::vector<AttnInputs>& sets, const std::vector<ArenaCallPla
     ArenaInputs in;
     in.shape = b.shape;
     in.softmax_scale = b.softmax_scale;
-    in.q = add("q" + suffix, bytes_of(b.q).size(), true);
-    in.kv_cache = add("kv_cache" + suffix, bytes_of(b.kv_cache).size(), true);
-    in.block_table = add("block_table" + suffix, bytes_of(b.block_table).size(), true);
-    in.cache_seqlens = add("cache_seqlens" + suffix, bytes_of(b.cache_seqlens).size(), true);
-    in.indices = add("indices" + suffix, bytes_of(b.indices).size(), true);
+    in.q = add("q" + suffix, bytes_of(b.q).size(), true, 2);
+    in.kv_cache = add("kv_cache" + suffix, bytes_of(b.kv_cache).size(), true, 1);
+    in.block_table = add("block_table" + suffix, bytes_of(b.block_table).size(), true, 4);
+    in.cache_seqlens = add("cache_seqlens" + suffix, bytes_of(b.cache_seqlens).size(), true, 4);
+    in.indices = add("indices" + suffix, bytes_of(b.indices).size(), true, 4);
     l.inputs.push_back(in);
   }
   if (calls.size() > static_cast<std::size_t>(kArenaMaxCalls)) throw Error("too many calls for one child");
@@ -160,8 +161,9 @@ Arena::Arena(const std::vector<AttnInputs>& sets, const std::vector<ArenaCallPla
     const std::size_t n_out = static_cast<std::size_t>(s.batch) * s.s_q * s.heads * s.d_v;
     const std::size_t n_lse = static_cast<std::size_t>(s.batch) * s.heads * s.s_q;
     const std::string which = p.inputs == 0 ? "" : " (of the case called in between)";
-    p.out = add("out" + which, n_out * static_cast<std::size_t>(value_bytes), false);
-    p.lse = add("lse" + which, n_lse * (value_bytes == 8 ? 8 : 4), false);
+    p.out = add("out" + which, n_out * static_cast<std::size_t>(value_bytes), false,
+                static_cast<std::size_t>(value_bytes));
+    p.lse = add("lse" + which, n_lse * (value_bytes == 8 ? 8 : 4), false, value_bytes == 8 ? 8 : 4);
     l.calls.push_back(p);
   }
   l.size = cursor;
@@ -250,6 +252,12 @@ std::vector<std::pair<std::string, std::string>> Arena::changed_inputs() const {
 
 std::vector<std::string> Arena::check_canaries() const {
   std::vector<std::string> v;
+  // How far a kernel wrote is the farthest canary byte that changed, counted in whole elements
+  // of the buffer: a kernel writes elements, and a written byte that happens to equal its canary
+  // byte (1 in 256) must not make the count depend on the run's secret.
+  auto extent = [](std::size_t changed, std::size_t elem, std::size_t len) {
+    return std::min(len, (changed + elem - 1) / elem * elem);
+  };
   const auto& l = layout_;
   for (std::size_t r = 0; r < l.regions.size(); ++r) {
     const auto& g = l.regions[r];
@@ -258,7 +266,7 @@ std::vector<std::string> Arena::check_canaries() const {
     const std::size_t front = g.data - (g.start + l.page);
     for (std::size_t i = front; i-- > 0;) {
       if (body[front - 1 - i] != canary(static_cast<int>(r), i)) {
-        v.push_back(fmt::format("wrote {} bytes before {}", i + 1, g.name));
+        v.push_back(fmt::format("wrote {} bytes before {}", extent(i + 1, g.elem, front), g.name));
         break;
       }
     }
@@ -266,7 +274,7 @@ std::vector<std::string> Arena::check_canaries() const {
     const std::size_t back_len = (g.start + l.page + g.body) - (g.data + g.bytes);
     for (std::size_t i = back_len; i-- > 0;) {
       if (back[i] != canary(static_cast<int>(r), (std::size_t{1} << 32) + i)) {
-        v.push_back(fmt::format("wrote {} bytes past {}", i + 1, g.name));
+        v.push_back(fmt::format("wrote {} bytes past {}", extent(i + 1, g.elem, back_len), g.name));
         break;
       }
     }

@@ -72,6 +72,7 @@ struct ArenaRegion {
   std::size_t body = 0;   // from start + page to the back guard page
   std::size_t end = 0;    // one past the back guard page
   bool other = false;     // belongs to the case called in between (parent only: its faults are that case's)
+  std::size_t elem = 1;   // bytes of one element (parent only): a stray write is counted in whole elements
 };
 
 // One set of inputs (the case, or the other case called between its calls).

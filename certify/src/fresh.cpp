@@ -134,7 +134,9 @@ std::vector<axes::AxisPoint> draw_points(const Capabilities& caps, uint64_t seed
 }  // namespace
 
 uint64_t fresh_seed(uint64_t run_seed, const std::string& implementation) {
-  return mix(run_seed ^ 0xF2E5Aull) ^ std::hash<std::string>{}(implementation);
+  // The suite's own text hash, not std::hash: --seed must draw the same cases with any standard
+  // library, on any machine.
+  return hash_text(mix(run_seed ^ 0xF2E5Aull), implementation);
 }
 
 std::vector<axes::AxisPoint> fresh_points(const Capabilities& caps, uint64_t seed) {
@@ -174,8 +176,24 @@ void certify_fresh(Session& s) {
     try {
       points = fresh_points(k.info.caps, fresh_seed(s.seed, k.info.name));
     } catch (const std::exception& e) {
-      s.progress << fmt::format("fresh: no cases for {}: {}\n", k.info.name, e.what());
+      // The host could not draw: a row, never a silent gap (the run cannot read as a pass).
+      reports::CaseResult r;
+      r.family = "fresh";
+      r.file = "fresh";
+      r.name = "draw";
+      r.description = fmt::format("the cases drawn from seed {} inside {}'s claims", s.seed, k.info.name);
+      r.verdict = Verdict::host_error;
+      r.reasons.push_back(fmt::format("the fresh cases could not be drawn: {}", e.what()));
+      s.progress << fmt::format("[fresh] {} draw {}\n", k.info.name, tol::to_string(r.verdict));
+      s.record(k, std::move(r));
       continue;
+    }
+    if (points.empty()) {
+      auto& notes = s.cert.kernels[k.report_index].notes;
+      const std::string why =
+          "fresh: no case can be drawn inside its claims (neither a dense nor a sparse call on a cache format the "
+          "fresh family generates)";
+      if (std::find(notes.begin(), notes.end(), why) == notes.end()) notes.push_back(why);
     }
     for (std::size_t i = 0; i < points.size(); ++i) {
       auto& p = points[i];

@@ -31,10 +31,6 @@ namespace fs = std::filesystem;
 // The generator's own mixer (one definition of splitmix64 in the suite).
 uint64_t mix(uint64_t z) { return gen::mix64(z + 0x9E3779B97F4A7C15ull); }
 
-uint64_t hash_text(uint64_t h, const std::string& s) {
-  for (const unsigned char ch : s) h = mix(h ^ ch);
-  return h;
-}
 
 // A child's words, bounded and made printable: they are the kernel's bytes (a control sequence
 // must not reach a terminal, invalid UTF-8 would make the JSON certificate unwritable).
@@ -190,6 +186,11 @@ std::vector<double> widen(const std::vector<uint8_t>& b, int value_bytes) {
 
 }  // namespace
 
+uint64_t hash_text(uint64_t h, const std::string& s) {
+  for (const unsigned char ch : s) h = mix(h ^ ch);
+  return h;
+}
+
 int calls_per_case(uint64_t seed, const std::string& kernel, const std::string& case_key) {
   return 3 + static_cast<int>(hash_text(hash_text(mix(seed), kernel), case_key) % 3);
 }
@@ -218,7 +219,7 @@ RunResult run_in_children(Session& s, const Implementation& k, const AttnInputs&
   }
   std::unique_ptr<Arena> arena;
   try {
-    arena = std::make_unique<Arena>(sets, calls, out_bytes, s.secret ^ mix(std::hash<std::string>{}(tag)));
+    arena = std::make_unique<Arena>(sets, calls, out_bytes, s.secret ^ hash_text(0, tag));
   } catch (const std::exception& e) {
     // The host could not make the buffers: never the kernel's fault.
     r.status = RunResult::Status::error;

@@ -147,6 +147,9 @@ struct CallSchedule {
 };
 // The number of calls of a plug-in on a case: 3 to 5, drawn from the run's seed, the kernel and
 // the case (the same seed gives the same numbers; a kernel cannot count on a fixed count).
+// The suite's text hash (splitmix64 over the bytes): the same on every standard library, so
+// whatever a seed draws is reproducible anywhere.
+uint64_t hash_text(uint64_t h, const std::string& s);
 int calls_per_case(uint64_t seed, const std::string& kernel, const std::string& case_key);
 // run_case.cpp: the case in one or two child processes on shared buffers this process created,
 // audited here from the raw bytes (arena.hpp); the child's words only explain an ERROR.

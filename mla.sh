@@ -8,7 +8,8 @@
 #   ./mla.sh report    build, run mla-bench --mla_quick (extra args passed on), write bench.json,
 #                      report.md, roofline.png, bandwidth.png to reports/out/bench/
 #   ./mla.sh gate BASELINE.json RUN.json   regression gate (exit 1 on a significant slowdown)
-#   ./mla.sh sanitize  build every host target with ASan+UBSan (preset asan), run every CPU test
+#   ./mla.sh sanitize  build every host target with ASan+UBSan (preset asan), run the CPU tests
+#                      of its test preset (README, "Hardening")
 #   ./mla.sh repeat [P] the tests labelled tempstate (they write temp files or run certifiers)
 #                      three times in a row under ctest -j, in the build of preset P (default ci)
 #   ./mla.sh fuzz [S]  build the libFuzzer targets (preset fuzz, clang), replay suites/fuzz/corpus,

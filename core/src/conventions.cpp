@@ -81,13 +81,22 @@ Conventions conventions_from_json(const nlohmann::json& j) {
   }
 }
 
-std::vector<int32_t> indices_to_kernel(IndexNumbering n, const AttnInputs& in) {
+// What both directions of the index translation open with: a dense call has no indices and
+// positions translate to themselves; otherwise every span the translation reads is checked
+// against the shape. nullopt: the indices must be translated.
+static std::optional<std::vector<int32_t>> decided_without_translation(IndexNumbering n, const AttnInputs& in) {
   const AttnShape& s = in.shape;
-  if (s.topk == 0) return {};
+  if (s.topk == 0) return std::vector<int32_t>{};
   need("indices", in.indices.size(), int64_t{s.batch} * s.s_q * s.topk);
-  if (n == IndexNumbering::positions) return {in.indices.begin(), in.indices.end()};
+  if (n == IndexNumbering::positions) return std::vector<int32_t>(in.indices.begin(), in.indices.end());
   need("cache_seqlens", in.cache_seqlens.size(), s.batch);
   need("block_table", in.block_table.size(), int64_t{s.batch} * s.max_blocks);
+  return std::nullopt;
+}
+
+std::vector<int32_t> indices_to_kernel(IndexNumbering n, const AttnInputs& in) {
+  if (auto done = decided_without_translation(n, in)) return *done;
+  const AttnShape& s = in.shape;
   std::vector<int32_t> out(in.indices.size());
   for (int64_t b = 0; b < s.batch; ++b) {
     const int64_t L = in.cache_seqlens[static_cast<std::size_t>(b)];
@@ -105,12 +114,8 @@ std::vector<int32_t> indices_to_kernel(IndexNumbering n, const AttnInputs& in) {
 }
 
 std::vector<int32_t> indices_to_canonical(IndexNumbering n, const AttnInputs& in) {
+  if (auto done = decided_without_translation(n, in)) return *done;
   const AttnShape& s = in.shape;
-  if (s.topk == 0) return {};
-  need("indices", in.indices.size(), int64_t{s.batch} * s.s_q * s.topk);
-  if (n == IndexNumbering::positions) return {in.indices.begin(), in.indices.end()};
-  need("cache_seqlens", in.cache_seqlens.size(), s.batch);
-  need("block_table", in.block_table.size(), int64_t{s.batch} * s.max_blocks);
   std::vector<int32_t> out(in.indices.size(), -1);
   for (int64_t b = 0; b < s.batch; ++b) {
     const int64_t L = in.cache_seqlens[static_cast<std::size_t>(b)];

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "claims.hpp"
+#include "twin.hpp"
 #include "mla/certify/host_error.hpp"
 #include "mla/judge/golden.hpp"
 #include "session.hpp"
@@ -40,8 +41,14 @@ class AttentionCase {
     // Results that --resume may keep; the order of the certificate stays the order of the run.
     std::vector<const Implementation*> pending;
     for (const auto& k : s_.implementations) {
-      if (auto kept = s_.kept(k, ref_)) s_.record(k, std::move(*kept));
-      else pending.push_back(&k);
+      if (auto kept = s_.kept(k, ref_)) {
+        s_.record(k, std::move(*kept));
+        if (has_twin(k)) {
+          if (auto twin = s_.kept(k, twin_ref())) s_.record(k, std::move(*twin));
+        }
+      } else {
+        pending.push_back(&k);
+      }
     }
     if (pending.empty()) return;
 
@@ -65,6 +72,14 @@ class AttentionCase {
       return;
     }
 
+    // The twin rows --resume keeps (a twin is decided with its case, from the same claim).
+    std::vector<const Implementation*> twin_pending;
+    for (const auto* k : pending) {
+      if (!has_twin(*k)) continue;
+      if (auto kept = s_.kept(*k, twin_ref())) kept_twins_[k] = std::move(*kept);
+      else twin_pending.push_back(k);
+    }
+
     // Decide everything that does not need the arrays first, so a case no implementation can
     // run is never loaded.
     std::vector<const Implementation*> runnable, probes;
@@ -80,15 +95,15 @@ class AttentionCase {
         } else if (s_.options.max_tokens && header.cache_tokens() > *s_.options.max_tokens) {
           r.verdict = Verdict::skipped;
           r.reasons.push_back(fmt::format("cache of {} tokens > --max-tokens {}", header.cache_tokens(), *s_.options.max_tokens));
-        } else if (const auto cl = claim(s_, *k, header.shape, header.scale_fmt); !cl.claimed) {
-          // A shape the kernel itself refused is not run for information: it said it cannot.
-          if (!cl.by_kernel && probe_worthwhile(header)) {
-            refused[k] = cl.reason;
+        } else if (const auto no = claim_refusal(*k, header.shape, nullptr)) {
+          // Outside the declared capabilities: run for information when that is worth it.
+          if (probe_worthwhile(header)) {
+            refused[k] = *no;
             probes.push_back(k);
             continue;
           }
-          r.verdict = not_claimed_verdict(cl);
-          r.reasons.push_back(cl.reason);
+          r.verdict = Verdict::not_claimed;
+          r.reasons.push_back(*no);
         } else {
           runnable.push_back(k);
           continue;
@@ -96,8 +111,7 @@ class AttentionCase {
       } catch (const std::exception& e) {
         // A capability query that throws is a defect of the implementation, not of the run.
         r.verdict = Verdict::error;
-        r.reasons.push_back(fmt::format("the claim could not be decided (unavailable(), check() or can_implement): {}",
-                                        e.what()));
+        r.reasons.push_back(fmt::format("the claim could not be decided (unavailable() or check()): {}", e.what()));
       }
       s_.record(*k, std::move(r));
     }
@@ -106,37 +120,65 @@ class AttentionCase {
     golden::AttnCase c;
     try {
       c = golden::load_attn_case(path, ref_.name);
+      scale_fmt_ = c.scale_fmt;
     } catch (const std::exception& e) {
       fail_all(runnable, fmt::format("case failed to load: {}", e.what()), &header, failure_verdict(e));
       for (const auto* k : probes) s_.record(*k, not_claimed(header, refused[k]));
       return;
     }
-    // Varlen is a property of the lengths, known only now.
+    // The lengths are known only now: varying lengths are a capability, and the kernel's own
+    // can_implement sees the whole shape with them.
+    std::map<const Implementation*, reports::CaseResult> results;
     for (auto it = runnable.begin(); it != runnable.end();) {
-      if (auto no = claim_refusal(**it, c.shape, &c.cache_seqlens)) {
-        refused[*it] = *no;
-        probes.push_back(*it);
-        it = runnable.erase(it);
-      } else {
-        ++it;
+      const auto* k = *it;
+      try {
+        const auto cl = claim(s_, *k, c.shape, c.scale_fmt, c.cache_seqlens);
+        if (cl.claimed) {
+          ++it;
+          continue;
+        }
+        if (!cl.by_kernel && probe_worthwhile(header)) {
+          refused[k] = cl.reason;
+          probes.push_back(k);
+        } else {
+          // A shape the kernel itself refused is not run for information: it said it cannot.
+          results[k] = not_claimed(header, cl.reason);
+          results[k].shape = shape_json(c);
+        }
+      } catch (const std::exception& e) {
+        // A predicate that fails or crashes is a defect of the implementation, not of the run.
+        auto r = s_.base_result(ref_);
+        r.description = c.description;
+        r.shape = shape_json(c);
+        r.verdict = Verdict::error;
+        r.reasons.push_back(fmt::format("the claim could not be decided (can_implement): {}", e.what()));
+        results[k] = std::move(r);
       }
+      it = runnable.erase(it);
     }
 
     const GoldenTruth truth(c);
     // Claimed shapes first, then the informational runs, in the certificate's kernel order.
-    std::map<const Implementation*, reports::CaseResult> results;
+    std::map<const Implementation*, reports::CaseResult> twins;
     for (const auto* k : runnable) {
-      results[k] = judged(*k, c, truth, run(*k, c, /*enforce_caps=*/true));
+      results[k] = judged(*k, c, c.view(), truth.view(), run(*k, c.view(), /*enforce_caps=*/true));
+      if (has_twin(*k) && std::find(twin_pending.begin(), twin_pending.end(), k) != twin_pending.end()) {
+        twins[k] = twin_row(*k, c);
+      }
     }
     for (const auto* k : probes) {
       auto r = not_claimed(header, refused[k]);
       r.shape = shape_json(c);
-      if (probe_worthwhile(header)) r.reasons.push_back(probe_reason(*k, c, truth, run(*k, c, /*enforce_caps=*/false)));
+      if (probe_worthwhile(header)) r.reasons.push_back(probe_reason(*k, c, truth, run(*k, c.view(), /*enforce_caps=*/false)));
       results[k] = std::move(r);
     }
     for (const auto& k : s_.implementations) {
       const auto it = results.find(&k);
       if (it != results.end()) s_.record(k, std::move(it->second));
+      // The twin right after its case; a kernel that did not run the case gets no twin row (its
+      // case row says why), one that did gets one, kept or run.
+      if (const auto t = twins.find(&k); t != twins.end()) s_.record(k, std::move(t->second));
+      else if (const auto kt = kept_twins_.find(&k); kt != kept_twins_.end()) s_.record(k, std::move(kt->second));
     }
   }
 
@@ -169,40 +211,95 @@ class AttentionCase {
   // In this process for --in-process registered kernels, else in children with a deadline, on
   // buffers this process created and audits; in the kernel's declared conventions either way
   // (run_declared).
-  RunResult run(const Implementation& k, const golden::AttnCase& c, bool enforce_caps) {
+  // The inputs `in` (the stored case, or its twin) with the other case called in between: the
+  // same inputs with q negated, whose truth the C++ oracles compute once per inputs.
+  // (The truth only when a result is judged: an informational run needs the inputs alone.)
+  struct Between {
+    AttnBuffers inputs;
+    std::optional<ComputedTruth> truth;
+  };
+  Between& between_of(const AttnInputs& in) {
+    auto& slot = in.q.data() == twin_inputs_q_ ? twin_between_ : case_between_;
+    if (!slot) slot = Between{negated_q(in), std::nullopt};
+    return *slot;
+  }
+  AttentionTruth between_truth(const AttnInputs& in) {
+    auto& b = between_of(in);
+    if (!b.truth) b.truth = compute_truth(b.inputs.view());
+    return b.truth->view();
+  }
+
+  RunResult run(const Implementation& k, const AttnInputs& in, bool enforce_caps, const std::string& tag_suffix = "") {
     CallSchedule plan;
     plan.enforce_caps = enforce_caps;
-    if (c.shape.cache_format == CacheFormat::fp8) plan.scale_fmt = c.scale_fmt;
-    AttnBuffers flipped;
+    if (in.shape.cache_format == CacheFormat::fp8) plan.scale_fmt = scale_fmt_;
     if (k.plugin) {
       // An untrusted kernel: a drawn number of calls, another case called between them, and a
       // second fresh process (docs/field.md, "Bugs", 12: state that leaks between calls).
-      plan.calls = calls_per_case(s_.seed, k.info.name, ref_.key());
+      plan.calls = calls_per_case(s_.seed, k.info.name, ref_.key() + tag_suffix);
       plan.second_process = true;
       // The other case is this one with its query negated: other inputs of a shape the kernel
-      // claims, chosen from the case alone, so a resumed run calls exactly what a whole run does.
-      flipped.q.assign(c.q.begin(), c.q.end());
-      for (auto& b : flipped.q) b ^= 0x8000u;
-      plan.between = c.view();
-      plan.between->q = flipped.q;
+      // claims, chosen from the case alone, so a resumed run calls exactly what a whole run does;
+      // its outputs are judged against its own truth.
+      plan.between = between_of(in).inputs.view();
     } else {
       plan.calls = std::max(1, s_.options.repeats);
     }
-    return run_declared(s_, k, c.view(), plan, fmt::format("case-{}-{}", index_, k.report_index));
+    return run_declared(s_, k, in, plan, fmt::format("case-{}-{}{}", index_, k.report_index, tag_suffix));
   }
 
-  reports::CaseResult judged(const Implementation& k, const golden::AttnCase& c, const GoldenTruth& truth,
-                             const RunResult& run) const {
+  reports::CaseResult judged(const Implementation& k, const golden::AttnCase& c, const AttnInputs& in,
+                             const AttentionTruth& truth, const RunResult& run, bool claimed = true) {
     auto r = s_.base_result(ref_);
     r.description = c.description;
     r.shape = shape_json(c);
-    judge_run(r, k, c.shape, run, truth.view());
+    if (claimed) judge_run_into(r, k, in, truth, run);
+    else judge_run(r, k, c.shape, run, truth, nullptr, /*claimed=*/false);
     return r;
   }
 
+  // Kernels whose stored cases get a fresh twin: every kernel from outside the suite (plug-ins,
+  // Python kernels), the ones a stored answer could tempt. The registered kernels are the suite's
+  // own oracles and its CUDA kernels, reviewed with it.
+  static bool has_twin(const Implementation& k) { return k.plugin; }
+  CaseRef twin_ref() const { return {ref_.family, ref_.file, ref_.name + kTwinSuffix}; }
+
+  // The twin of this case run and judged for `k`, as its own row.
+  reports::CaseResult twin_row(const Implementation& k, const golden::AttnCase& c) {
+    auto r = s_.base_result(twin_ref());
+    r.description = fmt::format("fresh twin of {} (drawn from seed {}: heads, pages, latent and rope dimensions "
+                                "permuted and sign-flipped, q with fresh noise; truth from the C++ oracles): {}",
+                                ref_.key(), s_.seed, c.description);
+    r.shape = shape_json(c);
+    try {
+      if (!twin_) {
+        twin_ = make_twin(c.view(), hash_text(hash_text(s_.seed ^ 0x7317ull, "twin"), ref_.key()));
+        twin_truth_ = compute_truth(twin_->view());
+        twin_inputs_q_ = twin_->q.data();
+      }
+      const auto in = twin_->view();
+      judge_run_into(r, k, in, twin_truth_->view(), run(k, in, /*enforce_caps=*/true, kTwinSuffix));
+    } catch (const std::exception& e) {
+      r.verdict = failure_verdict(e);
+      r.reasons.push_back(fmt::format("the twin could not be built or judged: {}", e.what()));
+    }
+    return r;
+  }
+
+  void judge_run_into(reports::CaseResult& r, const Implementation& k, const AttnInputs& in, const AttentionTruth& truth,
+                      const RunResult& run) {
+    const AttentionTruth* between = nullptr;
+    AttentionTruth between_view;
+    if (k.plugin && run.status == RunResult::Status::ran) {
+      between_view = between_truth(in);
+      between = &between_view;
+    }
+    judge_run(r, k, in.shape, run, truth, between, /*claimed=*/true);
+  }
+
   std::string probe_reason(const Implementation& k, const golden::AttnCase& c, const GoldenTruth& truth,
-                           const RunResult& run) const {
-    const auto r = judged(k, c, truth, run);
+                           const RunResult& run) {
+    const auto r = judged(k, c, c.view(), truth.view(), run, /*claimed=*/false);
     switch (r.verdict) {
       case Verdict::pass: return kProbePass;
       case Verdict::fail: return fmt::format("{}would FAIL ({})", kProbePrefix, r.reasons.front());
@@ -214,6 +311,12 @@ class AttentionCase {
   Session& s_;
   const CaseRef& ref_;
   std::size_t index_;
+  ScaleFmt scale_fmt_ = ScaleFmt::fp32;
+  std::optional<Between> case_between_, twin_between_;
+  std::optional<AttnBuffers> twin_;
+  std::optional<ComputedTruth> twin_truth_;
+  const uint16_t* twin_inputs_q_ = nullptr;
+  std::map<const Implementation*, reports::CaseResult> kept_twins_;
 };
 
 }  // namespace

@@ -196,7 +196,7 @@ void set_aside_unreadable(const fs::path& out, std::ostream& progress) {
 // cases it leaves out are kept (when they still hold), never deleted, and it says so.
 void keep_outside_selection(Session& s) {
   std::set<std::string> selected;
-  for (const auto& ref : s.attention_cases) selected.insert(ref.key());
+  for (const auto& ref : s.attention_cases) selected.insert(ref.key()), selected.insert(ref.key() + kTwinSuffix);
   // The append family's rows are this run's when it certifies appends at all.
   std::set<std::string> rerun_families;
   if (any_append_case_selected(s)) {

@@ -394,7 +394,7 @@ int child_claims(const std::filesystem::path& plugin_path, const std::filesystem
   for (const auto& q : questions) {
     ClaimAnswer a;
     try {
-      const auto c = lib->can_implement(q.shape, q.scale_fmt);
+      const auto c = lib->can_implement(q.shape, q.scale_fmt, q.cache_seqlens);
       switch (c.answer) {
         case plugin::Library::Claim::Answer::ok: a.kind = ClaimAnswer::Kind::ok; break;
         case plugin::Library::Claim::Answer::unsupported:

@@ -2,7 +2,10 @@
 // can_implement, asked in a child process once per distinct shape.
 #include "claims.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "mla/certify/protocol.hpp"
 #include "python_door.hpp"
@@ -13,19 +16,25 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string question_key(const Implementation& k, const AttnShape& shape, std::optional<ScaleFmt> scale_fmt) {
-  return fmt::format("{}|{}|{}", k.report_index, to_json(shape).dump(), scale_fmt ? to_string(*scale_fmt) : "");
+std::string question_key(const Implementation& k, const ClaimQuestion& q) {
+  return fmt::format("{}|{}|{}|{}", k.report_index, to_json(q.shape).dump(), q.scale_fmt ? to_string(*q.scale_fmt) : "",
+                     fmt::join(q.cache_seqlens, ","));
 }
 
-// One child asks the plug-in about one shape.
-ClaimAnswer ask(Session& s, const Implementation& k, const ClaimQuestion& q) {
+// One child asks the plug-in about every question; one answer per question, in order.
+std::vector<ClaimAnswer> ask(Session& s, const Implementation& k, const std::vector<ClaimQuestion>& qs) {
   const std::size_t n = s.claim_answers.size();
   const auto query = s.work.path() / fmt::format("claims-{}.query", n);
   const auto result = s.work.path() / fmt::format("claims-{}.result", n);
   const auto log = s.work.path() / fmt::format("claims-{}.log", n);
-  ClaimAnswer a;
+  std::vector<ClaimAnswer> answers;
+  auto all_failed = [&](const std::string& why) {
+    ClaimAnswer a;
+    a.reason = why;
+    return std::vector<ClaimAnswer>(qs.size(), a);
+  };
   try {
-    wire::write(query, encode(std::vector<ClaimQuestion>{q}));
+    wire::write(query, encode(qs));
     const std::vector<std::string> io{"--inputs", query.string(), "--result", result.string()};
     std::vector<std::string> argv;
     if (k.ref.python) {
@@ -37,22 +46,27 @@ ClaimAnswer ask(Session& s, const Implementation& k, const ClaimQuestion& q) {
     const auto outcome = run_child(argv, std::min(s.options.timeout_s, 60.0), log);
     std::error_code ec;
     if (!outcome.ok() || !fs::exists(result, ec)) {
-      a.reason = fmt::format("can_implement could not be asked: {}{}", outcome.ok() ? "no answer written" : outcome.describe(),
-                             outcome.stderr_tail.empty() ? "" : "; its last output: " + outcome.stderr_tail);
+      answers = all_failed(fmt::format("can_implement could not be asked: {}{}",
+                                       outcome.ok() ? "no answer written" : outcome.describe(),
+                                       outcome.stderr_tail.empty() ? "" : "; its last output: " + outcome.stderr_tail));
     } else {
-      const auto answers = decode_claim_answers(wire::read(result, kClaimAnswers));
-      if (answers.size() == 1) a = answers.front();
-      else a.reason = fmt::format("can_implement: the child answered {} questions, asked 1", answers.size());
+      answers = decode_claim_answers(wire::read(result, kClaimAnswers));
+      if (answers.size() != qs.size()) {
+        answers = all_failed(fmt::format("can_implement: the child answered {} questions, asked {}", answers.size(), qs.size()));
+      }
     }
   } catch (const std::exception& e) {
-    a = ClaimAnswer{};
-    a.reason = fmt::format("can_implement could not be asked: {}", e.what());
+    answers = all_failed(fmt::format("can_implement could not be asked: {}", e.what()));
   }
   std::error_code ec;
   fs::remove(query, ec);
   fs::remove(result, ec);
   fs::remove(log, ec);
-  return a;
+  return answers;
+}
+
+ClaimQuestion question(const AttnShape& shape, std::optional<ScaleFmt> scale_fmt, const std::vector<int32_t>& seqlens) {
+  return {shape, shape.cache_format == CacheFormat::fp8 ? scale_fmt : std::nullopt, seqlens};
 }
 
 }  // namespace
@@ -66,22 +80,36 @@ std::optional<std::string> claim_refusal(const Implementation& k, const AttnShap
   return std::nullopt;
 }
 
-tol::Verdict not_claimed_verdict(const Claim&) { return tol::Verdict::not_claimed; }
 
-Claim claim(Session& s, const Implementation& k, const AttnShape& shape, std::optional<ScaleFmt> scale_fmt) {
+void ask_claims(Session& s, const Implementation& k, const std::vector<ClaimQuestion>& questions) {
+  if (!k.can_implement) return;
+  std::vector<ClaimQuestion> open;
+  std::vector<std::string> keys;
+  for (const auto& q0 : questions) {
+    const auto q = question(q0.shape, q0.scale_fmt, q0.cache_seqlens);
+    auto key = question_key(k, q);
+    if (s.claim_answers.count(key) || std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
+    open.push_back(q);
+    keys.push_back(std::move(key));
+  }
+  if (open.empty()) return;
+  auto answers = ask(s, k, open);
+  for (std::size_t i = 0; i < keys.size(); ++i) s.claim_answers.emplace(keys[i], std::move(answers[i]));
+}
+
+Claim claim(Session& s, const Implementation& k, const AttnShape& shape, std::optional<ScaleFmt> scale_fmt,
+            const std::vector<int32_t>& seqlens) {
   Claim c;
-  if (auto no = claim_refusal(k, shape, nullptr)) {
+  if (auto no = claim_refusal(k, shape, &seqlens)) {
     c.claimed = false;
     c.reason = *no;
     return c;
   }
   if (!k.can_implement) return c;
-  const auto key = question_key(k, shape, scale_fmt);
-  auto it = s.claim_answers.find(key);
-  if (it == s.claim_answers.end()) {
-    it = s.claim_answers.emplace(key, ask(s, k, {shape, shape.cache_format == CacheFormat::fp8 ? scale_fmt : std::nullopt})).first;
-  }
-  const ClaimAnswer& a = it->second;
+  const auto q = question(shape, scale_fmt, seqlens);
+  const auto key = question_key(k, q);
+  if (!s.claim_answers.count(key)) ask_claims(s, k, {q});
+  const ClaimAnswer& a = s.claim_answers.at(key);
   switch (a.kind) {
     case ClaimAnswer::Kind::ok: return c;
     case ClaimAnswer::Kind::unsupported:

@@ -5,9 +5,10 @@
 //
 // What is asked, in order: the registered kernel's own check() (which starts from its declared
 // capabilities), or for a plug-in the capabilities of its descriptor; then the lengths; then, for
-// a plug-in with an ABI 1.2 can_implement, the kernel's own answer. That answer is obtained in a
-// child process (loading a plug-in runs its code, which the certifying process never does) and
-// comes back as data; it is asked once per distinct shape and kept for the rest of the run.
+// a plug-in with a can_implement, the kernel's own answer on the shape with its lengths. That
+// answer is obtained in a child process (loading a plug-in runs its code, which the certifying
+// process never does) and comes back as data; it is asked once per distinct shape and lengths
+// (the drawn cases of a kernel all in one child) and kept for the rest of the run.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include "mla/core/attention.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/core/tolerance.hpp"
+#include "mla/certify/protocol.hpp"
 
 namespace mla::certify {
 
@@ -30,19 +32,21 @@ class Session;
 std::optional<std::string> claim_refusal(const Implementation& k, const AttnShape& shape,
                                          const std::vector<int32_t>* seqlens);
 
-// claim_refusal on the shape, then the plug-in's can_implement (the FP8 scale format is part of
-// the shape it sees). Not claimed: the reason; by_kernel when the kernel's own can_implement
-// refused (its reason quoted). Throws mla::Error when can_implement failed (another return code,
-// a crash): an ERROR of the kernel, never a refusal.
+// claim_refusal on the shape and lengths, then the plug-in's can_implement, which sees the shape,
+// the FP8 scale format and the lengths. Not claimed: the reason; by_kernel when the kernel's own
+// can_implement refused (its reason quoted). Throws mla::Error when can_implement failed (another
+// return code, a crash): an ERROR of the kernel, never a refusal.
 struct Claim {
   bool claimed = true;
   std::string reason;
   bool by_kernel = false;
 };
-Claim claim(Session& s, const Implementation& k, const AttnShape& shape, std::optional<ScaleFmt> scale_fmt);
+Claim claim(Session& s, const Implementation& k, const AttnShape& shape, std::optional<ScaleFmt> scale_fmt,
+            const std::vector<int32_t>& seqlens);
 
-// The verdict of a case an implementation does not claim, by its declarations or by its own
-// can_implement: one word, never counted against it.
-tol::Verdict not_claimed_verdict(const Claim& c);
+// Asks `k`'s can_implement every question it has not answered yet in one child, so that the
+// claim() calls that follow find their answers (the cases drawn for a kernel: one process, not
+// one per case).
+void ask_claims(Session& s, const Implementation& k, const std::vector<ClaimQuestion>& questions);
 
 }  // namespace mla::certify

@@ -20,6 +20,7 @@
 #include "mla/workloads/axes.hpp"
 #include "mla/certify/fresh.hpp"
 #include "claims.hpp"
+#include <fmt/ranges.h>
 #include "mla/certify/host_error.hpp"
 #include "session.hpp"
 
@@ -41,94 +42,240 @@ class Draw {
   uint64_t state_;
 };
 
-// The shapes one implementation's claims allow, drawn: heads at both ends of its range and an
-// odd one between, s_q > 1 causal with rows that see nothing, every claimed page size with
-// lengths 0, 1, page-1, page, page+1 (varlen batches when claimed), one context >= 16K, sparse
-// rows with invalid entries, both cache formats and both FP8 scale formats when claimed.
-std::vector<axes::AxisPoint> draw_points(const Capabilities& caps, uint64_t seed) {
+// The choices of one drawn case, from which its point is built.
+struct Choice {
+  int heads = 1, page = 64, s_q = 1, topk = 0;
+  CacheFormat format = CacheFormat::bf16;
+  ScaleFmt sf = ScaleFmt::fp32;
+  bool causal = true;
+};
+
+// What the field's kernels accept, so a kernel that claims only its real domain still gets its
+// fresh cases (docs/field.md, "The peers' conventions"): FlashMLA's sparse decode takes 64 or 128
+// heads, top-k a multiple of 64, no causal flag, the FP8 cache; its dense decode the bf16 cache
+// with 64-token pages; FlashInfer's tests leave out causal rows that attend nothing.
+constexpr int kFieldHeads[] = {128, 64, 16};
+constexpr int kFieldTopk[] = {64, 128};
+constexpr int kFieldPage = 64;
+// Candidates asked per slot at most (all of a kernel's in one can_implement child).
+constexpr std::size_t kMaxCandidates = 96;
+
+template <class T>
+void add_unique(std::vector<T>& v, T x) {
+  if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+}
+
+// The slots one implementation's declared capabilities allow, each with its candidates: the
+// drawn choice first, then the same case moved into the field's domains one more dimension at a
+// time. Heads at both ends of its range and an odd one between, s_q > 1 causal with rows that
+// see nothing, every claimed page size with lengths 0, 1, page-1, page, page+1 (varlen batches
+// when claimed), one context of needles::kLongTokens, sparse rows with invalid entries, both
+// cache formats and both FP8 scale formats when claimed, and the catalog's stress classes: q of
+// std 100 (logits that overflow without the running maximum), a cache of std 1e-6 (near-equal
+// logits; on FP8 blocks of tiny amax, where the scale recipes differ).
+std::vector<FreshSlot> draw_slots(const Capabilities& caps, uint64_t seed) {
   Draw d(seed);
-  std::vector<axes::AxisPoint> v;
-  const std::vector<int> pages = caps.page_sizes.empty() ? std::vector<int>{16, 64} : caps.page_sizes;
-  const bool bf16 = std::count(caps.cache_formats.begin(), caps.cache_formats.end(), CacheFormat::bf16) > 0;
-  const bool fp8 = std::count(caps.cache_formats.begin(), caps.cache_formats.end(), CacheFormat::fp8) > 0;
+  std::vector<FreshSlot> slots;
+  const std::vector<int> pages = caps.page_sizes.empty() ? std::vector<int>{16, kFieldPage} : caps.page_sizes;
+  std::vector<CacheFormat> formats;
+  for (const auto f : {CacheFormat::bf16, CacheFormat::fp8}) {
+    if (std::count(caps.cache_formats.begin(), caps.cache_formats.end(), f) > 0) formats.push_back(f);
+  }
+  if (formats.empty()) return slots;
+  const bool fp8 = std::count(formats.begin(), formats.end(), CacheFormat::fp8) > 0;
   const int hmax = std::min(caps.max_heads, 128), hmin = std::max(caps.min_heads, 1);
-  auto odd_heads = [&] {
-    int h = d.in(hmin, std::min(hmax, 33)) | 1;
-    return std::clamp(h, hmin, hmax);
+  auto odd_heads = [&] { return std::clamp(d.in(hmin, std::min(hmax, 33)) | 1, hmin, hmax); };
+  auto pick = [&](const auto& v) { return v[static_cast<std::size_t>(d.in(0, static_cast<int>(v.size()) - 1))]; };
+
+  // A slot: `first` drawn, `build` makes the point of a choice (its lengths drawn once, here,
+  // as numbers the choice scales), the candidates every combination of the field's values.
+  auto slot = [&](const std::string& what, Choice first, auto build, bool vary_causal, bool vary_topk) {
+    FreshSlot sl;
+    sl.what = what;
+    std::vector<int> hs{first.heads};
+    for (const int h : kFieldHeads) add_unique(hs, std::clamp(h, hmin, hmax));
+    add_unique(hs, hmin), add_unique(hs, hmax);
+    std::vector<int> ps{first.page};
+    for (const int p : pages) add_unique(ps, p);
+    std::vector<CacheFormat> fs{first.format};
+    for (const auto f : formats) add_unique(fs, f);
+    std::vector<bool> cs{first.causal};
+    if (vary_causal) add_unique(cs, !first.causal);
+    std::vector<int> ts{first.topk};
+    if (vary_topk) for (const int t : kFieldTopk) add_unique(ts, t);
+    for (const bool c : cs) {
+      for (const int t : ts) {
+        for (const auto f : fs) {
+          for (const int p : ps) {
+            for (const int h : hs) {
+              if (sl.candidates.size() >= kMaxCandidates) break;
+              Choice ch = first;
+              ch.heads = h, ch.page = p, ch.format = f, ch.causal = c, ch.topk = t;
+              if (f != CacheFormat::fp8) ch.sf = ScaleFmt::fp32;
+              sl.candidates.push_back(build(ch));
+            }
+          }
+        }
+      }
+    }
+    slots.push_back(std::move(sl));
   };
-  auto point = [&](const std::string& what, int batch, int s_q, int heads, int page, std::vector<int32_t> lens,
-                   CacheFormat format, ScaleFmt sf, int topk) {
+  auto point = [&](const std::string& what, int batch, const Choice& c, std::vector<int32_t> lens, uint64_t pseed) {
     axes::AxisPoint p;
-    p.name = fmt::format("{}_h{}_sq{}_ps{}_{}{}", what, heads, s_q, page, to_string(format),
-                         format == CacheFormat::fp8 ? std::string("_") + to_string(sf) : std::string());
+    p.name = fmt::format("{}_h{}_sq{}_ps{}_{}{}{}{}", what, c.heads, c.s_q, c.page, to_string(c.format),
+                         c.format == CacheFormat::fp8 ? std::string("_") + to_string(c.sf) : std::string(),
+                         c.topk > 0 ? fmt::format("_topk{}", c.topk) : std::string(), c.causal ? "" : "_noncausal");
     p.why = what;
     p.shape.batch = batch;
-    p.shape.s_q = s_q;
-    p.shape.heads = heads;
-    p.shape.page_size = page;
-    p.shape.topk = topk;
-    p.shape.cache_format = format;
-    p.shape.causal = true;
+    p.shape.s_q = c.s_q;
+    p.shape.heads = c.heads;
+    p.shape.page_size = c.page;
+    p.shape.topk = c.topk;
+    p.shape.cache_format = c.format;
+    p.shape.causal = c.causal;
     p.seqlens = std::move(lens);
-    p.scale_fmt = sf;
+    p.scale_fmt = c.sf;
     // At least one entry of every kind of invalid index the catalog uses in every row.
-    p.invalid_per_row = topk > 0 ? std::min(topk, std::max(axes::kInvalidKinds, topk / 4)) : 0;
-    p.seed = d.next();
-    v.push_back(std::move(p));
+    p.invalid_per_row = c.topk > 0 ? std::min(c.topk, std::max(axes::kInvalidKinds, c.topk / 4)) : 0;
+    p.seed = pseed;
+    return p;
   };
-  std::vector<CacheFormat> formats;
-  if (bf16) formats.push_back(CacheFormat::bf16);
-  if (fp8) formats.push_back(CacheFormat::fp8);
-  if (formats.empty()) return v;
+
   if (caps.dense) {
     for (const int page : pages) {
       // Lengths 0, 1, page-1, page, page+1: one varlen batch, or one sequence each.
-      std::vector<int32_t> lens{0, 1, page - 1, page, page + 1};
-      const auto f = formats[static_cast<std::size_t>(d.in(0, static_cast<int>(formats.size()) - 1))];
+      Choice c;
+      c.heads = odd_heads(), c.page = page, c.format = pick(formats);
+      const uint64_t ps = d.next();
       if (caps.varlen) {
-        point("edges", 5, 1, odd_heads(), page, lens, f, ScaleFmt::fp32, 0);
+        slot(fmt::format("edges{}", page), c, [&, ps](const Choice& ch) {
+          return point("edges", 5, ch, {0, 1, ch.page - 1, ch.page, ch.page + 1}, ps);
+        }, true, false);
       } else {
-        for (const int32_t L : {1, page + 1}) point(fmt::format("len{}", L), 1, 1, odd_heads(), page, {L}, f, ScaleFmt::fp32, 0);
+        for (const int32_t add : {1, 0}) {
+          slot(fmt::format("len{}_{}", page, add), c, [&, ps, add](const Choice& ch) {
+            const int32_t L = add ? ch.page + 1 : 1;
+            return point(fmt::format("len{}", L), 1, ch, {L}, ps);
+          }, true, false);
+        }
       }
     }
     // Both ends of the head range; s_q > 1 causal with a sequence shorter than s_q (rows that
     // attend nothing) next to a longer one.
-    const int page = pages[static_cast<std::size_t>(d.in(0, static_cast<int>(pages.size()) - 1))];
     const int s_q = std::min(caps.max_s_q, d.in(2, 4));
+    const int page = pick(pages);
     for (const int heads : std::set<int>{hmin, hmax}) {
+      Choice c;
+      c.heads = heads, c.page = page, c.format = formats.front();
+      const uint64_t ps = d.next();
+      const int u = d.in(1, 3 * 64);
       if (s_q >= 2 && caps.min_s_q <= s_q && caps.varlen) {
-        point("causal", 2, s_q, heads, page, {static_cast<int32_t>(s_q - 1), static_cast<int32_t>(d.in(page, 3 * page))},
-              formats.front(), ScaleFmt::fp32, 0);
+        c.s_q = s_q;
+        slot(fmt::format("causal_h{}", heads), c, [&, ps, u](const Choice& ch) {
+          return point("causal", 2, ch, {static_cast<int32_t>(ch.s_q - 1), static_cast<int32_t>(ch.page + u)}, ps);
+        }, false, false);
       } else {
-        point("heads", 1, std::max(1, caps.min_s_q), heads, page, {static_cast<int32_t>(d.in(page, 3 * page))},
-              formats.front(), ScaleFmt::fp32, 0);
+        c.s_q = std::max(1, caps.min_s_q);
+        slot(fmt::format("heads_h{}", heads), c, [&, ps, u](const Choice& ch) {
+          return point("heads", 1, ch, {static_cast<int32_t>(ch.page + u)}, ps);
+        }, true, false);
       }
     }
-    // One context of at least 16K tokens, few heads: on a bf16 cache it carries needles
-    // (certify_fresh), at the fewest claimed heads the rule can place them at.
+    // One context of exactly needles::kLongTokens, so `--max-tokens` at that nominal length
+    // keeps it: on a bf16 cache it carries needles (fresh_points), at the fewest claimed heads
+    // the rule can place them at.
     {
-      const std::vector<int32_t> lens{static_cast<int32_t>(needles::kLongTokens + d.in(1, page))};
-      int heads = hmin;
-      if (formats.front() == CacheFormat::bf16) {
-        if (const int h = needles::fewest_heads(lens, page, hmin, hmax); h > 0) heads = h;
-      }
-      point("long", 1, std::max(1, caps.min_s_q), heads, page, lens, formats.front(), ScaleFmt::fp32, 0);
+      Choice c;
+      c.heads = hmin, c.page = page, c.format = formats.front(), c.s_q = std::max(1, caps.min_s_q);
+      const uint64_t ps = d.next();
+      slot("long", c, [&, ps](const Choice& ch0) {
+        Choice ch = ch0;
+        const std::vector<int32_t> lens{static_cast<int32_t>(needles::kLongTokens)};
+        if (ch.format == CacheFormat::bf16 && ch.heads == hmin) {
+          if (const int h = needles::fewest_heads(lens, ch.page, hmin, hmax); h > 0) ch.heads = h;
+        }
+        return point("long", 1, ch, lens, ps);
+      }, true, false);
     }
     if (fp8) {
       for (const ScaleFmt sf : {ScaleFmt::fp32, ScaleFmt::ue8m0}) {
-        point("fp8", 2, 1, odd_heads(), page, {static_cast<int32_t>(d.in(1, 2 * page)), static_cast<int32_t>(d.in(1, 2 * page))},
-              CacheFormat::fp8, sf, 0);
+        Choice c;
+        c.heads = odd_heads(), c.page = page, c.format = CacheFormat::fp8, c.sf = sf;
+        const uint64_t ps = d.next();
+        const int u1 = d.in(1, 128), u2 = d.in(1, 128);
+        slot(fmt::format("fp8_{}", to_string(sf)), c, [&, ps, u1, u2](const Choice& ch) {
+          return point("fp8", 2, ch, {u1, u2}, ps);
+        }, true, false);
       }
+    }
+    // The catalog's stress classes, drawn afresh.
+    {
+      Choice c;
+      c.heads = odd_heads(), c.page = page, c.format = pick(formats);
+      const uint64_t ps = d.next();
+      const int u = d.in(64, 1024);
+      slot("large_q", c, [&, ps, u](const Choice& ch) {
+        auto p = point("large_q_std100", 1, ch, {u}, ps);
+        p.q_std = 100.0;
+        return p;
+      }, true, false);
+      Choice t = c;
+      t.format = fp8 ? CacheFormat::fp8 : formats.front();
+      t.sf = fp8 ? pick(std::vector<ScaleFmt>{ScaleFmt::fp32, ScaleFmt::ue8m0}) : ScaleFmt::fp32;
+      const uint64_t ps2 = d.next();
+      slot("tiny_kv", t, [&, ps2, u](const Choice& ch) {
+        auto p = point("tiny_kv_std1e-6", 1, ch, {u}, ps2);
+        p.kv_std = 1e-6;
+        return p;
+      }, true, false);
     }
   }
   if (caps.sparse) {
-    const int page = pages.back();
+    // One sparse case with an odd head count and a top-k no field kernel uses, one inside the
+    // field's sparse domain (64 or 128 heads, top-k a multiple of 64, not causal), per format.
+    const int page = std::find(pages.begin(), pages.end(), kFieldPage) != pages.end() ? kFieldPage : pages.back();
     for (const auto f : formats) {
-      point("sparse", 2, 1, odd_heads(), page, {static_cast<int32_t>(d.in(8, 2 * page)), static_cast<int32_t>(d.in(40, 3 * page))},
-            f, f == CacheFormat::fp8 ? ScaleFmt::ue8m0 : ScaleFmt::fp32, 32);
+      const ScaleFmt sf = f == CacheFormat::fp8 ? ScaleFmt::ue8m0 : ScaleFmt::fp32;
+      Choice odd;
+      odd.heads = odd_heads(), odd.page = page, odd.format = f, odd.sf = sf, odd.topk = 32;
+      const uint64_t ps = d.next();
+      const int u1 = d.in(8, 128), u2 = d.in(40, 192);
+      slot(fmt::format("sparse_{}", to_string(f)), odd, [&, ps, u1, u2](const Choice& ch) {
+        return point("sparse", 2, ch, {u1, static_cast<int32_t>(u2)}, ps);
+      }, true, true);
+      Choice field = odd;
+      field.heads = std::clamp(pick(std::vector<int>{64, 128}), hmin, hmax);
+      field.topk = pick(std::vector<int>{64, 128});
+      field.causal = false;
+      const uint64_t ps2 = d.next();
+      const int v1 = d.in(8, 64), v2 = d.in(64, 256);
+      slot(fmt::format("sparse_field_{}", to_string(f)), field, [&, ps2, v1, v2](const Choice& ch) {
+        // One row shorter than top-k (it ends in invalid entries), one longer.
+        return point("sparse_field", 2, ch, {v1, static_cast<int32_t>(ch.topk + v2)}, ps2);
+      }, true, true);
     }
   }
-  return v;
+  return slots;
+}
+
+// What fresh_points and the certifier do to every drawn point: paging derived, needles on a long
+// bf16 case where the rule can place them, and the why.
+void finish(axes::AxisPoint& p) {
+  axes::derive_paging(p);
+  if (!needles::is_long(p.seqlens)) return;
+  const std::string no = p.shape.cache_format == CacheFormat::bf16
+                             ? needles::refusal(p.seqlens, p.shape.page_size, p.shape.heads)
+                             : std::string("they are defined over bf16 caches only");
+  p.needles = no.empty();
+  if (p.needles) {
+    int64_t n = 0;
+    for (const int32_t L : p.seqlens) n += static_cast<int64_t>(needles::positions(L, p.shape.page_size).size());
+    p.why += fmt::format(", with {} needles ({}: first and last position, both sides of every page and 64-token tile "
+                         "boundary, fixtures/SCHEMA.md \"Needles\")",
+                         n, needles::kRule);
+  } else {
+    p.why += ", no needles: " + no;
+  }
 }
 
 }  // namespace
@@ -139,29 +286,36 @@ uint64_t fresh_seed(uint64_t run_seed, const std::string& implementation) {
   return hash_text(mix(run_seed ^ 0xF2E5Aull), implementation);
 }
 
-std::vector<axes::AxisPoint> fresh_points(const Capabilities& caps, uint64_t seed) {
-  std::vector<axes::AxisPoint> points = draw_points(caps, seed);
-  for (auto& p : points) {
-    p.shape.causal = true;
-    axes::derive_paging(p);
-    if (!needles::is_long(p.seqlens)) continue;
-    // Long cases on a bf16 cache carry needles exactly as the catalog's do.
-    const std::string no = p.shape.cache_format == CacheFormat::bf16
-                               ? needles::refusal(p.seqlens, p.shape.page_size, p.shape.heads)
-                               : std::string("they are defined over bf16 caches only");
-    p.needles = no.empty();
-    if (p.needles) {
-      int64_t n = 0;
-      for (const int32_t L : p.seqlens) n += static_cast<int64_t>(needles::positions(L, p.shape.page_size).size());
-      p.why += fmt::format(", with {} needles ({}: first and last position, both sides of every page and 64-token tile "
-                           "boundary, fixtures/SCHEMA.md \"Needles\")",
-                           n, needles::kRule);
-    } else {
-      p.why += ", no needles: " + no;
-    }
+std::vector<FreshSlot> fresh_slots(const Capabilities& caps, uint64_t seed) {
+  auto slots = draw_slots(caps, seed);
+  for (auto& sl : slots) {
+    for (auto& p : sl.candidates) finish(p);
   }
+  return slots;
+}
+
+namespace {
+bool inside(const Capabilities& caps, const axes::AxisPoint& p) {
+  return !check_capabilities(caps, p.shape) && !check_varlen(caps, p.seqlens);
+}
+void by_name(std::vector<axes::AxisPoint>& points) {
   // In name order, the order `mla merge` restores when it combines the shards of a run.
   std::stable_sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+}
+}  // namespace
+
+std::vector<axes::AxisPoint> fresh_points(const Capabilities& caps, uint64_t seed) {
+  std::vector<axes::AxisPoint> points;
+  std::set<std::string> names;
+  for (auto& sl : fresh_slots(caps, seed)) {
+    for (auto& p : sl.candidates) {
+      if (!inside(caps, p) || names.count(p.name)) continue;
+      names.insert(p.name);
+      points.push_back(std::move(p));
+      break;
+    }
+  }
+  by_name(points);
   return points;
 }
 
@@ -169,12 +323,71 @@ bool fresh_selected(const Options& o) {
   return o.families.empty() || std::find(o.families.begin(), o.families.end(), "fresh") != o.families.end();
 }
 
+namespace {
+
+void note_once(std::vector<std::string>& notes, std::string why) {
+  if (std::find(notes.begin(), notes.end(), why) == notes.end()) notes.push_back(std::move(why));
+}
+
+// Of each slot, the first candidate `k` claims, its can_implement included (all of its questions
+// in one child); a slot with none is a note naming what was asked, a can_implement that failed an
+// ERROR row of the kernel. In name order.
+std::vector<axes::AxisPoint> choose_points(Session& s, const Implementation& k, std::vector<FreshSlot> slots) {
+  auto& notes = s.cert.kernels[k.report_index].notes;
+  std::vector<ClaimQuestion> questions;
+  for (auto& sl : slots) {
+    std::erase_if(sl.candidates, [&](const axes::AxisPoint& p) { return claim_refusal(k, p.shape, &p.seqlens).has_value(); });
+    for (const auto& p : sl.candidates) questions.push_back({p.shape, p.scale_fmt, p.seqlens});
+  }
+  ask_claims(s, k, questions);
+  std::vector<axes::AxisPoint> points;
+  std::set<std::string> names;
+  std::vector<std::string> none;
+  for (auto& sl : slots) {
+    bool chosen = false;
+    std::size_t refused = 0;
+    for (auto& p : sl.candidates) {
+      if (names.count(p.name)) continue;
+      Claim c;
+      try {
+        c = claim(s, k, p.shape, p.scale_fmt, p.seqlens);
+      } catch (const std::exception& e) {
+        reports::CaseResult r;
+        r.family = r.file = "fresh";
+        r.name = p.name;
+        r.description = fmt::format("drawn at run time from seed {}: {}", s.seed, p.why);
+        r.verdict = Verdict::error;
+        r.reasons.push_back(fmt::format("the claim could not be decided (can_implement): {}", e.what()));
+        s.record(k, std::move(r));
+        chosen = true;
+        break;
+      }
+      if (!c.claimed) {
+        ++refused;
+        continue;
+      }
+      names.insert(p.name);
+      points.push_back(std::move(p));
+      chosen = true;
+      break;
+    }
+    if (!chosen && !sl.candidates.empty()) none.push_back(fmt::format("{} ({} candidates refused)", sl.what, refused));
+  }
+  if (!none.empty()) {
+    note_once(notes, fmt::format("fresh: no case drawn inside its claims for {}", fmt::join(none, ", ")));
+  }
+  by_name(points);
+  return points;
+}
+
+}  // namespace
+
 void certify_fresh(Session& s) {
   for (auto& k : s.implementations) {
     if (k.unavailable) continue;
     std::vector<axes::AxisPoint> points;
     try {
-      points = fresh_points(k.info.caps, fresh_seed(s.seed, k.info.name));
+      points = choose_points(s, k, fresh_slots(k.info.caps, fresh_seed(s.seed, k.info.name)));
     } catch (const std::exception& e) {
       // The host could not draw: a row, never a silent gap (the run cannot read as a pass).
       reports::CaseResult r;
@@ -189,11 +402,9 @@ void certify_fresh(Session& s) {
       continue;
     }
     if (points.empty()) {
-      auto& notes = s.cert.kernels[k.report_index].notes;
-      const std::string why =
-          "fresh: no case can be drawn inside its claims (neither a dense nor a sparse call on a cache format the "
-          "fresh family generates)";
-      if (std::find(notes.begin(), notes.end(), why) == notes.end()) notes.push_back(why);
+      note_once(s.cert.kernels[k.report_index].notes,
+                "fresh: no case can be drawn inside its claims (neither a dense nor a sparse call on a cache format "
+                "the fresh family generates, or its can_implement refused every candidate)");
     }
     for (std::size_t i = 0; i < points.size(); ++i) {
       auto& p = points[i];
@@ -227,25 +438,22 @@ void certify_fresh(Session& s) {
           s.record(k, std::move(r));
           continue;
         }
-        if (auto no = claim_refusal(k, b.shape, &b.cache_seqlens)) {
-          r.verdict = Verdict::not_claimed;
-          r.reasons.push_back(*no);
-          s.record(k, std::move(r));
-          continue;
-        }
-        const auto truth = ref::attention_fp64(b.view());
-        const auto same = ref::attention_same_dtype(b.view());
+        const auto truth = compute_truth(b.view());
         CallSchedule plan;
         plan.calls = k.plugin ? calls_per_case(s.seed, k.info.name, "fresh/" + p.name) : std::max(1, s.options.repeats);
         plan.second_process = k.plugin;
         if (b.shape.cache_format == CacheFormat::fp8) plan.scale_fmt = p.scale_fmt;
+        // Untrusted kernels get the other case between their calls here too, and it is judged.
+        std::optional<AttnBuffers> between;
+        std::optional<ComputedTruth> between_truth;
+        if (k.plugin) {
+          between = negated_q(b.view());
+          plan.between = between->view();
+        }
         const auto run = run_declared(s, k, b.view(), plan, fmt::format("fresh-{}-{}", k.report_index, i));
-        AttentionTruth t;
-        t.out = truth.out;
-        t.lse = truth.lse;
-        t.same_dtype_out = same.out;
-        t.same_dtype_lse = same.lse;
-        judge_run(r, k, b.shape, run, t);
+        if (between && run.status == RunResult::Status::ran) between_truth = compute_truth(between->view());
+        const AttentionTruth bt = between_truth ? between_truth->view() : AttentionTruth{};
+        judge_run(r, k, b.shape, run, truth.view(), between_truth ? &bt : nullptr);
       } catch (const std::exception& e) {
         r.verdict = failure_verdict(e);
         r.reasons.push_back(fmt::format("the fresh case could not be built or judged: {}", e.what()));

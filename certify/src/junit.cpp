@@ -38,7 +38,9 @@ std::string to_junit(const reports::Certificate& c) {
   // A run that did not finish fails in every CI that reads this file: one failing test case
   // that says so, whatever the recorded cases say.
   const bool incomplete = reports::overall(c) == reports::Overall::incomplete;
-  if (incomplete) ++tests, ++failures;
+  // Nothing judged is no pass either: one failing test case says so.
+  const bool not_judged = reports::overall(c) == reports::Overall::not_judged;
+  if (incomplete || not_judged) ++tests, ++failures;
   // A shard's file is named for its shard, so a CI that collects several never reads one as the
   // whole selection.
   const std::string suite = c.shard && c.shard->part() ? fmt::format("mla-certify shard {} of {}", c.shard->index, c.shard->count)
@@ -120,6 +122,13 @@ std::string to_junit(const reports::Certificate& c) {
     x += fmt::format("    <testcase classname=\"mla-certify\" name=\"run complete\">\n      <failure message=\"INCOMPLETE: "
                      "{}\" type=\"INCOMPLETE\"/>\n    </testcase>\n",
                      xml_escape(why));
+    x += "  </testsuite>\n";
+  }
+  if (not_judged) {
+    x += "  <testsuite name=\"mla-certify\" tests=\"1\" failures=\"1\" errors=\"0\" skipped=\"0\">\n";
+    x += fmt::format("    <testcase classname=\"mla-certify\" name=\"something judged\">\n      <failure message=\"NOT_JUDGED: "
+                     "{}\" type=\"NOT_JUDGED\"/>\n    </testcase>\n",
+                     xml_escape(reports::not_judged_reason(c)));
     x += "  </testsuite>\n";
   }
   x += "</testsuites>\n";

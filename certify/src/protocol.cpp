@@ -225,7 +225,9 @@ wire::Message encode(const std::vector<ClaimQuestion>& q) {
   wire::Message m(kClaimQuery);
   json shapes = json::array();
   for (const auto& x : q) {
-    shapes.push_back({{"shape", to_json(x.shape)}, {"scale_fmt", x.scale_fmt ? json(to_string(*x.scale_fmt)) : json()}});
+    shapes.push_back({{"shape", to_json(x.shape)},
+                      {"scale_fmt", x.scale_fmt ? json(to_string(*x.scale_fmt)) : json()},
+                      {"cache_seqlens", x.cache_seqlens}});
   }
   m.fields() = {{"questions", shapes}};
   return m;
@@ -238,6 +240,10 @@ std::vector<ClaimQuestion> decode_claim_query(const wire::Message& m) {
       ClaimQuestion c;
       c.shape = attn_shape_from_json(x.at("shape"));
       if (!x.at("scale_fmt").is_null()) c.scale_fmt = scale_fmt_from_string(x.at("scale_fmt").get<std::string>());
+      c.cache_seqlens = x.at("cache_seqlens").get<std::vector<int32_t>>();
+      if (static_cast<int64_t>(c.cache_seqlens.size()) != c.shape.batch) {
+        throw Error(fmt::format("a claim question with {} lengths for a batch of {}", c.cache_seqlens.size(), c.shape.batch));
+      }
       q.push_back(std::move(c));
     }
     return q;

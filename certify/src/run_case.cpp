@@ -14,6 +14,8 @@
 #include "mla/core/conventions.hpp"
 #include "mla/judge/attention.hpp"
 #include "mla/core/generator.hpp"
+#include "mla/ref/attention.hpp"
+#include "mla/ref/same_dtype.hpp"
 
 #include "arena.hpp"
 #include "mla/certify/host_error.hpp"
@@ -186,6 +188,27 @@ std::vector<double> widen(const std::vector<uint8_t>& b, int value_bytes) {
 
 }  // namespace
 
+AttentionTruth ComputedTruth::view() const {
+  AttentionTruth t;
+  t.out = out;
+  t.lse = lse;
+  t.same_dtype_out = same_out;
+  t.same_dtype_lse = same_lse;
+  return t;
+}
+
+ComputedTruth compute_truth(const AttnInputs& in) {
+  auto fp64 = ref::attention_fp64(in);
+  auto same = ref::attention_same_dtype(in);
+  return {std::move(fp64.out), std::move(fp64.lse), std::move(same.out), std::move(same.lse)};
+}
+
+AttnBuffers negated_q(const AttnInputs& in) {
+  AttnBuffers b(in);
+  for (auto& x : b.q) x ^= 0x8000u;
+  return b;
+}
+
 uint64_t hash_text(uint64_t h, const std::string& s) {
   for (const unsigned char ch : s) h = mix(h ^ ch);
   return h;
@@ -211,9 +234,12 @@ RunResult run_in_children(Session& s, const Implementation& k, const AttnInputs&
   std::vector<AttnInputs> sets{in};
   if (plan.between) sets.push_back(*plan.between);
   std::vector<ArenaCallPlan> calls;
-  std::vector<int> case_calls;
+  std::vector<int> case_calls, between_calls;
   for (int i = 0; i < plan.calls; ++i) {
-    if (i > 0 && plan.between) calls.push_back({1, -1, -1, false});
+    if (i > 0 && plan.between) {
+      between_calls.push_back(static_cast<int>(calls.size()));
+      calls.push_back({1, -1, -1, false});
+    }
     case_calls.push_back(static_cast<int>(calls.size()));
     calls.push_back({0, -1, -1, true});
   }
@@ -249,6 +275,20 @@ RunResult run_in_children(Session& s, const Implementation& k, const AttnInputs&
     late.push_back(f->second);
   }
   r.reasons = first.findings;
+  // The calls in between returned (failure() saw every call's record), and nothing runs in this
+  // arena after them until the second process: their outputs are still where they wrote them.
+  for (const int b : between_calls) {
+    const auto& c = arena->layout().calls[static_cast<std::size_t>(b)];
+    const std::vector<uint8_t> out(arena->data(c.out), arena->data(c.out) + arena->bytes(c.out));
+    const std::vector<uint8_t> lse(arena->data(c.lse), arena->data(c.lse) + arena->bytes(c.lse));
+    std::vector<std::string> never;
+    for (const auto& [bytes, vb, what] : {std::tuple{&out, out_bytes, "out"}, std::tuple{&lse, lse_bytes, "lse"}}) {
+      const auto [n, at] = arena->unwritten(*bytes, static_cast<std::size_t>(vb));
+      if (n) never.push_back(fmt::format("{}: {} elements never written (first flat index {})", what, n, at));
+    }
+    r.between.push_back({k.info.out_dtype, widen(out, out_bytes), widen(lse, lse_bytes)});
+    r.between_unwritten.push_back(std::move(never));
+  }
   const auto& c0 = first.calls.front();
   for (std::size_t i = 1; i < first.calls.size(); ++i) {
     const auto which = fmt::format("call 1 vs call {} of {}", i + 1, first.calls.size());
@@ -299,6 +339,7 @@ RunResult run_declared(Session& s, const Implementation& k, const AttnInputs& ca
   }
   RunResult r = s.isolated(k) ? run_in_children(s, k, in, p, tag) : execute(*k.impl, in, std::max(1, p.calls), p.enforce_caps);
   outputs_to_canonical(k.info.conventions, canonical.shape, r.outputs);  // kernel -> canonical
+  for (auto& o : r.between) outputs_to_canonical(k.info.conventions, canonical.shape, o);
   // The cost model reads indices as positions: with another numbering, count on the canonical ones.
   if (kernel_inputs && r.bytes) {
     try {
@@ -313,11 +354,21 @@ RunResult run_declared(Session& s, const Implementation& k, const AttnInputs& ca
 }
 
 void judge_run(reports::CaseResult& r, const Implementation& k, const AttnShape& shape, const RunResult& run,
-               const AttentionTruth& truth) {
+               const AttentionTruth& truth, const AttentionTruth* between_truth, bool claimed) {
   r.bytes = run.bytes;
   r.flops = run.flops;
   switch (run.status) {
     case RunResult::Status::unsupported:
+      if (claimed) {
+        // The kernel claimed this shape (capabilities, lengths and its own can_implement all said
+        // yes) and then refused it: a broken claim, counted against it. Were it free, a kernel
+        // could claim everything and refuse whatever it cannot look up.
+        r.verdict = tol::Verdict::fail;
+        r.cause = reports::Cause::broken_claim;
+        r.reasons.push_back(fmt::format("refused a shape it claims (its capabilities and can_implement accepted it): {}",
+                                        run.message));
+        return;
+      }
       r.verdict = tol::Verdict::unsupported;
       r.reasons.push_back(run.message);
       return;
@@ -328,19 +379,38 @@ void judge_run(reports::CaseResult& r, const Implementation& k, const AttnShape&
     case RunResult::Status::ran: break;
   }
   r.run_seconds = run.run_seconds;
+  // What this process found in the raw buffers comes first: an output never written reads as
+  // such, not as the NaN mismatch it also causes.
+  for (const auto& why : run.reasons) r.reasons.push_back(why);
+  const Declaration declared{k.info.out_dtype, k.info.compute};
   try {
-    auto j = judge_attention(shape, Declaration{k.info.out_dtype, k.info.compute}, run.outputs, truth);
+    auto j = judge_attention(shape, declared, run.outputs, truth);
     r.out = std::move(j.out);
     r.lse = std::move(j.lse);
     r.out_vs_unquantized = std::move(j.out_vs_unquantized);
     r.lse_vs_unquantized = std::move(j.lse_vs_unquantized);
-    r.reasons = std::move(j.reasons);
+    for (auto& why : j.reasons) r.reasons.push_back(std::move(why));
   } catch (const std::exception& e) {
     r.verdict = failure_verdict(e);
     r.reasons.push_back(fmt::format("the results could not be judged: {}", e.what()));
     return;
   }
-  for (const auto& why : run.reasons) r.reasons.push_back(why);
+  // Every call is judged: the other case's calls in between against that case's own truth.
+  if (between_truth) {
+    for (std::size_t i = 0; i < run.between.size(); ++i) {
+      const auto which = fmt::format("the other case called between calls {} and {} (q negated)", i + 1, i + 2);
+      for (const auto& why : run.between_unwritten[i]) r.reasons.push_back(fmt::format("{}: {}", which, why));
+      if (!run.between_unwritten[i].empty()) break;
+      try {
+        const auto j = judge_attention(shape, declared, run.between[i], *between_truth);
+        for (const auto& why : j.reasons) r.reasons.push_back(fmt::format("{}: {}", which, why));
+        if (!j.reasons.empty()) break;  // one wrong call says it; the others add nothing
+      } catch (const std::exception& e) {
+        r.reasons.push_back(fmt::format("{}: could not be judged: {}", which, e.what()));
+        break;
+      }
+    }
+  }
   r.verdict = r.reasons.empty() ? tol::Verdict::pass : tol::Verdict::fail;
 }
 

@@ -31,6 +31,9 @@ inline constexpr const char* kProbePass =
 inline constexpr const char* kProbePrefix = "informational run on this unclaimed shape: ";
 inline constexpr const char* kProbeFail = "informational run on this unclaimed shape: would FAIL";
 
+// The name of a stored case's fresh twin row (twin.hpp) is the case's name and this.
+inline constexpr const char* kTwinSuffix = "~twin";
+
 // One implementation under certification.
 struct Implementation {
   KernelInfo info;
@@ -165,10 +168,26 @@ RunResult run_declared(Session& s, const Implementation& k, const AttnInputs& ca
                        const std::string& tag);
 
 // run_case.cpp: how every attention row is decided, catalog or fresh: the run's own failure
-// (UNSUPPORTED, HOST_ERROR, ERROR) or the judge's PASS/FAIL under the kernel's declaration, with
-// the run's figures, into `r`.
+// (HOST_ERROR, ERROR; a refusal is FAIL for a `claimed` shape, UNSUPPORTED for an informational
+// run) or the judge's PASS/FAIL under the kernel's declaration, with the run's figures, into
+// `r`. `between_truth`: the truth of the case called between the case's calls (plan.between),
+// whose outputs are judged too; nullptr when there was none.
 void judge_run(reports::CaseResult& r, const Implementation& k, const AttnShape& shape, const RunResult& run,
-               const AttentionTruth& truth);
+               const AttentionTruth& truth, const AttentionTruth* between_truth, bool claimed = true);
+
+// The C++ oracles' truth for inputs no golden file holds (fresh cases, the fresh twins of stored
+// cases, the case called between a case's calls): the fp64 oracle (mla/ref/attention.hpp) and
+// the deployed-precision reference the ratio rule needs (mla/ref/same_dtype.hpp).
+struct ComputedTruth {
+  std::vector<double> out, lse, same_out, same_lse;
+  AttentionTruth view() const;
+};
+ComputedTruth compute_truth(const AttnInputs& in);
+
+// The case called between a case's calls: the same inputs with every q value negated (one
+// bit each, so exactly representable), of a shape the kernel claims. Its logits are the case's
+// negated, so its answer differs from the case's wherever a row attends two or more keys.
+AttnBuffers negated_q(const AttnInputs& in);
 
 // fresh.cpp: the `fresh` family, drawn from the run's seed inside each implementation's claims
 // and judged against the C++ fp64 oracle; selected unless --family names other families only.

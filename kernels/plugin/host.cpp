@@ -275,12 +275,17 @@ void put_shape(Args& a, const AttnShape& shape) {
 }
 }  // namespace
 
-Library::Claim Library::can_implement(const AttnShape& shape, std::optional<ScaleFmt> scale_fmt) const {
+Library::Claim Library::can_implement(const AttnShape& shape, std::optional<ScaleFmt> scale_fmt,
+                                      std::span<const int32_t> cache_seqlens) const {
   Claim c;
   if (!can_implement_) return c;
   mla_plugin_shape a{};
   a.struct_size = sizeof a;
   put_shape(a, shape);
+  if (static_cast<int64_t>(cache_seqlens.size()) != shape.batch) {
+    throw PluginError(fmt::format("can_implement: {} lengths for a batch of {}", cache_seqlens.size(), shape.batch));
+  }
+  a.cache_seqlens = cache_seqlens.data();
   if (shape.cache_format == CacheFormat::fp8) {
     a.scale_fmt = scale_fmt.value_or(ScaleFmt::fp32) == ScaleFmt::ue8m0 ? MLA_PLUGIN_SCALE_UE8M0 : MLA_PLUGIN_SCALE_FP32;
   }

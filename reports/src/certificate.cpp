@@ -99,6 +99,25 @@ MachineInfo machine_from(const json& j, const std::string& w) {
   return m;
 }
 
+}  // namespace
+
+const char* to_string(Cause c) {
+  switch (c) {
+    case Cause::none: return "none";
+    case Cause::broken_claim: return "broken_claim";
+  }
+  return "?";
+}
+
+Cause cause_from_string(const std::string& s) {
+  for (const Cause c : {Cause::none, Cause::broken_claim}) {
+    if (s == to_string(c)) return c;
+  }
+  throw Error(fmt::format("'{}' is not a cause (none, broken_claim)", s));
+}
+
+namespace {
+
 json case_json(const CaseResult& r) {
   return {{"family", r.family},
           {"file", r.file},
@@ -106,6 +125,7 @@ json case_json(const CaseResult& r) {
           {"description", r.description},
           {"shape", r.shape},
           {"verdict", tol::to_string(r.verdict)},
+          {"cause", to_string(r.cause)},
           {"reasons", r.reasons},
           {"out", opt_cmp(r.out)},
           {"lse", opt_cmp(r.lse)},
@@ -134,6 +154,14 @@ CaseResult case_from(const json& j, const std::string& w, int format) {
     throw Error(fmt::format("{}.verdict: {}", w, e.what()));
   }
   r.reasons = field<std::vector<std::string>>(j, w, "reasons");
+  // Absent in certificates written before rows carried a cause.
+  if (const auto cause = read_opt<std::string>(j, w, "cause")) {
+    try {
+      r.cause = cause_from_string(*cause);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}.cause: {}", w, e.what()));
+    }
+  }
   if (format == 1 && r.verdict == tol::Verdict::unsupported && !r.reasons.empty() &&
       r.reasons.front().rfind(kFormat1NotClaimed, 0) == 0) {
     r.verdict = tol::Verdict::not_claimed;
@@ -240,13 +268,43 @@ bool is_red(const Certificate& c) {
   return false;
 }
 
+// Whether `k` came from outside the suite (a C plug-in or a Python kernel the user named): it was
+// brought to be certified, so a run that judged none of its cases certified nothing about it.
+static bool external(const KernelReport& k) {
+  if (!k.origin.is_object() || !k.origin.contains("kind") || !k.origin.at("kind").is_string()) return false;
+  const auto kind = k.origin.at("kind").get<std::string>();
+  return kind == "plugin" || kind == "python";
+}
+
 Overall overall(const Certificate& c) {
   if (!c.complete) return Overall::incomplete;
   if (c.shard && !c.shard->missing.empty()) return Overall::incomplete;
+  int judged = 0;
+  bool external_unjudged = false;
   for (const auto& k : c.kernels) {
-    if (count(k).host_error > 0) return Overall::incomplete;
+    const auto n = count(k);
+    if (n.host_error > 0) return Overall::incomplete;
+    judged += n.pass + n.fail + n.error;
+    if (external(k) && !k.unavailable && n.pass + n.fail + n.error == 0 && n.total() > 0) external_unjudged = true;
   }
-  return is_red(c) ? Overall::fail : Overall::pass;
+  if (is_red(c)) return Overall::fail;
+  // A certificate in which nothing was judged (or in which a kernel brought to be certified had
+  // nothing judged) says nothing passed: never PASS. A shard may hold no case of a kernel.
+  const bool part = c.shard && c.shard->part();
+  if (judged == 0 || (external_unjudged && !part)) return Overall::not_judged;
+  return Overall::pass;
+}
+
+std::string not_judged_reason(const Certificate& c) {
+  std::vector<std::string> who;
+  for (const auto& k : c.kernels) {
+    const auto n = count(k);
+    if (!k.unavailable && n.pass + n.fail + n.error == 0 && n.total() > 0) who.push_back(k.name);
+  }
+  if (who.empty()) return "no case of the selection was judged";
+  return fmt::format("no case of {} was judged (each one not claimed, refused, skipped or over --max-tokens): nothing "
+                     "was certified about {}",
+                     fmt::join(who, ", "), who.size() == 1 ? "it" : "them");
 }
 
 const char* to_string(Overall o) {
@@ -254,6 +312,7 @@ const char* to_string(Overall o) {
     case Overall::pass: return "PASS";
     case Overall::fail: return "FAIL";
     case Overall::incomplete: return "INCOMPLETE";
+    case Overall::not_judged: return "NOT_JUDGED";
   }
   return "?";
 }
@@ -280,6 +339,7 @@ int exit_status(const Certificate& c, bool require_full_coverage) {
   switch (overall(c)) {
     case Overall::incomplete: return kExitIncomplete;
     case Overall::fail: return kExitFail;
+    case Overall::not_judged: return kExitCoverage;
     case Overall::pass: break;
   }
   if (require_full_coverage) {

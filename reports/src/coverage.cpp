@@ -211,6 +211,12 @@ std::string headline(const KernelReport& k, bool run_complete) {
   else if (verdict == "EMPTY") s = "no case of the selection";
   else s = fmt::format("{} ({} cases, none judged)", verdict, c.cases);
   std::vector<std::string> more;
+  const auto broken = std::count_if(k.cases.begin(), k.cases.end(), [](const CaseResult& r) { return r.cause == Cause::broken_claim; });
+  if (broken > 0) {
+    more.push_back(broken == n.fail + n.error && n.pass == 0
+                       ? fmt::format("it refused every one of the {} cases it claims", broken)
+                       : fmt::format("{} claimed case{} refused at run time", broken, broken == 1 ? "" : "s"));
+  }
   if (!c.claims_exclude.empty()) more.push_back(fmt::format("claims exclude: {}", fmt::join(c.claims_exclude, ", ")));
   if (c.unsupported > 0) more.push_back(fmt::format("{} refused at run time", c.unsupported));
   if (c.skipped > c.size_filtered && verdict != "SKIPPED") more.push_back(fmt::format("{} skipped", c.skipped - c.size_filtered));

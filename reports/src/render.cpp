@@ -177,6 +177,7 @@ std::string to_markdown(const Certificate& c) {
     md += fmt::format("**INCOMPLETE: {}.**{}\n\n", incomplete_reason(c),
                       is_red(c) ? " Some results recorded so far are red." : "");
   }
+  if (o == Overall::not_judged) md += fmt::format("**NOT_JUDGED: {}.**\n\n", not_judged_reason(c));
   for (const auto& k : c.kernels) md += fmt::format("- `{}`: {}\n", k.name, cell(headline(c, k)));
   md += "\n";
   md += fmt::format("- Run: {} to {} ({:.1f} s), {} {}\n", c.started_utc,
@@ -241,6 +242,7 @@ std::string summary(const Certificate& c, std::size_t max_lines) {
   lines.push_back(fmt::format("mla-certify: {} - {} implementations x {} cases in {:.1f} s", verdict_text(c),
                               c.kernels.size(), cases, c.wall_seconds));
   if (o == Overall::incomplete) lines.push_back(shorten("INCOMPLETE: " + incomplete_reason(c), kSummaryWidth));
+  if (o == Overall::not_judged) lines.push_back(shorten("NOT_JUDGED: " + not_judged_reason(c), kSummaryWidth));
   std::size_t width = std::string_view("implementation").size();
   for (const auto& k : c.kernels) width = std::max(width, k.name.size());
   width = std::min<std::size_t>(width, 48);

@@ -375,9 +375,11 @@ TEST_F(CertifyPlugins, AFlashMlaShapedKernelWithCanImplementClaimsExactlyItsDoma
   const auto bare = certify(plugin_arg(MLA_PLUGIN_FLASHMLA_SHAPED_NO_PREDICATE) + " --family attn_fp8 --family attn_sparse");
   int refused_when_called = 0;
   for (const auto& c : kernel(bare, "flashmla_shaped_no_predicate").cases) {
-    if (c.verdict == Verdict::unsupported) ++refused_when_called;
+    if (c.verdict == Verdict::fail && c.cause == mla::reports::Cause::broken_claim) ++refused_when_called;
   }
-  EXPECT_GT(refused_when_called, 0) << "without can_implement the decode's refusals show as UNSUPPORTED";
+  EXPECT_GT(refused_when_called, 0) << "without can_implement, the decode's refusals of shapes it claims are broken "
+                                       "claims (FAIL)";
+  EXPECT_EQ(bare.status, 1) << bare.stdout_text;
 }
 
 // A predicate that fails is a defect of the kernel, never a refusal: the cases whose claim it

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -146,7 +147,9 @@ TEST_F(CertifyPython, EachBrokenKernelIsRedForTheFaultItCarries) {
   // The child's record of the exception, and the signal the parent saw.
   expect("door_raises", "ERROR", "ValueError: the door's test kernel refuses to work \\\\x1B[2J, déjà vu (at door_kernels.py:");
   expect("door_killed", "ERROR", "killed by signal SIGKILL");
-  expect("door_refuses", "UNSUPPORTED", "page size 16 not today");
+  // A refusal of a shape it claims is a broken claim, counted against it with its words.
+  expect("door_refuses", "FAIL", "page size 16 not today");
+  EXPECT_EQ(row(r, "door_refuses", "h3_sq2_short").at("cause"), "broken_claim");
 }
 
 TEST_F(CertifyPython, ABadSpecOrDeclarationIsRefusedNamingWhatIsWrong) {
@@ -304,12 +307,60 @@ TEST_F(CertifyPython, ResumeKeepsAResultOnlyWhileTheKernelsCodeIsTheSame) {
   const auto out = tmp.path() / "report";
   const std::string args = kOneCase + " --python " + quote(copy.string() + ":REFUSES");
   auto r = certify(args, torch_path(), out);
-  ASSERT_EQ(row(r, "door_refuses", "h3_sq2_short").at("verdict"), "UNSUPPORTED") << r.output;
+  ASSERT_EQ(row(r, "door_refuses", "h3_sq2_short").at("verdict"), "FAIL") << r.output;
   r = certify(args + " --resume", torch_path(), out);
   EXPECT_NE(r.output.find("resume: kept 1 of 1 results"), std::string::npos) << r.output;
   std::ofstream(copy, std::ios::app) << "\n# changed\n";
   r = certify(args + " --resume", torch_path(), out);
   EXPECT_NE(r.output.find("resume: kept 0 of 1 results"), std::string::npos) << r.output;
+}
+
+// The routes to a green certificate without computing, through the door: the stored q-std-100
+// case, its fresh twin and the fresh large-q case for each. A thief that refuses what it cannot
+// look up, one that hides an overflow bug behind the stored answers, a memo keyed on everything
+// but q, and a kernel that changes q and then refuses: every one red, for its reason.
+TEST_F(CertifyPython, AttacksOnTheVerdictAreRed) {
+  const auto r = certify("--family attn_stress --family fresh --case 'q_std100$|large_q'" + spec("THIEF_REFUSES") +
+                             spec("THIEF_HIDES_OVERFLOW") + spec("MEMO_BY_SHAPE") + spec("CHANGES_Q_THEN_REFUSES"),
+                         torch_path());
+  ASSERT_EQ(r.status, 1) << r.output;
+  auto rows = [&](const std::string& k) {
+    std::map<std::string, const json*> m;  // "stored", "twin", "fresh"
+    for (const auto& c : kernel(r, k).at("cases")) {
+      const std::string name = c.at("case");
+      m[c.at("family") == "fresh" ? "fresh" : name.find("~twin") != std::string::npos ? "twin" : "stored"] = &c;
+    }
+    EXPECT_EQ(m.size(), 3u) << k << ": " << kernel(r, k).at("cases").dump();
+    return m;
+  };
+  for (const char* thief : {"door_thief_refuses", "door_thief_hides_overflow"}) {
+    SCOPED_TRACE(thief);
+    auto m = rows(thief);
+    if (m.size() != 3) continue;
+    // Even the stored row: the case called between its calls (q negated) is judged, and its
+    // answer is stored nowhere.
+    EXPECT_EQ(m["stored"]->at("verdict"), "FAIL") << reasons(*m["stored"]);
+    if (std::string(thief) == "door_thief_hides_overflow") {
+      EXPECT_NE(reasons(*m["stored"]).find("the other case called between calls"), std::string::npos) << reasons(*m["stored"]);
+    }
+    EXPECT_EQ(m["twin"]->at("verdict"), "FAIL") << reasons(*m["twin"]);
+    EXPECT_EQ(m["fresh"]->at("verdict"), "FAIL") << reasons(*m["fresh"]);
+  }
+  {
+    auto m = rows("door_thief_refuses");
+    if (m.size() == 3) {
+      EXPECT_EQ(m["twin"]->at("cause"), "broken_claim");
+      EXPECT_NE(reasons(*m["twin"]).find("refused a shape it claims"), std::string::npos) << reasons(*m["twin"]);
+    }
+  }
+  for (const auto& [k, words] : {std::pair{"door_memo_by_shape", "the other case called between calls"},
+                                 std::pair{"door_changes_q_then_refuses", "input q changed"}}) {
+    SCOPED_TRACE(k);
+    for (const auto& [which, c] : rows(k)) {
+      EXPECT_EQ(c->at("verdict"), "FAIL") << which << ": " << reasons(*c);
+      EXPECT_NE(reasons(*c).find(words), std::string::npos) << which << ": " << reasons(*c);
+    }
+  }
 }
 
 }  // namespace

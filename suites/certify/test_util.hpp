@@ -112,6 +112,10 @@ inline std::string plugin_path(const std::string& name) {
   MLA_P(MLA_PLUGIN_IGNORES_BLOCK_TABLE, ignores_block_table)
   MLA_P(MLA_PLUGIN_LEAVES_DAEMON, leaves_daemon)
   MLA_P(MLA_PLUGIN_READS_CATALOG, reads_catalog)
+  MLA_P(MLA_PLUGIN_REFUSES_UNKNOWN, refuses_unknown)
+  MLA_P(MLA_PLUGIN_HIDES_OVERFLOW, hides_overflow)
+  MLA_P(MLA_PLUGIN_MEMO_BY_SHAPE, memo_by_shape)
+  MLA_P(MLA_PLUGIN_CHANGES_Q_THEN_REFUSES, changes_q_then_refuses)
   MLA_P(MLA_PLUGIN_WRAPS_NEGATIVE_INDEX, wraps_negative_index)
 #undef MLA_P
   throw std::runtime_error("no example plug-in named " + name);

@@ -53,6 +53,11 @@
 #define FAULT_LEAVES_DAEMON 18         // correct results, but leaves a setsid double-forked process behind
 #define FAULT_READS_CATALOG 19         // computes nothing: finds the catalog through /proc and returns its stored truth
 #define FAULT_WRAPS_NEGATIVE_INDEX 20  // sparse: -1 is padding, any other negative index counts from the end (t + L)
+// Attacks on the verdict itself: each must be red.
+#define FAULT_REFUSES_UNKNOWN 21       // the catalog's stored truth where it finds it, "unsupported" everywhere else
+#define FAULT_HIDES_OVERFLOW 22        // the stored truth where it finds it, elsewhere exp() without the running maximum, in float
+#define FAULT_MEMO_BY_SHAPE 23         // answers from a memo keyed by shape, lengths and block table (not q)
+#define FAULT_CHANGES_Q_THEN_REFUSES 24 // writes into q, then says "unsupported"
 
 #ifndef MLA_EXAMPLE_FAULT
 #define MLA_EXAMPLE_FAULT FAULT_NONE
@@ -375,7 +380,9 @@ void scrub_audit() {
 }
 #endif
 
-#if MLA_EXAMPLE_FAULT == FAULT_READS_CATALOG
+#if MLA_EXAMPLE_FAULT == FAULT_READS_CATALOG || MLA_EXAMPLE_FAULT == FAULT_REFUSES_UNKNOWN || \
+    MLA_EXAMPLE_FAULT == FAULT_HIDES_OVERFLOW
+#define MLA_EXAMPLE_STEALS 1
 }  // namespace
 #include <dirent.h>
 #include <hdf5.h>
@@ -467,6 +474,25 @@ bool stored_truth(const mla_plugin_decode_args& a, std::vector<double>& out, std
 }
 #endif
 
+#if MLA_EXAMPLE_FAULT == FAULT_MEMO_BY_SHAPE
+}  // namespace
+#include <map>
+namespace {
+std::map<std::string, std::pair<std::vector<uint8_t>, std::vector<uint8_t>>>& memo() {
+  static std::map<std::string, std::pair<std::vector<uint8_t>, std::vector<uint8_t>>> m;
+  return m;
+}
+// Everything about a call but q: shape, lengths, block table, indices.
+std::string fmt_key(const mla_plugin_decode_args& a) {
+  std::string k = std::to_string(a.batch) + "/" + std::to_string(a.s_q) + "/" + std::to_string(a.heads) + "/" +
+                  std::to_string(a.topk) + "/" + std::to_string(a.page_size) + "/" + std::to_string(a.cache_format);
+  for (int32_t b = 0; b < a.batch; ++b) k += "," + std::to_string(a.cache_seqlens[b]);
+  k.append(reinterpret_cast<const char*>(a.block_table), static_cast<std::size_t>(a.batch) * a.max_blocks * 4);
+  if (a.topk > 0) k.append(reinterpret_cast<const char*>(a.indices), static_cast<std::size_t>(a.batch) * a.s_q * a.topk * 4);
+  return k;
+}
+#endif
+
 int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_size) {
   if (!args || args->struct_size < sizeof(mla_plugin_decode_args)) {
     std::snprintf(error, error_size, "decode arguments from an older host ABI");
@@ -489,15 +515,42 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
 #if MLA_EXAMPLE_FAULT == FAULT_LEAVES_DAEMON
   leave_daemon();
 #endif
-#if MLA_EXAMPLE_FAULT == FAULT_READS_CATALOG
+#if MLA_EXAMPLE_STEALS
   {
-    // Stored truth where the inputs are a catalog case's; zeros (nothing computed) elsewhere.
+    // Stored truth where the inputs are a catalog case's; elsewhere zeros (nothing computed), a
+    // refusal, or the overflow bug.
     std::vector<double> out, lse;
     const bool found = stored_truth(a, out, lse);
+#if MLA_EXAMPLE_FAULT == FAULT_REFUSES_UNKNOWN
+    if (!found) {
+      std::snprintf(error, error_size, "unsupported shape");
+      return MLA_PLUGIN_UNSUPPORTED;
+    }
+#elif MLA_EXAMPLE_FAULT == FAULT_HIDES_OVERFLOW
+    if (!found) goto compute;
+#endif
     const std::size_t nout = static_cast<std::size_t>(a.batch) * a.s_q * a.heads * kDv;
     const std::size_t nlse = static_cast<std::size_t>(a.batch) * a.heads * a.s_q;
     for (std::size_t i = 0; i < nout; ++i) static_cast<float*>(a.out)[i] = found ? static_cast<float>(out[i]) : 0.0f;
     for (std::size_t i = 0; i < nlse; ++i) a.lse[i] = found ? static_cast<float>(lse[i]) : 0.0f;
+    return MLA_PLUGIN_OK;
+  }
+#if MLA_EXAMPLE_FAULT == FAULT_HIDES_OVERFLOW
+compute:
+#endif
+#endif
+#if MLA_EXAMPLE_FAULT == FAULT_CHANGES_Q_THEN_REFUSES
+  const_cast<uint16_t*>(a.q)[0] ^= 0x0001u;
+  std::snprintf(error, error_size, "unsupported shape");
+  return MLA_PLUGIN_UNSUPPORTED;
+#endif
+#if MLA_EXAMPLE_FAULT == FAULT_MEMO_BY_SHAPE
+  // The memo: what was computed for the same shape, lengths and block table, returned without
+  // looking at q (a "cache" of prepared work that forgot the query is part of the input).
+  std::string memo_key = fmt_key(a);
+  if (const auto it = memo().find(memo_key); it != memo().end()) {
+    std::memcpy(a.out, it->second.first.data(), it->second.first.size());
+    std::memcpy(a.lse, it->second.second.data(), it->second.second.size());
     return MLA_PLUGIN_OK;
   }
 #endif
@@ -595,6 +648,12 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
       for (int64_t h = 0; h < H; ++h) {
         double m = -std::numeric_limits<double>::infinity();
         for (std::size_t j = 0; j < n; ++j) m = std::max(m, scores[h * n + j]);
+#if MLA_EXAMPLE_FAULT == FAULT_HIDES_OVERFLOW
+        // exp(score) in float, nothing subtracted: right while every logit stays below ~88.
+        if (n > 0) m = 0;
+        for (std::size_t j = 0; j < n; ++j) scores[h * n + j] = static_cast<float>(std::exp(static_cast<float>(scores[h * n + j])));
+        for (std::size_t j = 0; j < n; ++j) scores[h * n + j] = std::log(scores[h * n + j]);
+#endif
         mx[h] = m;
         sum[h] = 0;
 #if MLA_EXAMPLE_BF16_OPERANDS
@@ -673,6 +732,15 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
 #endif
 #if MLA_EXAMPLE_FAULT == FAULT_REWRITES_AUDIT
   scrub_audit();
+#endif
+#if MLA_EXAMPLE_FAULT == FAULT_MEMO_BY_SHAPE
+  {
+    const std::size_t out_bytes = static_cast<std::size_t>(B * S * H * kDv) * (MLA_EXAMPLE_OUT_BF16 ? 2 : 4);
+    const std::size_t lse_bytes = static_cast<std::size_t>(B * S * H) * 4;
+    auto& e = memo()[memo_key];
+    e.first.assign(static_cast<const uint8_t*>(a.out), static_cast<const uint8_t*>(a.out) + out_bytes);
+    e.second.assign(reinterpret_cast<const uint8_t*>(a.lse), reinterpret_cast<const uint8_t*>(a.lse) + lse_bytes);
+  }
 #endif
   return MLA_PLUGIN_OK;
 }

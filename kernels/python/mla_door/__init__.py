@@ -114,6 +114,9 @@ class Shape:
     cache_format: str       # "bf16" | "fp8"
     causal: bool
     scale_fmt: str          # "fp32" | "ue8m0" for an FP8 cache, "" for bf16
+    # The cache length of every sequence (can_implement sees them; () in a Call, whose tensors
+    # hold them). A shape can_implement accepts and decode then refuses is a broken claim: FAIL.
+    cache_seqlens: Tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

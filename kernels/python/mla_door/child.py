@@ -194,7 +194,7 @@ def claims(args):
     _, k = load_kernel(args.spec)
     answers = []
     for q in questions:
-        shape = shape_of(q["shape"], q.get("scale_fmt"))
+        shape = shape_of(q["shape"], q.get("scale_fmt"), cache_seqlens=tuple(q.get("cache_seqlens", ())))
         try:
             r = k.can_implement(shape) if k.can_implement is not None else None
             if r is None:

@@ -2,6 +2,7 @@
 decode, and variants of it that each carry one fault the certifier must name
 (suites/certify/test_certify_python.cpp)."""
 import ctypes
+import math
 import os
 import signal
 import sys
@@ -9,7 +10,7 @@ import sys
 import torch
 
 import mla_door
-from mla_door import Caps, Kernel
+from mla_door import D_V, Caps, Kernel
 
 
 # The suite's canonical torch decode (kernels/python/examples/torch_mla.py) is the correct code
@@ -17,6 +18,7 @@ from mla_door import Caps, Kernel
 # Found next to the door the certifier runs (kernels/python), wherever this file is copied.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(mla_door.__file__))), "examples"))
 from torch_mla import decode as reference_decode  # noqa: E402
+import torch_mla  # noqa: E402
 
 CAPS = Caps(cache_formats=("bf16",), dense=True, sparse=True, heads=(1, 128), s_q=(1, 64))
 GOOD = Kernel(name="door_good", version="1", description="plain torch decode, canonical conventions",
@@ -103,3 +105,111 @@ def _refuses(q, kv_cache, block_table, cache_seqlens, indices, out, lse, call):
 
 
 REFUSES = _variant("door_refuses", _refuses)
+
+
+# ---- attacks on the verdict: each must be red ---------------------------------------------------
+# The catalog is found the way any kernel could find it: the certifier's --goldens on its command
+# line (/proc/<parent>/cmdline), relative to its working directory.
+
+def _catalog_dir():
+    parent = os.getppid()
+    with open(f"/proc/{parent}/cmdline", "rb") as f:
+        args = f.read().split(b"\0")
+    d = "fixtures/goldens"
+    for a, b in zip(args, args[1:]):
+        if a == b"--goldens":
+            d = b.decode()
+    return d if os.path.isabs(d) else os.path.join(os.readlink(f"/proc/{parent}/cwd"), d)
+
+
+def _stored_truth(q):
+    """The stored truth (out, lse) of the catalog case whose q is this q, or None."""
+    import h5py
+    import numpy as np
+    mine = q.contiguous().view(torch.int16).numpy().view(np.uint16).ravel()
+    d = _catalog_dir()
+    for name in sorted(os.listdir(d)):
+        if not name.endswith(".h5"):
+            continue
+        with h5py.File(os.path.join(d, name), "r") as f:
+            for case in f.get("cases", {}).values():
+                if "inputs/q" not in case or case["inputs/q"].size != mine.size:
+                    continue
+                if np.array_equal(case["inputs/q"][()].astype(np.uint16).ravel(), mine):
+                    return case["truth/out"][()], case["truth/lse"][()]
+    return None
+
+
+def _write_stored(found, out, lse):
+    out.copy_(torch.from_numpy(found[0]).reshape(out.shape).to(out.dtype))
+    lse.copy_(torch.from_numpy(found[1]).reshape(lse.shape).to(lse.dtype))
+
+
+def _thief_refuses(q, kv_cache, block_table, cache_seqlens, indices, out, lse, call):
+    found = _stored_truth(q)
+    if found is None:
+        raise mla_door.Unsupported("unsupported shape")
+    _write_stored(found, out, lse)
+
+
+def _attend_no_running_max(q_rows, keys, softmax_scale, visible=None):
+    """torch_mla.attend without the running maximum: exp() of the raw float32 logits, right while
+    every logit stays below ~88, inf and NaN above."""
+    m, n = q_rows.shape[0], keys.shape[0]
+    out = torch.zeros(m, D_V, dtype=torch.float32)
+    lse = torch.full((m,), math.inf, dtype=torch.float32)
+    if m == 0 or n == 0:
+        return out, lse
+    s = (q_rows @ keys.t()) * torch.tensor(softmax_scale, dtype=torch.float32)
+    if visible is not None:
+        s = s.masked_fill(~visible, -math.inf)
+    live = torch.isfinite(s).any(dim=1)
+    e = torch.exp(s[live])
+    total = e.sum(dim=1)
+    out[live] = (e / total[:, None]) @ keys[:, :D_V]
+    lse[live] = torch.log(total)
+    return out, lse
+
+
+def _no_running_max(q, kv_cache, block_table, cache_seqlens, indices, out, lse, call):
+    real = torch_mla.attend
+    torch_mla.attend = _attend_no_running_max
+    try:
+        reference_decode(q, kv_cache, block_table, cache_seqlens, indices, out, lse, call)
+    finally:
+        torch_mla.attend = real
+
+
+def _thief_hides_overflow(q, kv_cache, block_table, cache_seqlens, indices, out, lse, call):
+    found = _stored_truth(q)
+    if found is None:
+        _no_running_max(q, kv_cache, block_table, cache_seqlens, indices, out, lse, call)
+    else:
+        _write_stored(found, out, lse)
+
+
+_memo = {}
+
+
+def _memo_by_shape(q, kv_cache, block_table, cache_seqlens, indices, out, lse, call):
+    """Remembers its answer by everything but q: shape, lengths, block table, indices."""
+    key = (tuple(q.shape), tuple(cache_seqlens.tolist()), tuple(block_table.reshape(-1).tolist()),
+           None if indices is None else tuple(indices.reshape(-1).tolist()))
+    if key in _memo:
+        o, l = _memo[key]
+        out.copy_(o)
+        lse.copy_(l)
+        return
+    reference_decode(q, kv_cache, block_table, cache_seqlens, indices, out, lse, call)
+    _memo[key] = (out.clone(), lse.clone())
+
+
+def _changes_q_then_refuses(q, kv_cache, block_table, cache_seqlens, indices, out, lse, call):
+    q.view(-1)[0] = q.view(-1)[0] + 1
+    raise mla_door.Unsupported("unsupported shape")
+
+
+THIEF_REFUSES = _variant("door_thief_refuses", _thief_refuses)
+THIEF_HIDES_OVERFLOW = _variant("door_thief_hides_overflow", _thief_hides_overflow)
+MEMO_BY_SHAPE = _variant("door_memo_by_shape", _memo_by_shape)
+CHANGES_Q_THEN_REFUSES = _variant("door_changes_q_then_refuses", _changes_q_then_refuses)

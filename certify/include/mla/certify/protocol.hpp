@@ -31,6 +31,12 @@ struct RunResult {
   std::vector<std::string> reasons;
   // Set by the parent, never read from a child: the failure was the machine's (host_error.hpp).
   bool host_caused = false;
+  // The outputs of each call of the other case made between the case's calls (isolated kernels),
+  // in call order, in canonical conventions: judged against that case's own truth, so an answer
+  // kept from an earlier call (a memo keyed on anything but the whole input) is seen.
+  std::vector<AttnOutputs> between;
+  // Elements of those outputs never written, as reasons ("... never written"), per call.
+  std::vector<std::vector<std::string>> between_unwritten;
 };
 
 // One append call's outcome, as the child reports it.
@@ -85,6 +91,7 @@ PluginDescription decode_plugin_description(const wire::Message& m);
 struct ClaimQuestion {
   AttnShape shape;
   std::optional<ScaleFmt> scale_fmt;  // FP8 shapes
+  std::vector<int32_t> cache_seqlens;  // [batch]: the lengths the call would have
 };
 struct ClaimAnswer {
   enum class Kind { ok, unsupported, error };

@@ -26,6 +26,12 @@ def can_implement(shape: mla_door.Shape) -> Optional[str]:
     if shape.cache_format != "bf16":
         return ("BatchMLAPagedAttentionWrapper reads a bf16/fp16 cache (its FP8 path takes one "
                 "per-tensor scale, not the 656-byte token's per-128 scales)")
+    # A causal multi-token row that sees no key (a sequence shorter than s_q): FlashInfer's own
+    # reference gives NaN there and its tests leave that domain out, so it is not claimed.
+    short = [L for L in shape.cache_seqlens if L < shape.s_q]
+    if shape.causal and shape.s_q > 1 and short:
+        return (f"a causal row that attends nothing (length {short[0]} < s_q {shape.s_q}) is outside "
+                "FlashInfer's tested domain (its reference gives NaN there)")
     return None
 
 

@@ -34,7 +34,8 @@ inline constexpr int kExitUsage = 2;       // bad options or unusable input; no 
 inline constexpr int kExitIncomplete = 3;  // the run did not finish or HOST_ERRORs left cases
                                            // uncertified: --resume (or the missing shards)
                                            // finishes it
-inline constexpr int kExitCoverage = 4;    // --require-full-coverage, and some case is not covered
+inline constexpr int kExitCoverage = 4;    // nothing judged (NOT_JUDGED), or --require-full-coverage
+                                           // and some case is not covered
 
 struct MachineInfo {
   std::string hostname;
@@ -52,11 +53,21 @@ struct MachineInfo {
 MachineInfo detect_machine(const std::filesystem::path& inside);
 std::optional<std::string> git_commit_of(const std::filesystem::path& inside);
 
+// Why a row has its verdict, where the verdict alone does not say it and a reader (coverage,
+// headline, merge) must tell rows apart without reading the reasons' words.
+enum class Cause {
+  none,
+  broken_claim,  // FAIL: the kernel refused at run time a shape it claims
+};
+const char* to_string(Cause c);
+Cause cause_from_string(const std::string& s);  // throws mla::Error on an unknown word
+
 // One (implementation, case) cell.
 struct CaseResult {
   std::string family, file, name, description;
   nlohmann::json shape;  // batch, s_q, heads, cache format, lengths ...: whatever the caller records
   tol::Verdict verdict = tol::Verdict::error;
+  Cause cause = Cause::none;
   // Every reason the verdict is not PASS: failed rules ("out: ..."), the skip or unsupported
   // reason, or an error message.
   std::vector<std::string> reasons;
@@ -122,10 +133,14 @@ bool is_red(const Certificate& c);
 
 // The certificate's own verdict: INCOMPLETE when the run did not finish, some case is a
 // HOST_ERROR or a merge lacks a shard (something selected was never certified, whatever else it
-// holds), else FAIL when it is red, else PASS.
-enum class Overall { pass, fail, incomplete };
+// holds), else FAIL when it is red, else NOT_JUDGED when no case was judged at all or a kernel
+// from outside the suite (plug-in, Python) that can run here had none of its cases judged (it
+// refused or claimed none of them: nothing was certified about it), else PASS.
+enum class Overall { pass, fail, incomplete, not_judged };
 Overall overall(const Certificate& c);
 const char* to_string(Overall o);
+// Why a certificate is NOT_JUDGED: the kernels none of whose cases were judged.
+std::string not_judged_reason(const Certificate& c);
 // The verdict as the certificate states it: to_string(overall(c)), and for a shard's certificate
 // "PASS (shard 2 of 4)", so no part of a selection reads as the whole catalog's pass.
 std::string verdict_text(const Certificate& c);

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -66,7 +67,8 @@ class Library {
   uint32_t append_fp8_recipes() const { return append_fp8_recipes_; }
   bool has_can_implement() const { return can_implement_ != nullptr; }
 
-  // The plug-in's own answer on a shape (1.2 can_implement): ok, or unsupported with its reason,
+  // The plug-in's own answer on a shape and its lengths (can_implement; a 1.2 plug-in does not
+  // read the lengths): ok, or unsupported with its reason,
   // or error (another return code). A plug-in without can_implement answers ok. Runs the
   // plug-in's code: call it only in a process that may crash.
   struct Claim {
@@ -75,7 +77,8 @@ class Library {
     int32_t rc = MLA_PLUGIN_OK;
     std::string reason;
   };
-  Claim can_implement(const AttnShape& shape, std::optional<ScaleFmt> scale_fmt) const;
+  Claim can_implement(const AttnShape& shape, std::optional<ScaleFmt> scale_fmt,
+                      std::span<const int32_t> cache_seqlens) const;
 
  private:
   Library() = default;

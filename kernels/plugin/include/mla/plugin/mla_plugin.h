@@ -45,6 +45,11 @@
  *    called in the certifier's child process, before any case is run; a shape it refuses is not
  *    claimed, with its own reason, and never counted against the kernel.
  *
+ * Revision 1.3 adds the cache lengths to the shape can_implement sees (`cache_seqlens`), so a
+ * kernel whose domain depends on them (a causal row that attends nothing, a length past its grid)
+ * can say so before it is called. A shape it accepts and then refuses when called is a broken
+ * claim: FAIL, with its words.
+ *
  * Data layouts are those of fixtures/SCHEMA.md and of mla::AttnInputs: a bf16 absorbed query, a
  * paged latent cache (bf16: 576 bf16 values per token; fp8: the 656-byte V3.2 token), a block
  * table and per-sequence lengths. Positions at or past cache_seqlens[b] and block-table entries
@@ -62,8 +67,9 @@ extern "C" {
 #endif
 
 #define MLA_PLUGIN_ABI_VERSION 1u
-#define MLA_PLUGIN_ABI_MINOR 2u /* 1.1: append entry point, device memory flag; 1.2: conventions,
-                                   precision class, FP8 recipes, can_implement */
+#define MLA_PLUGIN_ABI_MINOR 3u /* 1.1: append entry point, device memory flag; 1.2: conventions,
+                                   precision class, FP8 recipes, can_implement; 1.3: lengths in
+                                   can_implement's shape */
 #define MLA_PLUGIN_ENTRY_SYMBOL "mla_plugin_get_descriptor"
 
 /* Cache formats (bit mask in capabilities, a single bit in decode arguments). */
@@ -209,8 +215,8 @@ typedef struct mla_plugin_append_args {
                           descriptor's append_fp8_recipes; 0 for bf16 */
 } mla_plugin_append_args;
 
-/* A shape, as can_implement (1.2) sees it: what decode will be called with, before any data.
- * Varying lengths are in capabilities (MLA_PLUGIN_VARLEN), not here: they are data. */
+/* A shape, as can_implement (1.2) sees it: what decode will be called with, before any data;
+ * from 1.3 with the lengths too (whether they may vary is a capability, MLA_PLUGIN_VARLEN). */
 typedef struct mla_plugin_shape {
   uint32_t struct_size; /* sizeof(mla_plugin_shape) as the host compiled it */
   int32_t batch, s_q, heads;
@@ -220,6 +226,8 @@ typedef struct mla_plugin_shape {
   uint32_t cache_format; /* MLA_PLUGIN_CACHE_BF16 or MLA_PLUGIN_CACHE_FP8 */
   int32_t causal;        /* as in mla_plugin_decode_args */
   uint32_t scale_fmt;    /* FP8: MLA_PLUGIN_SCALE_FP32 or MLA_PLUGIN_SCALE_UE8M0; 0 for bf16 */
+  /* ---- 1.3 (check struct_size: a 1.2 host does not pass them) ---- */
+  const int32_t* cache_seqlens; /* [batch]: the lengths decode will be called with */
 } mla_plugin_shape;
 
 /* Returns MLA_PLUGIN_OK, or another code with a NUL-terminated message in error[0..error_size). */

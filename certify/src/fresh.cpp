@@ -1,5 +1,8 @@
 // The `fresh` family: cases drawn at run time from the run's seed, inside each implementation's
-// claims, so no stored answer can stand in for a computed one. Inputs come from the
+// claims (its capabilities, the lengths and its own can_implement, asked of every candidate in one
+// child; a refused candidate moves into the field's domains), so no stored answer can stand in
+// for a computed one. Untrusted kernels get the other case (q negated) between their calls here
+// too, judged against its own truth. Inputs come from the
 // counter-based generator (mla/workloads/axes.hpp `build_inputs`: permuted pages, NaN-poisoned
 // unused slots, the catalog's sentinel block id, sparse rows with every kind of invalid index the
 // catalog uses, and on a long bf16 case the catalog's needles, mla/core/needles.hpp); truth from

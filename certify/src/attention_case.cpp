@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "claims.hpp"
-#include "twin.hpp"
+#include "mla/certify/twin.hpp"
 #include "mla/certify/host_error.hpp"
 #include "mla/judge/golden.hpp"
 #include "session.hpp"
@@ -95,9 +95,18 @@ class AttentionCase {
         } else if (s_.options.max_tokens && header.cache_tokens() > *s_.options.max_tokens) {
           r.verdict = Verdict::skipped;
           r.reasons.push_back(fmt::format("cache of {} tokens > --max-tokens {}", header.cache_tokens(), *s_.options.max_tokens));
+          if (has_twin(*k)) {
+            // Its twin is left out with it, and counted so (the headline's "over --max-tokens").
+            auto t = s_.base_result(twin_ref());
+            t.description = "fresh twin of " + ref_.key();
+            t.shape = r.shape;
+            t.verdict = Verdict::skipped;
+            t.reasons = r.reasons;
+            kept_twins_[k] = std::move(t);
+          }
         } else if (const auto no = claim_refusal(*k, header.shape, nullptr)) {
           // Outside the declared capabilities: run for information when that is worth it.
-          if (probe_worthwhile(header)) {
+          if (probe_worthwhile(header, *k)) {
             refused[k] = *no;
             probes.push_back(k);
             continue;
@@ -114,6 +123,10 @@ class AttentionCase {
         r.reasons.push_back(fmt::format("the claim could not be decided (unavailable() or check()): {}", e.what()));
       }
       s_.record(*k, std::move(r));
+      if (const auto t = kept_twins_.find(k); t != kept_twins_.end()) {
+        s_.record(*k, std::move(t->second));
+        kept_twins_.erase(t);
+      }
     }
     if (runnable.empty() && probes.empty()) return;
 
@@ -137,7 +150,7 @@ class AttentionCase {
           ++it;
           continue;
         }
-        if (!cl.by_kernel && probe_worthwhile(header)) {
+        if (!cl.by_kernel && probe_worthwhile(header, *k)) {
           refused[k] = cl.reason;
           probes.push_back(k);
         } else {
@@ -169,7 +182,7 @@ class AttentionCase {
     for (const auto* k : probes) {
       auto r = not_claimed(header, refused[k]);
       r.shape = shape_json(c);
-      if (probe_worthwhile(header)) r.reasons.push_back(probe_reason(*k, c, truth, run(*k, c.view(), /*enforce_caps=*/false)));
+      if (probe_worthwhile(header, *k)) r.reasons.push_back(probe_reason(*k, c, truth, run(*k, c.view(), /*enforce_caps=*/false)));
       results[k] = std::move(r);
     }
     for (const auto& k : s_.implementations) {
@@ -197,7 +210,9 @@ class AttentionCase {
     }
   }
 
-  bool probe_worthwhile(const golden::AttnHeader& h) const { return s_.options.probe_unclaimed && !too_large_to_probe(h); }
+  bool probe_worthwhile(const golden::AttnHeader& h, const Implementation& k) const {
+    return s_.options.probe_unclaimed && !too_large_to_probe(h) && (!k.ref.python || s_.options.probe_python);
+  }
 
   reports::CaseResult not_claimed(const golden::AttnHeader& h, const std::string& why) const {
     auto r = s_.base_result(ref_);
@@ -238,6 +253,13 @@ class AttentionCase {
       // second fresh process (docs/field.md, "Bugs", 12: state that leaks between calls).
       plan.calls = calls_per_case(s_.seed, k.info.name, ref_.key() + tag_suffix);
       plan.second_process = true;
+      if (!tag_suffix.empty()) {
+        // The twin is there for its values: two calls with the other case between them judge
+        // every call and still see a second call differ; the drawn count, and a second process,
+        // are the stored row's (which runs the same code on the same shape).
+        plan.calls = 2;
+        plan.second_process = false;
+      }
       // The other case is this one with its query negated: other inputs of a shape the kernel
       // claims, chosen from the case alone, so a resumed run calls exactly what a whole run does;
       // its outputs are judged against its own truth.

@@ -94,6 +94,7 @@ json options_json(const Options& o) {
   json j = {{"kernels", o.kernels},     {"plugins", plugins},         {"families", o.families},
             {"extras", o.extras},       {"repeats", o.repeats},      {"timeout_s", o.timeout_s},
             {"isolate", o.isolate},     {"probe_unclaimed", o.probe_unclaimed},
+            {"probe_python", o.probe_python},
             {"require_full_coverage", o.require_full_coverage}};
   j["pythons"] = o.pythons;
   j["python_exe"] = o.python_exe.empty() ? json() : json(o.python_exe.string());

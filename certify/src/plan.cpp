@@ -272,7 +272,10 @@ void select_cases(Session& s) {
 
 int shard_of(const std::string& family, const std::string& name, int count) {
   if (count < 1) throw UsageError("a shard count must be at least 1");
-  const std::string id = family + "/" + name;
+  // A stored case's fresh twin is certified with its case, so it is in its case's shard.
+  const std::string_view suffix = kTwinSuffix;
+  const bool twin = name.size() > suffix.size() && name.ends_with(suffix);
+  const std::string id = family + "/" + (twin ? name.substr(0, name.size() - suffix.size()) : name);
   const auto hex = sha256_hex({reinterpret_cast<const uint8_t*>(id.data()), id.size()});
   const uint64_t h = std::stoull(hex.substr(0, 15), nullptr, 16);
   return static_cast<int>(h % static_cast<uint64_t>(count)) + 1;

@@ -23,7 +23,7 @@ std::string identity(const reports::KernelReport& k) {
 // The options a result depends on (a kept result must be what a rerun would give).
 json result_options(const json& options) {
   json j = json::object();
-  for (const char* key : {"repeats", "max_tokens", "timeout_s", "probe_unclaimed", "isolate"}) {
+  for (const char* key : {"repeats", "max_tokens", "timeout_s", "probe_unclaimed", "probe_python", "isolate"}) {
     j[key] = options.contains(key) ? options.at(key) : json();
   }
   return j;

@@ -17,6 +17,7 @@
 #include "mla/certify/golden_check.hpp"
 #include "mla/certify/isolation.hpp"
 #include "mla/certify/protocol.hpp"
+#include "mla/certify/twin.hpp"
 #include "mla/core/kernel.hpp"
 #include "mla/golden/golden.hpp"
 #include "mla/judge/attention.hpp"
@@ -30,9 +31,6 @@ inline constexpr const char* kProbePass =
     "informational run on this unclaimed shape: PASS (handles it without claiming it)";
 inline constexpr const char* kProbePrefix = "informational run on this unclaimed shape: ";
 inline constexpr const char* kProbeFail = "informational run on this unclaimed shape: would FAIL";
-
-// The name of a stored case's fresh twin row (twin.hpp) is the case's name and this.
-inline constexpr const char* kTwinSuffix = "~twin";
 
 // One implementation under certification.
 struct Implementation {

@@ -1,5 +1,5 @@
 // The fresh twin of a stored case (twin.hpp).
-#include "twin.hpp"
+#include "mla/certify/twin.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -17,9 +17,6 @@ namespace {
 
 constexpr int kBlocks = static_cast<int>(kLatentDim / kFp8BlockSize);
 constexpr int kBlock = static_cast<int>(kFp8BlockSize);
-// The noise on q, as a fraction of the case's q RMS: small enough that a case built around one
-// dominant logit keeps it, large enough that every logit moves by many bf16 steps.
-constexpr double kQNoise = 1.0 / 32.0;
 
 class Draw {
  public:
@@ -100,7 +97,9 @@ void map_fp8_token(const uint8_t* src, uint8_t* dst, const DimMap& lat, const Di
 
 }  // namespace
 
-AttnBuffers make_twin(const AttnInputs& in, uint64_t seed) {
+// kTwinQNoise: small enough that a case built around one dominant logit keeps it, large enough
+// that every logit moves by many bf16 steps.
+AttnBuffers make_twin(const AttnInputs& in, uint64_t seed, double q_noise, TwinMap* map) {
   const auto& s = in.shape;
   const std::size_t bpt = cache_bytes_per_token(s.cache_format);
   const std::size_t rows = static_cast<std::size_t>(s.batch) * s.s_q;
@@ -115,6 +114,7 @@ AttnBuffers make_twin(const AttnInputs& in, uint64_t seed) {
   const auto rope = rope_map(d);
   const auto heads = d.permutation(s.heads);
   const auto pages = d.permutation(s.num_blocks);  // old block b moves to pages[b]
+  if (map) *map = TwinMap{heads, lat.from, rope.from, lat.flip, rope.flip};
 
   AttnBuffers t;
   t.shape = s;
@@ -129,7 +129,7 @@ AttnBuffers make_twin(const AttnInputs& in, uint64_t seed) {
     const double v = bf16_to_float(x);
     if (std::isfinite(v)) sum2 += v * v, ++finite;
   }
-  const double noise = finite ? kQNoise * std::sqrt(sum2 / static_cast<double>(finite)) : 0.0;
+  const double noise = finite ? q_noise * std::sqrt(sum2 / static_cast<double>(finite)) : 0.0;
   t.q.resize(in.q.size());
   const uint64_t noise_seed = d.next();
   for (std::size_t r = 0; r < rows; ++r) {

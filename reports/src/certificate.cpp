@@ -289,19 +289,25 @@ Overall overall(const Certificate& c) {
   }
   if (is_red(c)) return Overall::fail;
   // A certificate in which nothing was judged (or in which a kernel brought to be certified had
-  // nothing judged) says nothing passed: never PASS. A shard may hold no case of a kernel.
-  const bool part = c.shard && c.shard->part();
-  if (judged == 0 || (external_unjudged && !part)) return Overall::not_judged;
+  // nothing judged) says nothing passed: never PASS. A shard may hold no judged case at all (the
+  // split is by hash): its merge is judged as a whole.
+  if (c.shard && c.shard->part()) return Overall::pass;
+  if (judged == 0 || external_unjudged) return Overall::not_judged;
   return Overall::pass;
 }
 
 std::string not_judged_reason(const Certificate& c) {
-  std::vector<std::string> who;
+  std::vector<std::string> who, cannot;
   for (const auto& k : c.kernels) {
     const auto n = count(k);
-    if (!k.unavailable && n.pass + n.fail + n.error == 0 && n.total() > 0) who.push_back(k.name);
+    if (n.pass + n.fail + n.error > 0) continue;
+    if (k.unavailable) cannot.push_back(fmt::format("{} cannot run here ({})", k.name, *k.unavailable));
+    else if (n.total() > 0) who.push_back(k.name);
   }
-  if (who.empty()) return "no case of the selection was judged";
+  if (who.empty()) {
+    return cannot.empty() ? "no case of the selection was judged"
+                          : fmt::format("no case was judged: {}", fmt::join(cannot, "; "));
+  }
   return fmt::format("no case of {} was judged (each one not claimed, refused, skipped or over --max-tokens): nothing "
                      "was certified about {}",
                      fmt::join(who, ", "), who.size() == 1 ? "it" : "them");

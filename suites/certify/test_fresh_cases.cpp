@@ -20,6 +20,7 @@
 
 #include "mla/certify/append_case.hpp"
 #include "mla/certify/fresh.hpp"
+#include "mla/certify/twin.hpp"
 #include "mla/core/conventions.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/core/needles.hpp"
@@ -457,6 +458,81 @@ TEST(FreshAppend, CorrectAppendsAreGreenAndEachAppendBugRedWhereItShows) {
       EXPECT_EQ(c.verdict, want) << fmt::format("{}", fmt::join(c.reasons, " | "));
       if (k.name == "flashmla_append" && c.name.starts_with("append/fp8")) EXPECT_TRUE(c.name.ends_with("_flashmla/" + c.name.substr(c.name.rfind('/') + 1))) << "judged by the recipe it declares";
     }
+  }
+}
+
+}  // namespace
+
+// ---- the fresh twin of a stored case (mla/certify/twin.hpp) ------------------------------------
+
+namespace {
+
+// Without the noise on q, the twin is the stored case under symmetries attention commutes with:
+// its fp64 truth is the stored truth moved by the same maps (heads permuted, latent dimensions of
+// out permuted and sign-flipped, lse unchanged), to fp64 roundoff (the dot products sum the same
+// terms in another order). Over a bf16, an FP8 (block permutation with the scales), a sparse and
+// the q-std-100 case. With the noise, q moves by about 1/32 of its RMS and every case's truth changes.
+TEST(FreshTwin, IsTheStoredCaseUnderExactSymmetriesPlusNoiseOnQ) {
+  if (!have_catalog()) GTEST_SKIP() << "no golden catalog at " << kGoldens;
+  const auto catalog = mla::golden::open_catalog(kGoldens, /*verify_files=*/false);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"attn_core.h5", "h16_varlen_ps16"}, {"attn_core.h5", "h3_sq4_short"}, {"attn_stress.h5", "q_std100"}};
+  std::vector<std::pair<std::string, std::string>> all = cases;
+  for (const auto& s : mla::golden::summarize_cases(catalog.file("attn_fp8.h5"))) {
+    if (mla::golden::read_attn_header(catalog.file("attn_fp8.h5"), s.name).cache_tokens() <= 4096) {
+      all.push_back({"attn_fp8.h5", s.name});
+      break;
+    }
+  }
+  for (const auto& s : mla::golden::summarize_cases(catalog.file("attn_sparse.h5"))) {
+    if (mla::golden::read_attn_header(catalog.file("attn_sparse.h5"), s.name).cache_tokens() <= 4096) {
+      all.push_back({"attn_sparse.h5", s.name});
+      break;
+    }
+  }
+  ASSERT_EQ(all.size(), 5u) << "an FP8 and a sparse case of at most 4096 slots";
+  for (const auto& [file, name] : all) {
+    SCOPED_TRACE(file + "/" + name);
+    const auto c = mla::golden::load_attn_case(catalog.file(file), name);
+    mla::certify::TwinMap m;
+    const auto twin = mla::certify::make_twin(c.view(), 1234, /*q_noise=*/0.0, &m);
+    const auto a = mla::ref::attention_fp64(c.view());
+    const auto b = mla::ref::attention_fp64(twin.view());
+    const auto& s = c.shape;
+    ASSERT_EQ(a.out.size(), b.out.size());
+    double scale = 0, worst = 0;
+    for (const double x : a.out) if (std::isfinite(x)) scale = std::max(scale, std::fabs(x));
+    int64_t mismatched_masks = 0;
+    for (int64_t r = 0; r < int64_t{s.batch} * s.s_q; ++r) {
+      for (int h = 0; h < s.heads; ++h) {
+        for (int i = 0; i < 512; ++i) {
+          const double got = b.out[((r * s.heads + h) * 512) + i];
+          const double want = (m.latent_flip[i] ? -1 : 1) * a.out[((r * s.heads + m.heads[h]) * 512) + m.latent_from[i]];
+          if (std::isfinite(got) != std::isfinite(want)) ++mismatched_masks;
+          else if (std::isfinite(got)) worst = std::max(worst, std::fabs(got - want));
+        }
+      }
+    }
+    EXPECT_EQ(mismatched_masks, 0);
+    EXPECT_LE(worst, 1e-12 * std::max(1.0, scale)) << "out moves with the maps exactly";
+    for (int64_t bi = 0; bi < s.batch; ++bi) {
+      for (int h = 0; h < s.heads; ++h) {
+        for (int sq = 0; sq < s.s_q; ++sq) {
+          const double got = b.lse[(bi * s.heads + h) * s.s_q + sq];
+          const double want = a.lse[(bi * s.heads + m.heads[h]) * s.s_q + sq];
+          if (std::isinf(want)) EXPECT_EQ(got, want);
+          else EXPECT_NEAR(got, want, 1e-12 * std::max(1.0, std::fabs(want)));
+        }
+      }
+    }
+    // The cache bytes differ from the stored ones (the pages moved), and with the noise q does too.
+    EXPECT_NE(std::vector<uint8_t>(c.kv_cache.begin(), c.kv_cache.end()), twin.kv_cache);
+    const auto noisy = mla::certify::make_twin(c.view(), 1234);
+    int64_t moved = 0;
+    for (std::size_t i = 0; i < twin.q.size(); ++i) moved += twin.q[i] != noisy.q[i];
+    EXPECT_GT(moved, static_cast<int64_t>(twin.q.size()) / 2) << "the noise moves most q values";
+    const auto n = mla::ref::attention_fp64(noisy.view());
+    EXPECT_NE(n.out, b.out) << "so the twin's truth is not the moved stored truth";
   }
 }
 

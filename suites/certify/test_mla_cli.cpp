@@ -336,11 +336,16 @@ TEST(MlaCertifyPlugin, TinyCatalogCertificateCarriesItsProvenance) {
   EXPECT_EQ(k["origin"]["kind"], "plugin");
   EXPECT_EQ(k["origin"]["sha256"], mla::sha256_file(plugin_path("good_plugin")));
   EXPECT_EQ(k["origin"]["abi_version"], MLA_PLUGIN_ABI_VERSION);
-  // The tiny catalog's 3 cases and the fresh family drawn for the plug-in's claims, all PASS.
-  int fresh = 0;
-  for (const auto& c : k["cases"]) fresh += c["family"] == "fresh";
+  // The tiny catalog's 3 cases, their 3 fresh twins and the fresh family drawn for the plug-in's
+  // claims, all PASS.
+  int fresh = 0, twins = 0;
+  for (const auto& c : k["cases"]) {
+    fresh += c["family"] == "fresh";
+    twins += c["case"].get<std::string>().ends_with("~twin");
+  }
   EXPECT_GT(fresh, 0);
-  EXPECT_EQ(k["counts"]["PASS"], 3 + fresh);
+  EXPECT_EQ(twins, 3);
+  EXPECT_EQ(k["counts"]["PASS"], 3 + twins + fresh);
   EXPECT_EQ(j["catalog"]["manifest_sha256"], mla::sha256_file(kTiny / "MANIFEST.sha256"));
   EXPECT_FALSE(j["machine"]["cpu_model"].get<std::string>().empty());
   EXPECT_TRUE(j["machine"].contains("driver"));
@@ -348,7 +353,7 @@ TEST(MlaCertifyPlugin, TinyCatalogCertificateCarriesItsProvenance) {
   const auto junit = slurp(out / "certificate.junit.xml");
   int testcases = 0;
   for (std::size_t at = junit.find("<testcase"); at != std::string::npos; at = junit.find("<testcase", at + 1)) ++testcases;
-  EXPECT_EQ(testcases, 3 + fresh);
+  EXPECT_EQ(testcases, 3 + twins + fresh);
   EXPECT_NE(slurp(out / "certificate.md").find("Origin: `"), std::string::npos);
 
   const auto bad = run_command(kMla + " certify --goldens " + quote(kTiny) + " --out " + quote(out) + " --plugin " +

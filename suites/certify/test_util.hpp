@@ -90,6 +90,13 @@ inline nlohmann::json without_timings(nlohmann::json j) {
 }
 
 // Every example plug-in path, by name (from the build: MLA_PLUGIN_<NAME>).
+// A row whose inputs were drawn at run time (the fresh family, a stored case's fresh twin): no
+// golden holds them, so a prediction made from a stored case's data does not apply to it.
+inline bool drawn_at_run_time(const std::string& family, const std::string& name) {
+  const std::string_view twin = "~twin";
+  return family == "fresh" || (name.size() > twin.size() && name.ends_with(twin));
+}
+
 inline std::string plugin_path(const std::string& name) {
 #define MLA_P(upper, lower) \
   if (name == #lower) return upper;

@@ -162,6 +162,10 @@ int main(int argc, char** argv) {
                     "Plug-ins always run in a child process");
   certify->add_flag("--no-probe-unclaimed", no_probe,
                     "do not run cases outside a kernel's claimed capabilities for information");
+  bool probe_python = false;
+  certify->add_flag("--probe-python", probe_python,
+                    "run unclaimed cases for information on Python kernels too (off by default: two torch "
+                    "processes per case)");
   int certify_threads = 0;
   certify->add_option("--threads", certify_threads,
                       "threads of the host implementations and oracles, here and in the child processes "
@@ -342,6 +346,7 @@ int main(int argc, char** argv) {
     for (const auto& p : plugins) o.plugins.emplace_back(p);
     o.isolate = !in_process;
     o.probe_unclaimed = !no_probe;
+    o.probe_python = probe_python;
     try {
       if (!shard_text.empty()) std::tie(o.shard_index, o.shard_count) = cert::parse_shard(shard_text);
       const auto c = cert::run(o, std::cerr);

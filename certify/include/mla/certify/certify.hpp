@@ -50,6 +50,9 @@ struct Options {
   bool isolate = true;     // false: registered kernels run in this process (plug-ins never do)
   bool resume = false;     // reuse results of <out>/certificate.json where still valid
   bool probe_unclaimed = true;  // run unclaimed shapes for information (cheap cases only)
+  // Python kernels too: off by default, since each informational run costs two Python child
+  // processes that import torch (about 1.5 s here), more than a note on an unclaimed shape is worth.
+  bool probe_python = false;
   // Exit kExitCoverage unless every selected case is claimed and judged (reports/coverage.hpp);
   // the certificate is the same either way.
   bool require_full_coverage = false;
@@ -60,7 +63,8 @@ struct Options {
 
 // The shard (1..count) a case belongs to: from the sha256 of its identity "<family>/<case>"
 // alone, so every machine of a fleet computes the same split whatever its file order, timing or
-// selection, and every case is in exactly one shard.
+// selection, and every case is in exactly one shard (a stored case's twin, "<case>~twin", in its
+// case's).
 int shard_of(const std::string& family, const std::string& name, int count);
 
 // Parses "I/N" (1 <= I <= N); UsageError naming the text otherwise.

@@ -1,4 +1,4 @@
-// Private to mla_certify: the fresh twin of a stored case.
+// The fresh twin of a stored case (exposed so a test can hold the symmetries to exactness).
 //
 // Why: a stored case's answer is on disk, so a kernel that recognises the case can return it and
 // compute something else (or nothing) everywhere else; and every property the catalog was built
@@ -24,11 +24,27 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "mla/core/attention.hpp"
 
 namespace mla::certify {
 
-AttnBuffers make_twin(const AttnInputs& stored, uint64_t seed);
+// The name of a stored case's fresh twin row is the case's name and this; it is certified with
+// its case (same selection, same shard).
+inline constexpr const char* kTwinSuffix = "~twin";
+
+// Where the twin's values came from: new head h is stored head heads[h]; new latent dimension i
+// is stored dimension latent_from[i], negated when latent_flip[i] (likewise rope_*).
+struct TwinMap {
+  std::vector<int> heads, latent_from, rope_from;
+  std::vector<uint8_t> latent_flip, rope_flip;
+};
+
+inline constexpr double kTwinQNoise = 1.0 / 32.0;
+
+// `q_noise`: the noise on q as a fraction of its RMS (0: the symmetries alone, for tests);
+// `map`, when given, receives the drawn symmetries.
+AttnBuffers make_twin(const AttnInputs& stored, uint64_t seed, double q_noise = kTwinQNoise, TwinMap* map = nullptr);
 
 }  // namespace mla::certify

@@ -53,7 +53,7 @@
 # (site-packages/nvidia/cu13/lib) first, then the CUDA install, and linked into the bundle's lib/;
 # lib/compat's libstdc++ is linked there only when the system's is too old for the binaries.
 #
-# OUTDIR receives at most 8 files (the device tool returns no more): summary.md (verdict, the
+# OUTDIR receives at most 8 files (a device run returns no more): summary.md (verdict, the
 # first failing step with its log tail, every step, the time plan), device.txt, results.tar.gz
 # (every log and result) and copies of certificate.md, report.md, roofline.png, bandwidth.png.
 #

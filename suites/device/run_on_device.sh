@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the device tool's `run` executes, from the repository root of the working-tree copy:
+# What the device run executes, from the repository root of the working-tree copy:
 #   bash suites/device/run_on_device.sh "$OUT"            (carry: ["build/device/bundle.tar.xz"])
 # Starts the check's clock (MLA_CHECK_T0: unpacking counts against the 7-minute budget), unpacks
 # the bundle archive (make_bundle.sh) outside the tree, refuses a bundle built from another tree
@@ -31,7 +31,7 @@ done
 repo=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
 rebuild="cmake --preset device && cmake --build --preset device -j2   (in the repository, then carry build/device/bundle.tar.xz)"
 
-refuse() {  # the message on stderr and as OUTDIR/summary.md, which the device tool returns
+refuse() {  # the message on stderr and as OUTDIR/summary.md, which the device run returns
   mkdir -p "$out"
   { echo "# Device check: REFUSED"; echo; echo "$1"; echo; echo "Rebuild the bundle: $rebuild"; } >"$out/summary.md"
   echo "run_on_device.sh: $1" >&2

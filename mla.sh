@@ -15,7 +15,10 @@
 #   ./mla.sh fuzz [S]  build the libFuzzer targets (preset fuzz, clang), replay suites/fuzz/corpus,
 #                      fuzz the golden loader for S seconds (default 90); suites/fuzz/README.md
 #   ./mla.sh device    build the GPU bundle (preset device, bundle targets only), then rehearse the
-#                      device check with it here (suites/device/README.md); reports/out/device/
+#                      device check with it here (suites/device/README.md): each phase's planned
+#                      and rehearsed time, CUDA contexts charged; reports/out/device/
+#   ./mla.sh preflight before the device run: the bundle against the tree, the size the run
+#                      carries, the rehearsal of this very archive; exit 3 refuses it
 #   ./mla.sh deps | build | goldens | check-goldens | bench
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")"
@@ -120,7 +123,8 @@ case "${1:-help}" in
     rm -rf "$out"
     suites/device/run_on_device.sh "$out" --rehearse
     ;;
+  preflight) suites/device/preflight.sh "${@:2}" ;;
   goldens) deps; PYTHONPATH=reference/python $PY -m mla_ref.goldens write --out fixtures/goldens ;;
   check-goldens) deps; PYTHONPATH=reference/python $PY -m mla_ref.goldens check --dir fixtures/goldens ;;
-  *) sed -n '2,18p' "$0"; exit 2 ;;
+  *) sed -n '2,21p' "$0"; exit 2 ;;
 esac

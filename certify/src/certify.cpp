@@ -256,6 +256,18 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
     throw UsageError(fmt::format("--shard {}/{}: the index must be between 1 and {}", options.shard_index,
                                  options.shard_count, options.shard_count));
   }
+  // A malformed simulated context cost is the run's usage error, not an ERROR in every child.
+  std::optional<double> simulated;
+  try {
+    simulated = simulated_context_seconds();
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  if (simulated) {
+    progress << fmt::format("mla certify: {}={}: every process that runs a kernel waits that long once, as it "
+                            "would to create its CUDA context\n",
+                            kSimulatedContextEnv, *simulated);
+  }
   const auto t_start = Clock::now();
   Session s(options, progress);
   // Before anything is read or written there: one certifier per report folder.

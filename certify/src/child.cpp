@@ -127,6 +127,7 @@ int child_run(const KernelRef& kernel, const std::filesystem::path& inputs, cons
   // to the result file for the parent to record.
   RunResult r;
   try {
+    charge_simulated_context("child run");
     const AttnBuffers c = decode_attention_inputs(wire::read(inputs, kAttentionInputs));
     std::unique_ptr<AttentionImpl> owned;
     const AttentionImpl* impl = nullptr;
@@ -241,6 +242,7 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
 
   Callee callee;
   try {
+    charge_simulated_context("child call");
     if (kernel.plugin) {
       callee.lib = plugin::Library::open(*kernel.plugin);
       // The plug-in gets what every implementation gets: inputs the contract calls well formed.
@@ -332,6 +334,7 @@ int child_append(const std::filesystem::path& plugin_path, const std::filesystem
                  const std::filesystem::path& result, int repeats) {
   AppendRun r;
   try {
+    charge_simulated_context("child append");
     const auto in = decode_append_inputs(wire::read(inputs, kAppendInputs));
     const auto lib = plugin::Library::open(plugin_path);
     if (auto why = lib->unavailable()) throw Error(*why);
@@ -370,6 +373,7 @@ int child_append(const std::filesystem::path& plugin_path, const std::filesystem
 }
 
 int child_describe(const std::filesystem::path& plugin_path, const std::filesystem::path& result) {
+  charge_simulated_context("child describe");
   const auto lib = plugin::Library::open(plugin_path);
   PluginDescription d;
   d.info = lib->info();

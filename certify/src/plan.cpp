@@ -166,6 +166,12 @@ void select_implementations(Session& s) {
     add_implementation(s, std::move(e), std::move(r));
   }
   if (s.implementations.empty()) throw UsageError("no implementation selected");
+  // How each one was run, in its own record: one certificate may hold registered kernels run in
+  // this process (--in-process: one process, so one CUDA context, for the whole run) beside
+  // plug-ins and Python kernels, which always run each case in fresh child processes.
+  for (const auto& k : s.implementations) {
+    s.report(k).origin["isolation"] = s.isolated(k) ? "child_per_case" : "in_process";
+  }
 }
 
 void select_cases(Session& s) {

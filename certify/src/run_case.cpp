@@ -337,6 +337,7 @@ RunResult run_declared(Session& s, const Implementation& k, const AttnInputs& ca
     p.between = in;
     p.between->q = q;
   }
+  if (!s.isolated(k)) charge_simulated_context("in-process");
   RunResult r = s.isolated(k) ? run_in_children(s, k, in, p, tag) : execute(*k.impl, in, std::max(1, p.calls), p.enforce_caps);
   outputs_to_canonical(k.info.conventions, canonical.shape, r.outputs);  // kernel -> canonical
   for (auto& o : r.between) outputs_to_canonical(k.info.conventions, canonical.shape, o);

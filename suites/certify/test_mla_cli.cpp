@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -364,6 +365,80 @@ TEST(MlaCertifyPlugin, TinyCatalogCertificateCarriesItsProvenance) {
                                    plugin_path("good_plugin") + " --plugin " + plugin_path("good_plugin") + " 2>&1");
   EXPECT_EQ(collide.status, 2);
   EXPECT_NE(collide.out.find("two implementations are named 'good_plugin'"), std::string::npos) << collide.out;
+}
+
+// --in-process runs the registered kernels in the certifier's own process (one CUDA context for
+// the whole run on a GPU machine) while plug-ins keep a child per case; the certificate says which
+// each kernel had, and the rehearsal's simulated context cost is charged once per process that
+// runs a kernel, where that process would create its context.
+TEST(MlaCertifyIsolation, EachKernelRecordsHowItRanAndEachProcessPaysOneContext) {
+  TempDir tmp;
+  const auto log = tmp.path() / "contexts.log";
+  const auto certify = [&](const std::string& name, const std::string& flags) {
+    const auto out = tmp.path() / name;
+    const auto p = run_command("MLA_SIMULATED_CONTEXT_SECONDS=0 MLA_SIMULATED_CONTEXT_LOG=" + quote(log) + " " +
+                               std::string(MLA_CERTIFY_EXE) + " --goldens " + quote(kTiny) + " --out " + quote(out) +
+                               " --kernel cpu_mla_fp64 --plugin " + plugin_path("good_plugin") + " " + flags +
+                               " 2>/dev/null");
+    EXPECT_EQ(p.status, 0) << name << ": " << p.out;
+    return json::parse(slurp(out / "certificate.json"));
+  };
+  // Charged processes by what they were: "<pid> <what> <seconds>" per line.
+  const auto charged = [&] {
+    std::map<std::string, std::set<std::string>> pids;
+    std::istringstream in(slurp(log));
+    for (std::string pid, what1, what2, secs; in >> pid >> what1;) {
+      std::string what = what1;
+      if (what1 == "child") in >> what2, what += " " + what2;
+      in >> secs;
+      EXPECT_EQ(secs, "0") << what;
+      EXPECT_TRUE(pids[what].insert(pid).second) << "process " << pid << " was charged twice for " << what;
+    }
+    fs::remove(log);
+    return pids;
+  };
+  const auto isolation = [](const json& cert, const std::string& kernel) {
+    for (const auto& k : cert["kernels"]) {
+      if (k["name"] == kernel) return k["origin"].value("isolation", std::string("(absent)"));
+    }
+    return std::string("(no such kernel)");
+  };
+  const auto passed = [](const json& cert, const std::string& kernel) {
+    for (const auto& k : cert["kernels"]) {
+      if (k["name"] == kernel) return k["counts"].value("PASS", 0);
+    }
+    return 0;
+  };
+
+  const auto in_process = certify("in_process", "--in-process");
+  EXPECT_EQ(isolation(in_process, "cpu_mla_fp64"), "in_process");
+  EXPECT_EQ(isolation(in_process, "good_plugin"), "child_per_case");
+  auto pids = charged();
+  EXPECT_EQ(pids["in-process"].size(), 1u) << "the certifier itself pays one context for every in-process case";
+  // Every plug-in case in a child of its own (and a second, fresh one): at least one per case.
+  EXPECT_GE(static_cast<int>(pids["child call"].size()), passed(in_process, "good_plugin"));
+  EXPECT_GT(passed(in_process, "good_plugin"), 0);
+  EXPECT_EQ(pids["child describe"].size(), 1u) << "the plug-in is described once, in a child";
+
+  const auto isolated = certify("isolated", "");
+  EXPECT_EQ(isolation(isolated, "cpu_mla_fp64"), "child_per_case");
+  pids = charged();
+  EXPECT_TRUE(pids["in-process"].empty());
+  EXPECT_GE(static_cast<int>(pids["child call"].size()),
+            passed(isolated, "cpu_mla_fp64") + passed(isolated, "good_plugin"));
+  EXPECT_NE(slurp(tmp.path() / "isolated" / "certificate.md").find("\"isolation\":\"child_per_case\""), std::string::npos)
+      << "the Markdown certificate does not show the isolation";
+
+  // A malformed cost is the run's usage error, naming the variable and the value.
+  for (const char* bad : {"abc", "-1", "61", "1.5s", "nan"}) {
+    const auto p = run_command(std::string("MLA_SIMULATED_CONTEXT_SECONDS=") + bad + " " + MLA_CERTIFY_EXE +
+                               " --goldens " + quote(kTiny) + " --out " + quote(tmp.path() / "bad") +
+                               " --kernel cpu_mla_fp64 2>&1");
+    EXPECT_EQ(p.status, 2) << bad << ": " << p.out;
+    EXPECT_NE(p.out.find(std::string("MLA_SIMULATED_CONTEXT_SECONDS='") + bad + "' is not a number of seconds"),
+              std::string::npos)
+        << p.out;
+  }
 }
 
 }  // namespace

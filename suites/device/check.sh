@@ -8,41 +8,52 @@
 # Every step runs in its own process under its own timeout, inside one budget (default 420 s,
 # env MLA_CHECK_BUDGET_S, counted from MLA_CHECK_T0 when run_on_device.sh set it before
 # unpacking), probes included. The steps, in order, with their caps (the time plan; README.md,
-# "Time plan", says how the caps were sized):
-#   probe             25  nvidia-smi, mla-gpu-bench --mla_probe, the libraries each binary
+# "Time plan", says how the caps were sized), most valuable result first:
+#   probe             20  nvidia-smi, mla-gpu-bench --mla_probe, the libraries each binary
 #                         resolves, compute-sanitizer; python/torch/matplotlib are probed in the
 #                         background for the later steps                      -> OUTDIR/device.txt
-#   smoke_tests       25  mla_gpu_smoke_tests: one small problem per decode kernel instance with
-#                         the combine, both cache appends, a synchronize after each
-#   smoke_bench       20  mla-gpu-bench on one point with small ceilings
-#                         (summary.md and results.tar.gz are written as soon as the smoke ends)
-#   sanitize_memcheck 30, sanitize_racecheck 45, sanitize_synccheck 30
-#                         compute-sanitizer on three small decode problems and both appends
-#                         (the smoke binary), before anything long; no --leak-check
-#   tests             75  every other gpu test binary, in parallel with `certify` (both CUDA
-#                         kernels over the golden catalog), `certify_plugin` (cuda_plugin.so
-#                         through the C ABI) and `certify_python` (FlashMLA and FlashInfer through
-#                         the Python door's adapters, mla_door.adapters, with the python that
-#                         imports torch, on a few cases; SKIP with the import error where the
-#                         libraries are not installed): the GPU is not being timed
+#   certify          160  in parallel: `certify` (both CUDA kernels over the golden catalog,
+#                         --in-process: the built-in kernels are trusted, so one process and one
+#                         CUDA context for the whole certificate instead of one per case),
+#                         `certify_plugin` (cuda_plugin.so through the C ABI, a child process per
+#                         case), `certify_python` (FlashMLA and FlashInfer through the Python
+#                         door's adapters with the python that imports torch, on a few cases, a
+#                         child per case; SKIP with the import error where the libraries are not
+#                         installed), the smoke test (mla_gpu_smoke_tests: one small problem per
+#                         decode kernel instance with the combine, both cache appends) and every
+#                         other gpu test binary: CPU-bound references, the GPU is not being timed
 #   bench            100  mla-gpu-bench: ceilings + the CUDA kernels on the device check's points,
 #                         alone on the GPU; rows reach bench/gpu.json as each completes
 #   torch             35  reports/tools/torch_side_by_side.py on the same points, merged into the
 #                         bench JSON (a partial bench is merged as such)
 #   report            15  reports/tools/bench_report.py over the merged JSON + certificate
-# plus 10 s for unpacking (run_on_device.sh) and 10 s for packaging: 420 s in all.
+#   sanitize_memcheck 20, sanitize_racecheck 30, sanitize_synccheck 20
+#                         compute-sanitizer on the smoke binary's three smallest decode problems
+#                         and both appends; last, so a slow tool costs only itself, and each gets
+#                         at least its cap, more when the earlier steps left time; no --leak-check
+# plus 10 s for unpacking (run_on_device.sh) and 10 s for packaging: 420 s in all. summary.md and
+# results.tar.gz are rewritten after the certify phase, the bench, the report and each sanitizer.
+#
+#   check.sh OUTDIR --plan: print the plan and exit 0 when its caps fit the budget (preflight.sh).
 #
 # --rehearse (on a machine without a GPU): the same steps, each GPU step recorded as SKIP with
 # the reason; in addition it builds the bench's inputs for every bench point (mla-input-rates,
 # the host half of the bench step), times the python/torch imports, and prints the time plan
 # with what was measured here. Exit 1 if a step failed or the plan does not fit the budget.
+# What cannot run here is stood in for, so that its host side is measured: the certify phase
+# certifies the CPU kernels cpu_mla_fp64 and cpu_naive_mha_fp32 in place of the CUDA ones (the
+# same flags, the same catalog), the CPU example plug-in good_append in place of cuda_plugin, and
+# the door's CPU stand-ins for FlashMLA and FlashInfer (examples/flashmla_cpu.py,
+# flashinfer_cpu.py) on the same cases; every process of those steps that would create a CUDA
+# context on the GPU machine waits MLA_SIMULATED_CONTEXT_SECONDS (default 1.5) once, and each
+# certify step must end within 75 % of its cap.
 #
 # Libraries: nothing is exported on LD_LIBRARY_PATH. The binaries find the bundle's lib/ by
 # their rpath ($ORIGIN/../lib); cuBLAS (not bundled) is searched in the image's CUDA 13 wheels
 # (site-packages/nvidia/cu13/lib) first, then the CUDA install, and linked into the bundle's lib/;
 # lib/compat's libstdc++ is linked there only when the system's is too old for the binaries.
 #
-# OUTDIR receives at most 8 files (the device tool returns no more): summary.md (verdict, the
+# OUTDIR receives at most 8 files (a device run returns no more): summary.md (verdict, the
 # first failing step with its log tail, every step, the time plan), device.txt, results.tar.gz
 # (every log and result) and copies of certificate.md, report.md, roofline.png, bandwidth.png.
 #
@@ -51,17 +62,18 @@
 set -u
 set -o pipefail
 
-usage() { sed -n '2,47p' "$0" >&2; exit 3; }
+usage() { awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" >&2; exit 3; }  # the header above
 (($#)) || usage
 OUT=$1
 shift
-BUNDLE="" GOLDENS="${MLA_GOLDENS_DIR:-}" BUDGET=${MLA_CHECK_BUDGET_S:-420} REHEARSE=0
+BUNDLE="" GOLDENS="${MLA_GOLDENS_DIR:-}" BUDGET=${MLA_CHECK_BUDGET_S:-420} REHEARSE=0 PLAN_ONLY=0
 while (($#)); do
   case "$1" in
     --bundle) BUNDLE=$2; shift 2 ;;
     --goldens) GOLDENS=$2; shift 2 ;;
     --budget) BUDGET=$2; shift 2 ;;
     --rehearse) REHEARSE=1; shift ;;
+    --plan) PLAN_ONLY=1; shift ;;
     -h|--help) usage ;;
     *) echo "check.sh: unknown argument $1" >&2; usage ;;
   esac
@@ -72,8 +84,12 @@ T0=${MLA_CHECK_T0:-$(date +%s)}
 HERE=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
 
 # ---- the time plan (seconds); README.md "Time plan" -------------------------------------------
-PLAN=(setup:10 probe:25 smoke_tests:25 smoke_bench:20 sanitize_memcheck:30 sanitize_racecheck:45
-      sanitize_synccheck:30 tests:75 bench:100 torch:35 report:15 package:10)
+# In the order the steps run: the certificate first, then the benchmark rows, then the sanitizers.
+PLAN=(setup:10 probe:20 certify:160 bench:100 torch:35 report:15 sanitize_memcheck:20 sanitize_racecheck:30
+      sanitize_synccheck:20 package:10)
+COMMAND_LIMIT=600   # the most one command may run on the GPU machine
+COMMAND_MARGIN=60   # what the command's timeout adds to the budget: start-up, the transfers back
+CERTIFY_MARGIN=25   # percent of its cap each certify step must leave unused in the rehearsal
 declare -A CAP=()
 PLAN_TOTAL=0
 for e in "${PLAN[@]}"; do CAP[${e%%:*}]=${e#*:}; PLAN_TOTAL=$((PLAN_TOTAL + ${e#*:})); done
@@ -84,6 +100,31 @@ for e in ${caps_env//,/ }; do
   CAP[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
 done
 RESERVE=${CAP[package]}
+
+# --plan: the static half of the time plan, checked before anything is carried (preflight.sh):
+# the caps fit the budget, and the budget plus the command's margin fits one command.
+if ((PLAN_ONLY)); then
+  echo "Time plan of $0:"
+  for e in "${PLAN[@]}"; do printf '  %-20s %4s s\n' "${e%%:*}" "${CAP[${e%%:*}]}"; done
+  sum=0
+  for e in "${PLAN[@]}"; do sum=$((sum + CAP[${e%%:*}])); done
+  echo "  caps sum to $sum s of a $BUDGET s budget; run the command with a timeout of $((BUDGET + COMMAND_MARGIN)) s (at most $COMMAND_LIMIT)"
+  ((sum <= BUDGET)) || { echo "check.sh --plan: the caps sum to $sum s, over the $BUDGET s budget" >&2; exit 1; }
+  ((BUDGET + COMMAND_MARGIN <= COMMAND_LIMIT)) ||
+    { echo "check.sh --plan: a $BUDGET s budget plus ${COMMAND_MARGIN} s of margin is over the $COMMAND_LIMIT s one command may run" >&2; exit 1; }
+  exit 0
+fi
+
+# The simulated CUDA context start-up of a rehearsal (certify/include/mla/certify/child.hpp).
+SIM_CTX=""
+if ((REHEARSE)); then
+  SIM_CTX=${MLA_SIMULATED_CONTEXT_SECONDS:-1.5}
+  [[ $SIM_CTX =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v v="$SIM_CTX" 'BEGIN { exit !(v <= 60) }' ||
+    { echo "check.sh: MLA_SIMULATED_CONTEXT_SECONDS='$SIM_CTX' is not a number of seconds between 0 and 60" >&2; exit 3; }
+else
+  # A device run pays the real cost; a variable left in the environment must not add a fake one.
+  unset MLA_SIMULATED_CONTEXT_SECONDS MLA_SIMULATED_CONTEXT_LOG
+fi
 
 # ---- where things are ---------------------------------------------------------------------------
 # A bundle (bin/ lib/ tools/) or, for tests and rehearsals on a build machine, a CMake build tree.
@@ -100,7 +141,7 @@ if [[ -d $BUNDLE/bin ]]; then
   TOOLS=$BUNDLE/tools/reports
   mapfile -t GPU_TESTS < <(sed 's|^|'"$BIN"'/|' "$BIN/gpu_tests.txt")
   MLA=$BIN/mla GPU_BENCH=$BIN/mla-gpu-bench SMOKE=$BIN/mla_gpu_smoke_tests INPUT_RATES=$BIN/mla-input-rates
-  CUDA_PLUGIN=$BIN/cuda_plugin.so
+  CUDA_PLUGIN=$BIN/cuda_plugin.so STANDIN_PLUGIN=$BIN/good_append.so
   DOOR=$BUNDLE/python                 # kernels/python (the Python door and its adapters)
   REPO_GUESS=$(readlink -f "$BUNDLE/../../..")
 elif [[ -f $BUNDLE/CMakeCache.txt ]]; then
@@ -118,7 +159,7 @@ for t in json.load(sys.stdin).get("tests", []):  # gtest binaries only, as make_
 print("\n".join(seen))' "$BUNDLE")
   MLA=$BUNDLE/tools/mla/mla GPU_BENCH=$BUNDLE/suites/device/mla-gpu-bench
   SMOKE=$BUNDLE/suites/device/mla_gpu_smoke_tests INPUT_RATES=$BUNDLE/suites/device/mla-input-rates
-  CUDA_PLUGIN=$BUNDLE/kernels/plugin/examples/cuda_plugin.so
+  CUDA_PLUGIN=$BUNDLE/kernels/plugin/examples/cuda_plugin.so STANDIN_PLUGIN=$BUNDLE/kernels/plugin/examples/good_append.so
   DOOR=$SRC/kernels/python
   REPO_GUESS=$SRC
 else
@@ -193,6 +234,7 @@ write_summary() {  # $1: "final" or the phase reached so far
   {
     if [[ $phase == final ]]; then echo "# Device check: $v"; else echo "# Device check: RUNNING (after $phase): $v so far"; fi
     echo
+    [[ -n ${MLA_CHECK_ARCHIVE:-} ]] && { echo "Archive: $MLA_CHECK_ARCHIVE"; echo; }
     echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), $(elapsed) s of a ${BUDGET} s budget$( ((REHEARSE)) && echo ' (rehearsal: no GPU steps run)'); $(grep -m1 '^host:' "$OUT/device.txt" 2>/dev/null)"
     ((HAVE_GPU)) && echo "GPU: $(grep -A1 '^name, driver_version' "$OUT/device.txt" | tail -1)" || echo "GPU: none usable (${NO_GPU_WHY:-not probed yet})"
     echo
@@ -210,7 +252,7 @@ write_summary() {  # $1: "final" or the phase reached so far
     echo "|---|---|---|---|---|"
     awk -F'\t' -v caps="$(for e in "${PLAN[@]}"; do printf '%s:%s ' "${e%%:*}" "${CAP[${e%%:*}]}"; done)" '
       BEGIN { n = split(caps, a, " "); for (i = 1; i <= n; i++) { split(a[i], kv, ":"); cap[kv[1]] = kv[2] } }
-      { gsub(/\|/, "\\|", $4); c = ($1 in cap) ? cap[$1] : ""; if ($1 ~ /^test_|^certify/) c = cap["tests"];
+      { gsub(/\|/, "\\|", $4); c = ($1 in cap) ? cap[$1] : ""; if ($1 ~ /^test_|^certify|^smoke_tests$/) c = cap["certify"];
         printf "| %s | %s | %s | %s | %s |\n", $1, $2, $3, c, $4 }' "$STEPS"
     echo
     [[ -f $WORK/plan.md ]] && cat "$WORK/plan.md"
@@ -401,95 +443,101 @@ record_gtest() {  # name json
   record "$name" "$st" "$STEP_S" "$detail"
 }
 
-# ---- 2. smoke: is anything working at all, and what is the first thing that is not ------------
-if [[ ! -x $SMOKE ]]; then
-  record smoke_tests FAIL 0 "$(basename "$SMOKE") is not in the bundle (rebuild it: cmake --build --preset device)"
-else
-  run_step smoke_tests "$SMOKE" --gtest_output="json:$R/tests/smoke.json"
-  record_gtest smoke_tests "$R/tests/smoke.json"
-fi
-if ((!HAVE_GPU)); then
-  record smoke_bench SKIP 0 "no usable GPU: $NO_GPU_WHY"
-else
-  run_step smoke_bench "$GPU_BENCH" --mla_points=decode_b128_h16_sq1_sk1024 --mla_kernels=cuda_mla_decode \
-    --mla_stream_mib=256 --mla_gemm_n=2048 --mla_ceiling_reps=2 --benchmark_repetitions=1 --benchmark_min_time=0.02 \
-    --benchmark_out="$R/bench/smoke.json"
-  if timed_out; then record smoke_bench TIMEOUT "$STEP_S" "$(tail_of smoke_bench 200)"
-  elif ((STEP_RC != 0)); then record smoke_bench FAIL "$STEP_S" "exit $STEP_RC: $(tail_of smoke_bench 300)"
-  else record smoke_bench PASS "$STEP_S" "$(grep -m1 'mla/cuda_mla_decode' "$R/logs/smoke_bench.log" | tr -s ' ' | cut -c1-200)"
-  fi
-fi
-checkpoint smoke
-
-# ---- 3. compute-sanitizer, early, on small problems -------------------------------------------
-# Three decode problems of the smoke binary (the bf16 16-row tile, the FP8 16-row tile with its
-# helper warps and shared-memory dequantization, FP8 sparse with its index gathers; each through
-# the combine) and both cache appends: small, so the tools' 10-100x slowdown fits the slot. No
-# --leak-check: cuBLAS keeps allocations to the end of the process that it would report.
-SAN_FILTER=${MLA_CHECK_SANITIZE_FILTER:-'Instance/Decode.OneProblemThroughDecodeAndCombine/rows16_bf16_dense:Instance/Decode.OneProblemThroughDecodeAndCombine/rows16_fp8_dense:Instance/Decode.OneProblemThroughDecodeAndCombine/rows16_fp8_sparse:Append.*'}
-for tool in memcheck racecheck synccheck; do
-  step=sanitize_$tool
-  if ((!HAVE_GPU)); then record "$step" SKIP 0 "no usable GPU: $NO_GPU_WHY"; continue; fi
-  if [[ -z $CS ]]; then record "$step" SKIP 0 "compute-sanitizer not found on PATH or under /usr/local/cuda*/bin"; continue; fi
-  if [[ ! -x $SMOKE ]]; then record "$step" SKIP 0 "$(basename "$SMOKE") not in the bundle"; continue; fi
-  if [[ -n ${SAN_BROKEN:-} ]]; then record "$step" SKIP 0 "$SAN_BROKEN"; continue; fi
-  run_step "$step" "$CS" --tool "$tool" --error-exitcode 86 \
-    "$SMOKE" --gtest_filter="$SAN_FILTER" --gtest_output="json:$R/sanitize/$tool.json"
-  log_f="$R/logs/$step.log"
-  if ((STEP_RC == 125)); then record "$step" SKIP 0 "budget exhausted"
-  elif timed_out; then record "$step" TIMEOUT "$STEP_S" "$(tail_of "$step" 200)"
-  elif grep -q "Device not supported\|Unable to find injection library\|Target application returned an error 999\|Error: No attachable process" "$log_f"; then
-    SAN_BROKEN="compute-sanitizer cannot run here: $(grep -m1 'Device not supported\|injection\|999\|attachable' "$log_f")"
-    record "$step" SKIP "$STEP_S" "$SAN_BROKEN"
-  elif ((STEP_RC == 86)); then record "$step" FAIL "$STEP_S" "$(grep -E '^=+ (Invalid|Race|Barrier|Uninitialized|Error|ERROR)' "$log_f" | grep -v 'ERROR SUMMARY' | head -3 | tr '\n' ' ')$(grep -m1 'ERROR SUMMARY' "$log_f")"
-  elif ((STEP_RC != 0)); then record "$step" FAIL "$STEP_S" "exit $STEP_RC: $(tail_of "$step" 300)"
-  else record "$step" PASS "$STEP_S" "$(grep -m1 'ERROR SUMMARY' "$log_f")"
-  fi
-done
-checkpoint sanitize
-
-# ---- 4. the other GPU tests + certify, in parallel (CPU-bound references; the GPU is not timed) --
-PHASE_CAP=$(( CAP[tests] < $(left) - RESERVE ? CAP[tests] : $(left) - RESERVE ))
+# ---- 2. certify, with every GPU test beside it (CPU-bound references; the GPU is not timed) -----
+# The certificate is the check's most valuable result, so it comes first, and it must fit its cap
+# on the GPU machine, where a process's first CUDA call costs a second or more (driver, context,
+# cuBLAS): the built-in CUDA kernels are certified --in-process (one process, one context, for the
+# whole catalog: they are this project's own code, and the certificate written after every case
+# survives a crash of the run), while the plug-in and the Python kernels keep a child per case, as
+# untrusted code must. Each kernel's origin.isolation in the certificate says which it had.
+# In a rehearsal, stand-ins run the same commands (the header) and MLA_SIMULATED_CONTEXT_SECONDS
+# charges each process that would create a context; MLA_SIMULATED_CONTEXT_LOG counts them.
+PHASE_CAP=$(( CAP[certify] < $(left) - RESERVE ? CAP[certify] : $(left) - RESERVE ))
 PHASE_PIDS=()
+if ((REHEARSE)); then
+  CERT_KERNELS=(--kernel cpu_mla_fp64 --kernel cpu_naive_mha_fp32)
+  CERT_PLUGIN=$STANDIN_PLUGIN
+  PY_KERNELS=(--python "$DOOR/examples/flashmla_cpu.py:KERNEL" --python "$DOOR/examples/flashinfer_cpu.py:KERNEL")
+  STANDIN_NOTE="rehearsed with stand-ins: "
+else
+  CERT_KERNELS=(--kernel cuda_mla_decode --kernel cuda_naive_mha_cublas)
+  CERT_PLUGIN=$CUDA_PLUGIN
+  PY_KERNELS=(--python mla_door.adapters.flashmla:kernel --python mla_door.adapters.flashinfer:kernel)
+  STANDIN_NOTE=""
+fi
+sim_env() {  # STEP -> env(1) and the variables that charge the step's processes (rehearsal only)
+  ((REHEARSE)) && printf '%s\n' env "MLA_SIMULATED_CONTEXT_SECONDS=$SIM_CTX" "MLA_SIMULATED_CONTEXT_LOG=$R/$1/contexts.log"
+}
+contexts_of() { [[ -f $R/$1/contexts.log ]] && grep -c . "$R/$1/contexts.log" || echo 0; }
+ctx_note() {
+  ((REHEARSE)) || return 0
+  local n
+  n=$(contexts_of "$1")
+  if ((n == 1)); then echo "; 1 process charged ${SIM_CTX} s for a CUDA context"
+  else echo "; $n processes charged ${SIM_CTX} s each for a CUDA context"
+  fi
+}
+if [[ -x $SMOKE ]]; then
+  ( STEP_CAP=$PHASE_CAP run_step smoke_tests "$SMOKE" --gtest_output="json:$R/tests/smoke.json"
+    echo "$STEP_RC $STEP_S" >"$WORK/rc_smoke_tests" ) &
+  PHASE_PIDS+=($!)
+fi
 for t in "${GPU_TESTS[@]}"; do
   n=$(basename "$t")
-  [[ $n == "$(basename "$SMOKE")" ]] && continue  # ran as the smoke step
+  [[ $n == "$(basename "$SMOKE")" ]] && continue  # the smoke step above
   ( STEP_CAP=$PHASE_CAP run_step "test_$n" "$t" --gtest_output="json:$R/tests/$n.json"
     echo "$STEP_RC $STEP_S" >"$WORK/rc_test_$n" ) &
   PHASE_PIDS+=($!)
 done
-CERT_KERNELS=(--kernel cuda_mla_decode --kernel cuda_naive_mha_cublas)
 if [[ -n $GOLDENS ]]; then
-  ( STEP_CAP=$PHASE_CAP run_step certify "$MLA" certify --goldens "$GOLDENS" --out "$R/certify" "${CERT_KERNELS[@]}" --timeout 60
+  ( mapfile -t sim < <(sim_env certify)
+    STEP_CAP=$PHASE_CAP run_step certify "${sim[@]}" "$MLA" certify --goldens "$GOLDENS" --out "$R/certify" \
+      "${CERT_KERNELS[@]}" --in-process --timeout 60
     echo "$STEP_RC $STEP_S" >"$WORK/rc_certify" ) &
   PHASE_PIDS+=($!)
 fi
-if [[ -n $GOLDENS && -f $CUDA_PLUGIN ]]; then
-  # Unclaimed shapes are not probed: the plug-in's claims are the wrapped kernel's own.
-  ( STEP_CAP=$PHASE_CAP run_step certify_plugin "$MLA" certify --goldens "$GOLDENS" --out "$R/certify_plugin" \
-      --plugin "$CUDA_PLUGIN" --family attn_core --family cache_append --no-probe-unclaimed --timeout 60
+# The plug-in's C ABI with device pointers and the host's stream is what this step is for (the
+# kernel it wraps is certified above): a child costs a context, so it gets the attn_core cases
+# with the most to say about the ABI (paged cache, varlen, s_q > 1, an empty batch, wide heads),
+# not the whole family, and the bf16 cache_append cases (the append cuda_plugin exports; the
+# rehearsal's stand-in has more). Unclaimed shapes are not probed: the plug-in's claims are the
+# wrapped kernel's own.
+PLUGIN_CASES='^attn_core/(all_empty|h16_varlen_ps16|h64_sq2_ps64|h128_sq2_v3_scale_ps16)$|^cache_append/[^/]+/bf16/'
+if [[ -n $GOLDENS && -f $CERT_PLUGIN ]]; then
+  ( mapfile -t sim < <(sim_env certify_plugin)
+    STEP_CAP=$PHASE_CAP run_step certify_plugin "${sim[@]}" "$MLA" certify --goldens "$GOLDENS" --out "$R/certify_plugin" \
+      --plugin "$CERT_PLUGIN" --family attn_core --family cache_append --case "$PLUGIN_CASES" --no-probe-unclaimed --timeout 60
     echo "$STEP_RC $STEP_S" >"$WORK/rc_certify_plugin" ) &
   PHASE_PIDS+=($!)
 fi
 # The field's libraries as they are, through the Python door (mla certify --python): the
 # adapters import the installed flash_mla / flashinfer with the python that imports torch; where
-# either does not import, its unavailable() makes every case SKIPPED with the import error. A few
-# cases only (each Python child imports torch and initializes CUDA): FlashMLA's dense decode on the
-# bf16 cache at page 64, its sparse decode on the FP8 cache, and the shapes it does not claim
-# (NOT_CLAIMED with its reason); FlashInfer's varlen and causal s_q > 1 rows and empty rows.
-PY_DOOR_CASES='^attn_core/(all_empty|h16_varlen_ps64|h16_varlen_ps16|h3_sq4_short|h64_sq2_ps64)$|^attn_fp8/fp8_ue8m0_h128$|^attn_sparse/sparse_fp8_tiny_flashmla_ue8m0$'
+# either does not import, its unavailable() makes every case SKIPPED with the import error. Three
+# cases only: each claimed case costs a claims child and two call children (a second, fresh
+# process must repeat the first), each of which imports torch, and the call children create a
+# CUDA context (the rehearsal measured 3-5 s a child on the shared 2-core VM): FlashMLA's dense
+# decode on the bf16 cache at page 64 (lengths 1 and 130, s_q 2: FlashInfer's varlen rows too)
+# and its sparse decode on the FP8 cache; FlashInfer's causal s_q = 4 rows with an empty first
+# row, a shape FlashMLA does not claim (NOT_CLAIMED with its reason).
+PY_DOOR_CASES='^attn_core/(h3_sq4_short|h64_sq2_ps64)$|^attn_sparse/sparse_fp8_tiny_flashmla_ue8m0$'
 PY_DOOR=0
 if [[ -n $GOLDENS && -d $DOOR/mla_door && $("$MLA" certify --help 2>/dev/null) == *--python* ]]; then
   PY_DOOR=1
   python_info
   ( export MLA_DOOR_PATH=$DOOR
-    STEP_CAP=$PHASE_CAP run_step certify_python "$MLA" certify --goldens "$GOLDENS" --out "$R/certify_python" \
-      --python mla_door.adapters.flashmla:kernel --python mla_door.adapters.flashinfer:kernel \
-      --python-exe "$PY" --case "$PY_DOOR_CASES" --timeout 60
+    mapfile -t sim < <(sim_env certify_python)
+    STEP_CAP=$PHASE_CAP run_step certify_python "${sim[@]}" "$MLA" certify --goldens "$GOLDENS" --out "$R/certify_python" \
+      "${PY_KERNELS[@]}" --python-exe "$PY" --case "$PY_DOOR_CASES" --timeout 60
     echo "$STEP_RC $STEP_S" >"$WORK/rc_certify_python" ) &
   PHASE_PIDS+=($!)
 fi
 ((${#PHASE_PIDS[@]})) && wait "${PHASE_PIDS[@]}"
+if [[ ! -x $SMOKE ]]; then
+  record smoke_tests FAIL 0 "$(basename "$SMOKE") is not in the bundle (rebuild it: cmake --build --preset device)"
+else
+  read -r STEP_RC STEP_S <"$WORK/rc_smoke_tests"
+  record_gtest smoke_tests "$R/tests/smoke.json"
+fi
 for t in "${GPU_TESTS[@]}"; do
   n=$(basename "$t")
   [[ $n == "$(basename "$SMOKE")" ]] && continue
@@ -509,19 +557,23 @@ for k in c.get("kernels", []):
         for r in k.get("cases", []):
             v = (("append " if r.get("family") == "cache_append" else "decode ") if sys.argv[2] == "1" else "") + r.get("verdict", "?")
             counts[v] = counts.get(v, 0) + 1
-    parts.append(f"{k['name']}: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
+    iso = (k.get("origin") or {}).get("isolation")  # in_process or child_per_case
+    parts.append(f"{k['name']}{f' ({iso})' if iso else ''}: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
 print(("ALLSKIP " if c.get("kernels") and unavailable == len(c["kernels"]) else "") + "; ".join(parts))
 EOF
 }
 for cert in certify certify_plugin; do
   plugin=0; [[ $cert == certify_plugin ]] && plugin=1
   if [[ -z $GOLDENS ]]; then record $cert SKIP 0 "no golden catalog found (--goldens, MLA_GOLDENS_DIR, bundle goldens/, ./fixtures/goldens)"; continue; fi
-  if ((plugin)) && [[ ! -f $CUDA_PLUGIN ]]; then record $cert SKIP 0 "no cuda_plugin.so at $CUDA_PLUGIN (built only with CUDA)"; continue; fi
+  if ((plugin)) && [[ ! -f $CERT_PLUGIN ]]; then record $cert SKIP 0 "no $(basename "$CERT_PLUGIN") at $CERT_PLUGIN (cuda_plugin.so is built only with CUDA)"; continue; fi
   read -r STEP_RC STEP_S <"$WORK/rc_$cert"
   if timed_out; then record $cert TIMEOUT "$STEP_S" "$(tail_of $cert 200)"; continue; fi
   if ((STEP_RC == 125)); then record $cert SKIP 0 "budget exhausted"; continue; fi
   detail=$(certificate_detail "$R/$cert/certificate.json" $plugin)
-  if ((STEP_RC == 0)) && [[ $detail == ALLSKIP* ]]; then record $cert SKIP "$STEP_S" "${detail#ALLSKIP }"
+  allskip=0
+  [[ $detail == ALLSKIP* ]] && { allskip=1; detail=${detail#ALLSKIP }; }
+  detail=$STANDIN_NOTE$detail$(ctx_note $cert)
+  if ((STEP_RC == 0 && allskip)); then record $cert SKIP "$STEP_S" "$detail"
   elif ((STEP_RC == 0)); then record $cert PASS "$STEP_S" "$detail"
   else record $cert FAIL "$STEP_S" "exit $STEP_RC: $detail $(tail_of $cert 200)"
   fi
@@ -557,16 +609,19 @@ else
     # SKIP when no library could run here (each kernel unavailable, or every case of it SKIPPED),
     # with each kernel's own reason.
     detail=$(python_door_detail "$R/certify_python/certificate.json")
+    allskip=0
+    [[ $detail == ALLSKIP* ]] && { allskip=1; detail=${detail#ALLSKIP }; }
+    [[ $detail == FAIL* ]] || detail=$STANDIN_NOTE$detail$(ctx_note certify_python)
     if [[ $detail == FAIL* ]]; then record certify_python FAIL "$STEP_S" "exit $STEP_RC: ${detail#FAIL } $(tail_of certify_python 200)"
-    elif ((STEP_RC == 0)) && [[ $detail == ALLSKIP* ]]; then record certify_python SKIP "$STEP_S" "${detail#ALLSKIP }"
+    elif ((STEP_RC == 0 && allskip)); then record certify_python SKIP "$STEP_S" "$detail"
     elif ((STEP_RC == 0)); then record certify_python PASS "$STEP_S" "$detail"
     else record certify_python FAIL "$STEP_S" "exit $STEP_RC: $detail $(tail_of certify_python 200)"
     fi
   fi
 fi
-checkpoint tests
+checkpoint certify
 
-# ---- 5. bench (alone on the GPU) ------------------------------------------------------------------
+# ---- 3. bench (alone on the GPU) ------------------------------------------------------------------
 # decode_b128_h16_sq1_sk8192 and its FP8 twin: the bf16-vs-FP8 comparison (mla-gpu-bench adds an
 # mla_ratio row with the measured speedup); the sk8192 top-2048 pair is sparse decode.
 BENCH_POINTS=${MLA_CHECK_POINTS:-decode_b128_h16_sq1_sk1024,decode_b128_h16_sq1_sk4096,decode_b128_h16_sq1_sk8192,fp8_b128_h16_sq1_sk8192,decode_b128_h16_sq1_sk16384,compute_b128_h64_sq1_sk4096,compute_b128_h64_sq2_sk4096,compute_b128_h128_sq1_sk4096,compute_b128_h128_sq2_sk4096,sparse_b64_h128_sq1_sk8192_top2048_bf16,sparse_b64_h128_sq1_sk8192_top2048_fp8}
@@ -621,7 +676,7 @@ if ((REHEARSE)); then
   fi
 fi
 
-# ---- 6. torch side by side -------------------------------------------------------------------------
+# ---- 4. torch side by side -------------------------------------------------------------------------
 python_info
 { echo; echo "## python"; echo "python3: ${PY:-not found}; torch: $PY_TORCH; matplotlib: ${PY_MPL:-?}; imports took ${PY_MS:-?} ms"; } >>"$OUT/device.txt"
 if [[ -z $PY ]]; then
@@ -638,7 +693,7 @@ else
   fi
 fi
 
-# ---- 7. report -----------------------------------------------------------------------------------
+# ---- 5. report -----------------------------------------------------------------------------------
 REPORT_IN=$R/bench/combined.json
 [[ -f $REPORT_IN ]] || REPORT_IN=$R/bench/gpu.json
 if [[ ! -f $REPORT_IN ]]; then
@@ -656,18 +711,65 @@ else
   fi
 fi
 
+checkpoint report
+
+# ---- 6. compute-sanitizer, last, on the smallest problems ------------------------------------
+# Three decode problems of the smoke binary, its smallest (16-row tiles: the bf16 one, the FP8 one
+# with its helper warps and shared-memory dequantization, FP8 sparse with its index gathers; each
+# through the combine) and both cache appends, so the tools' 10-100x slowdown fits the slot. Last:
+# a tool that is slow to start on this device costs its own step, never the certificate or the
+# bench. No --leak-check: cuBLAS keeps allocations to the end of the process that it would report.
+SAN_FILTER=${MLA_CHECK_SANITIZE_FILTER:-'Instance/Decode.OneProblemThroughDecodeAndCombine/rows16_bf16_dense:Instance/Decode.OneProblemThroughDecodeAndCombine/rows16_fp8_dense:Instance/Decode.OneProblemThroughDecodeAndCombine/rows16_fp8_sparse:Append.*'}
+# The last phase takes what the others left: each tool gets its cap, or an equal share of the
+# time left when the earlier steps ended early (their caps are bounds, seldom used up).
+SAN_TOOLS=(memcheck racecheck synccheck)
+san_left=${#SAN_TOOLS[@]}
+for tool in "${SAN_TOOLS[@]}"; do
+  step=sanitize_$tool
+  share=$(( ($(left) - RESERVE) / san_left ))
+  san_left=$((san_left - 1))
+  san_cap=${CAP[$step]}
+  ((share > san_cap)) && san_cap=$share
+  if ((!HAVE_GPU)); then record "$step" SKIP 0 "no usable GPU: $NO_GPU_WHY"; continue; fi
+  if [[ -z $CS ]]; then record "$step" SKIP 0 "compute-sanitizer not found on PATH or under /usr/local/cuda*/bin"; continue; fi
+  if [[ ! -x $SMOKE ]]; then record "$step" SKIP 0 "$(basename "$SMOKE") not in the bundle"; continue; fi
+  if [[ -n ${SAN_BROKEN:-} ]]; then record "$step" SKIP 0 "$SAN_BROKEN"; continue; fi
+  STEP_CAP=$san_cap run_step "$step" "$CS" --tool "$tool" --error-exitcode 86 \
+    "$SMOKE" --gtest_filter="$SAN_FILTER" --gtest_output="json:$R/sanitize/$tool.json"
+  log_f="$R/logs/$step.log"
+  if ((STEP_RC == 125)); then record "$step" SKIP 0 "budget exhausted"
+  elif timed_out; then record "$step" TIMEOUT "$STEP_S" "$(tail_of "$step" 200)"
+  elif grep -q "Device not supported\|Unable to find injection library\|Target application returned an error 999\|Error: No attachable process" "$log_f"; then
+    SAN_BROKEN="compute-sanitizer cannot run here: $(grep -m1 'Device not supported\|injection\|999\|attachable' "$log_f")"
+    record "$step" SKIP "$STEP_S" "$SAN_BROKEN"
+  elif ((STEP_RC == 86)); then record "$step" FAIL "$STEP_S" "$(grep -E '^=+ (Invalid|Race|Barrier|Uninitialized|Error|ERROR)' "$log_f" | grep -v 'ERROR SUMMARY' | head -3 | tr '\n' ' ')$(grep -m1 'ERROR SUMMARY' "$log_f")"
+  elif ((STEP_RC != 0)); then record "$step" FAIL "$STEP_S" "exit $STEP_RC: $(tail_of "$step" 300)"
+  else record "$step" PASS "$STEP_S" "$(grep -m1 'ERROR SUMMARY' "$log_f")"
+  fi
+  checkpoint "$step"
+done
+
+
 # ---- the time plan, with what a rehearsal measured -------------------------------------------------
 plan_fits=1
 if ((REHEARSE)); then
-  "$PYJ" - "$STEPS" "$R/bench/inputs.json" "$BUDGET" "${PLAN[*]}" "${PY_MS:-0}" >"$WORK/plan.md" 2>&1 <<'EOF' || plan_fits=0
+  caps_now=$(for e in "${PLAN[@]}"; do printf '%s:%s ' "${e%%:*}" "${CAP[${e%%:*}]}"; done)
+  contexts=$(for st in certify certify_plugin certify_python; do printf '%s:%s ' "$st" "$(contexts_of $st)"; done)
+  "$PYJ" - "$STEPS" "$R/bench/inputs.json" "$BUDGET" "$caps_now" "${PY_MS:-0}" "$SIM_CTX" "$contexts" \
+    "$CERTIFY_MARGIN" "$COMMAND_LIMIT" "$COMMAND_MARGIN" >"$WORK/plan.md" 2>&1 <<'EOF' || plan_fits=0
 import json, re, sys
-steps_tsv, inputs_json, budget, plan, py_ms = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split(), float(sys.argv[5] or 0)
-cap = {e.split(":")[0]: int(e.split(":")[1]) for e in plan}
-took = {}
+(steps_tsv, inputs_json, budget, plan, py_ms, sim_ctx, contexts, certify_margin, command_limit,
+ command_margin) = sys.argv[1:11]
+budget, py_ms, sim_ctx = int(budget), float(py_ms or 0), float(sim_ctx)
+certify_margin, command_limit, command_margin = int(certify_margin), int(command_limit), int(command_margin)
+cap = {e.split(":")[0]: int(e.split(":")[1]) for e in plan.split()}
+charged = {e.split(":")[0]: int(e.split(":")[1]) for e in contexts.split()}
+took, status = {}, {}
 for line in open(steps_tsv):
     f = line.rstrip("\n").split("\t")
     if len(f) >= 3 and f[2].isdigit():
         took[f[0]] = int(f[2])
+        status[f[0]] = f[1]
 try:
     rows = json.load(open(inputs_json))["benchmarks"]
 except Exception as e:
@@ -677,25 +779,6 @@ gen = {r["name"]: r.get("items_per_second", 0) for r in rows if r["name"].starts
 build_s = sum(r.get("seconds", 0) for r in inputs)
 bytes_ = sum(r.get("bytes", 0) for r in inputs)
 fits = True
-print("## Time plan\n")
-print(f"Caps sum to {sum(cap.values())} s of the {budget} s budget (the device tool allows 600 s per command).")
-print("Measured on this machine (no GPU): the host side of each step.\n")
-print("| step | cap (s) | measured here (s) | what the GPU adds |")
-print("|---|---|---|---|")
-adds = {"setup": "unpacking happens before check.sh (run_on_device.sh)", "probe": "CUDA/NVML initialisation",
-        "smoke_tests": "12 small decode problems + 2 appends", "smoke_bench": "small ceilings + 1 point",
-        "sanitize_memcheck": "tool slowdown on 3 small problems", "sanitize_racecheck": "tool slowdown",
-        "sanitize_synccheck": "tool slowdown", "tests": "GPU tests, certify (parallel)",
-        "bench": "ceilings + timed rows (bounded by Google Benchmark's min time x repetitions)",
-        "torch": "torch's own timing", "report": "-", "package": "-"}
-for k, c in cap.items():
-    m = took.get(k, "")
-    if k == "tests":
-        m = max([v for n, v in took.items() if n.startswith(("test_", "certify"))] or [0])
-    if k == "bench":
-        m = f"{build_s:.1f} (inputs of {len(inputs)} points)"
-    print(f"| {k} | {c} | {m} | {adds.get(k, '')} |")
-print()
 # The bench step: the host builds each point's inputs (measured here, on this machine's cores:
 # an upper bound for the device machine's 16), each CUDA kernel uploads them, then Google
 # Benchmark times the rows. With --mla_quick a row is 5 repetitions of >= 0.05 s of kernel
@@ -706,28 +789,85 @@ print()
 # repetitions (<= 1 s each, no flush) after the ceilings' own 10-repetition measurement (<= 2 s
 # each). Uploads are the one figure not measured by this suite: taken at 10 GB/s, the low end
 # of pageable host-to-device copies on a PCIe Gen5 H200 host.
+rows_n = 2 * len(inputs)  # two CUDA kernels per point (a refused pair costs nothing)
+gpu_s = rows_n * 3 * 0.5 + 3 * (1.0 + 2.0)
+upload_s = 2 * bytes_ / 10e9
+bench_need = build_s + upload_s + gpu_s
+# The certify phase: its steps run in parallel, each under the phase's cap, and each must leave
+# certify_margin % of it: the stand-ins' host work was measured, the contexts were charged, but
+# the CUDA kernels' own time and the first GPU run's surprises were not.
+phase_steps = [n for n in took if n in ("smoke_tests", "certify", "certify_plugin", "certify_python") or n.startswith("test_")]
+certify_steps = [n for n in ("certify", "certify_plugin", "certify_python") if n in took]
+certify_rehearsed = max([took[n] for n in phase_steps] or [0])
+limit = cap["certify"] * (100 - certify_margin) / 100
+print("## Time plan\n")
+print(f"Caps sum to {sum(cap.values())} s of the {budget} s budget (one command may run {command_limit} s: "
+      f"give it a timeout of {budget + command_margin} s).")
+print(f"Rehearsed on this machine (no GPU): the host side of each phase, measured; the certify phase with "
+      f"CPU stand-ins for the CUDA, plug-in and Python kernels and {sim_ctx:g} s charged per process that would "
+      f"create a CUDA context.\n")
+print("| phase | planned (s) | rehearsed here (s) | planned time left | what the GPU adds |")
+print("|---|---|---|---|---|")
+adds = {"setup": "unpacking happens before check.sh (run_on_device.sh)", "probe": "CUDA/NVML initialisation",
+        "certify": "the CUDA kernels' own time (the stand-ins' fp64/fp32 host math stands in for it)",
+        "bench": "ceilings + timed rows (bounded by Google Benchmark's min time x repetitions)",
+        "torch": "torch's own timing", "report": "-", "sanitize_memcheck": "all of it: tool slowdown on 3 small problems",
+        "sanitize_racecheck": "all of it: tool slowdown", "sanitize_synccheck": "all of it: tool slowdown",
+        "package": "-"}
+total = 0.0
+for k, c in cap.items():
+    if k == "certify":
+        m = certify_rehearsed
+        shown = f"{m} (slowest step of {len(phase_steps)} in parallel)"
+    elif k == "bench":
+        m = bench_need
+        shown = f"{m:.0f} (inputs {build_s:.1f} measured + bounds, below)"
+    elif k.startswith("sanitize_") or k not in took:
+        m, shown = None, "not rehearsed (GPU only)" if k.startswith("sanitize_") else ""
+    else:
+        m = took[k]
+        shown = str(m)
+    total += m or 0
+    left = f"{100 * (c - m) / c:.0f} %" if m is not None else ""
+    print(f"| {k} | {c} | {shown} | {left} | {adds.get(k, '')} |")
+print(f"| all | {sum(cap.values())} | {total:.0f} | | |")
+print()
+parts = []
+for n in certify_steps:
+    c = charged.get(n, 0)
+    parts.append(f"{n} {took[n]} s ({status.get(n, '?')}, {c} simulated context{'' if c == 1 else 's'})")
+worst = max(certify_steps, key=lambda n: took[n]) if certify_steps else None
+print(f"Certify steps (each must end within {100 - certify_margin} % of the {cap['certify']} s cap, {limit:.0f} s): "
+      + ("; ".join(parts) if parts else "none ran") + ".")
+if worst is not None:
+    left = 100 * (cap["certify"] - took[worst]) / cap["certify"]
+    print(f"Certify margin: {left:.0f} % of the cap left by the slowest, {worst}.")
+    if took[worst] > limit:
+        fits = False
+        print(f"**{worst} took {took[worst]} s, over {100 - certify_margin} % of the certify cap: the certificate "
+              f"would not be safe on the GPU machine.**")
+else:
+    fits = False
+    print("**No certify step ran: the plan's most valuable phase was not rehearsed.**")
+print()
 gen_rates = []
 for n, v in sorted(gen.items()):
     t = re.search(r"threads:(\d+)", n)
     if t:
         gen_rates.append(f"{n.split('/')[2]} {v / 1e6:.0f} M elements/s at {t.group(1)} thread(s)")
-rows = 2 * len(inputs)  # two CUDA kernels per point (a refused pair costs nothing)
-gpu_s = rows * 3 * 0.5 + 3 * (1.0 + 2.0)
-upload_s = 2 * bytes_ / 10e9
-need = build_s + upload_s + gpu_s
 print(f"Bench step: inputs {build_s:.1f} s measured here ({bytes_ / 2**30:.2f} GiB for {len(inputs)} points; generator "
       + ", ".join(gen_rates)
-      + f") + uploads <= {upload_s:.1f} s + GPU rows <= {gpu_s:.0f} s ({rows} kernel rows, 3 ceilings) = {need:.0f} s"
+      + f") + uploads <= {upload_s:.1f} s + GPU rows <= {gpu_s:.0f} s ({rows_n} kernel rows, 3 ceilings) = {bench_need:.0f} s"
       f" of the {cap['bench']} s cap.")
-if need > cap["bench"]:
+if bench_need > cap["bench"]:
     fits = False
     print("**The bench step does not fit its cap with the inputs measured here.**")
 if py_ms / 1000 > cap["torch"] / 2:
     fits = False
     print(f"**Importing torch took {py_ms / 1000:.0f} s here, over half the torch step's cap.**")
-if sum(cap.values()) > 420:
+if sum(cap.values()) > budget:
     fits = False
-    print(f"**The caps sum to {sum(cap.values())} s, over the 7-minute budget.**")
+    print(f"**The caps sum to {sum(cap.values())} s, over the {budget} s budget.**")
 print()
 print("Plan: " + ("fits" if fits else "DOES NOT FIT") + f" the {budget} s budget.")
 sys.exit(0 if fits else 1)

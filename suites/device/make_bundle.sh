@@ -4,7 +4,8 @@
 #
 #   bin/    every test binary CTest labels `gpu` (read from CTest, so a new GPU test is bundled
 #           without editing this script), the certifier `mla` (+ `mla-certify`), mla-gpu-bench and
-#           mla-bench when built; bin/gpu_tests.txt lists the GPU test binaries
+#           mla-bench when built, cuda_plugin.so and the rehearsal's CPU stand-in for it,
+#           good_append.so; bin/gpu_tests.txt lists the GPU test binaries
 #   lib/    every shared library those binaries load that is not part of the system (ldd), so the
 #           Debian 12 build runs on the device image. Left out: the glibc family (the loader must
 #           match the system's), the driver's libcuda/libnvidia-*, and libcublas/libcublasLt
@@ -89,6 +90,9 @@ copy_bin "$BUILD/tools/mla/mla" 1
 ln -sf mla "$OUT/bin/mla-certify"
 copy_bin "$BUILD/suites/device/mla-gpu-bench" 1
 copy_bin "$BUILD/kernels/plugin/examples/cuda_plugin.so" 1  # the CUDA example plug-in check.sh certifies
+# check.sh --rehearse: the CPU example plug-in with an append entry, certified in cuda_plugin's
+# place so that the rehearsal measures the plug-in step's children (28 KiB)
+copy_bin "$BUILD/kernels/plugin/examples/good_append.so" 1
 copy_bin "$BUILD/suites/device/mla-input-rates" 1  # check.sh --rehearse: the bench's host half
 copy_bin "$BUILD/suites/bench/mla-bench" 0
 

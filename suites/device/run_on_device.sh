@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the device tool's `run` executes, from the repository root of the working-tree copy:
+# What the device run executes, from the repository root of the working-tree copy:
 #   bash suites/device/run_on_device.sh "$OUT"            (carry: ["build/device/bundle.tar.xz"])
 # Starts the check's clock (MLA_CHECK_T0: unpacking counts against the 7-minute budget), unpacks
 # the bundle archive (make_bundle.sh) outside the tree, refuses a bundle built from another tree
@@ -8,26 +8,30 @@
 #   --archive PATH   another archive (default build/device/bundle.tar.xz)
 #   --rehearse       check.sh --rehearse: every step that runs without a GPU, and the time plan
 #   --allow-stale    run a bundle from another tree anyway (recorded in device.txt)
+#   --verify-only    stop after the checks that need no GPU: the bundle against this tree, then the
+#                    bundle's own time plan (check.sh --plan); exit 0 when both hold. preflight.sh
+#                    runs it here, before the device run, so a stale bundle costs no device time
 # The archive, not the bundle folder, is carried: the working tree (36 MiB, 30 of them the
 # goldens) and the carried paths share the call's 64 MiB.
 set -euo pipefail
 export MLA_CHECK_T0=${MLA_CHECK_T0:-$(date +%s)}
-(($#)) || { echo "usage: run_on_device.sh OUTDIR [--archive PATH] [--rehearse] [--allow-stale] [check.sh arguments]" >&2; exit 3; }
+(($#)) || { echo "usage: run_on_device.sh OUTDIR [--archive PATH] [--rehearse] [--allow-stale] [--verify-only] [check.sh arguments]" >&2; exit 3; }
 out=$1
 shift
-archive=build/device/bundle.tar.xz rehearse=() allow_stale=0
+archive=build/device/bundle.tar.xz rehearse=() allow_stale=0 verify_only=0
 while (($#)); do
   case "$1" in
     --archive) archive=$2; shift 2 ;;
     --rehearse) rehearse=(--rehearse); shift ;;
     --allow-stale) allow_stale=1; shift ;;
+    --verify-only) verify_only=1; shift ;;
     *) break ;;
   esac
 done
 repo=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
 rebuild="cmake --preset device && cmake --build --preset device -j2   (in the repository, then carry build/device/bundle.tar.xz)"
 
-refuse() {  # the message on stderr and as OUTDIR/summary.md, which the device tool returns
+refuse() {  # the message on stderr and as OUTDIR/summary.md, which the device run returns
   mkdir -p "$out"
   { echo "# Device check: REFUSED"; echo; echo "$1"; echo; echo "Rebuild the bundle: $rebuild"; } >"$out/summary.md"
   echo "run_on_device.sh: $1" >&2
@@ -36,6 +40,8 @@ refuse() {  # the message on stderr and as OUTDIR/summary.md, which the device t
 }
 
 [[ -f $archive ]] || refuse "$archive not found"
+# Which archive ran, in summary.md: preflight.sh accepts a rehearsal only of the archive it carries.
+export MLA_CHECK_ARCHIVE="$archive sha256 $(sha256sum "$archive" | cut -c1-64)"
 dest=$(mktemp -d /tmp/mla-bundle.XXXXXX)
 trap 'rm -rf "$dest"' EXIT  # the unpacked bundle (74 MiB) is not left behind
 # tar needs xz(1); Python's tarfile (lzma is in the standard library) is the fallback.
@@ -58,9 +64,16 @@ elif ! diffs=$(cd "$repo" && sha256sum --quiet --strict -c "$b/source.sha256" 2>
   stale="the bundle was built from commit ${built_from:-unknown}, and $n of its $(wc -l <"$b/source.sha256") source files differ here: $(head -5 <<<"$diffs" | tr '\n' ' ')"
 fi
 if [[ -n $stale ]]; then
-  ((allow_stale)) || refuse "$stale"
+  ((allow_stale && !verify_only)) || refuse "$stale"
   echo "run_on_device.sh: --allow-stale: $stale" >&2
   export MLA_CHECK_STALE_BUNDLE=$stale
+fi
+if ((verify_only)); then
+  echo "run_on_device.sh: the bundle matches this tree ($(wc -l <"$b/source.sha256") files, built from commit ${built_from:-unknown})" >&2
+  # The plan of the check.sh that travels, not of the one in the tree (they are the same file
+  # when the bundle is current, which was just checked).
+  bash "$b/check.sh" "$out" --plan "$@" || refuse "the bundle's time plan does not fit (check.sh --plan above)"
+  exit 0
 fi
 rc=0
 bash "$b/check.sh" "$out" "${rehearse[@]}" "$@" || rc=$?

@@ -3,9 +3,12 @@
 # binaries are scripts that behave like the real ones on a GPU (a probe that finds a device,
 # gtest JSON, a certificate, Google Benchmark JSON) plus a fake nvidia-smi, compute-sanitizer
 # and a venv whose site-packages holds the CUDA 13 cuBLAS wheel's libraries. Checks that:
-#   * the steps run in the planned order (probe, smoke, sanitizers, tests + certify, bench,
-#     torch, report), each recorded as it ended: passes, a failing test, a hang killed by its
-#     timeout, a race found by racecheck, a sanitizer that refuses the device (a skip);
+#   * the steps run in the planned order (probe, certify with the smoke and GPU tests beside it,
+#     bench, torch, report, sanitizers), each recorded as it ended: passes, a failing test, a hang
+#     killed by its timeout, a race found by racecheck, a sanitizer that refuses the device (a skip);
+#   * the built-in CUDA kernels are certified --in-process, the plug-in and the Python kernels
+#     not, the certify step's detail says each kernel's isolation, and a simulated context cost
+#     left in the environment never reaches a device run;
 #   * the summary names the first failing step with its log tail;
 #   * cuBLAS is taken from site-packages/nvidia/cu13/lib and linked into the bundle's lib/, no
 #     binary sees the bundle on LD_LIBRARY_PATH, and no sanitizer gets --leak-check;
@@ -58,6 +61,8 @@ cat >"$b/bin/mla" <<EOS
 $guard
 [[ \$1 == --help ]] && exit 0
 [[ \$1 == certify && \$2 == --help ]] && { echo "  --python SPEC  a Python kernel (MODULE:ATTR or FILE.py:ATTR)"; exit 0; }
+echo "args: \$*"
+echo "simulated context: \${MLA_SIMULATED_CONTEXT_SECONDS:-unset}"
 py=0
 while ((\$#)); do [[ \$1 == --out ]] && out=\$2; [[ \$1 == --python ]] && py=1; shift; done
 mkdir -p "\$out"
@@ -66,10 +71,11 @@ if ((py)); then
   echo '{"format": 1, "complete": true, "verdict": "PASS", "kernels": [{"name": "flashmla", "version": "1.0.0", "unavailable": null, "counts": {"PASS": 4, "NOT_CLAIMED": 3, "SKIPPED": 0}, "cases": []}, {"name": "flashinfer", "version": "absent", "unavailable": "flashinfer.mla does not import here: ModuleNotFoundError", "counts": {"SKIPPED": 7}, "cases": []}]}' >"\$out/certificate.json"
   exit 0
 fi
-echo '{"format": 1, "complete": true, "verdict": "PASS", "kernels": [{"name": "cuda_mla_decode", "unavailable": null, "counts": {"ERROR": 0, "FAIL": 0, "PASS": 2, "SKIPPED": 0, "UNSUPPORTED": 1}, "cases": []}]}' >"\$out/certificate.json"
+echo '{"format": 1, "complete": true, "verdict": "PASS", "kernels": [{"name": "cuda_mla_decode", "origin": {"kind": "builtin", "isolation": "in_process"}, "unavailable": null, "counts": {"ERROR": 0, "FAIL": 0, "PASS": 2, "SKIPPED": 0, "UNSUPPORTED": 1}, "cases": []}]}' >"\$out/certificate.json"
 echo "# certificate" >"\$out/certificate.md"
 EOS
 mkdir -p "$b/python/mla_door" && : >"$b/python/mla_door/__init__.py"  # as make_bundle.sh copies kernels/python
+: >"$b/bin/cuda_plugin.so"  # only passed to the fake mla
 # The bench: --mla_probe finds a GPU; the smoke run (one point, one repetition) completes; the
 # main run (--mla_quick) writes two rows as mla-gpu-bench's incremental reporter does, then hangs.
 cat >"$b/bin/mla-gpu-bench" <<EOS
@@ -129,8 +135,8 @@ EOS
 chmod +x "$b/bin/"* "$fakebin/"*
 
 start=$(date +%s)
-(cd "$repo" && env -u LD_LIBRARY_PATH PATH="$venv/bin:$fakebin:$PATH" MLA_CHECK_CAPS=tests=5,bench=6 \
-   MLA_CHECK_BUDGET_S=300 bash "$b/check.sh" "$out")
+(cd "$repo" && env -u LD_LIBRARY_PATH PATH="$venv/bin:$fakebin:$PATH" MLA_CHECK_CAPS=certify=5,bench=6 \
+   MLA_SIMULATED_CONTEXT_SECONDS=7 MLA_CHECK_BUDGET_S=300 bash "$b/check.sh" "$out")
 rc=$?
 took=$(($(date +%s) - start))
 s=$out/summary.md
@@ -139,17 +145,26 @@ s=$out/summary.md
 ((took < 120)) || fail "the check took ${took}s with every cap shortened"
 expect() { grep -qE -- "$1" "$s" || { cat "$s" >&2; fail "summary lacks /$1/"; }; }
 expect '^# Device check: FAILED'
-expect '^\| probe \| PASS \| [0-9]+ \| 25 \| "name":"Fake GPU"'
+expect '^\| probe \| PASS \| [0-9]+ \| 20 \| "name":"Fake GPU"'
 expect "cuBLAS: $venv/lib/python3.11/site-packages/nvidia/cu13/lib"
-expect '^\| smoke_tests \| PASS \| [0-9]+ \| 25 \| 2 tests, 0 failed, 0 skipped \|'
-expect '^\| smoke_bench \| PASS \|'
-expect '^\| sanitize_memcheck \| PASS \| [0-9]+ \| 30 \| ========= ERROR SUMMARY: 0 errors'
-expect '^\| sanitize_racecheck \| FAIL \| [0-9]+ \| 45 \| ========= Race reported between Write access at fake_kernel\+0x10 ========= ERROR SUMMARY: 1 error \|'
-expect '^\| sanitize_synccheck \| SKIP \| [0-9]+ \| 30 \| compute-sanitizer cannot run here: ========= Error: Device not supported'
+expect '^\| smoke_tests \| PASS \| [0-9]+ \| 5 \| 2 tests, 0 failed, 0 skipped \|'
+expect '^\| sanitize_memcheck \| PASS \| [0-9]+ \| 20 \| ========= ERROR SUMMARY: 0 errors'
+expect '^\| sanitize_racecheck \| FAIL \| [0-9]+ \| 30 \| ========= Race reported between Write access at fake_kernel\+0x10 ========= ERROR SUMMARY: 1 error \|'
+expect '^\| sanitize_synccheck \| SKIP \| [0-9]+ \| 20 \| compute-sanitizer cannot run here: ========= Error: Device not supported'
 expect '^\| test_mla_cuda_attention_tests \| PASS \| [0-9]+ \| 5 \| 2 tests, 0 failed, 0 skipped \|'
 expect '^\| test_fake_fail_tests \| FAIL \| [0-9]+ \| 5 \| 2 tests, 1 failed, 0 skipped: Fake.A'
 expect '^\| test_fake_hang_tests \| TIMEOUT \|'
-expect '^\| certify \| PASS \| [0-9]+ \| 5 \| cuda_mla_decode: 2 PASS, 1 UNSUPPORTED'
+expect '^\| certify \| PASS \| [0-9]+ \| 5 \| cuda_mla_decode \(in_process\): 2 PASS, 1 UNSUPPORTED'
+certify_log() { tar -xzOf "$out/results.tar.gz" "results/logs/$1.log"; }
+certify_log certify | grep -q '^args: certify .*--kernel cuda_mla_decode --kernel cuda_naive_mha_cublas --in-process' ||
+  fail "the CUDA kernels were not certified --in-process: $(certify_log certify | head -1)"
+for st in certify_plugin certify_python; do
+  ! certify_log $st | grep -q -- '--in-process' || fail "$st ran --in-process: plug-ins and Python kernels keep their children"
+done
+certify_log certify_plugin | grep -q '^args: certify .*--plugin .*cuda_plugin.so .*--case ' || fail "certify_plugin did not certify cuda_plugin.so on its cases"
+for st in certify certify_plugin certify_python; do
+  certify_log $st | grep -qx 'simulated context: unset' || fail "$st saw a simulated context cost outside a rehearsal"
+done
 expect '^\| certify_python \| PASS \| [0-9]+ \| 5 \| flashmla 1.0.0: 3 NOT_CLAIMED, 4 PASS; flashinfer: unavailable \(flashinfer.mla does not import here'
 tar -xzOf "$out/results.tar.gz" results/logs/certify_python.log | grep -qx "MLA_DOOR_PATH=$b/python" ||
   fail "certify_python did not run with MLA_DOOR_PATH at the bundle's python/"
@@ -157,13 +172,13 @@ expect '^\| bench \| TIMEOUT \| [0-9]+ \| 6 \| killed after [0-9]+s; rows kept: 
 expect '^\| torch \| (SKIP|PASS) \|'
 expect '^\| report \| PASS \|'
 # The first failure, with its log tail.
-expect '^## First failure: sanitize_racecheck'
-grep -A12 '^## First failure' "$s" | grep -q 'Race reported between Write access' || fail "the first failure's log tail is missing"
+expect '^## First failure: test_fake_fail_tests'
+grep -A12 '^## First failure' "$s" | grep -q 'FAILED  \] Fake.A: expected 1, got 2' || fail "the first failure's log tail is missing"
 # The smoke binary ran once as the smoke step, not again among the tests.
 ! grep -qE '^\| test_mla_gpu_smoke_tests ' "$s" || fail "the smoke binary ran again as a test step"
 # Steps in the planned order.
 order=$(awk -F'|' '/^\| [a-z]/ {gsub(/ /, "", $2); print $2}' "$s" | grep -vE '^(step|test_|certify)' | tr '\n' ' ')
-[[ $order == "setup probe smoke_tests smoke_bench sanitize_memcheck sanitize_racecheck sanitize_synccheck bench torch report " ]] ||
+[[ $order == "setup probe smoke_tests bench torch report sanitize_memcheck sanitize_racecheck sanitize_synccheck " ]] ||
   fail "steps out of order: $order"
 [[ -L $b/lib/libcublas.so.13 && $(readlink "$b/lib/libcublas.so.13") == "$venv/lib/python3.11/site-packages/nvidia/cu13/lib/libcublas.so.13" ]] ||
   fail "libcublas.so.13 was not linked into the bundle's lib/ from the venv's wheel"

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # CTest (cpu;L1): the device check's rehearsal on this machine (check.sh --rehearse against the
-# build tree): every step that runs without a GPU, the bench's inputs built for every bench point
-# as the bench would build them, and the time plan computed from what was measured here. It must
-# pass (nothing failed, the GPU steps skipped with the reason) and the plan must fit the budget.
+# build tree): every step that runs without a GPU, the certify phase with its CPU stand-ins and a
+# simulated CUDA context per process that would create one, the bench's inputs built for every
+# bench point as the bench would build them, and the time plan computed from what was measured
+# here. It must pass (nothing failed, the GPU steps skipped with the reason), the plan must fit
+# the budget, each certify step must leave its margin, and the built-in kernels must have been
+# certified in one process (one context) while the plug-in and the Python kernels had children.
 #   test_rehearsal.sh CHECK_SH BUILD_DIR OUT_DIR
 set -uo pipefail
 check=$1 build=$2 out=$3
@@ -23,4 +26,13 @@ grep -q '^Caps sum to 420 s of the 420 s budget' "$s" || fail "the caps do not s
 grep -q '^Plan: fits the 420 s budget.' "$s" || fail "the plan does not fit"
 grep -qE '^Bench step: inputs [0-9.]+ s measured here' "$s" || fail "the bench step's measured inputs are missing"
 ! grep -qE '\| (FAIL|TIMEOUT) \|' "$s" || fail "a step failed in the rehearsal"
+grep -qE '^\| certify \| PASS \| [0-9]+ \| [0-9]+ \| rehearsed with stand-ins: cpu_mla_fp64 \(in_process\): [0-9]+ PASS; cpu_naive_mha_fp32 \(in_process\): [0-9]+ PASS; 1 process charged' "$s" ||
+  fail "the built-in kernels were not certified in one process (one simulated context)"
+grep -qE '^\| certify_plugin \| PASS \| .*good_append \(child_per_case\): .*; ([2-9]|[1-9][0-9]+) processes charged' "$s" ||
+  fail "the plug-in step did not run its cases in charged child processes"
+grep -qE '^\| certify_python \| PASS \| .*flashmla_cpu_standin .*flashinfer_cpu_standin .*; ([2-9]|[1-9][0-9]+) processes charged' "$s" ||
+  fail "the Python door step did not run its stand-ins in charged child processes"
+grep -qE '^\| certify \| [0-9]+ \| [0-9]+ \(slowest step of [0-9]+ in parallel\) \| [0-9]+ % \|' "$s" || fail "no planned/rehearsed row for the certify phase"
+margin=$(sed -n 's/^Certify margin: \(-\{0,1\}[0-9]*\) % of the cap left.*/\1/p' "$s")
+[[ -n $margin ]] && ((margin >= 25)) || fail "the certify steps do not leave 25 % of their cap (margin: ${margin:-none})"
 echo "test_rehearsal: ok (${took}s)"

@@ -158,8 +158,10 @@ int main(int argc, char** argv) {
                     "keep the results of <out>/certificate.json whose kernel version and golden file are unchanged; "
                     "run the rest");
   certify->add_flag("--in-process", in_process,
-                    "run registered kernels in this process (faster, for debugging; a crash ends the run). "
-                    "Plug-ins always run in a child process");
+                    "run registered kernels in this process: one process, so one CUDA context, for the whole run "
+                    "instead of one per case; a crash ends the run (the certificate keeps the cases before it). "
+                    "Plug-ins and Python kernels always run in child processes; each kernel's origin.isolation "
+                    "in the certificate says which it had");
   certify->add_flag("--no-probe-unclaimed", no_probe,
                     "do not run cases outside a kernel's claimed capabilities for information");
   bool probe_python = false;

@@ -354,6 +354,30 @@ def call(args):
     return 0
 
 
+def charge_simulated_context(verb):
+    """The rehearsal's stand-in for a CUDA context's start-up, as the certifier's own children
+    charge it (certify/include/mla/certify/child.hpp): on a machine without a GPU nothing creates
+    one, so with MLA_SIMULATED_CONTEXT_SECONDS set this process waits that long once, as a child
+    running a CUDA kernel would, and adds a line to MLA_SIMULATED_CONTEXT_LOG when that is set."""
+    text = os.environ.get("MLA_SIMULATED_CONTEXT_SECONDS", "")
+    if not text:
+        return
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 60:  # also refuses nan and inf
+        raise ValueError(f"MLA_SIMULATED_CONTEXT_SECONDS={text[:40]!r} is not a number of seconds between 0 and 60")
+    time.sleep(seconds)
+    log = os.environ.get("MLA_SIMULATED_CONTEXT_LOG", "")
+    if log:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, f"{os.getpid()} python {verb} {text}\n".encode())  # one write: lines never interleave
+        finally:
+            os.close(fd)
+
+
 def main(argv=None):
     faulthandler.enable()  # a crash in the kernel leaves its Python traceback in the child's log
     p = argparse.ArgumentParser(prog="mla_door/child.py")
@@ -371,6 +395,8 @@ def main(argv=None):
     c.add_argument("--unclaimed", action="store_true")  # the parent decided the claim; nothing to check here
     args = p.parse_args(argv)
     try:
+        if args.verb != "claims":  # can_implement answers from the shape: no reason to touch the device
+            charge_simulated_context(args.verb)
         rc = {"describe": describe, "claims": claims, "call": call}[args.verb](args)
     except Exception as e:
         print(f"mla_door child {args.verb}: {error_words(e)}", file=sys.stderr)

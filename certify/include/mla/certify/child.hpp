@@ -35,6 +35,22 @@ struct KernelRef {
   std::optional<PythonRef> python;              // a Python callable through the door
 };
 
+// The rehearsal's stand-in for a CUDA context's start-up. On a machine without a GPU no process
+// creates one, so a time plan measured there would not see what the GPU machine pays once in
+// every process that runs a CUDA kernel (driver, context, cuBLAS handles: a second or more).
+// With MLA_SIMULATED_CONTEXT_SECONDS set (0 to 60; unset or empty: off), every process that runs
+// a kernel or describes a plug-in sleeps that long once, where it would create its context: each
+// child of a case, a plug-in's describe child (its unavailable() asks the driver), and the
+// certifier itself the first time it calls a kernel in-process. The claims children are not
+// charged: can_implement answers from the shape, with no reason to touch the device. MLA_SIMULATED_CONTEXT_LOG names a file that gets one line per
+// charged process ("<pid> <what> <seconds>"). Both throw Error naming the variable and its value
+// when the value is not such a number.
+inline constexpr const char* kSimulatedContextEnv = "MLA_SIMULATED_CONTEXT_SECONDS";
+inline constexpr const char* kSimulatedContextLogEnv = "MLA_SIMULATED_CONTEXT_LOG";
+inline constexpr double kSimulatedContextMax = 60;
+std::optional<double> simulated_context_seconds();
+void charge_simulated_context(const char* what);
+
 // `mla __child run`: exit 0 after writing the result (whatever the kernel did, short of killing
 // the process); non-zero only when the child itself could not work.
 int child_run(const KernelRef& kernel, const std::filesystem::path& inputs, const std::filesystem::path& result,

@@ -573,7 +573,8 @@ for cert in certify certify_plugin; do
   allskip=0
   [[ $detail == ALLSKIP* ]] && { allskip=1; detail=${detail#ALLSKIP }; }
   detail=$STANDIN_NOTE$detail$(ctx_note $cert)
-  if ((STEP_RC == 0 && allskip)); then record $cert SKIP "$STEP_S" "$detail"
+  # Exit 4 with every kernel unavailable: NOT_JUDGED because nothing could run here, a SKIP.
+  if (((STEP_RC == 0 || STEP_RC == 4) && allskip)); then record $cert SKIP "$STEP_S" "$detail"
   elif ((STEP_RC == 0)); then record $cert PASS "$STEP_S" "$detail"
   else record $cert FAIL "$STEP_S" "exit $STEP_RC: $detail $(tail_of $cert 200)"
   fi
@@ -613,7 +614,7 @@ else
     [[ $detail == ALLSKIP* ]] && { allskip=1; detail=${detail#ALLSKIP }; }
     [[ $detail == FAIL* ]] || detail=$STANDIN_NOTE$detail$(ctx_note certify_python)
     if [[ $detail == FAIL* ]]; then record certify_python FAIL "$STEP_S" "exit $STEP_RC: ${detail#FAIL } $(tail_of certify_python 200)"
-    elif ((STEP_RC == 0 && allskip)); then record certify_python SKIP "$STEP_S" "$detail"
+    elif (((STEP_RC == 0 || STEP_RC == 4) && allskip)); then record certify_python SKIP "$STEP_S" "$detail"
     elif ((STEP_RC == 0)); then record certify_python PASS "$STEP_S" "$detail"
     else record certify_python FAIL "$STEP_S" "exit $STEP_RC: $detail $(tail_of certify_python 200)"
     fi

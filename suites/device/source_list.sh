@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes the sha256 of every file that travels with the working tree to the device machine
-# (tracked + untracked-not-ignored: what the device tool copies), relative to SRC_DIR, to OUT, and
+# (tracked + untracked-not-ignored: what the device run copies), relative to SRC_DIR, to OUT, and
 # replaces OUT only when the list changed, so the bundle that embeds it is rebuilt exactly when
 # the tree differs from the one it was built from. run_on_device.sh checks the list against the
 # tree it runs in and refuses a bundle built from another tree.

@@ -16,7 +16,7 @@
 #     generator accept the partial run and say it is partial;
 #   * the Python door's step (certify_python) runs with the bundle's python/ as MLA_DOOR_PATH and
 #     names the kernel that could not import;
-#   * OUTDIR holds what the device tool returns (<= 8 files).
+#   * OUTDIR holds what the device run returns (<= 8 files).
 #   test_check_gpu_path.sh CHECK_SH REPO_ROOT WORK_DIR
 set -uo pipefail
 check=$1 repo=$2 work=$3

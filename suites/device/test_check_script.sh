@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CTest (cpu;L1): check.sh against a build tree. Without a GPU every GPU step must be recorded as
 # SKIP with the reason, nothing may fail, the exit status is 2 and OUTDIR must hold what the
-# device tool can return (<= 8 files, each < 16 MiB, summary.md, device.txt, results.tar.gz). With
+# device run can return (<= 8 files, each < 16 MiB, summary.md, device.txt, results.tar.gz). With
 # a GPU it is the device check itself, and its own exit status is the verdict.
 #   test_check_script.sh CHECK_SH BUILD_DIR OUT_DIR
 set -uo pipefail
@@ -13,10 +13,10 @@ rc=$?
 echo "check.sh exit status: $rc"
 [[ -f $out/summary.md && -f $out/device.txt && -f $out/results.tar.gz ]] || fail "summary.md, device.txt or results.tar.gz missing: $(ls "$out")"
 n=$(find "$out" -type f | wc -l)
-((n <= 8)) || fail "$n files in $out; the device tool returns at most 8"
+((n <= 8)) || fail "$n files in $out; the device run returns at most 8"
 while IFS= read -r f; do
   (($(stat -c %s "$f") < 16777216)) || fail "$f is over 16 MiB"
-  [[ $(basename "$f") =~ ^[A-Za-z0-9._-]+$ ]] || fail "file name $(basename "$f") has characters the device tool refuses"
+  [[ $(basename "$f") =~ ^[A-Za-z0-9._-]+$ ]] || fail "file name $(basename "$f") has characters the device run refuses"
 done < <(find "$out" -type f)
 listing=$(tar -tzf "$out/results.tar.gz") || fail "results.tar.gz is not a readable archive"
 grep -q '^results/summary.md$' <<<"$listing" || fail "results.tar.gz lacks results/summary.md"

@@ -2,7 +2,7 @@
 # CTest (cpu;L0): run_on_device.sh on a fake tree and bundle archive. A bundle whose
 # source.sha256 matches the tree runs its check.sh (with the budget's clock already started and
 # --rehearse passed on); one built from another tree is refused with the command that rebuilds
-# it, in stderr and in OUTDIR/summary.md (what the device tool returns), unless --allow-stale;
+# it, in stderr and in OUTDIR/summary.md (what the device run returns), unless --allow-stale;
 # a missing archive is refused the same way.
 #   test_run_on_device.sh REPO_ROOT
 set -uo pipefail

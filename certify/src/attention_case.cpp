@@ -104,15 +104,16 @@ class AttentionCase {
             t.reasons = r.reasons;
             kept_twins_[k] = std::move(t);
           }
-        } else if (const auto no = claim_refusal(*k, header.shape, nullptr)) {
-          // Outside the declared capabilities: run for information when that is worth it.
-          if (probe_worthwhile(header, *k)) {
-            refused[k] = *no;
+        } else if (const auto cl = claim(s_, *k, header.shape, header.scale_fmt, header.cache_seqlens); !cl.claimed) {
+          // Outside the declared capabilities: run for information when that is worth it. A
+          // shape the kernel itself refused is not: it said it cannot.
+          if (!cl.by_kernel && probe_worthwhile(header, *k)) {
+            refused[k] = cl.reason;
             probes.push_back(k);
             continue;
           }
           r.verdict = Verdict::not_claimed;
-          r.reasons.push_back(*no);
+          r.reasons.push_back(cl.reason);
         } else {
           runnable.push_back(k);
           continue;
@@ -120,7 +121,8 @@ class AttentionCase {
       } catch (const std::exception& e) {
         // A capability query that throws is a defect of the implementation, not of the run.
         r.verdict = Verdict::error;
-        r.reasons.push_back(fmt::format("the claim could not be decided (unavailable() or check()): {}", e.what()));
+        r.reasons.push_back(fmt::format("the claim could not be decided (unavailable(), check() or can_implement): {}",
+                                        e.what()));
       }
       s_.record(*k, std::move(r));
       if (const auto t = kept_twins_.find(k); t != kept_twins_.end()) {
@@ -139,37 +141,7 @@ class AttentionCase {
       for (const auto* k : probes) s_.record(*k, not_claimed(header, refused[k]));
       return;
     }
-    // The lengths are known only now: varying lengths are a capability, and the kernel's own
-    // can_implement sees the whole shape with them.
     std::map<const Implementation*, reports::CaseResult> results;
-    for (auto it = runnable.begin(); it != runnable.end();) {
-      const auto* k = *it;
-      try {
-        const auto cl = claim(s_, *k, c.shape, c.scale_fmt, c.cache_seqlens);
-        if (cl.claimed) {
-          ++it;
-          continue;
-        }
-        if (!cl.by_kernel && probe_worthwhile(header, *k)) {
-          refused[k] = cl.reason;
-          probes.push_back(k);
-        } else {
-          // A shape the kernel itself refused is not run for information: it said it cannot.
-          results[k] = not_claimed(header, cl.reason);
-          results[k].shape = shape_json(c);
-        }
-      } catch (const std::exception& e) {
-        // A predicate that fails or crashes is a defect of the implementation, not of the run.
-        auto r = s_.base_result(ref_);
-        r.description = c.description;
-        r.shape = shape_json(c);
-        r.verdict = Verdict::error;
-        r.reasons.push_back(fmt::format("the claim could not be decided (can_implement): {}", e.what()));
-        results[k] = std::move(r);
-      }
-      it = runnable.erase(it);
-    }
-
     const GoldenTruth truth(c);
     // Claimed shapes first, then the informational runs, in the certificate's kernel order.
     std::map<const Implementation*, reports::CaseResult> twins;
@@ -344,5 +316,28 @@ class AttentionCase {
 }  // namespace
 
 void certify_attention_case(Session& s, const CaseRef& ref, std::size_t i) { AttentionCase(s, ref, i).certify(); }
+
+void ask_catalog_claims(Session& s) {
+  std::vector<const Implementation*> asking;
+  for (const auto& k : s.implementations) {
+    if (k.can_implement && !k.unavailable) asking.push_back(&k);
+  }
+  if (asking.empty()) return;
+  std::map<const Implementation*, std::vector<ClaimQuestion>> questions;
+  for (const auto& ref : s.attention_cases) {
+    golden::AttnHeader h;
+    try {
+      h = golden::read_attn_header(s.catalog.file(ref.file), ref.name);
+    } catch (const std::exception&) {
+      continue;  // the case itself reports it, with the file re-verified first
+    }
+    if (s.options.max_tokens && h.cache_tokens() > *s.options.max_tokens) continue;
+    for (const auto* k : asking) {
+      if (claim_refusal(*k, h.shape, &h.cache_seqlens)) continue;
+      questions[k].push_back({h.shape, h.scale_fmt, h.cache_seqlens});
+    }
+  }
+  for (const auto& [k, qs] : questions) ask_claims(s, *k, qs);
+}
 
 }  // namespace mla::certify

@@ -290,6 +290,7 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
 
   const Signals signals;
   bool stopped = false;
+  ask_catalog_claims(s);
   for (std::size_t i = 0; i < s.attention_cases.size(); ++i) {
     if ((stopped = stop_requested(s))) break;
     const auto t_case = Clock::now();

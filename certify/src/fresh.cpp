@@ -51,6 +51,7 @@ struct Choice {
   CacheFormat format = CacheFormat::bf16;
   ScaleFmt sf = ScaleFmt::fp32;
   bool causal = true;
+  bool alt = false;  // the slot's second form (causal: no row that attends nothing)
 };
 
 // What the field's kernels accept, so a kernel that claims only its real domain still gets its
@@ -92,7 +93,8 @@ std::vector<FreshSlot> draw_slots(const Capabilities& caps, uint64_t seed) {
 
   // A slot: `first` drawn, `build` makes the point of a choice (its lengths drawn once, here,
   // as numbers the choice scales), the candidates every combination of the field's values.
-  auto slot = [&](const std::string& what, Choice first, auto build, bool vary_causal, bool vary_topk) {
+  auto slot = [&](const std::string& what, Choice first, auto build, bool vary_causal, bool vary_topk,
+                  bool vary_alt = false) {
     FreshSlot sl;
     sl.what = what;
     std::vector<int> hs{first.heads};
@@ -106,6 +108,9 @@ std::vector<FreshSlot> draw_slots(const Capabilities& caps, uint64_t seed) {
     if (vary_causal) add_unique(cs, !first.causal);
     std::vector<int> ts{first.topk};
     if (vary_topk) for (const int t : kFieldTopk) add_unique(ts, t);
+    std::vector<bool> alts{false};
+    if (vary_alt) alts.push_back(true);
+    for (const bool alt : alts) {
     for (const bool c : cs) {
       for (const int t : ts) {
         for (const auto f : fs) {
@@ -113,13 +118,14 @@ std::vector<FreshSlot> draw_slots(const Capabilities& caps, uint64_t seed) {
             for (const int h : hs) {
               if (sl.candidates.size() >= kMaxCandidates) break;
               Choice ch = first;
-              ch.heads = h, ch.page = p, ch.format = f, ch.causal = c, ch.topk = t;
+              ch.heads = h, ch.page = p, ch.format = f, ch.causal = c, ch.topk = t, ch.alt = alt;
               if (f != CacheFormat::fp8) ch.sf = ScaleFmt::fp32;
               sl.candidates.push_back(build(ch));
             }
           }
         }
       }
+    }
     }
     slots.push_back(std::move(sl));
   };
@@ -174,9 +180,12 @@ std::vector<FreshSlot> draw_slots(const Capabilities& caps, uint64_t seed) {
       const int u = d.in(1, 3 * 64);
       if (s_q >= 2 && caps.min_s_q <= s_q && caps.varlen) {
         c.s_q = s_q;
+        // Its second form, for a kernel that does not claim rows that attend nothing (FlashInfer's
+        // tests leave them out): the short sequence just long enough for every row.
         slot(fmt::format("causal_h{}", heads), c, [&, ps, u](const Choice& ch) {
-          return point("causal", 2, ch, {static_cast<int32_t>(ch.s_q - 1), static_cast<int32_t>(ch.page + u)}, ps);
-        }, false, false);
+          const auto shortest = static_cast<int32_t>(ch.alt ? ch.s_q : ch.s_q - 1);
+          return point(ch.alt ? "causal_seen" : "causal", 2, ch, {shortest, static_cast<int32_t>(ch.page + u)}, ps);
+        }, false, false, true);
       } else {
         c.s_q = std::max(1, caps.min_s_q);
         slot(fmt::format("heads_h{}", heads), c, [&, ps, u](const Choice& ch) {

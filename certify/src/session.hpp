@@ -197,6 +197,11 @@ void certify_fresh(Session& s);
 void plan(Session& s);
 
 
+// attention_case.cpp: every can_implement question the selected attention cases will ask, asked
+// up front, one child per kernel (a Python child imports torch: about a second each), so that
+// certify_attention_case finds its answers. A case whose header cannot be read is left to it.
+void ask_catalog_claims(Session& s);
+
 // attention_case.cpp: every implementation on one attention case (index `i` of the plan).
 void certify_attention_case(Session& s, const CaseRef& ref, std::size_t i);
 

@@ -532,7 +532,8 @@ TEST(FreshTwin, IsTheStoredCaseUnderExactSymmetriesPlusNoiseOnQ) {
     for (std::size_t i = 0; i < twin.q.size(); ++i) moved += twin.q[i] != noisy.q[i];
     EXPECT_GT(moved, static_cast<int64_t>(twin.q.size()) / 2) << "the noise moves most q values";
     const auto n = mla::ref::attention_fp64(noisy.view());
-    EXPECT_NE(n.out, b.out) << "so the twin's truth is not the moved stored truth";
+    // (A row over one key has the same out whatever q is: lse still moves.)
+    EXPECT_TRUE(n.out != b.out || n.lse != b.lse) << "so the twin's truth is not the moved stored truth";
   }
 }
 

@@ -97,6 +97,16 @@ inline bool drawn_at_run_time(const std::string& family, const std::string& name
   return family == "fresh" || (name.size() > twin.size() && name.ends_with(twin));
 }
 
+// A failed rule's words without the opening that says it was the call made between a case's
+// calls ("the other case called between calls 1 and 2 (q negated): out: ..." -> "out: ..."): a
+// bug shows on that call as on the case's own.
+inline std::string judged_rule(const std::string& why) {
+  const std::string opening = "the other case called between calls ";
+  if (why.rfind(opening, 0) != 0) return why;
+  const auto at = why.find("(q negated): ");
+  return at == std::string::npos ? why : why.substr(at + 13);
+}
+
 inline std::string plugin_path(const std::string& name) {
 #define MLA_P(upper, lower) \
   if (name == #lower) return upper;

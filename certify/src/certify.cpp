@@ -208,6 +208,12 @@ void keep_outside_selection(Session& s) {
   std::size_t n = 0;
   for (std::size_t i = 0; i < s.cert.kernels.size(); ++i) {
     s.outside[i] = s.resume.outside(s.cert.kernels[i], s.catalog, [&](const reports::CaseResult& r) {
+      // A drawn case is this run's when the fresh family, --case and the shard select it: then
+      // certify_fresh keeps or redraws it; otherwise it is kept here like any catalog case.
+      if (is_fresh_file(r.file)) {
+        return fresh_selected(s.options) && s.in_shard("fresh", r.name) &&
+               (!s.case_regex || std::regex_search("fresh/" + r.name, *s.case_regex));
+      }
       return selected.count(r.file + "/" + r.name) > 0 || rerun_families.count(r.family) > 0;
     });
     n += s.outside[i].size();

@@ -201,6 +201,11 @@ void certify_fresh(Session& s) {
       // Split like the catalog's cases; the shards of one run share its seed (mla merge refuses
       // shards whose options, the seed among them, differ), so together they hold each drawn case once.
       if (!s.in_shard("fresh", p.name)) continue;
+      // --resume keeps a drawn case's result exactly as a catalog case's: same seed, same draw.
+      if (auto kept = s.kept_drawn(k, {"fresh", "fresh", p.name}, &p.seqlens)) {
+        s.record(k, std::move(*kept));
+        continue;
+      }
       reports::CaseResult r;
       r.family = "fresh";
       r.file = "fresh";

@@ -50,8 +50,13 @@ struct CaseRef {
   std::string key() const { return file + "/" + name; }
 };
 
+// Rows of cases drawn at run time (the fresh family's attention and append cases): no golden
+// file, identified by the run's seed and the drawn case's name.
+bool is_fresh_file(const std::string& file);
+
 // What --resume may keep: per implementation, the identity of the one that produced the
-// results, and per case the golden file's digest then and the result.
+// results, and per case the golden file's digest then (for a fresh row: the seed it was drawn
+// from) and the result.
 class Resume {
  public:
   // Reads <out>/certificate.json; a missing, unreadable or incomparable one (another tool
@@ -86,6 +91,7 @@ class Resume {
     std::vector<std::string> order;  // the keys in the previous certificate's order
   };
   std::map<std::string, Kernel> kernels_;
+  std::string now_fresh_;  // this run's seed, as a fresh row's origin
 };
 
 class Session {
@@ -125,6 +131,10 @@ class Session {
   reports::CaseResult base_result(const CaseRef& ref) const;
   // The previous result of `k` on `ref` that --resume keeps, counted.
   std::optional<reports::CaseResult> kept(const Implementation& k, const CaseRef& ref);
+  // The same for a case drawn at run time (file "fresh" or kFreshAppendFile), kept only when
+  // the previous row's drawn lengths, where it records them, are `seqlens` too.
+  std::optional<reports::CaseResult> kept_drawn(const Implementation& k, const CaseRef& ref,
+                                                const std::vector<int32_t>* seqlens = nullptr);
   // Rewrites the certificate (JSON, Markdown, JUnit); a failure is said on `progress` and
   // remembered, the run goes on.
   void save();

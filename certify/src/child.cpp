@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <system_error>
 #include <limits>
 
 #include <fmt/format.h>
@@ -200,13 +201,18 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
   // The layout comes from the parent's plan; the memory from the memfd it handed over.
   const auto plan = wire::read(plan_file, kAttentionCalls);
   const ArenaLayout l = ArenaLayout::from_json(plan.fields().at("layout"));
+  // Inherited under the parent's own number (any number a descriptor limit allows), named by the plan.
+  const int arena_fd = plan.fields().at("arena_fd").get<int>();
   struct stat st {};
-  if (fstat(kArenaChildFd, &st) != 0 || static_cast<std::size_t>(st.st_size) != l.size) {
+  if (fstat(arena_fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != l.size) {
     throw Error("the shared buffers are missing or not of the planned size");
   }
-  void* m = mmap(nullptr, l.size, PROT_READ | PROT_WRITE, MAP_SHARED, kArenaChildFd, 0);
-  if (m == MAP_FAILED) throw Error(fmt::format("cannot map the shared buffers: {}", std::strerror(errno)));
-  close(kArenaChildFd);
+  void* m = mmap(nullptr, l.size, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
+  if (m == MAP_FAILED) {
+    // Out of address space or memory (ulimit -v): the host's failure, not the kernel's.
+    throw std::system_error(errno, std::generic_category(), "cannot map the shared buffers");
+  }
+  close(arena_fd);
   auto* base = static_cast<uint8_t*>(m);
   auto* control = reinterpret_cast<ArenaControl*>(base);
   control->child_base = reinterpret_cast<uint64_t>(base);

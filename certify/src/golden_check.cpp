@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "mla/certify/host_error.hpp"
 #include "mla/certify/wire.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/text.hpp"
@@ -62,6 +63,7 @@ const GoldenCheck& GoldenGate::check(const fs::path& file, const std::string& di
     }
   } else {
     c.kind = GoldenCheck::Kind::crashed;
+    c.host = host_cause(outcome).has_value();
     c.problem = outcome.ok() ? std::string("the child exited without a report") : outcome.describe();
     if (!outcome.stderr_tail.empty()) c.problem += "; its last output: " + outcome.stderr_tail;
   }

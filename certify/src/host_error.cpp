@@ -13,6 +13,9 @@
 
 namespace mla::certify {
 
+// A child whose setup failed before exec says so with the same status (isolation.hpp).
+static_assert(kChildSetupFailed == kChildHostFailure);
+
 bool is_host_errno(int err) {
   switch (err) {
     case ENOSPC:

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "mla/certify/host_error.hpp"
 #include "mla/certify/protocol.hpp"
 #include "mla/core/sha256.hpp"
 #include "mla/core/text.hpp"
@@ -76,6 +77,10 @@ void add_plugin(Session& s, const fs::path& path, std::size_t i) {
   const auto outcome = run_child({s.self.string(), "__child", "describe", "--plugin", abs.string(), "--result",
                                   result.string()},
                                  std::min(s.options.timeout_s, 60.0), log);
+  // No process or descriptor to run the description in is the machine's failure, not the plug-in's.
+  if (const auto host = host_cause(outcome)) {
+    throw HostFailure(fmt::format("plug-in {} could not be described: {}", path.string(), *host));
+  }
   if (!outcome.ok() || !fs::exists(result)) {
     throw UsageError(fmt::format("plug-in {} cannot be loaded: {}{}", path.string(), outcome.describe(),
                                  outcome.stderr_tail.empty() ? "" : ": " + outcome.stderr_tail));
@@ -196,6 +201,7 @@ void select_cases(Session& s) {
   for (const auto& [file, digest] : s.catalog.sha256) {
     const auto path = s.catalog.file(file);
     const auto& check = s.goldens->check(path, digest, GoldenDepth::read_through);
+    if (check.host) throw HostFailure(fmt::format("golden file {} could not be read through: {}", file, check.problem));
     if (check.kind == GoldenCheck::Kind::crashed) throw UsageError(GoldenGate::refusal(path, check));
     golden::FileInfo info;
     try {

@@ -18,11 +18,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 
 #include <CLI/CLI.hpp>
@@ -360,12 +362,19 @@ int main(int argc, char** argv) {
       return rc;
     } catch (const cert::UsageError& e) {
       return report_error("certify", e, 2);
+    } catch (const cert::HostFailure& e) {
+      return report_error("certify", e, mla::reports::kExitIncomplete);
     } catch (const std::exception& e) {
-      return report_error("certify", e, 1);
+      // The certifier's own memory, disk or file-size limit is the machine's failure, never a
+      // kernel's: what was recorded stays, and --resume goes on from it.
+      return report_error("certify", e, cert::host_cause(e) ? mla::reports::kExitIncomplete : 1);
     }
   }
 
   if (*merge) {
+    // Past a file-size limit the write must fail (EFBIG, the host's failure: exit 3) and leave
+    // the three files as they were, not kill the merge between them. It starts no children.
+    std::signal(SIGXFSZ, SIG_IGN);
     try {
       std::vector<fs::path> dirs(merge_dirs.begin(), merge_dirs.end());
       const auto c = cert::merge(dirs, merge_out, std::cerr);
@@ -378,7 +387,8 @@ int main(int argc, char** argv) {
     } catch (const cert::UsageError& e) {
       return report_error("merge", e, 2);
     } catch (const std::exception& e) {
-      return report_error("merge", e, 1);
+      // A full disk or a file-size limit is the machine's: nothing was judged wrong.
+      return report_error("merge", e, cert::host_cause(e) ? mla::reports::kExitIncomplete : 1);
     }
   }
 

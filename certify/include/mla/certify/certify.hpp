@@ -83,6 +83,14 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+// The machine, not an implementation, kept the run from recording what it did (a full disk or
+// file system, a file-size limit, no file descriptors or memory left for the certifier itself).
+// `mla certify` exits kExitIncomplete: nothing was judged wrong, and --resume finishes the run.
+class HostFailure : public Error {
+ public:
+  using Error::Error;
+};
+
 // Runs the whole certification, writing the certificate after every case. Progress goes to
 // `progress`. Returns the final certificate; one that SIGINT, SIGTERM or SIGHUP stopped (after
 // the case in progress; a second signal ends the process at once) is returned and written with

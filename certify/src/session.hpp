@@ -202,6 +202,13 @@ void certify_appends(Session& s);
 // judged like the catalog's; certify_fresh calls it after that plug-in's fresh attention cases.
 void certify_fresh_appends(Session& s, const Implementation& k, uint64_t seed);
 
+// consistency.cpp: UsageError naming the first row of `c` that contradicts itself
+// (reports::row_contradiction) or, in a shard's certificate, that belongs to another shard;
+// `where` names the certificate.
+void check_consistent(const reports::Certificate& c, const std::string& where);
+// UsageError unless every implementation of `c` holds rows for the same catalog cases.
+void check_same_cases(const reports::Certificate& c, const std::string& where);
+
 // Notes derived from the case results alone, so a resumed run words them identically.
 void update_notes(reports::Certificate& cert);
 

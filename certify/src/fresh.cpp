@@ -171,6 +171,7 @@ bool fresh_selected(const Options& o) {
 
 void certify_fresh(Session& s) {
   for (auto& k : s.implementations) {
+    if (stop_requested(s)) return;
     if (k.unavailable) continue;
     std::vector<axes::AxisPoint> points;
     try {
@@ -196,6 +197,7 @@ void certify_fresh(Session& s) {
       if (std::find(notes.begin(), notes.end(), why) == notes.end()) notes.push_back(why);
     }
     for (std::size_t i = 0; i < points.size(); ++i) {
+      if (stop_requested(s)) break;
       auto& p = points[i];
       if (s.case_regex && !std::regex_search("fresh/" + p.name, *s.case_regex)) continue;
       // Split like the catalog's cases; the shards of one run share its seed (mla merge refuses
@@ -259,6 +261,7 @@ void certify_fresh(Session& s) {
       s.record(k, std::move(r));
     }
     s.save();
+    if (stop_requested(s)) return;
     // Then its appends, drawn from the same seed (rows of file fresh_append, after the attention rows).
     certify_fresh_appends(s, k, fresh_seed(s.seed, k.info.name));
   }

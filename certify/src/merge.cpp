@@ -212,8 +212,7 @@ reports::Certificate merge(const std::vector<fs::path>& shard_dirs, const fs::pa
                                 parts.size(), count, fmt::join(hosts, ", "), parts[0].cert.shard->index));
   m.shard = std::move(info);
   update_notes(m);
-  reports::write_certificate(m, out);
-  reports::write_file_atomically(out / kJunitName, to_junit(m));
+  write_outputs(m, out);
   return m;
 }
 

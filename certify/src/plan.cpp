@@ -165,8 +165,14 @@ void select_implementations(Session& s) {
     r.origin = {{"kind", c.fault ? "self-test" : "builtin"}, {"capabilities", to_json(e.info.caps)}};
     add_implementation(s, std::move(e), std::move(r));
   }
-  for (std::size_t i = 0; i < o.plugins.size(); ++i) add_plugin(s, o.plugins[i], i);
+  // Each description is a child process that may take its whole deadline: a stop is honoured
+  // between two of them.
+  for (std::size_t i = 0; i < o.plugins.size(); ++i) {
+    stop_point(s);
+    add_plugin(s, o.plugins[i], i);
+  }
   for (std::size_t i = 0; i < o.pythons.size(); ++i) {
+    stop_point(s);
     auto [e, r] = describe_python(s, o.pythons[i], i);
     add_implementation(s, std::move(e), std::move(r));
   }
@@ -199,6 +205,7 @@ void select_cases(Session& s) {
   // The catalog by each file's `family` attribute: every file of a selected family is certified,
   // whatever its name. Each is read through in a child process before this one reads it.
   for (const auto& [file, digest] : s.catalog.sha256) {
+    stop_point(s);  // a read-through is a child process per file
     const auto path = s.catalog.file(file);
     const auto& check = s.goldens->check(path, digest, GoldenDepth::read_through);
     if (check.host) throw HostFailure(fmt::format("golden file {} could not be read through: {}", file, check.problem));

@@ -2,6 +2,8 @@
 // resume, attention case, append case) and the few things they all do with it.
 #pragma once
 
+#include <signal.h>
+
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -117,7 +119,11 @@ class Session {
   // Per implementation (report_index), what --resume keeps of cases outside this run's
   // selection: written with every save and part of the final certificate.
   std::vector<std::vector<reports::CaseResult>> outside;
+  // The certificate that was in the folder when this run started, as the run marked it
+  // (INCOMPLETE, superseded by this run); what the folder holds until the first save.
+  std::optional<reports::Certificate> superseded;
   bool save_failed = false;
+  std::string save_error;  // the first failed save's reason
   // can_implement answers already obtained (claims.cpp), by implementation and shape.
   std::map<std::string, ClaimAnswer> claim_answers;
   // The run's seed (recorded; --seed reproduces it): draws the number of calls per case. The
@@ -201,6 +207,28 @@ void certify_appends(Session& s);
 // The fresh append cases of one plug-in with an append entry (make_fresh_append_cases), run and
 // judged like the catalog's; certify_fresh calls it after that plug-in's fresh attention cases.
 void certify_fresh_appends(Session& s, const Implementation& k, uint64_t seed);
+
+// stop.cpp: SIGINT, SIGTERM and SIGHUP ask the run to stop between two steps; installed for
+// the life of one run (and before it by `mla certify`, install_stop_handlers), restoring the
+// previous handlers after it.
+class StopHandlers {
+ public:
+  StopHandlers();
+  ~StopHandlers();
+  StopHandlers(const StopHandlers&) = delete;
+  StopHandlers& operator=(const StopHandlers&) = delete;
+
+ private:
+  struct sigaction old_[3] {};
+  struct sigaction old_fsz_ {};
+};
+// The signal that asked the run to stop, 0 while none did.
+int stop_signal();
+// Whether a stop was asked for; the first time, notes it in the certificate and on `progress`.
+bool stop_requested(Session& s);
+// Thrown by stop_point in the phases before the first case, where nothing is recorded yet.
+struct Stopped {};
+void stop_point(Session& s);
 
 // consistency.cpp: UsageError naming the first row of `c` that contradicts itself
 // (reports::row_contradiction) or, in a shard's certificate, that belongs to another shard;

@@ -119,6 +119,10 @@ int main(int argc, char** argv) {
   std::vector<char*> args(argv, argv + argc);
   static char certify_word[] = "certify";
   if (argc > 0 && fs::path(argv[0]).filename() == "mla-certify") args.insert(args.begin() + 1, certify_word);
+  // A certification honours SIGINT, SIGTERM and SIGHUP from its first instruction: a signal
+  // that arrives while the options are parsed is acted on by the run (INCOMPLETE, exit 3), never
+  // lost to the default action, which would leave the report folder as it was.
+  if (args.size() > 1 && std::string_view(args[1]) == "certify") cert::install_stop_handlers();
 
   CLI::App app{"MLA certification suite: certify kernels, inspect the goldens, model the KV cache", "mla"};
   app.require_subcommand(1);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <new>
 #include <system_error>
 #include <limits>
 
@@ -277,6 +278,8 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
         }
       }
     }
+  } catch (const std::bad_alloc&) {
+    throw;  // the machine's memory, as below
   } catch (const std::exception& e) {
     control->setup_state = 3;
     bounded_copy(control->setup_message, fmt::format("the child could not load the kernel: {}", e.what()));
@@ -322,6 +325,12 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
     } catch (const UnsupportedError& e) {
       rec.state = 2;
       bounded_copy(rec.message, e.what());
+    } catch (const std::bad_alloc&) {
+      // Only this process's own C++ allocates with new here (a C plug-in reports its failures
+      // by return code): out of memory under this run's limit (ulimit -v) is the machine's, so
+      // the child ends with the host-failure status (a HOST_ERROR that --resume reruns), never
+      // an ERROR of a registered kernel.
+      throw;
     } catch (const std::exception& e) {
       rec.state = 3;
       bounded_copy(rec.message, fmt::format("exception: {}", e.what()));

@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "mla/certify/host_error.hpp"
 #include "mla/core/sha256.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/core/tolerance.hpp"
@@ -320,7 +321,17 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
   // The folder's first write, before the scratch folder (a full TMPDIR) or anything slow.
   auto superseded = supersede(options.out, std::move(previous), started, progress);
   check_descriptors();
-  Session s(options, progress);
+  // The session's scratch folder is in TMPDIR: full (or out of descriptors) is the machine's
+  // failure, missing or not a folder is a setting to fix, both said as such.
+  std::optional<Session> session;
+  try {
+    session.emplace(options, progress);
+  } catch (const std::exception& e) {
+    const auto why = fmt::format("no scratch folder can be created in the temporary folder (TMPDIR): {}", e.what());
+    if (host_cause(e)) throw HostFailure(why);
+    throw UsageError(why);
+  }
+  Session& s = *session;
   s.cert.tool = "mla certify";
   s.cert.started_utc = started;
   s.seed = seed;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -296,6 +297,65 @@ TEST_F(Promises, AFileSizeLimitIsTheHostsFailureAndResumeFinishes) {
   const auto done = certify(out, args + " --resume");
   EXPECT_EQ(done.status, 0) << done.output;
   EXPECT_EQ(done.cert["verdict"], "PASS");
+}
+
+// A full file system of 64 KiB at `dir` (tmpfs) for the life of the object, where mounting is
+// allowed (root outside a locked-down container).
+class TinyDisk {
+ public:
+  explicit TinyDisk(const fs::path& dir) : dir_(dir) {
+    fs::create_directories(dir);
+    mounted_ = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=64k") == 0;
+  }
+  ~TinyDisk() {
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  TinyDisk(const TinyDisk&) = delete;
+  TinyDisk& operator=(const TinyDisk&) = delete;
+  bool mounted() const { return mounted_; }
+  // Writes until nothing more fits.
+  void fill() const {
+    std::ofstream f(dir_ / "filler", std::ios::binary);
+    const std::string block(4096, 'x');
+    while (f.write(block.data(), static_cast<std::streamsize>(block.size()))) f.flush();
+  }
+
+ private:
+  fs::path dir_;
+  bool mounted_ = false;
+};
+
+TEST_F(Promises, AFullTmpdirOrReportFolderIsTheHostsFailure) {
+  TempDir tmp;
+  const std::string args = "--kernel cpu_mla_fp64 --family attn_core --case h3_sq";
+  const auto out = tmp.path() / "out";
+  ASSERT_EQ(certify(out, args).status, 0);
+  {
+    // TMPDIR full: nothing can be run, nothing is blamed; the old PASS is marked superseded.
+    const TinyDisk tmpdir(tmp.path() / "tmpdir");
+    if (!tmpdir.mounted()) GTEST_SKIP() << "mounting a tmpfs is not permitted here";
+    tmpdir.fill();
+    const auto r = certify(out, args, kGoldens, "TMPDIR=" + quote(tmp.path() / "tmpdir") + " ");
+    EXPECT_EQ(r.status, 3) << r.output;
+    const auto v = read_verdicts(out);
+    EXPECT_EQ(v.json_verdict, "INCOMPLETE") << r.output;
+    EXPECT_EQ(v.markdown_title, "# MLA attention certificate: INCOMPLETE");
+  }
+  {
+    // --out on a disk that fills up during the run (the previous certificate fits, a longer
+    // one does not): exit 3 naming the reason, and the three files still agree.
+    const TinyDisk disk(tmp.path() / "disk");
+    ASSERT_TRUE(disk.mounted());
+    const auto small = tmp.path() / "disk" / "out";
+    ASSERT_EQ(certify(small, args).status, 0);
+    const auto r = certify(small, "--kernel cpu_mla_fp64 --family attn_core");
+    EXPECT_EQ(r.status, 3) << r.output;
+    EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
+    const auto v = read_verdicts(small);
+    EXPECT_EQ(v.json_verdict, "INCOMPLETE");
+    EXPECT_EQ(v.markdown_title, "# MLA attention certificate: INCOMPLETE");
+    EXPECT_NE(v.junit_first_failure.find("INCOMPLETE"), std::string::npos) << v.junit_first_failure;
+  }
 }
 
 // ---- merge and consistency ------------------------------------------------------------------

@@ -176,12 +176,6 @@ void keep_outside_selection(Session& s) {
   }
 }
 
-// The first write of a run to its folder, before any slow step (catalog hashing, golden
-// read-through, plug-in description, planning): the certificate already there is rewritten
-// (all three files) as superseded, INCOMPLETE and naming this run, so that a run stopped or
-// killed at any later point never leaves an older verdict readable as the current one. Its
-// rows stay: --resume still keeps what holds of them. When even that cannot be written (a full
-// disk), the old files are moved aside rather than left to speak for this run.
 // Moves the certificate's files found in `out` aside (as *.superseded); what it moved.
 std::vector<std::string> move_aside(const fs::path& out) {
   std::vector<std::string> moved;
@@ -194,6 +188,12 @@ std::vector<std::string> move_aside(const fs::path& out) {
   return moved;
 }
 
+// The first write of a run to its folder, before any slow step (catalog hashing, golden
+// read-through, plug-in description, planning): the certificate already there is rewritten
+// (all three files) as superseded, INCOMPLETE and naming this run, so that a run stopped or
+// killed at any later point never leaves an older verdict readable as the current one. Its
+// rows stay: --resume still keeps what holds of them. When even that cannot be written (a full
+// disk), the old files are moved aside rather than left to speak for this run.
 std::optional<reports::Certificate> supersede(const fs::path& out, std::optional<reports::Certificate> previous,
                                               const std::string& started, std::ostream& progress) {
   if (!previous) {
@@ -279,15 +279,14 @@ void check_writable_folder(const std::filesystem::path& dir) {
   if (ec) throw UsageError(fmt::format("report folder {} cannot be created: {}", dir.string(), ec.message()));
   if (!fs::is_directory(dir, ec)) throw UsageError(fmt::format("report folder {} is not a folder", dir.string()));
   // Creating a file is the only reliable test (permissions, read-only mounts, quotas, root).
+  // A full disk or quota is the machine's state, not a wrong option: said as such (HostFailure).
   const auto probe = dir / fmt::format(".mla-write-test.{}", ::getpid());
-  {
-    std::ofstream out(probe);
-    out << "probe\n";
-    out.flush();
-    if (!out) {
-      fs::remove(probe, ec);
-      throw UsageError(fmt::format("report folder {} is not writable", dir.string()));
-    }
+  try {
+    reports::write_file_atomically(probe, "probe\n");
+  } catch (const reports::WriteError& e) {
+    fs::remove(probe, ec);
+    if (is_host_errno(e.err())) throw HostFailure(fmt::format("report folder {} is full: {}", dir.string(), e.what()));
+    throw UsageError(fmt::format("report folder {} is not writable: {}", dir.string(), e.what()));
   }
   fs::remove(probe, ec);
 }
@@ -312,7 +311,16 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
   const auto t_start = Clock::now();
   const auto started = reports::utc_now_iso8601();
   // Before anything is read or written there: one certifier per report folder.
-  check_writable_folder(options.out);
+  try {
+    check_writable_folder(options.out);
+  } catch (const HostFailure& e) {
+    // Full: nothing can be written there, but the certificate there must not go on speaking
+    // for this run (a rename needs no free space).
+    const ReportLock lock(options.out, progress);
+    const auto moved = move_aside(options.out);
+    throw HostFailure(fmt::format("{}; nothing was run; moved aside as *.superseded: {}", e.what(),
+                                  moved.empty() ? "nothing" : fmt::format("{}", fmt::join(moved, ", "))));
+  }
   const ReportLock lock(options.out, progress);
   auto previous = read_or_set_aside(options.out, progress);
   // A certificate --resume would build on is refused, untouched, when it contradicts itself.

@@ -355,6 +355,15 @@ TEST_F(Promises, AFullTmpdirOrReportFolderIsTheHostsFailure) {
     EXPECT_EQ(v.json_verdict, "INCOMPLETE");
     EXPECT_EQ(v.markdown_title, "# MLA attention certificate: INCOMPLETE");
     EXPECT_NE(v.junit_first_failure.find("INCOMPLETE"), std::string::npos) << v.junit_first_failure;
+    // Full before the run even starts: nothing can be written, so the old files are moved aside
+    // (a rename needs no space) rather than left readable as this run's verdict.
+    disk.fill();
+    const auto full = certify(small, args);
+    EXPECT_EQ(full.status, 3) << full.output;
+    EXPECT_FALSE(fs::exists(small / "certificate.json")) << full.output;
+    EXPECT_FALSE(fs::exists(small / "certificate.md"));
+    EXPECT_FALSE(fs::exists(small / "certificate.junit.xml"));
+    EXPECT_TRUE(fs::exists(small / "certificate.json.superseded"));
   }
 }
 

@@ -387,9 +387,34 @@ Shards two_shards(const fs::path& root) {
 
 void write_json(const fs::path& dir, const json& j) { std::ofstream(dir / "certificate.json") << j.dump(1); }
 
-TEST(PromisesMerge, AMergeWithAShardMissingIsIncompleteInEveryField) {
+class PromisesMerge : public ::testing::Test {
+ public:
+  // Two shards of one run, certified once for all the tests here; each check edits copies.
+  static void SetUpTestSuite() {
+    root_ = new TempDir();
+    shards_ = two_shards(root_->path());
+  }
+  static void TearDownTestSuite() {
+    delete root_;
+    root_ = nullptr;
+  }
+  static Shards copies(const fs::path& into) {
+    Shards s;
+    for (const auto& d : shards_.dirs) {
+      s.dirs.push_back(into / d.filename());
+      fs::copy(d, s.dirs.back(), fs::copy_options::recursive);
+    }
+    return s;
+  }
+
+ private:
+  static inline TempDir* root_ = nullptr;
+  static inline Shards shards_;
+};
+
+void missing_shard_is_incomplete_in_every_field() {
   TempDir tmp;
-  const auto s = two_shards(tmp.path());
+  const auto s = PromisesMerge::copies(tmp.path());
   const auto partial = merge({s.dirs[0]}, tmp.path() / "partial");
   EXPECT_EQ(partial.status, 3) << partial.output;
   EXPECT_EQ(partial.cert["verdict"], "INCOMPLETE");
@@ -399,9 +424,9 @@ TEST(PromisesMerge, AMergeWithAShardMissingIsIncompleteInEveryField) {
   EXPECT_TRUE(whole.cert["complete"].get<bool>());
 }
 
-TEST(PromisesMerge, AFailedWriteLeavesTheThreeFilesAsTheyWere) {
+void failed_write_leaves_the_three_files() {
   TempDir tmp;
-  const auto s = two_shards(tmp.path());
+  const auto s = PromisesMerge::copies(tmp.path());
   const auto out = tmp.path() / "merged";
   ASSERT_EQ(merge({s.dirs[0]}, out).status, 3);
   const auto files = {"certificate.json", "certificate.md", "certificate.junit.xml"};
@@ -418,9 +443,9 @@ TEST(PromisesMerge, AFailedWriteLeavesTheThreeFilesAsTheyWere) {
   }
 }
 
-TEST(PromisesMerge, ARowThatContradictsItselfIsRefusedByMergeAndResume) {
+void row_that_contradicts_itself_is_refused() {
   TempDir tmp;
-  const auto s = two_shards(tmp.path());
+  const auto s = PromisesMerge::copies(tmp.path());
   // A row whose comparison and reasons say FAIL, its verdict edited to PASS (the edit a user
   // who wants a green CI makes).
   auto cert = json::parse(slurp(s.dirs[0] / "certificate.json"));
@@ -449,9 +474,9 @@ TEST(PromisesMerge, ARowThatContradictsItselfIsRefusedByMergeAndResume) {
   EXPECT_EQ(slurp(s.dirs[0] / "certificate.json"), text);
 }
 
-TEST(PromisesMerge, ShardsWhoseRowsDoNotBelongOrDifferPerKernelAreRefused) {
+void foreign_rows_and_different_case_sets_are_refused() {
   TempDir tmp;
-  const auto s = two_shards(tmp.path());
+  const auto s = PromisesMerge::copies(tmp.path());
   const auto a = json::parse(slurp(s.dirs[0] / "certificate.json"));
   const auto b = json::parse(slurp(s.dirs[1] / "certificate.json"));
   // A row of shard 2 moved into shard 1 (and out of shard 2): together they still hold every
@@ -500,6 +525,17 @@ TEST(PromisesMerge, ShardsWhoseRowsDoNotBelongOrDifferPerKernelAreRefused) {
     EXPECT_NE(m.output.find("cover different cases"), std::string::npos) << m.output;
     EXPECT_NE(m.output.find(gone), std::string::npos) << m.output;
   }
+}
+
+// Two tests, not four: under CTest each runs in its own process and certifies the shards anew.
+TEST_F(PromisesMerge, AMergeSaysNoMoreThanItHasAndAFailedWriteChangesNothing) {
+  missing_shard_is_incomplete_in_every_field();
+  failed_write_leaves_the_three_files();
+}
+
+TEST_F(PromisesMerge, MergeAndResumeRefuseCertificatesThatContradictThemselves) {
+  row_that_contradicts_itself_is_refused();
+  foreign_rows_and_different_case_sets_are_refused();
 }
 
 }  // namespace

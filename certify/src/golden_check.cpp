@@ -1,5 +1,7 @@
 #include "mla/certify/golden_check.hpp"
 
+#include <new>
+
 #include <fmt/format.h>
 
 #include "mla/certify/host_error.hpp"
@@ -99,10 +101,16 @@ int child_check_golden(const fs::path& file, const fs::path& result, GoldenDepth
         } else if (attention) {
           (void)golden::read_attn_header(file, name);
         }
+      } catch (const std::bad_alloc&) {
+        throw;  // the machine's memory (ulimit -v), not the file's: see below
       } catch (const std::exception& e) {
         f["case_problems"][name] = printable(e.what());
       }
     }
+  } catch (const std::bad_alloc&) {
+    // Out of memory says nothing about the file: the child ends with the host-failure status
+    // (`mla __child golden`), and the file is neither refused nor believed.
+    throw;
   } catch (const std::exception& e) {
     f["problem"] = printable(e.what());
   }

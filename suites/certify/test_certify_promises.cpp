@@ -10,6 +10,7 @@
 #include <sys/mount.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <set>
@@ -527,10 +528,50 @@ void foreign_rows_and_different_case_sets_are_refused() {
   }
 }
 
+// A merge killed by SIGTERM at any moment leaves the three files of one state: the previous
+// merge's (INCOMPLETE, a shard missing) or the new one's (PASS), never a mix.
+void killed_merge_leaves_files_that_agree() {
+  TempDir tmp;
+  const auto s = PromisesMerge::copies(tmp.path());
+  const auto out = tmp.path() / "merged";
+  // How long a whole merge takes here, so the kills sweep it from its start to past its end.
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(merge(s.dirs, tmp.path() / "timing").status, 0);
+  const int took_ms = static_cast<int>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
+  ASSERT_EQ(merge({s.dirs[0]}, out).status, 3);
+  int replaced = 0;
+  const int step = std::max(1, took_ms / 12);
+  for (int ms = 0; ms <= took_ms + 4 * step; ms += step) {
+    SCOPED_TRACE(fmt::format("SIGTERM after {} ms of a merge that takes {} ms", ms, took_ms));
+    const pid_t pid = spawn_command("exec " + kMla + " merge " + quote(s.dirs[0]) + " " + quote(s.dirs[1]) + " --out " +
+                                    quote(out) + " >/dev/null 2>&1");
+    ASSERT_GT(pid, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    kill(pid, SIGTERM);
+    (void)wait_status(pid);
+    const auto v = read_verdicts(out);
+    const bool old = v.json_verdict == "INCOMPLETE";
+    if (!old) {
+      EXPECT_EQ(v.json_verdict, "PASS");
+    }
+    EXPECT_EQ(v.markdown_title.rfind(old ? "# MLA attention certificate: INCOMPLETE" : "# MLA attention certificate: PASS", 0),
+              0u)
+        << v.markdown_title;
+    EXPECT_EQ(v.junit_first_failure.empty(), !old) << v.junit_first_failure;
+    if (!old) {
+      ++replaced;
+      ASSERT_EQ(merge({s.dirs[0]}, out).status, 3);
+    }
+  }
+  EXPECT_GT(replaced, 0) << "no killed merge finished: the sweep saw only one state";
+}
+
 // Two tests, not four: under CTest each runs in its own process and certifies the shards anew.
-TEST_F(PromisesMerge, AMergeSaysNoMoreThanItHasAndAFailedWriteChangesNothing) {
+TEST_F(PromisesMerge, AMergeSaysNoMoreThanItHasAndItsFilesChangeTogether) {
   missing_shard_is_incomplete_in_every_field();
   failed_write_leaves_the_three_files();
+  killed_merge_leaves_files_that_agree();
 }
 
 TEST_F(PromisesMerge, MergeAndResumeRefuseCertificatesThatContradictThemselves) {

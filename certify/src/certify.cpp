@@ -13,6 +13,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <iterator>
 #include <ostream>
 #include <random>
 #include <set>
@@ -176,6 +177,17 @@ void keep_outside_selection(Session& s) {
   }
 }
 
+// The certificate's files in `out` with their bytes, as they are now.
+std::vector<std::pair<fs::path, std::string>> read_outputs(const fs::path& out) {
+  std::vector<std::pair<fs::path, std::string>> files;
+  for (const char* name : {kJsonName, kMarkdownName, kJunitName}) {
+    std::ifstream in(out / name, std::ios::binary);
+    if (!in) continue;
+    files.emplace_back(out / name, std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+  }
+  return files;
+}
+
 // Moves the certificate's files found in `out` aside (as *.superseded); what it moved.
 std::vector<std::string> move_aside(const fs::path& out) {
   std::vector<std::string> moved;
@@ -326,6 +338,9 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
   // A certificate --resume would build on is refused, untouched, when it contradicts itself.
   if (options.resume && previous) check_consistent(*previous, (options.out / kJsonName).string());
   const uint64_t seed = options.seed ? *options.seed : draw_seed(options, previous);
+  // The files as they are, put back should this run turn out to be a usage error before it ran
+  // anything (an unknown kernel, an empty selection): a typo must not cost the folder its verdict.
+  const auto before = previous ? read_outputs(options.out) : std::vector<std::pair<fs::path, std::string>>{};
   // The folder's first write, before the scratch folder (a full TMPDIR) or anything slow.
   auto superseded = supersede(options.out, std::move(previous), started, progress);
   check_descriptors();
@@ -359,6 +374,13 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
     }
   } catch (const Stopped&) {
     return stopped_before_any_case(s, t_start);
+  } catch (const UsageError&) {
+    try {
+      if (!before.empty()) reports::write_files_together(before);
+    } catch (const std::exception& e) {
+      progress << fmt::format("mla certify: the previous certificate stays marked as superseded: {}\n", e.what());
+    }
+    throw;
   }
   progress << fmt::format("mla certify: {} implementations x {} cases from {}\n", s.implementations.size(),
                           s.attention_cases.size(), s.cert.goldens_dir);

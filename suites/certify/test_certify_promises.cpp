@@ -182,6 +182,15 @@ TEST_F(Promises, ASignalInTheFirstSecondsLeavesNoOlderVerdictReadable) {
   const auto previous = certify(old, "--kernel cpu_mla_fp64 --family attn_core --case h3_sq2");
   ASSERT_EQ(previous.status, 0) << previous.output;
   ASSERT_EQ(read_verdicts(old).json_verdict, "PASS");
+  // A usage error found only while planning (after the folder was marked superseded) puts the
+  // previous files back byte for byte: a typo costs the folder nothing.
+  {
+    const auto json_before = slurp(old / "certificate.json"), md_before = slurp(old / "certificate.md");
+    const auto typo = certify(old, "--kernel no_such_kernel");
+    EXPECT_EQ(typo.status, 2) << typo.output;
+    EXPECT_EQ(slurp(old / "certificate.json"), json_before);
+    EXPECT_EQ(slurp(old / "certificate.md"), md_before);
+  }
   // A new, slower run into the same folder (a plug-in to describe, the whole catalog to read
   // through), stopped early: after 1 s and after 2.5 s, whatever phase it is in.
   for (const int ms : {1000, 2500}) {

@@ -476,7 +476,10 @@ void certify_appends(Session& s) {
     s.progress << "warning: " << note << "\n";
     return;
   }
-  for (const auto& file : files->second) certify_append_file(s, appenders, fam, file);
+  for (const auto& file : files->second) {
+    if (stop_requested(s)) return;
+    certify_append_file(s, appenders, fam, file);
+  }
 }
 
 // The appends built from one file of the append family.
@@ -521,6 +524,7 @@ void certify_append_file(Session& s, const std::vector<const Implementation*>& a
         continue;
       }
       for (const auto& c : cases) {
+        if (stop_requested(s)) return;
         const CaseRef ref{family, file, c.name};
         if (s.case_regex && !std::regex_search(family + "/" + c.name, *s.case_regex)) continue;
         if (!s.in_shard(family, c.name)) continue;
@@ -564,9 +568,14 @@ void certify_fresh_appends(Session& s, const Implementation& k, uint64_t seed) {
   }
   std::size_t index = 0;
   for (const auto& c : cases) {
+    if (stop_requested(s)) break;
     if (s.case_regex && !std::regex_search("fresh/" + c.name, *s.case_regex)) continue;
     if (!s.in_shard("fresh", c.name)) continue;
     const auto t0 = Clock::now();
+    if (auto kept = s.kept_drawn(k, {"fresh", kFreshAppendFile, c.name})) {
+      s.record(k, std::move(*kept));
+      continue;
+    }
     reports::CaseResult r;
     r.family = "fresh";
     r.file = kFreshAppendFile;

@@ -1,10 +1,12 @@
 #include "arena.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -167,18 +169,29 @@ Arena::Arena(const std::vector<AttnInputs>& sets, const std::vector<ArenaCallPla
     l.calls.push_back(p);
   }
   l.size = cursor;
+  // Failures carry errno (std::system_error): no descriptor or memory left is the host's failure
+  // (host_cause), never the kernel's.
   fd_ = memfd_create("mla-certify-arena", MFD_CLOEXEC);
-  if (fd_ < 0) throw Error(fmt::format("memfd_create failed: {}", std::strerror(errno)));
+  if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "memfd_create failed");
+  if (fd_ <= STDERR_FILENO) {
+    // A certifier started with a standard stream closed: the child's streams are set up on 0-2,
+    // so the buffers it inherits under this number must not be one of them.
+    const int moved = fcntl(fd_, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+    const int e = errno;
+    close(fd_);
+    fd_ = moved;
+    if (fd_ < 0) throw std::system_error(e, std::generic_category(), "cannot move the shared buffers' descriptor");
+  }
   if (ftruncate(fd_, static_cast<off_t>(l.size)) != 0) {
     const int e = errno;
     close(fd_);
-    throw Error(fmt::format("cannot size the shared buffers ({} bytes): {}", l.size, std::strerror(e)));
+    throw std::system_error(e, std::generic_category(), fmt::format("cannot size the shared buffers ({} bytes)", l.size));
   }
   void* m = mmap(nullptr, l.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (m == MAP_FAILED) {
     const int e = errno;
     close(fd_);
-    throw Error(fmt::format("cannot map the shared buffers ({} bytes): {}", l.size, std::strerror(e)));
+    throw std::system_error(e, std::generic_category(), fmt::format("cannot map the shared buffers ({} bytes)", l.size));
   }
   base_ = static_cast<uint8_t*>(m);
 }

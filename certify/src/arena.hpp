@@ -28,8 +28,6 @@ namespace mla::certify {
 
 inline constexpr int kArenaMaxCalls = 32;
 inline constexpr std::size_t kArenaMessage = 1024;
-// The file descriptor number the memfd has in the child.
-inline constexpr int kArenaChildFd = 100;
 
 // What the child writes (and nothing else, besides outputs). Read by the parent with every
 // string bounded and every number range-checked.

@@ -2,21 +2,26 @@
 // after each. The seams live in plan.cpp, resume.cpp, attention_case.cpp and append_case.cpp.
 #include "mla/certify/certify.hpp"
 
-#include <signal.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <fstream>
+#include <iterator>
 #include <ostream>
 #include <random>
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "mla/certify/host_error.hpp"
 #include "mla/core/sha256.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/core/tolerance.hpp"
@@ -38,55 +43,6 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// The signal that asked the run to stop (0: none). A stopped run keeps what it recorded and
-// says INCOMPLETE; SA_RESETHAND makes a second signal end the process the default way.
-volatile std::sig_atomic_t g_stop_signal = 0;
-void on_stop(int sig) { g_stop_signal = sig; }
-// SIGXFSZ must not kill the certifier: past the file-size limit a write fails (EFBIG) and the
-// case becomes a HOST_ERROR. A handler (not SIG_IGN) so that children, after exec, get the
-// default action back and die of it, which host_cause() recognizes.
-void on_file_size_limit(int) {}
-
-class Signals {
- public:
-  Signals() {
-    g_stop_signal = 0;
-    struct sigaction stop {};
-    stop.sa_handler = on_stop;
-    stop.sa_flags = SA_RESETHAND;
-    sigemptyset(&stop.sa_mask);
-    for (int i = 0; i < kStop; ++i) sigaction(kStopSignals[i], &stop, &old_[i]);
-    struct sigaction fsz {};
-    fsz.sa_handler = on_file_size_limit;
-    sigemptyset(&fsz.sa_mask);
-    sigaction(SIGXFSZ, &fsz, &old_fsz_);
-  }
-  ~Signals() {
-    for (int i = 0; i < kStop; ++i) sigaction(kStopSignals[i], &old_[i], nullptr);
-    sigaction(SIGXFSZ, &old_fsz_, nullptr);
-  }
-  Signals(const Signals&) = delete;
-  Signals& operator=(const Signals&) = delete;
-
- private:
-  static constexpr int kStop = 3;
-  static constexpr int kStopSignals[kStop] = {SIGINT, SIGTERM, SIGHUP};
-  struct sigaction old_[kStop] {};
-  struct sigaction old_fsz_ {};
-};
-
-// Stops the run between cases when a signal asked for it: says so and records why.
-bool stop_requested(Session& s) {
-  const int sig = g_stop_signal;
-  if (sig == 0) return false;
-  const auto note = fmt::format("stopped by {} before every selected case was run", signal_description(sig));
-  if (std::find(s.cert.notes.begin(), s.cert.notes.end(), note) == s.cert.notes.end()) {
-    s.cert.notes.push_back(note);
-    s.progress << "mla certify: " << note << "; the certificate is INCOMPLETE (--resume finishes it)\n";
-  }
-  return true;
-}
 
 json options_json(const Options& o) {
   std::vector<std::string> plugins;
@@ -153,31 +109,27 @@ std::size_t total_results(const reports::Certificate& c) {
 
 // A seed drawn at run time, unless --resume finds the one the previous certificate used (a
 // resumed run continues that run).
-uint64_t draw_seed(const Options& o) {
-  if (o.resume) {
-    try {
-      std::ifstream in(o.out / kJsonName);
-      const auto j = json::parse(in);
-      if (j.at("options").at("seed").is_number_unsigned()) return j.at("options").at("seed").get<uint64_t>();
-    } catch (const std::exception&) {
-      // No usable previous certificate: resume says why; a fresh seed is drawn.
-    }
+uint64_t draw_seed(const Options& o, const std::optional<reports::Certificate>& previous) {
+  if (o.resume && previous && previous->options.is_object() && previous->options.contains("seed") &&
+      previous->options.at("seed").is_number_unsigned()) {
+    return previous->options.at("seed").get<uint64_t>();
   }
+  // No usable previous certificate: resume says why; a fresh seed is drawn.
   std::random_device rd;
   return ((uint64_t{rd()} << 32) ^ rd()) & ((uint64_t{1} << 53) - 1);  // exact in any JSON reader
 }
 
-// A certificate already in the report folder that this tool cannot read (damaged, or another
-// tool's format) is kept under another name, never overwritten by this run's.
-void set_aside_unreadable(const fs::path& out, std::ostream& progress) {
+// The certificate already in the report folder, when this tool can read it. One it cannot read
+// (damaged, or another tool's format) is kept under another name, never overwritten by this
+// run's.
+std::optional<reports::Certificate> read_or_set_aside(const fs::path& out, std::ostream& progress) {
   const auto file = out / kJsonName;
   std::error_code ec;
-  if (!fs::exists(file, ec)) return;
+  if (!fs::exists(file, ec)) return std::nullopt;
   std::string why;
   try {
     std::ifstream in(file);
-    (void)reports::certificate_from_json(json::parse(in));
-    return;
+    return reports::certificate_from_json(json::parse(in));
   } catch (const std::exception& e) {
     why = e.what();
   }
@@ -191,6 +143,7 @@ void set_aside_unreadable(const fs::path& out, std::ostream& progress) {
   fs::rename(file, aside, ec);
   if (ec) throw UsageError(fmt::format("{} is unreadable ({}) and cannot be moved aside: {}", file.string(), why, ec.message()));
   progress << fmt::format("mla certify: {} is unreadable ({}); kept as {}\n", file.string(), why, aside.filename().string());
+  return std::nullopt;
 }
 
 // --resume with a narrower selection than the previous run's: the previous results of the
@@ -209,6 +162,12 @@ void keep_outside_selection(Session& s) {
   std::size_t n = 0;
   for (std::size_t i = 0; i < s.cert.kernels.size(); ++i) {
     s.outside[i] = s.resume.outside(s.cert.kernels[i], s.catalog, [&](const reports::CaseResult& r) {
+      // A drawn case is this run's when the fresh family, --case and the shard select it: then
+      // certify_fresh keeps or redraws it; otherwise it is kept here like any catalog case.
+      if (is_fresh_file(r.file)) {
+        return fresh_selected(s.options) && s.in_shard("fresh", r.name) &&
+               (!s.case_regex || std::regex_search("fresh/" + r.name, *s.case_regex));
+      }
       return selected.count(r.file + "/" + r.name) > 0 || rerun_families.count(r.family) > 0;
     });
     n += s.outside[i].size();
@@ -217,6 +176,111 @@ void keep_outside_selection(Session& s) {
     s.progress << fmt::format("resume: keeping {} previous result{} of cases outside this selection\n", n,
                               n == 1 ? "" : "s");
   }
+}
+
+// The certificate's files in `out` with their bytes, as they are now.
+std::vector<std::pair<fs::path, std::string>> read_outputs(const fs::path& out) {
+  std::vector<std::pair<fs::path, std::string>> files;
+  for (const char* name : {kJsonName, kMarkdownName, kJunitName}) {
+    std::ifstream in(out / name, std::ios::binary);
+    if (!in) continue;
+    files.emplace_back(out / name, std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+  }
+  return files;
+}
+
+// Moves the certificate's files found in `out` aside (as *.superseded); what it moved.
+std::vector<std::string> move_aside(const fs::path& out) {
+  std::vector<std::string> moved;
+  for (const char* name : {kJsonName, kMarkdownName, kJunitName}) {
+    std::error_code ec;
+    if (!fs::exists(out / name, ec)) continue;
+    fs::rename(out / name, out / (std::string(name) + ".superseded"), ec);
+    moved.push_back(ec ? fmt::format("{} (could not be moved: {})", name, ec.message()) : std::string(name));
+  }
+  return moved;
+}
+
+// The first write of a run to its folder, before any slow step (catalog hashing, golden
+// read-through, plug-in description, planning): the certificate already there is rewritten
+// (all three files) as superseded, INCOMPLETE and naming this run, so that a run stopped or
+// killed at any later point never leaves an older verdict readable as the current one. Its
+// rows stay: --resume still keeps what holds of them. When even that cannot be written (a full
+// disk), the old files are moved aside rather than left to speak for this run.
+std::optional<reports::Certificate> supersede(const fs::path& out, std::optional<reports::Certificate> previous,
+                                              const std::string& started, std::ostream& progress) {
+  if (!previous) {
+    // No readable JSON (none, or one set aside as unreadable): a Markdown or JUnit file of an
+    // older run must not go on speaking for the folder either.
+    for (const auto& name : move_aside(out)) {
+      progress << fmt::format("mla certify: {} of an earlier run kept as {}.superseded\n", name, name);
+    }
+    return previous;
+  }
+  previous->complete = false;
+  previous->finished_utc.clear();
+  previous->notes.push_back(fmt::format("superseded: mla certify (pid {}, started {}) is certifying into this folder; "
+                                        "until it writes its own certificate, this one is not current",
+                                        ::getpid(), started));
+  try {
+    write_outputs(*previous, out);
+  } catch (const std::exception& e) {
+    const auto moved = move_aside(out);
+    throw HostFailure(fmt::format("the previous certificate in {} could not be marked as superseded ({}); nothing was "
+                                  "run; moved aside as *.superseded: {}",
+                                  out.string(), e.what(), moved.empty() ? "nothing" : fmt::format("{}", fmt::join(moved, ", "))));
+  }
+  return previous;
+}
+
+// The descriptors the certifier holds at once (a golden file, its scratch files, the shared
+// buffers, a child's log and /dev/null): too few of them (ulimit -n) is the machine's limit,
+// said up front as such rather than blamed later on the catalog, a plug-in or a kernel.
+void check_descriptors() {
+  constexpr int kNeeded = 8;
+  std::vector<int> fds;
+  int err = 0;
+  while (static_cast<int>(fds.size()) < kNeeded) {
+    const int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      err = errno;
+      break;
+    }
+    fds.push_back(fd);
+  }
+  for (const int fd : fds) ::close(fd);
+  if (err != 0) {
+    struct rlimit lim {};
+    ::getrlimit(RLIMIT_NOFILE, &lim);
+    throw HostFailure(fmt::format("the certifier cannot hold {} more files open ({}; ulimit -n is {}): raise the "
+                                  "limit, then --resume",
+                                  kNeeded, std::strerror(err), static_cast<unsigned long long>(lim.rlim_cur)));
+  }
+}
+
+// A stop before the first case: the folder keeps the superseded certificate (its note now
+// says this run stopped) or, when there was none, this run's empty one; either reads INCOMPLETE.
+reports::Certificate stopped_before_any_case(Session& s, Clock::time_point t_start) {
+  (void)stop_requested(s);
+  const auto why = fmt::format("stopped by {} before its first case", signal_description(stop_signal()));
+  reports::Certificate c;
+  if (s.superseded) {
+    c = *s.superseded;
+    c.notes.back() = fmt::format("superseded: mla certify (pid {}, started {}) was {}; this certificate is not "
+                                 "current (--resume finishes the run, keeping what still holds)",
+                                 ::getpid(), s.cert.started_utc, why);
+  } else {
+    c = s.cert;
+    c.complete = false;
+    c.wall_seconds = seconds_since(t_start);
+  }
+  s.progress << fmt::format("mla certify: {}; the certificate is INCOMPLETE\n", why);
+  try {
+    write_outputs(c, s.options.out);
+  } catch (const std::exception& e) {
+    throw HostFailure(fmt::format("{}, and the certificate could not be written: {}", why, e.what()));
+  }
+  return c;
 }
 
 }  // namespace
@@ -228,15 +292,14 @@ void check_writable_folder(const std::filesystem::path& dir) {
   if (ec) throw UsageError(fmt::format("report folder {} cannot be created: {}", dir.string(), ec.message()));
   if (!fs::is_directory(dir, ec)) throw UsageError(fmt::format("report folder {} is not a folder", dir.string()));
   // Creating a file is the only reliable test (permissions, read-only mounts, quotas, root).
+  // A full disk or quota is the machine's state, not a wrong option: said as such (HostFailure).
   const auto probe = dir / fmt::format(".mla-write-test.{}", ::getpid());
-  {
-    std::ofstream out(probe);
-    out << "probe\n";
-    out.flush();
-    if (!out) {
-      fs::remove(probe, ec);
-      throw UsageError(fmt::format("report folder {} is not writable", dir.string()));
-    }
+  try {
+    reports::write_file_atomically(probe, "probe\n");
+  } catch (const reports::WriteError& e) {
+    fs::remove(probe, ec);
+    if (is_host_errno(e.err())) throw HostFailure(fmt::format("report folder {} is full: {}", dir.string(), e.what()));
+    throw UsageError(fmt::format("report folder {} is not writable: {}", dir.string(), e.what()));
   }
   fs::remove(probe, ec);
 }
@@ -249,6 +312,8 @@ std::string tolerance_table_digest() {
 }
 
 reports::Certificate run(const Options& options, std::ostream& progress) {
+  // First: a stop asked for from here on is honoured by every phase.
+  const StopHandlers signals;
   if (options.out.empty()) throw UsageError("--out is required");
   if (options.repeats < 1) throw UsageError("--repeat must be at least 1");
   if (!(options.timeout_s > 0)) throw UsageError("--timeout must be positive");
@@ -269,26 +334,70 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
                             kSimulatedContextEnv, *simulated);
   }
   const auto t_start = Clock::now();
-  Session s(options, progress);
+  const auto started = reports::utc_now_iso8601();
   // Before anything is read or written there: one certifier per report folder.
-  check_writable_folder(options.out);
+  try {
+    check_writable_folder(options.out);
+  } catch (const HostFailure& e) {
+    // Full: nothing can be written there, but the certificate there must not go on speaking
+    // for this run (a rename needs no free space).
+    const ReportLock lock(options.out, progress);
+    const auto moved = move_aside(options.out);
+    throw HostFailure(fmt::format("{}; nothing was run; moved aside as *.superseded: {}", e.what(),
+                                  moved.empty() ? "nothing" : fmt::format("{}", fmt::join(moved, ", "))));
+  }
   const ReportLock lock(options.out, progress);
-  set_aside_unreadable(options.out, progress);
-  s.seed = options.seed ? *options.seed : draw_seed(options);
+  auto previous = read_or_set_aside(options.out, progress);
+  // A certificate --resume would build on is refused, untouched, when it contradicts itself.
+  if (options.resume && previous) check_consistent(*previous, (options.out / kJsonName).string());
+  const uint64_t seed = options.seed ? *options.seed : draw_seed(options, previous);
+  // The files as they are, put back should this run turn out to be a usage error before it ran
+  // anything (an unknown kernel, an empty selection): a typo must not cost the folder its verdict.
+  const auto before = previous ? read_outputs(options.out) : std::vector<std::pair<fs::path, std::string>>{};
+  // The folder's first write, before the scratch folder (a full TMPDIR) or anything slow.
+  auto superseded = supersede(options.out, std::move(previous), started, progress);
+  check_descriptors();
+  // The session's scratch folder is in TMPDIR: full (or out of descriptors) is the machine's
+  // failure, missing or not a folder is a setting to fix, both said as such.
+  std::optional<Session> session;
+  try {
+    session.emplace(options, progress);
+  } catch (const std::exception& e) {
+    const auto why = fmt::format("no scratch folder can be created in the temporary folder (TMPDIR): {}", e.what());
+    if (host_cause(e)) throw HostFailure(why);
+    throw UsageError(why);
+  }
+  Session& s = *session;
+  s.cert.tool = "mla certify";
+  s.cert.started_utc = started;
+  s.seed = seed;
+  s.superseded = std::move(superseded);
   {
     std::random_device rd;
     s.secret = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(Clock::now().time_since_epoch().count());
   }
-  begin(s);
-  plan(s);
-  if (options.resume) {
-    s.resume.load(options.out, s.cert, progress);
-    keep_outside_selection(s);
+  try {
+    stop_point(s);
+    begin(s);
+    plan(s);
+    stop_point(s);
+    if (options.resume) {
+      s.resume.load(options.out, s.cert, progress);
+      keep_outside_selection(s);
+    }
+  } catch (const Stopped&) {
+    return stopped_before_any_case(s, t_start);
+  } catch (const UsageError&) {
+    try {
+      if (!before.empty()) reports::write_files_together(before);
+    } catch (const std::exception& e) {
+      progress << fmt::format("mla certify: the previous certificate stays marked as superseded: {}\n", e.what());
+    }
+    throw;
   }
   progress << fmt::format("mla certify: {} implementations x {} cases from {}\n", s.implementations.size(),
                           s.attention_cases.size(), s.cert.goldens_dir);
 
-  const Signals signals;
   bool stopped = false;
   ask_catalog_claims(s);
   for (std::size_t i = 0; i < s.attention_cases.size(); ++i) {
@@ -305,8 +414,10 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
     certify_fresh(s);
     progress << fmt::format("fresh: cases drawn from seed {} in {:.1f} s\n", s.seed, seconds_since(t_fresh));
   }
-  if (!stopped && any_append_case_selected(s)) stopped = stop_requested(s);
+  // Each phase stops within its step in progress; whichever saw the signal, the run is stopped.
+  if (!stopped) stopped = stop_requested(s);
   if (!stopped) certify_appends(s);
+  if (!stopped) stopped = stop_requested(s);
   if (options.resume) {
     progress << fmt::format("resume: kept {} of {} results from the previous certificate\n", s.resume.kept,
                             total_results(s.cert));
@@ -315,7 +426,11 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
   s.cert.finished_utc = reports::utc_now_iso8601();
   s.cert.wall_seconds = seconds_since(t_start);
   s.save();
-  if (s.save_failed) throw Error(fmt::format("the certificate could not be written to {}", options.out.string()));
+  if (s.save_failed) {
+    throw HostFailure(fmt::format("the certificate could not be written to {} ({}); nothing certified is lost but "
+                                  "the file on disk is behind: free the space or raise the limit, then --resume",
+                                  options.out.string(), s.save_error));
+  }
   return s.with_outside();
 }
 

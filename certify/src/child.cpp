@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <new>
+#include <system_error>
 #include <limits>
 
 #include <fmt/format.h>
@@ -201,13 +203,18 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
   // The layout comes from the parent's plan; the memory from the memfd it handed over.
   const auto plan = wire::read(plan_file, kAttentionCalls);
   const ArenaLayout l = ArenaLayout::from_json(plan.fields().at("layout"));
+  // Inherited under the parent's own number (any number a descriptor limit allows), named by the plan.
+  const int arena_fd = plan.fields().at("arena_fd").get<int>();
   struct stat st {};
-  if (fstat(kArenaChildFd, &st) != 0 || static_cast<std::size_t>(st.st_size) != l.size) {
+  if (fstat(arena_fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != l.size) {
     throw Error("the shared buffers are missing or not of the planned size");
   }
-  void* m = mmap(nullptr, l.size, PROT_READ | PROT_WRITE, MAP_SHARED, kArenaChildFd, 0);
-  if (m == MAP_FAILED) throw Error(fmt::format("cannot map the shared buffers: {}", std::strerror(errno)));
-  close(kArenaChildFd);
+  void* m = mmap(nullptr, l.size, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd, 0);
+  if (m == MAP_FAILED) {
+    // Out of address space or memory (ulimit -v): the host's failure, not the kernel's.
+    throw std::system_error(errno, std::generic_category(), "cannot map the shared buffers");
+  }
+  close(arena_fd);
   auto* base = static_cast<uint8_t*>(m);
   auto* control = reinterpret_cast<ArenaControl*>(base);
   control->child_base = reinterpret_cast<uint64_t>(base);
@@ -273,6 +280,8 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
         }
       }
     }
+  } catch (const std::bad_alloc&) {
+    throw;  // the machine's memory, as below
   } catch (const std::exception& e) {
     control->setup_state = 3;
     bounded_copy(control->setup_message, fmt::format("the child could not load the kernel: {}", e.what()));
@@ -318,6 +327,12 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
     } catch (const UnsupportedError& e) {
       rec.state = 2;
       bounded_copy(rec.message, e.what());
+    } catch (const std::bad_alloc&) {
+      // Only this process's own C++ allocates with new here (a C plug-in reports its failures
+      // by return code): out of memory under this run's limit (ulimit -v) is the machine's, so
+      // the child ends with the host-failure status (a HOST_ERROR that --resume reruns), never
+      // an ERROR of a registered kernel.
+      throw;
     } catch (const std::exception& e) {
       rec.state = 3;
       bounded_copy(rec.message, fmt::format("exception: {}", e.what()));

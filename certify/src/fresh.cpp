@@ -396,6 +396,7 @@ std::vector<axes::AxisPoint> choose_points(Session& s, const Implementation& k, 
 
 void certify_fresh(Session& s) {
   for (auto& k : s.implementations) {
+    if (stop_requested(s)) return;
     if (k.unavailable) continue;
     std::vector<axes::AxisPoint> points;
     try {
@@ -419,11 +420,17 @@ void certify_fresh(Session& s) {
                 "the fresh family generates, or its can_implement refused every candidate)");
     }
     for (std::size_t i = 0; i < points.size(); ++i) {
+      if (stop_requested(s)) break;
       auto& p = points[i];
       if (s.case_regex && !std::regex_search("fresh/" + p.name, *s.case_regex)) continue;
       // Split like the catalog's cases; the shards of one run share its seed (mla merge refuses
       // shards whose options, the seed among them, differ), so together they hold each drawn case once.
       if (!s.in_shard("fresh", p.name)) continue;
+      // --resume keeps a drawn case's result exactly as a catalog case's: same seed, same draw.
+      if (auto kept = s.kept_drawn(k, {"fresh", "fresh", p.name}, &p.seqlens)) {
+        s.record(k, std::move(*kept));
+        continue;
+      }
       reports::CaseResult r;
       r.family = "fresh";
       r.file = "fresh";
@@ -474,6 +481,7 @@ void certify_fresh(Session& s) {
       s.record(k, std::move(r));
     }
     s.save();
+    if (stop_requested(s)) return;
     // Then its appends, drawn from the same seed (rows of file fresh_append, after the attention rows).
     certify_fresh_appends(s, k, fresh_seed(s.seed, k.info.name));
   }

@@ -1,7 +1,10 @@
 #include "mla/certify/golden_check.hpp"
 
+#include <new>
+
 #include <fmt/format.h>
 
+#include "mla/certify/host_error.hpp"
 #include "mla/certify/wire.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/text.hpp"
@@ -62,6 +65,7 @@ const GoldenCheck& GoldenGate::check(const fs::path& file, const std::string& di
     }
   } else {
     c.kind = GoldenCheck::Kind::crashed;
+    c.host = host_cause(outcome).has_value();
     c.problem = outcome.ok() ? std::string("the child exited without a report") : outcome.describe();
     if (!outcome.stderr_tail.empty()) c.problem += "; its last output: " + outcome.stderr_tail;
   }
@@ -97,10 +101,16 @@ int child_check_golden(const fs::path& file, const fs::path& result, GoldenDepth
         } else if (attention) {
           (void)golden::read_attn_header(file, name);
         }
+      } catch (const std::bad_alloc&) {
+        throw;  // the machine's memory (ulimit -v), not the file's: see below
       } catch (const std::exception& e) {
         f["case_problems"][name] = printable(e.what());
       }
     }
+  } catch (const std::bad_alloc&) {
+    // Out of memory says nothing about the file: the child ends with the host-failure status
+    // (`mla __child golden`), and the file is neither refused nor believed.
+    throw;
   } catch (const std::exception& e) {
     f["problem"] = printable(e.what());
   }

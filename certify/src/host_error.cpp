@@ -9,9 +9,13 @@
 
 #include <fmt/format.h>
 
+#include "mla/certify/certify.hpp"
 #include "mla/reports/certificate.hpp"
 
 namespace mla::certify {
+
+// A child whose setup failed before exec says so with the same status (isolation.hpp).
+static_assert(kChildSetupFailed == kChildHostFailure);
 
 bool is_host_errno(int err) {
   switch (err) {
@@ -52,6 +56,7 @@ std::optional<std::string> host_cause(const ChildOutcome& o) {
 }
 
 std::optional<std::string> host_cause(const std::exception& e) {
+  if (dynamic_cast<const HostFailure*>(&e)) return std::string(e.what());
   if (dynamic_cast<const std::bad_alloc*>(&e)) return std::string("the certifier ran out of memory");
   if (const auto* w = dynamic_cast<const reports::WriteError*>(&e); w && is_host_errno(w->err())) {
     return std::string(e.what());

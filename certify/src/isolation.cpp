@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "mla/core/error.hpp"
+#include "mla/reports/certificate.hpp"
 
 namespace mla::certify {
 namespace {
@@ -96,7 +97,13 @@ WorkDir::WorkDir() {
   namespace fs = std::filesystem;
   remove_abandoned_work_dirs();
   std::string tmpl = (fs::temp_directory_path() / fmt::format("mla-certify-{}-XXXXXX", ::getpid())).string();
-  if (!mkdtemp(tmpl.data())) throw Error(fmt::format("cannot create a temporary folder in {}", fs::temp_directory_path().string()));
+  if (!mkdtemp(tmpl.data())) {
+    // With the system's reason: a full TMPDIR or no descriptor left is the host's failure.
+    const int err = errno;
+    throw reports::WriteError(fmt::format("cannot create a temporary folder in {}: {}", fs::temp_directory_path().string(),
+                                          std::strerror(err)),
+                              err);
+  }
   path_ = tmpl;
 }
 
@@ -201,13 +208,19 @@ ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, c
     return o;
   }
   const int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull < 0) {
+    // No descriptor left (EMFILE): the host's failure, said as such (host_cause, spawn_failed).
+    o.error = fmt::format("cannot open /dev/null: {}", std::strerror(errno));
+    close(log);
+    return o;
+  }
   become_child_subreaper();
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     o.error = fmt::format("fork failed: {}", std::strerror(errno));
     close(log);
-    if (devnull >= 0) close(devnull);
+    close(devnull);
     return o;
   }
   if (pid == 0) {
@@ -216,10 +229,24 @@ ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, c
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(125);
-    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-    dup2(log, STDOUT_FILENO);
-    dup2(log, STDERR_FILENO);
-    if (hooks.pass_fd >= 0 && hooks.pass_fd_as >= 0) dup2(hooks.pass_fd, hooks.pass_fd_as);  // clears CLOEXEC
+    // Every step checked: a child that could not be set up is the host's failure
+    // (kChildHostFailure), never a kernel that misbehaved. The shared buffers keep their number
+    // (below any descriptor limit, since the parent holds it) and only lose close-on-exec.
+    auto setup_failed = [](const char* msg, std::size_t n) {
+      (void)!write(STDERR_FILENO, msg, n);
+      _exit(kChildSetupFailed);
+    };
+    if (dup2(devnull, STDIN_FILENO) < 0 || dup2(log, STDOUT_FILENO) < 0 || dup2(log, STDERR_FILENO) < 0) {
+      static const char msg[] = "the child's standard streams could not be set up\n";
+      setup_failed(msg, sizeof msg - 1);
+    }
+    if (hooks.pass_fd >= 0) {
+      const int flags = fcntl(hooks.pass_fd, F_GETFD);
+      if (flags < 0 || fcntl(hooks.pass_fd, F_SETFD, flags & ~FD_CLOEXEC) < 0) {
+        static const char msg[] = "the shared buffers could not be passed to the child\n";
+        setup_failed(msg, sizeof msg - 1);
+      }
+    }
     execv(args[0], args.data());
     const char msg[] = "exec failed\n";
     (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -247,7 +274,7 @@ ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, c
     }
   } cleanup{pid, child_start};
   close(log);
-  if (devnull >= 0) close(devnull);
+  close(devnull);
 
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   auto pause = std::chrono::microseconds(200);

@@ -60,6 +60,9 @@ Part read_part(const fs::path& dir) {
   if (!p.cert.shard->part()) {
     throw UsageError(fmt::format("cannot merge: {} is already a merged certificate; merge the shards' own", file.string()));
   }
+  const auto where = fmt::format("cannot merge: {}", file.string());
+  check_consistent(p.cert, where);
+  check_same_cases(p.cert, where);
   return p;
 }
 
@@ -191,6 +194,10 @@ reports::Certificate merge(const std::vector<fs::path>& shard_dirs, const fs::pa
   for (int i = 1; i <= count; ++i) {
     if (!present.count(i)) info.missing.push_back(i);
   }
+  // Every shard is cut from one selection: whatever one implementation was run on, all were.
+  check_same_cases(m, fmt::format("cannot merge {} shards", parts.size()));
+  // A merge that lacks a shard is not a finished certification, in every field that says so.
+  if (!info.missing.empty()) m.complete = false;
   if (!info.missing.empty()) {
     m.notes.push_back(fmt::format("merged without shard{} {} of {}: the cases of {} were never certified",
                                   info.missing.size() == 1 ? "" : "s", fmt::join(info.missing, ", "), count,
@@ -205,8 +212,7 @@ reports::Certificate merge(const std::vector<fs::path>& shard_dirs, const fs::pa
                                 parts.size(), count, fmt::join(hosts, ", "), parts[0].cert.shard->index));
   m.shard = std::move(info);
   update_notes(m);
-  reports::write_certificate(m, out);
-  reports::write_file_atomically(out / kJunitName, to_junit(m));
+  write_outputs(m, out);
   return m;
 }
 

@@ -1,5 +1,7 @@
 // The plan of a certification: which implementations (registered kernels, fault kernels,
 // plug-ins described by a child), and which cases of which families.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <fstream>
 #include <set>
@@ -7,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "mla/certify/host_error.hpp"
 #include "mla/certify/protocol.hpp"
 #include "mla/core/sha256.hpp"
 #include "mla/core/text.hpp"
@@ -76,6 +79,10 @@ void add_plugin(Session& s, const fs::path& path, std::size_t i) {
   const auto outcome = run_child({s.self.string(), "__child", "describe", "--plugin", abs.string(), "--result",
                                   result.string()},
                                  std::min(s.options.timeout_s, 60.0), log);
+  // No process or descriptor to run the description in is the machine's failure, not the plug-in's.
+  if (const auto host = host_cause(outcome)) {
+    throw HostFailure(fmt::format("plug-in {} could not be described: {}", path.string(), *host));
+  }
   if (!outcome.ok() || !fs::exists(result)) {
     throw UsageError(fmt::format("plug-in {} cannot be loaded: {}{}", path.string(), outcome.describe(),
                                  outcome.stderr_tail.empty() ? "" : ": " + outcome.stderr_tail));
@@ -160,8 +167,14 @@ void select_implementations(Session& s) {
     r.origin = {{"kind", c.fault ? "self-test" : "builtin"}, {"capabilities", to_json(e.info.caps)}};
     add_implementation(s, std::move(e), std::move(r));
   }
-  for (std::size_t i = 0; i < o.plugins.size(); ++i) add_plugin(s, o.plugins[i], i);
+  // Each description is a child process that may take its whole deadline: a stop is honoured
+  // between two of them.
+  for (std::size_t i = 0; i < o.plugins.size(); ++i) {
+    stop_point(s);
+    add_plugin(s, o.plugins[i], i);
+  }
   for (std::size_t i = 0; i < o.pythons.size(); ++i) {
+    stop_point(s);
     auto [e, r] = describe_python(s, o.pythons[i], i);
     add_implementation(s, std::move(e), std::move(r));
   }
@@ -172,6 +185,12 @@ void select_implementations(Session& s) {
   for (const auto& k : s.implementations) {
     s.report(k).origin["isolation"] = s.isolated(k) ? "child_per_case" : "in_process";
   }
+}
+
+// Whether this process runs under an address-space limit (ulimit -v), which its children inherit.
+bool address_space_limited() {
+  struct rlimit lim {};
+  return ::getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY;
 }
 
 void select_cases(Session& s) {
@@ -200,8 +219,18 @@ void select_cases(Session& s) {
   // The catalog by each file's `family` attribute: every file of a selected family is certified,
   // whatever its name. Each is read through in a child process before this one reads it.
   for (const auto& [file, digest] : s.catalog.sha256) {
+    stop_point(s);  // a read-through is a child process per file
     const auto path = s.catalog.file(file);
     const auto& check = s.goldens->check(path, digest, GoldenDepth::read_through);
+    if (check.host) throw HostFailure(fmt::format("golden file {} could not be read through: {}", file, check.problem));
+    if (check.kind == GoldenCheck::Kind::crashed && address_space_limited()) {
+      // Under an address-space limit the HDF5 library crashes on allocations it does not check:
+      // the file cannot be told from the limit, so the limit is named and nothing is refused.
+      throw HostFailure(fmt::format("golden file {} could not be read through under this run's address-space limit "
+                                    "(ulimit -v): {}; raise the limit, then --resume (without one, a file that "
+                                    "still crashes the reader is refused)",
+                                    file, check.problem));
+    }
     if (check.kind == GoldenCheck::Kind::crashed) throw UsageError(GoldenGate::refusal(path, check));
     golden::FileInfo info;
     try {

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "mla/certify/host_error.hpp"
 #include "mla/certify/wire.hpp"
 #include "mla/core/sha256.hpp"
 #include "mla/core/text.hpp"
@@ -250,6 +251,9 @@ std::pair<Implementation, reports::KernelReport> describe_python(Session& s, con
     const auto outcome = run_child(python_child_argv(ref, "describe", {"--result", result.string()}),
                                    std::min(s.options.timeout_s, 120.0), log);
     std::error_code ec;
+    if (const auto host = host_cause(outcome)) {
+      throw HostFailure(fmt::format("--python {} could not be described: {}", printable(spec), *host));
+    }
     if (!outcome.ok() || !fs::exists(result, ec)) {
       tried.push_back(fmt::format("{} ({}{})", exe.string(), outcome.ok() ? "wrote no answer" : outcome.describe(),
                                   outcome.stderr_tail.empty() ? "" : ": " + outcome.stderr_tail));

@@ -1,10 +1,13 @@
 // --resume: which results of a previous certificate still hold. A result is kept only when the
 // tool version, the tolerance table and every option a result depends on are the same, the
-// implementation is the same (version, and a plug-in's library bytes), and so is the golden file.
+// implementation is the same (version, and a plug-in's library bytes), and so is the golden file,
+// or for a case drawn at run time (family fresh) the seed it was drawn from: the same tool, seed
+// and implementation draw the same case, so such a row holds exactly as a catalog row does.
 #include <fstream>
 
 #include <fmt/format.h>
 
+#include "mla/certify/append_case.hpp"
 #include "session.hpp"
 
 namespace mla::certify {
@@ -29,7 +32,16 @@ json result_options(const json& options) {
   return j;
 }
 
+// What a fresh row's result depends on besides the implementation and the options: the seed its
+// case was drawn from ("" when the certificate records none; then nothing fresh is kept).
+std::string fresh_origin(const json& options) {
+  if (!options.is_object() || !options.contains("seed") || !options.at("seed").is_number_unsigned()) return {};
+  return fmt::format("drawn from seed {}", options.at("seed").get<uint64_t>());
+}
+
 }  // namespace
+
+bool is_fresh_file(const std::string& file) { return file == "fresh" || file == kFreshAppendFile; }
 
 void Resume::load(const std::filesystem::path& out, const reports::Certificate& now, std::ostream& progress) {
   const auto file = out / kJsonName;
@@ -65,15 +77,22 @@ void Resume::load(const std::filesystem::path& out, const reports::Certificate& 
     progress << fmt::format("resume: the previous certificate is not comparable ({}); running everything\n", *mismatch);
     return;
   }
+  now_fresh_ = fresh_origin(now.options);
+  const std::string old_fresh = fresh_origin(old.options);
   for (const auto& k : old.kernels) {
     auto& slot = kernels_[k.name];
     slot.identity = identity(k);
     for (const auto& r : k.cases) {
-      const auto digest = old.manifest.find(r.file);
-      if (digest == old.manifest.end()) continue;
+      std::string origin;
+      if (is_fresh_file(r.file)) {
+        origin = old_fresh;
+      } else if (const auto digest = old.manifest.find(r.file); digest != old.manifest.end()) {
+        origin = digest->second;
+      }
+      if (origin.empty()) continue;
       const std::string key = r.file + "/" + r.name;
       if (!slot.cases.count(key)) slot.order.push_back(key);
-      slot.cases[key] = {digest->second, r};
+      slot.cases[key] = {origin, r};
     }
   }
 }
@@ -84,8 +103,12 @@ std::optional<reports::CaseResult> Resume::previous(const reports::KernelReport&
   if (p == kernels_.end() || p->second.identity != identity(k)) return std::nullopt;
   const auto c = p->second.cases.find(ref.key());
   if (c == p->second.cases.end()) return std::nullopt;
-  const auto now = catalog.sha256.find(ref.file);
-  if (now == catalog.sha256.end() || now->second != c->second.first) return std::nullopt;
+  if (is_fresh_file(ref.file)) {
+    if (now_fresh_.empty() || now_fresh_ != c->second.first) return std::nullopt;
+  } else {
+    const auto now = catalog.sha256.find(ref.file);
+    if (now == catalog.sha256.end() || now->second != c->second.first) return std::nullopt;
+  }
   // The machine failed that case, not the implementation: it was never certified, so it runs.
   if (c->second.second.verdict == tol::Verdict::host_error) return std::nullopt;
   return c->second.second;

@@ -75,8 +75,9 @@ ProcessRun run_process(Session& s, const Implementation& k, Arena& arena, const 
   {
     wire::Message m(kAttentionCalls);
     // The child makes the planned calls up to the last one of the case it is asked for.
+    // The shared buffers' descriptor number in the child is this process's (run_child keeps it).
     m.fields() = {{"layout", arena.layout().to_json()}, {"make_calls", case_calls.back() + 1},
-                  {"control", arena_control_layout()}};
+                  {"control", arena_control_layout()}, {"arena_fd", arena.fd()}};
     if (plan.scale_fmt) m.fields()["scale_fmt"] = to_string(*plan.scale_fmt);
     wire::write(plan_file, m);
   }
@@ -100,7 +101,6 @@ ProcessRun run_process(Session& s, const Implementation& k, Arena& arena, const 
   };
   ChildHooks hooks;
   hooks.pass_fd = arena.fd();
-  hooks.pass_fd_as = kArenaChildFd;
   hooks.on_stop = [&] {
     // The child stopped after a call of the case: its outputs now are that call's outputs.
     if (p.calls.size() >= case_calls.size()) return;

@@ -2,6 +2,8 @@
 // resume, attention case, append case) and the few things they all do with it.
 #pragma once
 
+#include <signal.h>
+
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -51,8 +53,13 @@ struct CaseRef {
   std::string key() const { return file + "/" + name; }
 };
 
+// Rows of cases drawn at run time (the fresh family's attention and append cases): no golden
+// file, identified by the run's seed and the drawn case's name.
+bool is_fresh_file(const std::string& file);
+
 // What --resume may keep: per implementation, the identity of the one that produced the
-// results, and per case the golden file's digest then and the result.
+// results, and per case the golden file's digest then (for a fresh row: the seed it was drawn
+// from) and the result.
 class Resume {
  public:
   // Reads <out>/certificate.json; a missing, unreadable or incomparable one (another tool
@@ -87,6 +94,7 @@ class Resume {
     std::vector<std::string> order;  // the keys in the previous certificate's order
   };
   std::map<std::string, Kernel> kernels_;
+  std::string now_fresh_;  // this run's seed, as a fresh row's origin
 };
 
 class Session {
@@ -112,7 +120,11 @@ class Session {
   // Per implementation (report_index), what --resume keeps of cases outside this run's
   // selection: written with every save and part of the final certificate.
   std::vector<std::vector<reports::CaseResult>> outside;
+  // The certificate that was in the folder when this run started, as the run marked it
+  // (INCOMPLETE, superseded by this run); what the folder holds until the first save.
+  std::optional<reports::Certificate> superseded;
   bool save_failed = false;
+  std::string save_error;  // the first failed save's reason
   // can_implement answers already obtained (claims.cpp), by implementation and shape.
   std::map<std::string, ClaimAnswer> claim_answers;
   // The run's seed (recorded; --seed reproduces it): draws the number of calls per case. The
@@ -126,6 +138,10 @@ class Session {
   reports::CaseResult base_result(const CaseRef& ref) const;
   // The previous result of `k` on `ref` that --resume keeps, counted.
   std::optional<reports::CaseResult> kept(const Implementation& k, const CaseRef& ref);
+  // The same for a case drawn at run time (file "fresh" or kFreshAppendFile), kept only when
+  // the previous row's drawn lengths, where it records them, are `seqlens` too.
+  std::optional<reports::CaseResult> kept_drawn(const Implementation& k, const CaseRef& ref,
+                                                const std::vector<int32_t>* seqlens = nullptr);
   // Rewrites the certificate (JSON, Markdown, JUnit); a failure is said on `progress` and
   // remembered, the run goes on.
   void save();
@@ -213,6 +229,35 @@ void certify_appends(Session& s);
 // The fresh append cases of one plug-in with an append entry (make_fresh_append_cases), run and
 // judged like the catalog's; certify_fresh calls it after that plug-in's fresh attention cases.
 void certify_fresh_appends(Session& s, const Implementation& k, uint64_t seed);
+
+// stop.cpp: SIGINT, SIGTERM and SIGHUP ask the run to stop between two steps; installed for
+// the life of one run (and before it by `mla certify`, install_stop_handlers), restoring the
+// previous handlers after it.
+class StopHandlers {
+ public:
+  StopHandlers();
+  ~StopHandlers();
+  StopHandlers(const StopHandlers&) = delete;
+  StopHandlers& operator=(const StopHandlers&) = delete;
+
+ private:
+  struct sigaction old_[3] {};
+  struct sigaction old_fsz_ {};
+};
+// The signal that asked the run to stop, 0 while none did.
+int stop_signal();
+// Whether a stop was asked for; the first time, notes it in the certificate and on `progress`.
+bool stop_requested(Session& s);
+// Thrown by stop_point in the phases before the first case, where nothing is recorded yet.
+struct Stopped {};
+void stop_point(Session& s);
+
+// consistency.cpp: UsageError naming the first row of `c` that contradicts itself
+// (reports::row_contradiction) or, in a shard's certificate, that belongs to another shard;
+// `where` names the certificate.
+void check_consistent(const reports::Certificate& c, const std::string& where);
+// UsageError unless every implementation of `c` holds rows for the same catalog cases.
+void check_same_cases(const reports::Certificate& c, const std::string& where);
 
 // Notes derived from the case results alone, so a resumed run words them identically.
 void update_notes(reports::Certificate& cert);

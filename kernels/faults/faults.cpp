@@ -12,7 +12,12 @@
 namespace mla::faults {
 namespace {
 
-enum class Fault { dropped_last, throws, leaky, bf16_only };
+enum class Fault { dropped_last, throws, leaky, bf16_only, untuned_heads };
+
+// untuned_heads: the head counts between its two tuned tile sizes (16 and 64) take a padded
+// path that never writes the last head. The catalog has no head count in that range, so only
+// cases drawn at run time (the fresh family's odd head counts) can see it.
+constexpr int kUntunedHeadsLo = 17, kUntunedHeadsHi = 47;
 
 // The inputs the oracle sees instead of the real ones for `dropped_last`: every row's key list
 // without position L-1. Sparse rows lose their index L-1 (it becomes -1, which every
@@ -50,7 +55,8 @@ AttnBuffers without_last_token(const AttnInputs& in) {
 
 class FaultyPrepared final : public PreparedAttention {
  public:
-  FaultyPrepared(std::unique_ptr<PreparedAttention> inner, Fault f) : inner_(std::move(inner)), fault_(f) {}
+  FaultyPrepared(std::unique_ptr<PreparedAttention> inner, Fault f, int heads)
+      : inner_(std::move(inner)), fault_(f), heads_(heads) {}
   void run() override {
     if (fault_ == Fault::throws) throw Error("injected failure in run()");
     inner_->run();
@@ -59,6 +65,13 @@ class FaultyPrepared final : public PreparedAttention {
   AttnOutputs results() override {
     auto r = inner_->results();
     if (fault_ == Fault::leaky && runs_ > 1 && !r.out.empty()) r.out.front() = std::numeric_limits<double>::quiet_NaN();
+    if (fault_ == Fault::untuned_heads && heads_ >= kUntunedHeadsLo && heads_ <= kUntunedHeadsHi) {
+      // out is [b, s_q, h, 512]: every row's last head stays zero.
+      const std::size_t dv = 512, h = static_cast<std::size_t>(heads_);
+      for (std::size_t row = 0; (row + 1) * h * dv <= r.out.size(); ++row) {
+        std::fill_n(r.out.begin() + static_cast<std::ptrdiff_t>((row * h + h - 1) * dv), dv, 0.0);
+      }
+    }
     return r;
   }
   void synchronize() override { inner_->synchronize(); }
@@ -66,6 +79,7 @@ class FaultyPrepared final : public PreparedAttention {
  private:
   std::unique_ptr<PreparedAttention> inner_;
   Fault fault_;
+  int heads_;
   int runs_ = 0;
 };
 
@@ -88,7 +102,7 @@ class FaultyKernel final : public AttentionImpl {
       // The oracle copies what it is given in prepare(), so the altered inputs may go.
       return inner_.prepare(without_last_token(in).view());
     }
-    return std::make_unique<FaultyPrepared>(inner_.prepare(in), fault_);
+    return std::make_unique<FaultyPrepared>(inner_.prepare(in), fault_, in.shape.heads);
   }
 
  private:
@@ -100,7 +114,7 @@ class FaultyKernel final : public AttentionImpl {
 }  // namespace
 
 const std::vector<std::string>& names() {
-  static const std::vector<std::string> n{"dropped_last", "throws", "leaky", "bf16_only"};
+  static const std::vector<std::string> n{"dropped_last", "throws", "leaky", "bf16_only", "untuned_heads"};
   return n;
 }
 
@@ -120,6 +134,10 @@ std::unique_ptr<AttentionImpl> make(const std::string& name) {
     spec = {Fault::leaky, "selftest_leaky", "cpu_mla_fp64 whose second run returns a NaN (certifier self-test)"};
   } else if (name == "bf16_only") {
     spec = {Fault::bf16_only, "selftest_bf16_only", "cpu_mla_fp64 claiming the bf16 cache only (certifier self-test)"};
+  } else if (name == "untuned_heads") {
+    spec = {Fault::untuned_heads, "selftest_untuned_heads",
+            "cpu_mla_fp64 whose last head stays zero for 17 to 47 heads, head counts the catalog lacks (certifier "
+            "self-test)"};
   } else {
     throw Error(fmt::format("unknown fault kernel '{}' (known: {})", name, fmt::join(names(), ", ")));
   }

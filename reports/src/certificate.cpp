@@ -1,5 +1,7 @@
 // The certificate's JSON form (the record), its reader, and atomic file output.
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -260,6 +262,25 @@ Counts count(const KernelReport& k) {
   return c;
 }
 
+std::optional<std::string> row_contradiction(const CaseResult& r) {
+  const auto stated = tol::to_string(r.verdict);
+  if (r.verdict != tol::Verdict::pass) {
+    if (r.reasons.empty()) return fmt::format("its verdict is {} but it gives no reason why it is not PASS", stated);
+    return std::nullopt;
+  }
+  if (!r.reasons.empty()) {
+    return fmt::format("its verdict is PASS but it gives {} reason{} it is not (first: {})", r.reasons.size(),
+                       r.reasons.size() == 1 ? "" : "s", r.reasons.front());
+  }
+  for (const auto* c : {&r.out, &r.lse}) {
+    if (*c && (*c)->verdict != tol::Verdict::pass) {
+      return fmt::format("its verdict is PASS but its own {} comparison says {}", (*c)->what,
+                         tol::to_string((*c)->verdict));
+    }
+  }
+  return std::nullopt;
+}
+
 bool is_red(const Certificate& c) {
   for (const auto& k : c.kernels) {
     const auto n = count(k);
@@ -451,9 +472,12 @@ Certificate certificate_from_json(const json& j) {
   }
 }
 
-void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
-  // The temporary lives next to the target so the rename stays within one file system. POSIX
-  // calls rather than a stream: a failed write must say why (a full disk, a file-size limit).
+namespace {
+
+// `text` in a temporary file next to `path` (the same file system, so a rename replaces `path`
+// in one step); its name. POSIX calls rather than a stream: a failed write must say why (a full
+// disk, a file-size limit). Nothing is left behind on failure.
+std::filesystem::path write_temporary(const std::filesystem::path& path, std::string_view text) {
   const auto tmp = path.parent_path() / fmt::format(".{}.tmp.{}", path.filename().string(), ::getpid());
   auto failed = [&](const char* doing, int err) {
     std::error_code ec;
@@ -474,12 +498,49 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view t
     done += static_cast<std::size_t>(n);
   }
   if (::close(fd) != 0) failed("closing", errno);
+  return tmp;
+}
+
+void rename_into_place(const std::filesystem::path& tmp, const std::filesystem::path& path) {
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     std::filesystem::remove(tmp, ec);
     throw WriteError(fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()), ec.value());
   }
+}
+
+}  // namespace
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
+  rename_into_place(write_temporary(path, text), path);
+}
+
+void write_files_together(const std::vector<std::pair<std::filesystem::path, std::string>>& files) {
+  std::vector<std::filesystem::path> temps;
+  try {
+    for (const auto& [path, text] : files) temps.push_back(write_temporary(path, text));
+  } catch (...) {
+    std::error_code ec;
+    for (const auto& t : temps) std::filesystem::remove(t, ec);
+    throw;
+  }
+  // Every byte is written; only renames are left, with no signal handled between them.
+  sigset_t all, before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &before);
+  std::optional<WriteError> failure;
+  for (std::size_t i = 0; i < temps.size(); ++i) {
+    try {
+      if (!failure) rename_into_place(temps[i], files[i].first);
+    } catch (const WriteError& e) {
+      failure = e;
+    }
+    std::error_code ec;
+    if (failure) std::filesystem::remove(temps[i], ec);
+  }
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  if (failure) throw *failure;
 }
 
 void write_certificate(const Certificate& c, const std::filesystem::path& dir) {

@@ -226,6 +226,8 @@ TEST_F(Faults, ResumeReproducesAnUninterruptedRunExactly) {
   // A HOST_ERROR is never kept: --resume runs that case again.
   auto host = full.cert;
   host["kernels"][0]["cases"][1]["verdict"] = "HOST_ERROR";
+  // As the certifier writes one: with the reason (a row without one is refused as edited).
+  host["kernels"][0]["cases"][1]["reasons"] = json::array({"the certifier could not run a child process (fork failed)"});
   const auto dir3 = tmp.path() / "host";
   fs::create_directories(dir3);
   std::ofstream(dir3 / "certificate.json") << host.dump(1);

@@ -254,7 +254,8 @@ TEST(Shards, MergeRefusesShardsThatDidNotCertifyTheSameThingNamingTheFieldAndBot
     refused({s1, edited}, {lie.field, before, lie.value});
   }
 
-  // The same case in two shards: the shards were not cut from one selection.
+  // The same case in two shards: the shards were not cut from one selection. The copy that
+  // claims the other shard's index holds cases of another shard, which is refused naming it.
   auto j1 = read_json(s1), j2 = read_json(s2);
   const bool one_has_rows = !j1["kernels"][0]["cases"].empty();
   const fs::path& donor = one_has_rows ? s1 : s2;
@@ -263,7 +264,8 @@ TEST(Shards, MergeRefusesShardsThatDidNotCertifyTheSameThingNamingTheFieldAndBot
   fs::remove_all(edited);
   fs::create_directories(edited);
   write_json(edited, dup);
-  refused({donor, edited}, {"is in shard 1", "and in shard 2"});
+  refused({donor, edited}, {fmt::format("belongs to shard {} of 2, not to this certificate's shard {}", one_has_rows ? 1 : 2,
+                                        one_has_rows ? 2 : 1)});
 
   // --resume does not mix shards: another shard's results are not kept.
   const auto p = certify(s1, "--shard 2/2 --resume");

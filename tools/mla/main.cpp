@@ -18,11 +18,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 
 #include <CLI/CLI.hpp>
@@ -117,6 +119,10 @@ int main(int argc, char** argv) {
   std::vector<char*> args(argv, argv + argc);
   static char certify_word[] = "certify";
   if (argc > 0 && fs::path(argv[0]).filename() == "mla-certify") args.insert(args.begin() + 1, certify_word);
+  // A certification honours SIGINT, SIGTERM and SIGHUP from its first instruction: a signal
+  // that arrives while the options are parsed is acted on by the run (INCOMPLETE, exit 3), never
+  // lost to the default action, which would leave the report folder as it was.
+  if (args.size() > 1 && std::string_view(args[1]) == "certify") cert::install_stop_handlers();
 
   CLI::App app{"MLA certification suite: certify kernels, inspect the goldens, model the KV cache", "mla"};
   app.require_subcommand(1);
@@ -367,12 +373,19 @@ int main(int argc, char** argv) {
       return rc;
     } catch (const cert::UsageError& e) {
       return report_error("certify", e, 2);
+    } catch (const cert::HostFailure& e) {
+      return report_error("certify", e, mla::reports::kExitIncomplete);
     } catch (const std::exception& e) {
-      return report_error("certify", e, 1);
+      // The certifier's own memory, disk or file-size limit is the machine's failure, never a
+      // kernel's: what was recorded stays, and --resume goes on from it.
+      return report_error("certify", e, cert::host_cause(e) ? mla::reports::kExitIncomplete : 1);
     }
   }
 
   if (*merge) {
+    // Past a file-size limit the write must fail (EFBIG, the host's failure: exit 3) and leave
+    // the three files as they were, not kill the merge between them. It starts no children.
+    std::signal(SIGXFSZ, SIG_IGN);
     try {
       std::vector<fs::path> dirs(merge_dirs.begin(), merge_dirs.end());
       const auto c = cert::merge(dirs, merge_out, std::cerr);
@@ -385,7 +398,8 @@ int main(int argc, char** argv) {
     } catch (const cert::UsageError& e) {
       return report_error("merge", e, 2);
     } catch (const std::exception& e) {
-      return report_error("merge", e, 1);
+      // A full disk or a file-size limit is the machine's: nothing was judged wrong.
+      return report_error("merge", e, cert::host_cause(e) ? mla::reports::kExitIncomplete : 1);
     }
   }
 

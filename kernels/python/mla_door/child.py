@@ -7,8 +7,8 @@ C plug-in, for a Python kernel. The certifier (C++) runs
 
 and never imports the user's code itself. Every message is the certifier's one wire format
 (certify/include/mla/certify/wire.hpp: one JSON header line, then the arrays' bytes; these
-messages have none). `call` maps the certifier's shared buffers (a memfd on descriptor 100, laid
-out as the plan says), hands the kernel zero-copy torch views of them, makes the planned calls,
+messages have none). `call` maps the certifier's shared buffers (a memfd on the descriptor
+the plan names, laid out as the plan says), hands the kernel zero-copy torch views of them, makes the planned calls,
 writes one bounded record per call into the control block (certify/src/arena.hpp ArenaControl /
 ArenaCall) and stops itself (SIGSTOP) after each call the plan marks `stop`, so the certifier
 audits a Python kernel with exactly the code that audits a C plug-in: inputs compared byte for
@@ -47,7 +47,6 @@ if os.getcwd() not in sys.path:
 import mla_door  # noqa: E402
 
 WIRE_FORMAT, WIRE_VERSION = "mla-certify-wire", 1
-ARENA_FD = 100  # kArenaChildFd
 
 # The control block as certify/src/arena.hpp lays it out (its static_asserts pin the same
 # numbers). The plan carries the certifier's own offsetof values; a plan whose layout differs
@@ -246,10 +245,12 @@ def call(args):
         raise RuntimeError(f"the certifier's control block layout {control_layout} is not this door's {CONTROL}: "
                            f"the door and the mla executable come from different versions")
     size = layout["size"]
-    if os.fstat(ARENA_FD).st_size != size:
+    # Inherited under the certifier's own descriptor number (any a descriptor limit allows).
+    arena_fd = plan["arena_fd"]
+    if os.fstat(arena_fd).st_size != size:
         raise RuntimeError("the shared buffers are missing or not of the planned size")
-    mm = mmap.mmap(ARENA_FD, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-    os.close(ARENA_FD)
+    mm = mmap.mmap(arena_fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    os.close(arena_fd)
     ctl = Control(mm, CONTROL)
     base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
     struct.pack_into("<Q", mm, CONTROL["child_base"], base)

@@ -87,11 +87,31 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+// The machine, not an implementation, kept the run from recording what it did (a full disk or
+// file system, a file-size limit, no file descriptors or memory left for the certifier itself).
+// `mla certify` exits kExitIncomplete: nothing was judged wrong, and --resume finishes the run.
+class HostFailure : public Error {
+ public:
+  using Error::Error;
+};
+
+// The handlers of SIGINT, SIGTERM and SIGHUP that ask a run to stop (and of SIGXFSZ, which
+// must not kill the certifier): `mla certify` installs them as its first step, so a signal at
+// any point of a run, before run() is even called, is honoured by it.
+void install_stop_handlers();
+
 // Runs the whole certification, writing the certificate after every case. Progress goes to
-// `progress`. Returns the final certificate; one that SIGINT, SIGTERM or SIGHUP stopped (after
-// the case in progress; a second signal ends the process at once) is returned and written with
-// `complete` false, and reads INCOMPLETE.
+// `progress`. Before anything slow, a certificate already in the report folder is rewritten
+// as superseded (INCOMPLETE, naming this run), so no older verdict stays readable as the
+// current one while this run goes. Returns the final certificate; one that SIGINT, SIGTERM or
+// SIGHUP stopped (within the step in progress, in any phase; a second signal ends the process
+// at once) is returned and written with `complete` false, and reads INCOMPLETE. HostFailure
+// when the certificate cannot be written.
 reports::Certificate run(const Options& options, std::ostream& progress);
+
+// The three files of certificate `c` (kJsonName, kMarkdownName, kJunitName) in `dir`. Throws
+// reports::WriteError with the system's reason.
+void write_outputs(const reports::Certificate& c, const std::filesystem::path& dir);
 
 // Throws UsageError naming `dir` when a certificate cannot be written there (checked before any
 // work is done).

@@ -57,8 +57,8 @@ int child_run(const KernelRef& kernel, const std::filesystem::path& inputs, cons
               int repeats, bool enforce_caps);
 // `mla __child append`: calls the plug-in's append `repeats` (>= 2) times, each on a fresh copy
 // of the cache, and writes the first call's outcome plus any difference between the calls.
-// The child side of one (kernel, case): maps the parent's shared buffers (memfd on descriptor
-// kArenaChildFd, layout in the `plan` message), makes the guard pages inaccessible, and makes
+// The child side of one (kernel, case): maps the parent's shared buffers (memfd inherited on
+// the descriptor the `plan` message names, with the layout), makes the guard pages inaccessible, and makes
 // the planned calls, stopping itself (SIGSTOP) after each call of the case so the parent can
 // audit it. It writes only the outputs and the bounded control block; every verdict is the
 // parent's.

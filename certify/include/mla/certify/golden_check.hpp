@@ -40,6 +40,9 @@ struct GoldenCheck {
   int64_t schema_version = 0;
   std::vector<std::string> cases;
   std::map<std::string, std::string> case_problems;  // case -> the loader's refusal
+  // crashed, but for the machine's reason (no process or descriptor for the child, a file-size
+  // limit: host_error.hpp): the file is not to blame.
+  bool host = false;
 };
 
 class GoldenGate {

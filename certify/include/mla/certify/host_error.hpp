@@ -33,7 +33,7 @@ bool is_host_errno(int err);
 std::optional<std::string> host_cause(const ChildOutcome& o);
 
 // Why an exception of the certifier's own work is the host's failure, or nullopt: memory
-// (std::bad_alloc), a file it could not write or open for a host errno.
+// (std::bad_alloc), a file it could not write or open for a host errno, a HostFailure.
 std::optional<std::string> host_cause(const std::exception& e);
 
 // HOST_ERROR when host_cause(e), else ERROR.

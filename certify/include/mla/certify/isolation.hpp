@@ -30,13 +30,18 @@ struct ChildOutcome {
 // fork + execv(argv[0], argv) in a new process group that dies with this process
 // (PR_SET_PDEATHSIG), stdin from /dev/null, stdout and stderr into `log_file`. Waits at most
 // `timeout_s` seconds, then kills the whole group. Never throws.
-// What a child gets besides its argv: a descriptor it inherits as `pass_fd_as` (the shared
-// buffers), and what to do each time it stops itself (SIGSTOP): the parent looks at its
-// buffers while nothing runs in the child, then the child is continued.
+// What a child gets besides its argv: a descriptor it inherits under the same number (the
+// shared buffers; never a fixed number, which a descriptor limit could put out of reach: the
+// number travels in the child's own instructions), and what to do each time it stops itself
+// (SIGSTOP): the parent looks at its buffers while nothing runs in the child, then the child is
+// continued.
 struct ChildHooks {
-  int pass_fd = -1, pass_fd_as = -1;
+  int pass_fd = -1;
   std::function<void()> on_stop;
 };
+// The exit status of a child whose setup between fork and exec failed (its standard streams, the
+// inherited buffers): the host's failure, the same status as kChildHostFailure (host_error.hpp).
+inline constexpr int kChildSetupFailed = 75;
 
 ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, const std::filesystem::path& log_file,
                        const ChildHooks& hooks = {});
@@ -59,7 +64,7 @@ std::filesystem::path self_executable();
 // behind by a certifier that was killed (its pid gone) is removed by the next.
 class WorkDir {
  public:
-  WorkDir();  // throws mla::Error when no folder can be created
+  WorkDir();  // throws reports::WriteError (with errno) when no folder can be created
   ~WorkDir();
   WorkDir(const WorkDir&) = delete;
   WorkDir& operator=(const WorkDir&) = delete;

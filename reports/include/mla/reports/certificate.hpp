@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -128,6 +129,12 @@ struct Certificate {
   std::optional<ShardInfo> shard;  // nullopt: neither a shard nor a merge of shards
 };
 
+// Why row `r` contradicts itself, or nullopt: its verdict recomputed from its own reasons and
+// comparisons (a PASS has no reason and no comparison that did not pass; anything else says
+// why it is not PASS) differs from the one it states. Only what a row says about itself is
+// checked; a row edited to stay self-consistent is not detected.
+std::optional<std::string> row_contradiction(const CaseResult& r);
+
 // FAIL or ERROR anywhere: the certificate is red.
 bool is_red(const Certificate& c);
 
@@ -172,6 +179,11 @@ class WriteError : public Error {
 // (or a crash) never sees half a file. Throws WriteError naming the path and the system's
 // reason on failure.
 void write_file_atomically(const std::filesystem::path& path, std::string_view text);
+// Several files replaced together: every one written to a temporary file first (any failure
+// leaves every target as it was and removes the temporaries), then the renames back to back
+// with every signal blocked, so no handled signal and no write failure can leave some replaced
+// and others not; only a SIGKILL or a crash within those few renames could. Throws WriteError.
+void write_files_together(const std::vector<std::pair<std::filesystem::path, std::string>>& files);
 // <dir>/certificate.json and <dir>/certificate.md, each atomically; creates `dir`.
 void write_certificate(const Certificate& c, const std::filesystem::path& dir);
 

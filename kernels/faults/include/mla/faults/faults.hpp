@@ -26,6 +26,9 @@ namespace mla::faults {
 //   leaky         selftest_leaky: from the second run on, one output element is NaN (state
 //                 carried from one call into the next, docs/field.md, "Bugs", 12).
 //   bf16_only     selftest_bf16_only: correct, but claims the bf16 cache only.
+//   untuned_heads selftest_untuned_heads: for 17 to 47 heads (between tile sizes 16 and 64) the
+//                 last head's output stays zero. No catalog case has such a head count, so only
+//                 the fresh family catches it: what a resume must never lose.
 const std::vector<std::string>& names();
 // Throws mla::Error naming the known faults on an unknown name.
 std::unique_ptr<AttentionImpl> make(const std::string& name);

@@ -264,6 +264,9 @@ Counts count(const KernelReport& k) {
 
 std::optional<std::string> row_contradiction(const CaseResult& r) {
   const auto stated = tol::to_string(r.verdict);
+  if (r.cause == Cause::broken_claim && r.verdict != tol::Verdict::fail) {
+    return fmt::format("its cause is broken_claim (a refusal of a claimed shape, a FAIL) but its verdict is {}", stated);
+  }
   if (r.verdict != tol::Verdict::pass) {
     if (r.reasons.empty()) return fmt::format("its verdict is {} but it gives no reason why it is not PASS", stated);
     return std::nullopt;

@@ -338,10 +338,12 @@ TEST(CudaCost, NaiveReadsPerHeadKeysAndValues) {
   const auto mla = make_mla_decode();
   const CostModel cn = naive->cost(in), cm = mla->cost(in);
   // Same arithmetic, different bytes: per-head 576 + 512 bf16 values per token and head
-  // against one shared 576-wide latent row.
+  // against one shared 576-wide latent row, and the scores passing through device memory
+  // (s_q 1, every token attended: S written and read as fp32, P written and read as bf16).
   EXPECT_EQ(cn.flops, cm.flops);
   const double rows = 2.0 * 1 * 16;
-  const double expected = rows * 576 * 2 + (20 + 7) * 16.0 * (576 + 512) * 2 + rows * 512 * 2 + rows * 4;
+  const double expected = rows * 576 * 2 + (20 + 7) * 16.0 * (576 + 512) * 2 + (20 + 7) * 16.0 * (4 + 4 + 2 + 2) +
+                          rows * 512 * 2 + rows * 4;
   EXPECT_DOUBLE_EQ(cn.bytes, expected);
   EXPECT_GT(cn.bytes, cm.bytes * 5) << "16 heads of per-head K/V against one latent row";
 }

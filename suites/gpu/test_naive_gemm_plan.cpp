@@ -2,7 +2,8 @@
 // executed by a reference column-major strided-batched GEMM in double on the documented
 // buffer layouts: the whole naive pipeline (gather, Q·Kᵀ, softmax, P·V) must then reproduce
 // the fp64 truth, and no call may touch an element outside its buffer. A wrong leading
-// dimension, stride, transpose flag or offset fails here instead of on the GPU.
+// dimension, stride, transpose flag or offset fails here instead of on the GPU. The same plan
+// gives the bytes the timed call moves, which the baseline's byte model must equal.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -16,6 +17,7 @@
 #include "detail/naive_gemm_plan.hpp"
 #include "gpu_support.hpp"
 #include "mla/core/numeric.hpp"
+#include "mla/cuda/attention.hpp"
 #include "mla/ref/attention.hpp"
 #include "support/attn_builder.hpp"
 
@@ -106,6 +108,42 @@ TEST(NaiveGemmPlan, ReproducesTheTruthThroughTheDocumentedLayouts) {
     o.out = out;
     o.lse = lse;
     EXPECT_TRUE(gputest::matches(fmt::format("naive plan, causal={}", causal), o, in.shape, truth));
+  }
+}
+
+// The baseline's byte model counts what its timed call moves, derived here from the calls it
+// issues per sequence: each GEMM's A and B read and C written (K and q, then V and P, read; S
+// and out written), the softmax reading S at the attended positions and writing P and lse, and
+// an empty sequence's out and lse fills. Nothing is gathered: the per-head K/V are prepare()'s.
+TEST(NaiveGemmPlan, ByteModelIsWhatTheTimedCallMoves) {
+  const auto naive = make_naive_mha_cublas();
+  for (const bool causal : {true, false}) {
+    testing::AttnSpec spec;
+    spec.seqlens = {37, 0, 5, 64};
+    spec.s_q = 3;
+    spec.heads = 5;
+    spec.causal = causal;
+    const testing::Paged pg = testing::lay_out(testing::make_logical(spec), testing::Layout{});
+    const AttnInputs in = pg.inputs();
+    const int SQ = in.shape.s_q, H = in.shape.heads;
+    double bytes = 0;
+    for (int b = 0; b < in.shape.batch; ++b) {
+      const int L = in.cache_seqlens[static_cast<std::size_t>(b)];
+      if (L == 0) {
+        bytes += double(SQ) * H * (512 * 2 + 4);
+        continue;
+      }
+      const StridedGemm score = naive_score_gemm(b, SQ, H, L), value = naive_value_gemm(b, SQ, H, L);
+      bytes += double(score.batch) * (double(score.m) * score.k * 2 + double(score.k) * score.n * 2 +
+                                      double(score.m) * score.n * 4);
+      for (int s = 0; s < SQ; ++s) {
+        const int limit = causal ? std::min(L, std::max(0, L - SQ + s + 1)) : L;
+        bytes += double(H) * (double(limit) * 4 + double(L) * 2 + 4);  // S read, P and lse written
+      }
+      bytes += double(value.batch) * (double(value.m) * value.k * 2 + double(value.k) * value.n * 2 +
+                                      double(value.m) * value.n * 2);
+    }
+    EXPECT_EQ(naive->cost(in).bytes, bytes) << "causal=" << causal;
   }
 }
 

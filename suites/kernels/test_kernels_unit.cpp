@@ -232,7 +232,7 @@ TEST(CostModel, SparseCountsDistinctValidTokensPerSequence) {
   // q 1·2·2·576·2; 4 fp8 tokens; out (bf16) 4 rows·512·2; lse 4 rows·4.
   EXPECT_EQ(c.bytes, 4 * 576 * 2.0 + 4 * 656.0 + 4 * 512 * 2.0 + 4 * 4.0);
   EXPECT_EQ(c.flops, 2.0 * 5 * 2 * 1088);
-  // The naive MHA moves per-head K/V: strictly more bytes, the same FLOPs.
+  // The naive MHA reads K/V decompressed to T: strictly more bytes, the same FLOPs.
   const CostModel naive = builtin("cpu_naive_mha_fp32").cost(in);
   EXPECT_GT(naive.bytes, c.bytes);
   EXPECT_EQ(naive.flops, c.flops);

@@ -4,8 +4,8 @@
 //
 // Buffers per sequence b with L tokens (row-major):
 //   q      [b, s_q, h, 576] bf16   the query of head hh, position s at ((b·s_q + s)·h + hh)·576
-//   K      [h, L, 576] bf16        per-head copy of the latent cache (workspace)
-//   V      [h, L, 512] bf16        per-head copy of the latent part (workspace)
+//   K      [h, L, 576] bf16        per-head copy of the latent cache (built in prepare())
+//   V      [h, L, 512] bf16        per-head copy of the latent part (built in prepare())
 //   scores [h, s_q, L] fp32        unscaled q·k
 //   probs  [h, s_q, L] bf16
 //   out    [b, s_q, h, 512] bf16

@@ -9,7 +9,8 @@
 namespace mla::cuda::detail {
 
 // Copies the L tokens of one sequence out of the paged cache into per-head K [h, L, 576] and
-// V [h, L, 512] (the same latent repeated for every head, as a per-head cache would hold it).
+// V [h, L, 512] (the same latent repeated for every head, as a per-head cache would hold it);
+// prepare()'s work, never the timed call's.
 // `block_table_row` is the sequence's row of the block table (device memory); only its first
 // ceil(L/ps) entries are read.
 void naive_gather(const uint16_t* cache, const int32_t* block_table_row, int page_size, int L,

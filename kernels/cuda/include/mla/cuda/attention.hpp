@@ -22,8 +22,9 @@ struct MlaDecodeOptions {
 // split-KV with a combine pass.
 std::unique_ptr<AttentionImpl> make_mla_decode(MlaDecodeOptions opt = {});
 
-// `cuda_naive_mha_cublas`: materialises per-head K (576) and V (512) per sequence and runs
-// cuBLAS GEMMs around an fp32 softmax; bf16 output. The baseline that shows MLA's byte advantage.
+// `cuda_naive_mha_cublas`: per-head K (576) and V (512) of every sequence materialised in
+// prepare(); the timed call runs cuBLAS GEMMs around an fp32 softmax; bf16 output. The baseline
+// that shows MLA's byte advantage.
 std::unique_ptr<AttentionImpl> make_naive_mha_cublas();
 
 }  // namespace mla::cuda

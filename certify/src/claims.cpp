@@ -22,13 +22,17 @@ std::string question_key(const Implementation& k, const ClaimQuestion& q) {
 }
 
 // One child asks the plug-in about every question; one answer per question, in order.
-std::vector<ClaimAnswer> ask(Session& s, const Implementation& k, const std::vector<ClaimQuestion>& qs) {
+// `child_failed`: the child gave no answers (crashed, hung, wrote none): every answer is that error.
+std::vector<ClaimAnswer> ask(Session& s, const Implementation& k, const std::vector<ClaimQuestion>& qs,
+                             bool* child_failed = nullptr) {
+  if (child_failed) *child_failed = false;
   const std::size_t n = s.claim_answers.size();
   const auto query = s.work.path() / fmt::format("claims-{}.query", n);
   const auto result = s.work.path() / fmt::format("claims-{}.result", n);
   const auto log = s.work.path() / fmt::format("claims-{}.log", n);
   std::vector<ClaimAnswer> answers;
   auto all_failed = [&](const std::string& why) {
+    if (child_failed) *child_failed = true;
     ClaimAnswer a;
     a.reason = why;
     return std::vector<ClaimAnswer>(qs.size(), a);
@@ -93,7 +97,13 @@ void ask_claims(Session& s, const Implementation& k, const std::vector<ClaimQues
     keys.push_back(std::move(key));
   }
   if (open.empty()) return;
-  auto answers = ask(s, k, open);
+  bool batch_lost = false;
+  auto answers = ask(s, k, open, &batch_lost);
+  // A child that crashed or hung on one question took the whole batch with it: ask each question
+  // in its own child, so only the shapes the predicate really fails on are the kernel's ERRORs.
+  if (batch_lost && open.size() > 1) {
+    for (std::size_t i = 0; i < open.size(); ++i) answers[i] = ask(s, k, {open[i]}).front();
+  }
   for (std::size_t i = 0; i < keys.size(); ++i) s.claim_answers.emplace(keys[i], std::move(answers[i]));
 }
 

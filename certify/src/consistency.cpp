@@ -19,9 +19,11 @@ std::string row_name(const reports::KernelReport& k, const reports::CaseResult& 
 }
 
 // Rows every implementation of a run holds: the catalog's attention cases (fresh cases are drawn
-// inside each implementation's claims, appends exist for plug-ins with an append entry only).
+// inside each implementation's claims, appends exist for plug-ins with an append entry only, a
+// stored case's twin for kernels from outside the suite only).
 bool common_row(const reports::CaseResult& r) {
   if (is_fresh_file(r.file)) return false;
+  if (r.name.ends_with(kTwinSuffix)) return false;
   for (const auto& f : golden::families()) {
     if (f.certified_as == r.family) return f.certify == golden::Certified::attention;
   }

@@ -516,10 +516,11 @@ fi
 # cases only: each claimed case costs a claims child and two call children (a second, fresh
 # process must repeat the first), each of which imports torch, and the call children create a
 # CUDA context (the rehearsal measured 3-5 s a child on the shared 2-core VM): FlashMLA's dense
-# decode on the bf16 cache at page 64 (lengths 1 and 130, s_q 2: FlashInfer's varlen rows too)
-# and its sparse decode on the FP8 cache; FlashInfer's causal s_q = 4 rows with an empty first
-# row, a shape FlashMLA does not claim (NOT_CLAIMED with its reason).
-PY_DOOR_CASES='^attn_core/(h3_sq4_short|h64_sq2_ps64)$|^attn_sparse/sparse_fp8_tiny_flashmla_ue8m0$'
+# decode on the bf16 cache at page 64 (lengths 1 and 130, s_q 2) and its sparse decode on the
+# FP8 cache; FlashInfer's causal s_q = 2 decode over 33 tokens at page 16 with 128 heads, a shape
+# FlashMLA does not claim (NOT_CLAIMED with its reason). (FlashInfer does not claim a causal row
+# that attends nothing, so the first case is not its.)
+PY_DOOR_CASES='^attn_core/(h128_sq2_v3_scale_ps16|h64_sq2_ps64)$|^attn_sparse/sparse_fp8_tiny_flashmla_ue8m0$'
 PY_DOOR=0
 if [[ -n $GOLDENS && -d $DOOR/mla_door && $("$MLA" certify --help 2>/dev/null) == *--python* ]]; then
   PY_DOOR=1

@@ -8,8 +8,10 @@ The green examples are also certified as a user would run them: the whole catalo
 cached tokens) with the stored cases' fresh twins and the fresh family drawn inside each kernel's
 domain, and must be PASS with every row PASS or NOT_CLAIMED.
 
-    certify_adapters.py MLA GOLDENS WORK_DIR PYTHON
-Exit 77 (CTest: skipped) when this mla has no `certify --python`.
+    certify_adapters.py MLA GOLDENS WORK_DIR PYTHON [narrow|everything]
+(narrow: the case selections; everything: the default runs; neither: both; CTest runs them as two
+tests so they share the cores with the rest.) Exit 77 (CTest: skipped) when this mla has no
+`certify --python`.
 """
 import json
 import os
@@ -47,12 +49,18 @@ RUNS = [
 
 def main() -> int:
     mla, goldens, work, python = sys.argv[1:5]
+    part = sys.argv[5] if len(sys.argv) > 5 else ""
+    if part not in ("", "narrow", "everything"):
+        print(f"unknown part {part!r}: narrow or everything")
+        return 2
     helptext = subprocess.run([mla, "certify", "--help"], capture_output=True, text=True).stdout
     if "--python" not in helptext:
         print("SKIPPED: this mla has no certify --python (the Python door)")
         return 77
     problems = []
     for spec, cases, want in RUNS:
+        if part and (part == "everything") != (cases is EVERYTHING):
+            continue
         out = os.path.join(work, spec.replace(".py:", "_").lower())
         if cases is EVERYTHING:
             out += "_everything"

@@ -2,7 +2,7 @@
 // build on it: every row agrees with itself, every case of a shard is that shard's, and every
 // implementation of a merged certificate holds the same catalog cases. A certificate is a file a
 // user can edit; these checks catch an edit that makes it contradict itself, never one that
-// keeps it self-consistent (README, "What the tools trust").
+// keeps it self-consistent (certify/README.md, "What the tools trust").
 #include <tuple>
 #include <set>
 

@@ -82,7 +82,7 @@ class Caps:
 
 @dataclass(frozen=True)
 class Conventions:
-    """How lse and sparse indices cross the boundary; the host converts (README, conventions)."""
+    """How lse and sparse indices cross the boundary; the host converts (kernels/plugin/README.md, "Conventions")."""
 
     lse_base: str = "e"
     lse_layout: str = "[b,h,s_q]"

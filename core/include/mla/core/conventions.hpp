@@ -43,8 +43,8 @@ struct Conventions {
   bool canonical() const { return *this == Conventions{}; }
 };
 
-// The words of the certificate, the child wire format and README's conventions table:
-// lse base "e" | "2", layout "[b,h,s_q]" | "[b,s_q,h]", empty row "+inf" | "-inf", indices
+// The words of the certificate, the child wire format and the conventions table of
+// kernels/plugin/README.md: lse base "e" | "2", layout "[b,h,s_q]" | "[b,s_q,h]", empty row "+inf" | "-inf", indices
 // "positions" | "global_slots". The parsers throw mla::Error naming the word and the known ones.
 const char* to_string(LseBase b);
 const char* to_string(LseLayout l);

@@ -75,10 +75,13 @@ nlohmann::json to_json(const Tolerance& t);
 // The verdict of one (implementation, case); README "Reading a report" says what each means for
 // a user. Only FAIL and ERROR count against an implementation.
 //   pass         judged, and inside every bound
-//   fail         judged, and outside some bound (every failed rule named)
-//   unsupported  the implementation claims the shape, yet refused it when called
-//   error        it threw, crashed, hung or broke the call's contract, or the case itself
-//                could not be used (a golden that lies about its shape)
+//   fail         judged, and outside some bound (every failed rule named), or the call broke
+//                its contract (inputs changed, writes past an output, calls that differ), or it
+//                refused a shape it claims (the certificate's cause broken_claim)
+//   unsupported  refused when called without counting against it: an informational run of an
+//                unclaimed shape, or a plug-in's append refusing a format it claims
+//   error        it threw, crashed or hung, or the case itself could not be used (a golden that
+//                lies about its shape)
 //   skipped      not run: the implementation cannot run on this machine, or a size filter
 //   not_claimed  outside what the implementation declares it handles; never run for a verdict
 //   host_error   the machine failed, not the implementation (a file-size limit, a full disk, no

@@ -10,7 +10,7 @@ SKIPPED with that reason. `kernel` is the zero-argument factory the door calls.
 
 An adapter does only the layout work (split q, view the cache, build the library's metadata)
 and declares the library's conventions; the certifier converts lse and sparse indices itself
-(README, "Certify your kernel"), so an adapter never touches either.
+(kernels/plugin/README.md, "The Python door"), so an adapter never touches either.
 """
 import importlib
 from typing import Callable, Optional, Tuple

@@ -211,7 +211,7 @@ std::vector<AxisPoint> build_catalog() {
     for (size_t i = 0; i < std::size(fctx); ++i)
       add(with_fp8(dense(fmt::format("fp8_b128_h16_sq1_sk{}", fctx[i]), A::fp8, kGpu, 128, 1, 16,
                          same(128, fctx[i]), 601 + i, "memory-bound decode over the FP8 cache")));
-    // The bf16-vs-FP8 comparison: the exact twin of decode_b128_h16_sq1_sk8192 (same seed,
+    // The bf16-vs-FP8 comparison: the exact twin of decode_b128_h16_sq1_sk8192 (same seed,
     // so the two caches hold the same values up to quantization); mla-gpu-bench reports the
     // measured speed ratio of the pair (byte model 1152/656 = 1.76x fewer cache bytes).
     add(with_fp8(dense("fp8_b128_h16_sq1_sk8192", A::fp8, kGpu, 128, 1, 16, same(128, 8192), 101 + 3,

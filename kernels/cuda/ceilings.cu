@@ -1,6 +1,6 @@
 // GPU ceiling probes (mla/cuda/ceilings.hpp): the read-only streaming kernel, the device copy,
 // the cuBLAS bf16 GEMM, and their measurement with CUDA events.
-#include <cublas_v2.h>
+#include "detail/cublas_api.hpp"
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -188,25 +188,25 @@ GemmProbe::GemmProbe(int m, int n, int k) : m_(m), n_(n), k_(k) {
   fill_bf16(b_, 0x89abcdeu);
   c_.fill_bytes(0xFF);  // NaN until the first run writes it
   cublasHandle_t h = nullptr;
-  MLA_CUBLAS_CHECK(cublasCreate(&h));
+  MLA_CUBLAS_CHECK(detail::cublas().create(&h));
   handle_ = h;
   // Plain bf16 tensor-core math with fp32 accumulation, as the naive MHA baseline uses.
-  MLA_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  MLA_CUBLAS_CHECK(detail::cublas().set_math_mode(h, CUBLAS_DEFAULT_MATH));
 }
 
 GemmProbe::~GemmProbe() {
   if (handle_ != nullptr) {
     (void)cudaDeviceSynchronize();  // the buffers are freed next; never under a running GEMM
-    (void)cublasDestroy(static_cast<cublasHandle_t>(handle_));
+    (void)detail::cublas().destroy(static_cast<cublasHandle_t>(handle_));
     (void)cudaGetLastError();
   }
 }
 
 void GemmProbe::run(cudaStream_t stream) {
   auto h = static_cast<cublasHandle_t>(handle_);
-  MLA_CUBLAS_CHECK(cublasSetStream(h, stream));
+  MLA_CUBLAS_CHECK(detail::cublas().set_stream(h, stream));
   const float one = 1.f, zero = 0.f;
-  MLA_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m_, n_, k_, &one, a_.data(), CUDA_R_16BF, m_,
+  MLA_CUBLAS_CHECK(detail::cublas().gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_N, m_, n_, k_, &one, a_.data(), CUDA_R_16BF, m_,
                                 b_.data(), CUDA_R_16BF, k_, &zero, c_.data(), CUDA_R_16BF, m_, CUBLAS_COMPUTE_32F,
                                 CUBLAS_GEMM_DEFAULT));
 }

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include <cublas_v2.h>
 #include <fmt/format.h>
 
+#include "detail/cublas_api.hpp"
 #include "detail/host_common.hpp"
 #include "detail/naive_gemm_plan.hpp"
 #include "detail/naive_mha_launch.hpp"
@@ -81,10 +81,10 @@ class PreparedNaive final : public PreparedAttention, public StreamBound {
     out_.fill_bytes(0xFF);  // NaN until written
     lse_ = DeviceBuffer(n_lse_ * sizeof(float), /*guarded=*/true);
     lse_.fill_bytes(0xFF);
-    MLA_CUBLAS_CHECK(cublasCreate(&handle_));
-    MLA_CUBLAS_CHECK(cublasSetStream(handle_, stream_));
+    MLA_CUBLAS_CHECK(detail::cublas().create(&handle_));
+    MLA_CUBLAS_CHECK(detail::cublas().set_stream(handle_, stream_));
     // No TF32 or reduced-precision shortcuts: the inputs are bf16 and accumulation is fp32.
-    MLA_CUBLAS_CHECK(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH));
+    MLA_CUBLAS_CHECK(detail::cublas().set_math_mode(handle_, CUBLAS_DEFAULT_MATH));
     // The copies and fills above ran on the legacy stream; finish them before run().
     MLA_CUDA_CHECK(cudaDeviceSynchronize());
     scale_ = static_cast<float>(in.softmax_scale);
@@ -92,7 +92,7 @@ class PreparedNaive final : public PreparedAttention, public StreamBound {
 
   ~PreparedNaive() override {
     if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
-    if (handle_ != nullptr) (void)cublasDestroy(handle_);
+    if (handle_ != nullptr) (void)detail::cublas().destroy(handle_);
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
     (void)cudaGetLastError();
   }
@@ -124,7 +124,7 @@ class PreparedNaive final : public PreparedAttention, public StreamBound {
       const std::size_t bytes = t == CUDA_R_32F ? 4 : 2;
       return static_cast<const char*>(p) + off * static_cast<int64_t>(bytes);
     };
-    MLA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+    MLA_CUBLAS_CHECK(detail::cublas().gemm_strided_batched_ex(
         handle_, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n,
         g.k, &one, at(a, ta, g.a_offset), ta, g.lda, g.stride_a, at(b, tb, g.b_offset), tb, g.ldb,
         g.stride_b, &zero, const_cast<char*>(at(c, tc, g.c_offset)), tc, g.ldc, g.stride_c, g.batch,

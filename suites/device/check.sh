@@ -304,7 +304,7 @@ find_cublas() {
   [[ -n $d ]] && dirname "$(readlink -f "$d")"
 }
 CUBLAS_DIR=$(find_cublas)
-LIBNOTE="cuBLAS: ${CUBLAS_DIR:-NOT FOUND (searched site-packages/nvidia/cu13/lib, then /usr/local/cuda*; the CUDA binaries cannot start)}"
+LIBNOTE="cuBLAS: ${CUBLAS_DIR:-NOT FOUND (searched site-packages/nvidia/cu13/lib, then /usr/local/cuda*; the cuBLAS baseline and the GEMM ceiling cannot run)}"
 if [[ $LAYOUT == bundle ]]; then
   if [[ -n $CUBLAS_DIR ]]; then
     ln -sf "$CUBLAS_DIR/libcublas.so.13" "$BUNDLE/lib/libcublas.so.13"

@@ -2,6 +2,8 @@
 //   mla certify   certify kernels (registered, or external plug-ins through the C ABI) against
 //                 the golden catalog, each call in a child process; JSON, Markdown, JUnit XML
 //   mla goldens   list | validate | inspect the golden catalog
+//   mla judge     one result written outside the certifier (a Python test's kernel) judged
+//                 against a golden attention case by the certifier's judge; JSON verdict
 //   mla memory    KV-cache bytes per token and totals for a preset or any config; --check
 //                 confirms the model against what the implementations allocate
 //   mla merge     the certificates of the shards of one certification (--shard I/N on several
@@ -11,10 +13,10 @@
 //
 // Exit status (README, "Reading a report"): 0 success / green; 1 a red certificate, an invalid
 // catalog, a memory check that differs; 2 bad usage, an unusable catalog or report folder, a
-// golden file that crashes the HDF5 library; 3 an INCOMPLETE certificate (the run did not
-// finish, or HOST_ERRORs left cases uncertified); 4 --require-full-coverage and some selected
-// case is not claimed and judged. Progress goes to stderr; stdout carries only the command's
-// output.
+// golden file that crashes the HDF5 library, a result `mla judge` cannot judge (its verdict,
+// PASS or FAIL, exits 0); 3 an INCOMPLETE certificate (the run did not finish, or HOST_ERRORs
+// left cases uncertified); 4 --require-full-coverage and some selected case is not claimed and
+// judged. Progress goes to stderr; stdout carries only the command's output.
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +33,7 @@
 #include <fmt/format.h>
 
 #include "goldens_cmd.hpp"
+#include "judge_cmd.hpp"
 #include "memory.hpp"
 #include "mla/certify/certify.hpp"
 #include "mla/certify/child.hpp"
@@ -210,6 +213,23 @@ int main(int argc, char** argv) {
   auto* g_inspect = goldens->add_subcommand("inspect", "one case: attributes and every array's shape and statistics");
   g_inspect->add_option("file", inspect_file, "file of the catalog, e.g. attn_core.h5")->required();
   g_inspect->add_option("case", inspect_case, "case name, e.g. h16_varlen_ps16")->required();
+
+  // ---- judge ----
+  tools::JudgeRequest jr;
+  std::string judge_goldens;
+  auto* judge = app.add_subcommand("judge", "judge one result written outside the certifier against a golden attention case, "
+                                            "as `mla certify` judges it; JSON verdict (exit 0 PASS or FAIL, 2 bad input)");
+  judge->add_option("--goldens", judge_goldens, "golden catalog folder (default: $MLA_GOLDENS_DIR or the build's)");
+  judge->add_option("--case", jr.case_key, "<family>/<case> of an attention family, e.g. attn_core/h16_varlen_ps16")->required();
+  judge->add_option("--result", jr.result,
+                    "HDF5 file with datasets out [b,s_q,h,512] and lse, each with a dtype attribute "
+                    "(out: bfloat16 as uint16 bits, float32 or float64; lse: float32 or float64)")
+      ->required();
+  judge->add_option("--out-dtype", jr.out_dtype, "the output dtype the implementation declares: f64, f32, bf16 (default: the stored one)");
+  judge->add_option("--compute", jr.compute, "its declared operands/accumulation, e.g. bf16/f32 (default: undeclared)");
+  judge->add_option("--lse-base", jr.lse_base, "its lse base: e or 2")->capture_default_str();
+  judge->add_option("--lse-layout", jr.lse_layout, "its lse layout: [b,h,s_q] or [b,s_q,h]")->capture_default_str();
+  judge->add_option("--empty-row-lse", jr.empty_row_lse, "its lse of a row that attends nothing: +inf or -inf")->capture_default_str();
 
   // ---- memory ----
   std::string preset_name = "v3", check_kernel = "cpu_mla_fp64";
@@ -413,6 +433,16 @@ int main(int argc, char** argv) {
       return report_error("goldens", e, 2);
     } catch (const std::exception& e) {
       return report_error("goldens", e, 1);
+    }
+  }
+
+  if (*judge) {
+    try {
+      jr.goldens = judge_goldens.empty() ? mla::golden::default_goldens_dir() : fs::path(judge_goldens);
+      std::cout << tools::judge_result(jr).dump(1) << "\n";
+      return 0;
+    } catch (const std::exception& e) {
+      return report_error("judge", e, 2);
     }
   }
 

@@ -1,6 +1,9 @@
 #include "judge_cmd.hpp"
 
 #include <algorithm>
+#include <ostream>
+
+#include <CLI/CLI.hpp>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -65,7 +68,7 @@ nlohmann::json judge_result(const JudgeRequest& rq) {
   std::optional<OutDType> declared_dtype;
   if (rq.out_dtype) declared_dtype = out_dtype_from_string(*rq.out_dtype);
 
-  const fx::AttnCase c = load_case(rq.goldens, rq.case_key);
+  const fx::AttnCase c = load_case(rq.goldens.empty() ? fx::default_goldens_dir() : rq.goldens, rq.case_key);
   const AttnShape& s = c.shape;
   // lse as the implementation lays it out; outputs_to_canonical re-lays it as the judge reads it.
   const std::vector<int64_t> lse_shape = conv.lse_layout == LseLayout::b_h_sq
@@ -100,6 +103,35 @@ nlohmann::json judge_result(const JudgeRequest& rq) {
   if (j.out_vs_unquantized) out["out_vs_unquantized"] = tol::to_json(*j.out_vs_unquantized);
   if (j.lse_vs_unquantized) out["lse_vs_unquantized"] = tol::to_json(*j.lse_vs_unquantized);
   return out;
+}
+
+CLI::App* add_judge_command(CLI::App& app, JudgeRequest& rq) {
+  auto* judge = app.add_subcommand("judge", "judge one result written outside the certifier against a golden attention case, "
+                                            "as `mla certify` judges it; JSON verdict (exit 0 PASS or FAIL, 2 bad input)");
+  judge->add_option("--goldens", rq.goldens, "golden catalog folder (default: $MLA_GOLDENS_DIR or the build's)");
+  judge->add_option("--case", rq.case_key, "<family>/<case> of an attention family, e.g. attn_core/h16_varlen_ps16")->required();
+  judge->add_option("--result", rq.result,
+                    "HDF5 file with datasets out [b,s_q,h,512] and lse, each with a dtype attribute "
+                    "(out: bfloat16 as uint16 bits, float32 or float64; lse: float32 or float64)")
+      ->required();
+  judge->add_option("--out-dtype", rq.out_dtype, "the output dtype the implementation declares: f64, f32, bf16 (default: the stored one)");
+  judge->add_option("--compute", rq.compute, "its declared operands/accumulation, e.g. bf16/f32 (default: undeclared)");
+  judge->add_option("--lse-base", rq.lse_base, "its lse base: e or 2")->capture_default_str();
+  judge->add_option("--lse-layout", rq.lse_layout, "its lse layout: [b,h,s_q] or [b,s_q,h]")->capture_default_str();
+  judge->add_option("--empty-row-lse", rq.empty_row_lse, "its lse of a row that attends nothing: +inf or -inf")
+      ->capture_default_str();
+  return judge;
+}
+
+int run_judge(const JudgeRequest& rq, std::ostream& out, std::ostream& err) {
+  try {
+    out << judge_result(rq).dump(1) << "\n";
+    return 0;
+  } catch (const std::exception& e) {
+    out.flush();
+    err << "mla judge: " << e.what() << "\n";
+    return 2;
+  }
 }
 
 }  // namespace mla::tools

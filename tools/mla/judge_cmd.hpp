@@ -4,7 +4,13 @@
 #include <optional>
 #include <string>
 
+#include <iosfwd>
+
 #include <nlohmann/json.hpp>
+
+namespace CLI {
+class App;
+}
 
 namespace mla::tools {
 
@@ -12,7 +18,7 @@ namespace mla::tools {
 // kernel) judged against a golden attention case by the certifier's own judge, so that a test
 // in any language asks the one judge with the one tolerance table rather than restating them.
 struct JudgeRequest {
-  std::filesystem::path goldens;  // catalog folder
+  std::filesystem::path goldens;  // catalog folder (empty: mla::golden::default_goldens_dir())
   std::string case_key;           // "<family>/<case>", an attention family
   std::filesystem::path result;   // HDF5: /out, /lse (mla/golden/golden.hpp, load_attn_result)
   // The implementation's declaration as `mla certify` reads it from a kernel: its output dtype
@@ -29,5 +35,11 @@ struct JudgeRequest {
 // unknown or non-attention family, a missing case, an unreadable result or one of the wrong
 // shape or dtype, a declaration the suite cannot judge.
 nlohmann::json judge_result(const JudgeRequest& request);
+
+// `mla judge`'s options, filling `request`, on `app`; the subcommand is returned for dispatch.
+CLI::App* add_judge_command(CLI::App& app, JudgeRequest& request);
+// Prints the judgement (JSON) to `out` and returns 0 whatever the verdict; for a request that
+// cannot be judged, prints "mla judge: <what is wrong>" to `err` and returns 2.
+int run_judge(const JudgeRequest& request, std::ostream& out, std::ostream& err);
 
 }  // namespace mla::tools

@@ -215,21 +215,8 @@ int main(int argc, char** argv) {
   g_inspect->add_option("case", inspect_case, "case name, e.g. h16_varlen_ps16")->required();
 
   // ---- judge ----
-  tools::JudgeRequest jr;
-  std::string judge_goldens;
-  auto* judge = app.add_subcommand("judge", "judge one result written outside the certifier against a golden attention case, "
-                                            "as `mla certify` judges it; JSON verdict (exit 0 PASS or FAIL, 2 bad input)");
-  judge->add_option("--goldens", judge_goldens, "golden catalog folder (default: $MLA_GOLDENS_DIR or the build's)");
-  judge->add_option("--case", jr.case_key, "<family>/<case> of an attention family, e.g. attn_core/h16_varlen_ps16")->required();
-  judge->add_option("--result", jr.result,
-                    "HDF5 file with datasets out [b,s_q,h,512] and lse, each with a dtype attribute "
-                    "(out: bfloat16 as uint16 bits, float32 or float64; lse: float32 or float64)")
-      ->required();
-  judge->add_option("--out-dtype", jr.out_dtype, "the output dtype the implementation declares: f64, f32, bf16 (default: the stored one)");
-  judge->add_option("--compute", jr.compute, "its declared operands/accumulation, e.g. bf16/f32 (default: undeclared)");
-  judge->add_option("--lse-base", jr.lse_base, "its lse base: e or 2")->capture_default_str();
-  judge->add_option("--lse-layout", jr.lse_layout, "its lse layout: [b,h,s_q] or [b,s_q,h]")->capture_default_str();
-  judge->add_option("--empty-row-lse", jr.empty_row_lse, "its lse of a row that attends nothing: +inf or -inf")->capture_default_str();
+  tools::JudgeRequest judge_request;
+  auto* judge = tools::add_judge_command(app, judge_request);
 
   // ---- memory ----
   std::string preset_name = "v3", check_kernel = "cpu_mla_fp64";
@@ -436,15 +423,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  if (*judge) {
-    try {
-      jr.goldens = judge_goldens.empty() ? mla::golden::default_goldens_dir() : fs::path(judge_goldens);
-      std::cout << tools::judge_result(jr).dump(1) << "\n";
-      return 0;
-    } catch (const std::exception& e) {
-      return report_error("judge", e, 2);
-    }
-  }
+  if (*judge) return tools::run_judge(judge_request, std::cout, std::cerr);
 
   if (*memory) {
     try {

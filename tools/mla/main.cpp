@@ -2,6 +2,8 @@
 //   mla certify   certify kernels (registered, or external plug-ins through the C ABI) against
 //                 the golden catalog, each call in a child process; JSON, Markdown, JUnit XML
 //   mla goldens   list | validate | inspect the golden catalog
+//   mla judge     one result written outside the certifier (a Python test's kernel) judged
+//                 against a golden attention case by the certifier's judge; JSON verdict
 //   mla memory    KV-cache bytes per token and totals for a preset or any config; --check
 //                 confirms the model against what the implementations allocate
 //   mla merge     the certificates of the shards of one certification (--shard I/N on several
@@ -11,10 +13,10 @@
 //
 // Exit status (README, "Reading a report"): 0 success / green; 1 a red certificate, an invalid
 // catalog, a memory check that differs; 2 bad usage, an unusable catalog or report folder, a
-// golden file that crashes the HDF5 library; 3 an INCOMPLETE certificate (the run did not
-// finish, or HOST_ERRORs left cases uncertified); 4 --require-full-coverage and some selected
-// case is not claimed and judged. Progress goes to stderr; stdout carries only the command's
-// output.
+// golden file that crashes the HDF5 library, a result `mla judge` cannot judge (its verdict,
+// PASS or FAIL, exits 0); 3 an INCOMPLETE certificate (the run did not finish, or HOST_ERRORs
+// left cases uncertified); 4 --require-full-coverage and some selected case is not claimed and
+// judged. Progress goes to stderr; stdout carries only the command's output.
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +33,7 @@
 #include <fmt/format.h>
 
 #include "goldens_cmd.hpp"
+#include "judge_cmd.hpp"
 #include "memory.hpp"
 #include "mla/certify/certify.hpp"
 #include "mla/certify/child.hpp"
@@ -210,6 +213,10 @@ int main(int argc, char** argv) {
   auto* g_inspect = goldens->add_subcommand("inspect", "one case: attributes and every array's shape and statistics");
   g_inspect->add_option("file", inspect_file, "file of the catalog, e.g. attn_core.h5")->required();
   g_inspect->add_option("case", inspect_case, "case name, e.g. h16_varlen_ps16")->required();
+
+  // ---- judge ----
+  tools::JudgeRequest judge_request;
+  auto* judge = tools::add_judge_command(app, judge_request);
 
   // ---- memory ----
   std::string preset_name = "v3", check_kernel = "cpu_mla_fp64";
@@ -415,6 +422,8 @@ int main(int argc, char** argv) {
       return report_error("goldens", e, 1);
     }
   }
+
+  if (*judge) return tools::run_judge(judge_request, std::cout, std::cerr);
 
   if (*memory) {
     try {

@@ -108,12 +108,29 @@ def test_invalid_sparse_indices_are_never_read():
     assert gc.judge_result(case, out, lse, "f32") == []
 
 
-def test_tolerance_entries_are_read_from_the_table():
-    t = gc.tolerance("attn.out.f32")
-    assert t["rtol"] == 1.0 / 1024 and t["atol_rel_max"] == 1.0 / 1024
-    assert gc.tolerance("attn.out.fp8")["ratio_k"] == 4
-    with pytest.raises(KeyError):
-        gc.tolerance("attn.out.nothing")
+def test_the_judge_picks_the_entry_of_the_output_dtype_and_cache():
+    # The verdict comes from `mla judge`, which names the table entries it used: those of the
+    # class the output dtype implies, with the FP8 entries for an FP8 cache.
+    for (family, name), dtype, kind in ((("attn_core", "h3_sq4_short"), "f32", "f32"),
+                                         (("attn_core", "h3_sq4_short"), "bf16", "bf16"),
+                                         (("attn_fp8", "fp8_ue8m0_h64_sq2"), "bf16", "fp8")):
+        case = gc.load(family, name)
+        out, lse = gc.empty_outputs(case, dtype)
+        (torch_mla.KERNEL if dtype == "f32" else torch_mla.KERNEL_BF16).decode(
+            case.q, case.kv_cache, case.block_table, case.cache_seqlens, case.indices, out, lse, case.call)
+        j = gc.judgement(case, out, lse, dtype)
+        assert j["verdict"] == "PASS", j["reasons"]
+        assert (j["out"]["tolerance"], j["lse"]["tolerance"]) == (f"attn.out.{kind}", f"attn.lse.{kind}")
+        assert j["tolerances"]["out"]["name"] == f"attn.out.{kind}"
+
+
+def test_a_result_the_judge_cannot_read_is_an_error_not_a_verdict():
+    case = gc.load("attn_core", "h3_sq4_short")
+    out, lse = gc.empty_outputs(case, "f32")
+    with pytest.raises(RuntimeError, match="shape"):
+        gc.judge_result(case, out[:, :, :2], lse, "f32")
+    with pytest.raises(ValueError, match="not bf16"):
+        gc.judge_result(case, out.fill_(1.0 / 3.0), lse, "bf16")
 
 
 def test_declarations_are_the_suites_conventions():

@@ -261,11 +261,6 @@ int main(int argc, char** argv) {
   c_call->add_option("--plugin", c_plugin);
   c_call->add_option("--extra", c_extra);
   c_call->add_flag("--unclaimed", c_unclaimed);
-  auto* c_append = child->add_subcommand("append", "");
-  c_append->add_option("--plugin", c_plugin)->required();
-  c_append->add_option("--inputs", c_inputs)->required();
-  c_append->add_option("--result", c_result)->required();
-  c_append->add_option("--repeats", c_repeats);
   auto* c_describe = child->add_subcommand("describe", "");
   c_describe->add_option("--plugin", c_plugin)->required();
   c_describe->add_option("--result", c_result)->required();
@@ -308,13 +303,6 @@ int main(int argc, char** argv) {
       return cert::child_call(k, c_plan, !c_unclaimed);
     } catch (const std::exception& e) {
       return report_error("__child call", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
-    }
-  }
-  if (*c_append) {
-    try {
-      return cert::child_append(c_plugin, c_inputs, c_result, c_repeats);
-    } catch (const std::exception& e) {
-      return report_error("__child append", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
     }
   }
   if (*c_golden) {

@@ -1,4 +1,4 @@
-// The child side of process isolation: `mla __child run | append | describe | claims` builds the
+// The child side of process isolation: `mla __child run | call | describe | claims` builds the
 // implementation it was named, calls it on the case it was handed and writes back what happened
 // (protocol.hpp). It never judges: verdicts are the parent's. The parent calls execute()
 // directly for --in-process runs of registered kernels.
@@ -55,16 +55,13 @@ void charge_simulated_context(const char* what);
 // the process); non-zero only when the child itself could not work.
 int child_run(const KernelRef& kernel, const std::filesystem::path& inputs, const std::filesystem::path& result,
               int repeats, bool enforce_caps);
-// `mla __child append`: calls the plug-in's append `repeats` (>= 2) times, each on a fresh copy
-// of the cache, and writes the first call's outcome plus any difference between the calls.
 // The child side of one (kernel, case): maps the parent's shared buffers (memfd inherited on
 // the descriptor the `plan` message names, with the layout), makes the guard pages inaccessible, and makes
 // the planned calls, stopping itself (SIGSTOP) after each call of the case so the parent can
 // audit it. It writes only the outputs and the bounded control block; every verdict is the
-// parent's.
+// parent's. A plan of kind kAppendCalls makes the plug-in's append calls instead, each on its
+// own copy of the cache the parent laid out (append_arena.cpp).
 int child_call(const KernelRef& kernel, const std::filesystem::path& plan, bool enforce_caps);
-int child_append(const std::filesystem::path& plugin, const std::filesystem::path& inputs,
-                 const std::filesystem::path& result, int repeats);
 // `mla __child describe`: loads the plug-in and writes its validated descriptor.
 int child_describe(const std::filesystem::path& plugin, const std::filesystem::path& result);
 // `mla __child claims`: asks the plug-in's can_implement (ABI 1.2) about every shape of the query

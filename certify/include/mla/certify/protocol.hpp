@@ -54,6 +54,7 @@ struct AppendRun {
 inline constexpr const char* kAttentionInputs = "attention-inputs";
 inline constexpr const char* kAttentionResult = "attention-result";
 inline constexpr const char* kAttentionCalls = "attention-calls";  // the layout of a shared-memory case
+inline constexpr const char* kAppendCalls = "append-calls";        // the layout of a shared-memory append
 inline constexpr const char* kAppendInputs = "append-inputs";
 inline constexpr const char* kAppendResult = "append-result";
 inline constexpr const char* kPluginDescription = "plugin-description";

@@ -92,32 +92,40 @@ class Library {
   mla_plugin_can_implement_fn can_implement_ = nullptr;
 };
 
-// One append call's inputs (owned), in the C ABI's terms.
-struct AppendCallInputs {
+// One append call's scalars, in the C ABI's terms.
+struct AppendCallShape {
   int32_t num_tokens = 0, batch = 0, max_blocks = 0, page_size = 0, num_blocks = 0;
   int64_t max_seq_len = 0;
   uint32_t cache_format = MLA_PLUGIN_CACHE_BF16;
   uint32_t scale_fmt = 0;
   uint32_t fp8_recipe = MLA_PLUGIN_RECIPE_DEEPSEEK_V32;  // MLA_PLUGIN_RECIPE_*: the one to write (fp8)
   double eps = 1e-6;
+};
+
+// One append call's inputs (owned), in the C ABI's terms.
+struct AppendCallInputs : AppendCallShape {
   std::vector<uint16_t> latent, k_pe, kv_norm_weight;
   std::vector<double> inv_freq;
   std::vector<int32_t> seq_ids, positions, block_table;
   std::vector<uint8_t> kv_cache;  // the cache before the call
 };
 
-struct AppendCallResult {
-  int32_t rc = MLA_PLUGIN_ERROR;
-  std::string message;             // the plug-in's error text
-  std::vector<uint8_t> kv_cache;   // the cache after the call
-  std::vector<std::string> violations;  // audit findings, worded as for decode
+// One append call's arrays, in memory the caller owns and audits.
+struct AppendCallBuffers {
+  std::span<const uint16_t> latent, k_pe, kv_norm_weight;
+  std::span<const double> inv_freq;
+  std::span<const int32_t> seq_ids, positions, block_table;
+  std::span<uint8_t> kv_cache;  // written in place
 };
 
-// Calls the plug-in's append under the same audit as decode: private copies of the inputs
-// checksummed before and after, the cache inside canaries (host memory) or guard regions (device
-// memory, with a non-default stream). Throws PluginError when the plug-in has no append, and
-// mla::Error when the host cannot make the call (e.g. a CUDA failure).
-AppendCallResult call_append(const Library& lib, const AppendCallInputs& in);
+// One append call on buffers the caller owns and audits (the certifier's child passes the
+// memory its parent created and checks): no copies, no audit here. A device-memory plug-in gets
+// device copies and the cache is copied back into `b.kv_cache`; what the device-side guard
+// checks found goes to `device_findings`. Returns the plug-in's code; its message is in `error`
+// (always NUL-terminated). Throws PluginError when the plug-in has no append, mla::Error when the
+// host cannot make the call (a CUDA failure).
+int32_t call_append(const Library& lib, const AppendCallShape& shape, const AppendCallBuffers& b, char* error,
+                    std::size_t error_size, std::vector<std::string>* device_findings);
 
 // One decode call on buffers the caller owns and audits (the certifier's child passes the
 // memory its parent created and checks): no copies, no audit here. A device-memory plug-in gets

@@ -101,9 +101,6 @@ RunResult execute(const AttentionImpl& impl, const AttnInputs& in, int repeats, 
       }
     }
     r.run_seconds = best;
-    if (const auto* audited = dynamic_cast<const plugin::AuditedCall*>(prepared.get())) {
-      for (const auto& v : audited->violations()) r.reasons.push_back(v);
-    }
     // The caller's buffers are const to the kernel; a kernel that writes them anyway (through
     // a cast, or a device copy back to the wrong place) is caught here.
     const auto after = input_digests(in);
@@ -121,39 +118,6 @@ RunResult execute(const AttentionImpl& impl, const AttnInputs& in, int repeats, 
     r.reasons.clear();
   }
   return r;
-}
-
-int child_run(const KernelRef& kernel, const std::filesystem::path& inputs, const std::filesystem::path& result,
-              int repeats, bool enforce_caps) {
-  // Whatever goes wrong from here on (short of a crash) is the kernel's result: it is written
-  // to the result file for the parent to record.
-  RunResult r;
-  try {
-    charge_simulated_context("child run");
-    const AttnBuffers c = decode_attention_inputs(wire::read(inputs, kAttentionInputs));
-    std::unique_ptr<AttentionImpl> owned;
-    const AttentionImpl* impl = nullptr;
-    if (kernel.plugin) {
-      owned = plugin::make_plugin_kernel(plugin::Library::open(*kernel.plugin), enforce_caps);
-      impl = owned.get();
-    } else if (kernel.fault) {
-      owned = faults::make(*kernel.fault);
-      impl = owned.get();
-    } else if (kernel.builtin) {
-      register_builtin_kernels();
-      impl = Registry::instance().find(*kernel.builtin);
-      if (!impl) throw Error(fmt::format("no registered kernel '{}'", *kernel.builtin));
-    } else {
-      throw Error("no kernel given");
-    }
-    r = execute(*impl, c.view(), repeats, enforce_caps);
-  } catch (const std::exception& e) {
-    r = RunResult{};
-    r.status = RunResult::Status::error;
-    r.message = fmt::format("the child could not run the kernel: {}", e.what());
-  }
-  wire::write(result, encode(r));
-  return 0;
 }
 
 namespace {

@@ -1,6 +1,7 @@
-// The child side of process isolation: `mla __child run | call | describe | claims` builds the
-// implementation it was named, calls it on the case it was handed and writes back what happened
-// (protocol.hpp). It never judges: verdicts are the parent's. The parent calls execute()
+// The child side of process isolation: `mla __child call | describe | claims` builds the
+// implementation it was named; `call` calls it on the buffers its parent laid out in shared
+// memory, `describe` and `claims` write back what the plug-in said (protocol.hpp). It never
+// judges: verdicts are the parent's. The parent calls execute()
 // directly for --in-process runs of registered kernels.
 #pragma once
 
@@ -51,10 +52,6 @@ inline constexpr double kSimulatedContextMax = 60;
 std::optional<double> simulated_context_seconds();
 void charge_simulated_context(const char* what);
 
-// `mla __child run`: exit 0 after writing the result (whatever the kernel did, short of killing
-// the process); non-zero only when the child itself could not work.
-int child_run(const KernelRef& kernel, const std::filesystem::path& inputs, const std::filesystem::path& result,
-              int repeats, bool enforce_caps);
 // The child side of one (kernel, case): maps the parent's shared buffers (memfd inherited on
 // the descriptor the `plan` message names, with the layout), makes the guard pages inaccessible, and makes
 // the planned calls, stopping itself (SIGSTOP) after each call of the case so the parent can

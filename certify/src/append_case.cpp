@@ -18,6 +18,7 @@
 #include "mla/judge/append.hpp"
 #include "mla/ref/rope.hpp"
 #include "mla/reports/certificate.hpp"
+#include "append_arena.hpp"
 #include "session.hpp"
 
 namespace mla::certify {
@@ -353,45 +354,6 @@ AppendStatus status_of(int32_t rc) {
   }
 }
 
-AppendRun run_append(Session& s, const Implementation& k, const AppendCase& c, std::size_t index) {
-  const auto inputs = s.work.path() / fmt::format("append-{}.inputs", index);
-  const auto result = s.work.path() / fmt::format("append-{}.result", index);
-  const auto log = s.work.path() / fmt::format("append-{}.log", index);
-  AppendRun r;
-  try {
-    wire::write(inputs, encode(c.in));
-  } catch (const std::exception& e) {
-    r.message = fmt::format("cannot hand the case to a child process: {}", e.what());
-    r.host_caused = host_cause(e).has_value();
-    return r;
-  }
-  const int repeats = std::max(2, s.options.repeats);
-  const auto outcome = run_child({s.self.string(), "__child", "append", "--plugin", k.ref.plugin->string(), "--inputs",
-                                  inputs.string(), "--result", result.string(), "--repeats", std::to_string(repeats)},
-                                 s.options.timeout_s, log);
-  std::error_code ec;
-  if (outcome.ok() && fs::exists(result, ec)) {
-    try {
-      r = decode_append_run(wire::read(result, kAppendResult));
-    } catch (const std::exception& e) {
-      r = AppendRun{};
-      r.message = fmt::format("the child's result is unreadable: {}", e.what());
-    }
-  } else {
-    r.message = outcome.ok() ? "the child exited without writing a result" : outcome.describe();
-    if (auto why = host_cause(outcome)) {
-      r.host_caused = true;
-      r.message = *why + " (" + outcome.describe() + ")";
-    } else if (!outcome.stderr_tail.empty()) {
-      r.message += "; its last output: " + outcome.stderr_tail;
-    }
-  }
-  fs::remove(inputs, ec);
-  fs::remove(result, ec);
-  fs::remove(log, ec);
-  return r;
-}
-
 }  // namespace
 
 void judge_append_run(const AppendCase& c, const AppendRun& run, reports::CaseResult& r) {
@@ -539,7 +501,7 @@ void certify_append_file(Session& s, const std::vector<const Implementation*>& a
             r.verdict = Verdict::skipped;
             r.reasons.push_back(*k->unavailable);
           } else {
-            judge_append_run(c, run_append(s, *k, c, index++), r);
+            judge_append_run(c, run_append_in_child(s, *k, c, fmt::format("append-{}", index++)), r);
           }
           s.record(*k, std::move(r));
         }
@@ -581,7 +543,7 @@ void certify_fresh_appends(Session& s, const Implementation& k, uint64_t seed) {
     r.file = kFreshAppendFile;
     r.name = c.name;
     r.description = c.description;
-    judge_append_run(c, run_append(s, k, c, 1000000 + index++), r);
+    judge_append_run(c, run_append_in_child(s, k, c, fmt::format("append-{}", 1000000 + index++)), r);
     s.record(k, std::move(r));
     s.progress << fmt::format("[fresh] {} {:.2f}s: {}={}\n", c.name, seconds_since(t0), k.info.name,
                               tol::to_string(s.report(k).cases.back().verdict));

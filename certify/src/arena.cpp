@@ -64,6 +64,10 @@ json ArenaLayout::to_json() const {
   j["page"] = page;
   j["size"] = size;
   j["value_bytes"] = value_bytes;
+  // Present even when empty (an append's layout has no attention inputs or calls).
+  j["regions"] = json::array();
+  j["inputs"] = json::array();
+  j["calls"] = json::array();
   for (const auto& r : regions) {
     j["regions"].push_back({{"name", r.name}, {"input", r.input}, {"start", r.start}, {"data", r.data},
                             {"bytes", r.bytes}, {"body", r.body}, {"end", r.end}});
@@ -116,31 +120,39 @@ std::string ArenaLayout::where(std::size_t off) const {
   return "outside every buffer the certifier handed over";
 }
 
+std::size_t Arena::add_region(std::string name, std::size_t bytes, bool input, std::size_t elem, std::size_t cursor) {
+  auto& l = layout_;
+  ArenaRegion r;
+  r.elem = elem;
+  r.other = name.find(" (of the case") != std::string::npos;
+  r.name = std::move(name);
+  r.input = input;
+  r.bytes = bytes;
+  r.start = cursor;
+  if (input) {
+    r.body = round_up(bytes + kMinCanary, l.page);
+    r.data = r.start + l.page + r.body - bytes;  // flush against the back guard page
+  } else {
+    r.body = round_up(kMinCanary + bytes + kMinCanary, l.page);
+    r.data = r.start + l.page + kMinCanary;
+  }
+  r.end = r.start + l.page + r.body + l.page;
+  l.regions.push_back(std::move(r));
+  initial_.emplace_back();
+  prefill_.push_back(0);
+  return l.regions.back().end;
+}
+
 Arena::Arena(const std::vector<AttnInputs>& sets, const std::vector<ArenaCallPlan>& calls, int value_bytes,
              uint64_t key)
-    : sets_(sets), key_(key) {
+    : key_(key) {
   auto& l = layout_;
   l.page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   l.value_bytes = value_bytes;
   std::size_t cursor = round_up(sizeof(ArenaControl), l.page);
-  auto add = [&](std::string name, std::size_t bytes, bool input, std::size_t elem) {
-    ArenaRegion r;
-    r.elem = elem;
-    r.other = name.find(" (of the case") != std::string::npos;
-    r.name = std::move(name);
-    r.input = input;
-    r.bytes = bytes;
-    r.start = cursor;
-    if (input) {
-      r.body = round_up(bytes + kMinCanary, l.page);
-      r.data = r.start + l.page + r.body - bytes;  // flush against the back guard page
-    } else {
-      r.body = round_up(kMinCanary + bytes + kMinCanary, l.page);
-      r.data = r.start + l.page + kMinCanary;
-    }
-    r.end = r.start + l.page + r.body + l.page;
-    cursor = r.end;
-    l.regions.push_back(std::move(r));
+  auto add = [&](std::string name, std::span<const uint8_t> initial, bool input, std::size_t bytes, std::size_t elem) {
+    cursor = add_region(std::move(name), bytes, input, elem, cursor);
+    initial_.back() = initial;
     return static_cast<int>(l.regions.size() - 1);
   };
   for (std::size_t i = 0; i < sets.size(); ++i) {
@@ -149,11 +161,14 @@ Arena::Arena(const std::vector<AttnInputs>& sets, const std::vector<ArenaCallPla
     ArenaInputs in;
     in.shape = b.shape;
     in.softmax_scale = b.softmax_scale;
-    in.q = add("q" + suffix, bytes_of(b.q).size(), true, 2);
-    in.kv_cache = add("kv_cache" + suffix, bytes_of(b.kv_cache).size(), true, 1);
-    in.block_table = add("block_table" + suffix, bytes_of(b.block_table).size(), true, 4);
-    in.cache_seqlens = add("cache_seqlens" + suffix, bytes_of(b.cache_seqlens).size(), true, 4);
-    in.indices = add("indices" + suffix, bytes_of(b.indices).size(), true, 4);
+    auto input = [&](const char* name, std::span<const uint8_t> v, std::size_t elem) {
+      return add(name + suffix, v, true, v.size(), elem);
+    };
+    in.q = input("q", bytes_of(b.q), 2);
+    in.kv_cache = input("kv_cache", bytes_of(b.kv_cache), 1);
+    in.block_table = input("block_table", bytes_of(b.block_table), 4);
+    in.cache_seqlens = input("cache_seqlens", bytes_of(b.cache_seqlens), 4);
+    in.indices = input("indices", bytes_of(b.indices), 4);
     l.inputs.push_back(in);
   }
   if (calls.size() > static_cast<std::size_t>(kArenaMaxCalls)) throw Error("too many calls for one child");
@@ -163,12 +178,35 @@ Arena::Arena(const std::vector<AttnInputs>& sets, const std::vector<ArenaCallPla
     const std::size_t n_out = static_cast<std::size_t>(s.batch) * s.s_q * s.heads * s.d_v;
     const std::size_t n_lse = static_cast<std::size_t>(s.batch) * s.heads * s.s_q;
     const std::string which = p.inputs == 0 ? "" : " (of the case called in between)";
-    p.out = add("out" + which, n_out * static_cast<std::size_t>(value_bytes), false,
-                static_cast<std::size_t>(value_bytes));
-    p.lse = add("lse" + which, n_lse * (value_bytes == 8 ? 8 : 4), false, value_bytes == 8 ? 8 : 4);
+    const auto vb = static_cast<std::size_t>(value_bytes);
+    const std::size_t lse_vb = value_bytes == 8 ? 8 : 4;
+    p.out = add("out" + which, {}, false, n_out * vb, vb);
+    prefill_.back() = vb;
+    p.lse = add("lse" + which, {}, false, n_lse * lse_vb, lse_vb);
+    prefill_.back() = lse_vb;
     l.calls.push_back(p);
   }
   l.size = cursor;
+  map();
+}
+
+Arena::Arena(const std::vector<ArenaBuffer>& buffers, uint64_t key) : key_(key) {
+  auto& l = layout_;
+  l.page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  std::size_t cursor = round_up(sizeof(ArenaControl), l.page);
+  for (const auto& b : buffers) {
+    // An in-place buffer is laid out as an output (canaries on both sides): a write just
+    // before or past it is measured, not a fault.
+    cursor = add_region(b.name, b.initial.size(), !b.inout, b.elem, cursor);
+    l.regions.back().inout = b.inout;
+    initial_.back() = b.initial;
+  }
+  l.size = cursor;
+  map();
+}
+
+void Arena::map() {
+  auto& l = layout_;
   // Failures carry errno (std::system_error): no descriptor or memory left is the host's failure
   // (host_cause), never the kernel's.
   fd_ = memfd_create("mla-certify-arena", MFD_CLOEXEC);
@@ -185,12 +223,14 @@ Arena::Arena(const std::vector<AttnInputs>& sets, const std::vector<ArenaCallPla
   if (ftruncate(fd_, static_cast<off_t>(l.size)) != 0) {
     const int e = errno;
     close(fd_);
+    fd_ = -1;
     throw std::system_error(e, std::generic_category(), fmt::format("cannot size the shared buffers ({} bytes)", l.size));
   }
   void* m = mmap(nullptr, l.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (m == MAP_FAILED) {
     const int e = errno;
     close(fd_);
+    fd_ = -1;
     throw std::system_error(e, std::generic_category(), fmt::format("cannot map the shared buffers ({} bytes)", l.size));
   }
   base_ = static_cast<uint8_t*>(m);
@@ -218,47 +258,30 @@ void Arena::reset() {
     const std::size_t back_len = (g.start + l.page + g.body) - (g.data + g.bytes);
     for (std::size_t i = 0; i < back_len; ++i) back[i] = canary(static_cast<int>(r), (std::size_t{1} << 32) + i);
   }
-  for (std::size_t s = 0; s < sets_.size(); ++s) {
-    const auto& b = sets_[s];
-    const auto& in = l.inputs[s];
-    auto put = [&](int region, std::span<const uint8_t> v) {
-      if (!v.empty()) std::memcpy(base_ + l.regions[region].data, v.data(), v.size());
-    };
-    put(in.q, bytes_of(b.q));
-    put(in.kv_cache, bytes_of(b.kv_cache));
-    put(in.block_table, bytes_of(b.block_table));
-    put(in.cache_seqlens, bytes_of(b.cache_seqlens));
-    put(in.indices, bytes_of(b.indices));
-  }
-  for (const auto& c : l.calls) {
-    for (const int region : {c.out, c.lse}) {
-      const std::size_t vb = region == c.out ? static_cast<std::size_t>(l.value_bytes) : (l.value_bytes == 8 ? 8 : 4);
+  for (std::size_t r = 0; r < l.regions.size(); ++r) {
+    uint8_t* p = base_ + l.regions[r].data;
+    if (!initial_[r].empty()) std::memcpy(p, initial_[r].data(), initial_[r].size());
+    if (const std::size_t vb = prefill_[r]) {
       const uint64_t bits = arena_unwritten_bits(key_, static_cast<int>(vb));
-      uint8_t* p = base_ + l.regions[region].data;
-      for (std::size_t i = 0; i < l.regions[region].bytes / vb; ++i) std::memcpy(p + i * vb, &bits, vb);
+      for (std::size_t i = 0; i < l.regions[r].bytes / vb; ++i) std::memcpy(p + i * vb, &bits, vb);
     }
   }
 }
 
 std::vector<std::pair<std::string, std::string>> Arena::changed_inputs() const {
   std::vector<std::pair<std::string, std::string>> v;
-  for (std::size_t s = 0; s < 1 && s < sets_.size(); ++s) {
-    const auto& b = sets_[s];
-    const auto& in = layout_.inputs[s];
-    auto cmp = [&](int region, std::span<const uint8_t> want) {
-      const uint8_t* have = base_ + layout_.regions[region].data;
-      if (want.empty() || std::memcmp(have, want.data(), want.size()) == 0) return;
-      std::size_t first = 0, n = 0;
-      for (std::size_t i = 0; i < want.size(); ++i) {
-        if (have[i] != want[i] && n++ == 0) first = i;
-      }
-      v.emplace_back(layout_.regions[region].name, fmt::format("{} bytes, first at byte {}", n, first));
-    };
-    cmp(in.q, bytes_of(b.q));
-    cmp(in.kv_cache, bytes_of(b.kv_cache));
-    cmp(in.block_table, bytes_of(b.block_table));
-    cmp(in.cache_seqlens, bytes_of(b.cache_seqlens));
-    cmp(in.indices, bytes_of(b.indices));
+  // The case's own inputs; those of the case called in between are that case's.
+  for (std::size_t r = 0; r < layout_.regions.size(); ++r) {
+    const auto& g = layout_.regions[r];
+    const auto want = initial_[r];
+    if (!g.input || g.other) continue;
+    const uint8_t* have = base_ + g.data;
+    if (want.empty() || std::memcmp(have, want.data(), want.size()) == 0) continue;
+    std::size_t first = 0, n = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      if (have[i] != want[i] && n++ == 0) first = i;
+    }
+    v.emplace_back(g.name, fmt::format("{} bytes, first at byte {}", n, first));
   }
   return v;
 }

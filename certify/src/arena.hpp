@@ -29,10 +29,15 @@ namespace mla::certify {
 inline constexpr int kArenaMaxCalls = 32;
 inline constexpr std::size_t kArenaMessage = 1024;
 
+// A call's (and the setup's) state in the control block, as the Python door's child names them
+// (STATE_OK, STATE_UNSUPPORTED, STATE_ERROR). For an append, kArenaOk means the call returned:
+// its return code (OK, CAPACITY, UNSUPPORTED or an error) is in `rc`, and the parent judges it.
+enum ArenaState : int32_t { kArenaNotStarted = 0, kArenaOk = 1, kArenaUnsupported = 2, kArenaError = 3 };
+
 // What the child writes (and nothing else, besides outputs). Read by the parent with every
 // string bounded and every number range-checked.
 struct ArenaCall {
-  int32_t state;  // 0 not started, 1 returned OK, 2 unsupported, 3 error
+  int32_t state;  // ArenaState
   int32_t rc;     // the plug-in's return code (plug-ins)
   double seconds;
   char message[kArenaMessage];
@@ -41,7 +46,7 @@ struct ArenaControl {
   uint64_t child_base;  // where the child mapped the arena (to place a fault address)
   uint64_t fault_addr;
   int32_t fault_signal;
-  int32_t setup_state;  // 0 ok / not reached, 2 unsupported, 3 error before any call
+  int32_t setup_state;  // ArenaState: kArenaNotStarted (ok or not reached), or unsupported / error before any call
   char setup_message[kArenaMessage];
   ArenaCall calls[kArenaMaxCalls];
 };
@@ -71,6 +76,7 @@ struct ArenaRegion {
   std::size_t end = 0;    // one past the back guard page
   bool other = false;     // belongs to the case called in between (parent only: its faults are that case's)
   std::size_t elem = 1;   // bytes of one element (parent only): a stray write is counted in whole elements
+  bool inout = false;     // written in place (an append's cache): starts as given, never prefilled, not compared
 };
 
 // One set of inputs (the case, or the other case called between its calls).
@@ -102,8 +108,20 @@ struct ArenaLayout {
   std::string where(std::size_t offset) const;
 };
 
+// A buffer of a call that is not an attention call (an append): its bytes before the call
+// (caller-owned, outliving the Arena) and whether the kernel may write it.
+struct ArenaBuffer {
+  std::string name;
+  std::span<const uint8_t> initial;
+  bool inout = false;     // false: an input, audited unchanged
+  std::size_t elem = 1;   // bytes of one element
+};
+
 class Arena {
  public:
+  // Arbitrary named buffers, in order (region i is buffers[i]), with no attention calls: the
+  // caller plans the calls and tells the child which region is which.
+  Arena(const std::vector<ArenaBuffer>& buffers, uint64_t key);
   // `sets`: the inputs of each set (index 0: the case); `calls`: the call sequence.
   // `value_bytes`: 2, 4 or 8. Throws mla::Error (naming what failed: memfd_create, ftruncate,
   // mmap) when the host cannot make it.
@@ -131,8 +149,13 @@ class Arena {
 
  private:
   uint8_t canary(int region, std::size_t i) const;
+  void map();  // creates, sizes and maps the memfd for layout_.size
+  std::size_t add_region(std::string name, std::size_t bytes, bool input, std::size_t elem, std::size_t cursor);
   ArenaLayout layout_;
-  std::vector<AttnInputs> sets_;
+  // Per region: its bytes before a call (inputs and in-place buffers; caller-owned), or the
+  // size of the unwritten pattern it is prefilled with (outputs; 0 otherwise).
+  std::vector<std::span<const uint8_t>> initial_;
+  std::vector<std::size_t> prefill_;
   uint64_t key_;
   int fd_ = -1;
   uint8_t* base_ = nullptr;

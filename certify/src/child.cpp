@@ -101,9 +101,6 @@ RunResult execute(const AttentionImpl& impl, const AttnInputs& in, int repeats, 
       }
     }
     r.run_seconds = best;
-    if (const auto* audited = dynamic_cast<const plugin::AuditedCall*>(prepared.get())) {
-      for (const auto& v : audited->violations()) r.reasons.push_back(v);
-    }
     // The caller's buffers are const to the kernel; a kernel that writes them anyway (through
     // a cast, or a device copy back to the wrong place) is caught here.
     const auto after = input_digests(in);
@@ -121,39 +118,6 @@ RunResult execute(const AttentionImpl& impl, const AttnInputs& in, int repeats, 
     r.reasons.clear();
   }
   return r;
-}
-
-int child_run(const KernelRef& kernel, const std::filesystem::path& inputs, const std::filesystem::path& result,
-              int repeats, bool enforce_caps) {
-  // Whatever goes wrong from here on (short of a crash) is the kernel's result: it is written
-  // to the result file for the parent to record.
-  RunResult r;
-  try {
-    charge_simulated_context("child run");
-    const AttnBuffers c = decode_attention_inputs(wire::read(inputs, kAttentionInputs));
-    std::unique_ptr<AttentionImpl> owned;
-    const AttentionImpl* impl = nullptr;
-    if (kernel.plugin) {
-      owned = plugin::make_plugin_kernel(plugin::Library::open(*kernel.plugin), enforce_caps);
-      impl = owned.get();
-    } else if (kernel.fault) {
-      owned = faults::make(*kernel.fault);
-      impl = owned.get();
-    } else if (kernel.builtin) {
-      register_builtin_kernels();
-      impl = Registry::instance().find(*kernel.builtin);
-      if (!impl) throw Error(fmt::format("no registered kernel '{}'", *kernel.builtin));
-    } else {
-      throw Error("no kernel given");
-    }
-    r = execute(*impl, c.view(), repeats, enforce_caps);
-  } catch (const std::exception& e) {
-    r = RunResult{};
-    r.status = RunResult::Status::error;
-    r.message = fmt::format("the child could not run the kernel: {}", e.what());
-  }
-  wire::write(result, encode(r));
-  return 0;
 }
 
 namespace {
@@ -197,13 +161,9 @@ struct Callee {
   const AttentionImpl* impl = nullptr;        // built-in and fault kernels
 };
 
-}  // namespace
-
-int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, bool enforce_caps) {
-  // The layout comes from the parent's plan; the memory from the memfd it handed over.
-  const auto plan = wire::read(plan_file, kAttentionCalls);
-  const ArenaLayout l = ArenaLayout::from_json(plan.fields().at("layout"));
-  // Inherited under the parent's own number (any number a descriptor limit allows), named by the plan.
+// Maps the parent's shared buffers (the memfd inherited under the number the plan names) with
+// the guard pages inaccessible, and records where, for a fault address to be placed.
+uint8_t* map_arena(const wire::Message& plan, const ArenaLayout& l) {
   const int arena_fd = plan.fields().at("arena_fd").get<int>();
   struct stat st {};
   if (fstat(arena_fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != l.size) {
@@ -228,6 +188,95 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
     mprotect(base + r.start, l.page, PROT_NONE);
     mprotect(base + r.start + l.page + r.body, l.page, PROT_NONE);
   }
+  return base;
+}
+
+// The append calls of an append plan (kAppendCalls): each on its own copy of the cache, stopping
+// after each so the parent can audit it. Any return code is a returned call (kArenaOk, the code
+// in rc): the parent judges it.
+int child_append_calls(const KernelRef& kernel, const wire::Message& plan) {
+  const ArenaLayout l = ArenaLayout::from_json(plan.fields().at("layout"));
+  uint8_t* base = map_arena(plan, l);
+  auto* control = reinterpret_cast<ArenaControl*>(base);
+  const auto& f = plan.fields();
+  const auto& a = f.at("args");
+  plugin::AppendCallShape shape;
+  shape.num_tokens = a.at("num_tokens");
+  shape.batch = a.at("batch");
+  shape.max_blocks = a.at("max_blocks");
+  shape.page_size = a.at("page_size");
+  shape.num_blocks = a.at("num_blocks");
+  shape.max_seq_len = a.at("max_seq_len");
+  shape.cache_format = a.at("cache_format");
+  shape.scale_fmt = a.at("scale_fmt");
+  shape.fp8_recipe = a.at("fp8_recipe");
+  shape.eps = a.at("eps");
+  const auto& regions = f.at("regions");
+  auto region = [&](const char* name) -> const ArenaRegion& {
+    return l.regions.at(regions.at(name).get<std::size_t>());
+  };
+  auto span_of = [&]<class T>(const char* name, T*) {
+    const auto& r = region(name);
+    return std::span<const T>(reinterpret_cast<const T*>(base + r.data), r.bytes / sizeof(T));
+  };
+  plugin::AppendCallBuffers b;
+  b.latent = span_of("latent", static_cast<uint16_t*>(nullptr));
+  b.k_pe = span_of("k_pe", static_cast<uint16_t*>(nullptr));
+  b.kv_norm_weight = span_of("kv_norm_weight", static_cast<uint16_t*>(nullptr));
+  b.inv_freq = span_of("inv_freq", static_cast<double*>(nullptr));
+  b.seq_ids = span_of("seq_ids", static_cast<int32_t*>(nullptr));
+  b.positions = span_of("positions", static_cast<int32_t*>(nullptr));
+  b.block_table = span_of("block_table", static_cast<int32_t*>(nullptr));
+  std::shared_ptr<plugin::Library> lib;
+  try {
+    charge_simulated_context("child append");
+    if (!kernel.plugin) throw Error("appends are a plug-in's entry point: no plug-in given");
+    lib = plugin::Library::open(*kernel.plugin);
+    if (auto why = lib->unavailable()) throw Error(*why);
+  } catch (const std::bad_alloc&) {
+    throw;  // the machine's memory
+  } catch (const std::exception& e) {
+    control->setup_state = kArenaError;
+    bounded_copy(control->setup_message, fmt::format("the child could not call the append: {}", e.what()));
+    return 0;
+  }
+  const auto& caches = f.at("caches");
+  const std::size_t make = std::min<std::size_t>({caches.size(), f.at("make_calls").get<std::size_t>(),
+                                                  static_cast<std::size_t>(kArenaMaxCalls)});
+  for (std::size_t c = 0; c < make; ++c) {
+    const auto& cache = l.regions.at(caches.at(c).get<std::size_t>());
+    b.kv_cache = std::span<uint8_t>(base + cache.data, cache.bytes);
+    ArenaCall& rec = control->calls[c];
+    const auto t0 = Clock::now();
+    try {
+      char err[kArenaMessage] = {};
+      std::vector<std::string> device;
+      rec.rc = plugin::call_append(*lib, shape, b, err, sizeof err, &device);
+      rec.state = kArenaOk;
+      // The device-side audit's first finding, else the plug-in's words.
+      bounded_copy(rec.message, device.empty() ? std::string(err) : "device audit: " + device.front());
+    } catch (const std::bad_alloc&) {
+      throw;
+    } catch (const std::exception& e) {
+      rec.state = kArenaError;
+      bounded_copy(rec.message, fmt::format("the child could not call the append: {}", e.what()));
+    }
+    rec.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    raise(SIGSTOP);
+    if (rec.state != kArenaOk) break;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, bool enforce_caps) {
+  // The layout comes from the parent's plan; the memory from the memfd it handed over.
+  const auto plan = wire::read(plan_file, kAttentionCalls, kAppendCalls);
+  if (plan.kind() == kAppendCalls) return child_append_calls(kernel, plan);
+  const ArenaLayout l = ArenaLayout::from_json(plan.fields().at("layout"));
+  uint8_t* base = map_arena(plan, l);
+  auto* control = reinterpret_cast<ArenaControl*>(base);
   auto span_of = [&](int region) {
     const auto& r = l.regions[static_cast<std::size_t>(region)];
     return std::span<const uint8_t>(base + r.data, r.bytes);
@@ -256,7 +305,7 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
       validate_attention_inputs(inputs[0], callee.lib->info().name);
       if (enforce_caps) {
         if (auto no = check_capabilities(callee.lib->info().caps, inputs[0].shape)) {
-          control->setup_state = 2;
+          control->setup_state = kArenaUnsupported;
           bounded_copy(control->setup_message, *no);
           return 0;
         }
@@ -274,7 +323,7 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
       }
       if (enforce_caps) {
         if (auto no = callee.impl->check(inputs[0].shape)) {
-          control->setup_state = 2;
+          control->setup_state = kArenaUnsupported;
           bounded_copy(control->setup_message, *no);
           return 0;
         }
@@ -283,7 +332,7 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
   } catch (const std::bad_alloc&) {
     throw;  // the machine's memory, as below
   } catch (const std::exception& e) {
-    control->setup_state = 3;
+    control->setup_state = kArenaError;
     bounded_copy(control->setup_message, fmt::format("the child could not load the kernel: {}", e.what()));
     return 0;
   }
@@ -304,10 +353,10 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
         rec.rc = plugin::call_decode(*callee.lib, in, base + out.data, out.bytes, base + lse.data, lse.bytes, err,
                                      sizeof err, &device);
         if (rec.rc == MLA_PLUGIN_OK) {
-          rec.state = 1;
+          rec.state = kArenaOk;
           bounded_copy(rec.message, device.empty() ? std::string() : device.front());
         } else {
-          rec.state = rec.rc == MLA_PLUGIN_UNSUPPORTED ? 2 : 3;
+          rec.state = rec.rc == MLA_PLUGIN_UNSUPPORTED ? kArenaUnsupported : kArenaError;
           bounded_copy(rec.message, err);
         }
       } else {
@@ -322,10 +371,10 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
         }
         std::memcpy(base + out.data, res.out.data(), out.bytes);
         std::memcpy(base + lse.data, res.lse.data(), lse.bytes);
-        rec.state = 1;
+        rec.state = kArenaOk;
       }
     } catch (const UnsupportedError& e) {
-      rec.state = 2;
+      rec.state = kArenaUnsupported;
       bounded_copy(rec.message, e.what());
     } catch (const std::bad_alloc&) {
       // Only this process's own C++ allocates with new here (a C plug-in reports its failures
@@ -334,56 +383,14 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
       // an ERROR of a registered kernel.
       throw;
     } catch (const std::exception& e) {
-      rec.state = 3;
+      rec.state = kArenaError;
       bounded_copy(rec.message, fmt::format("exception: {}", e.what()));
     }
     rec.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     // Stop so the parent can take this call's outputs before anything else runs in here.
     if (call.stop) raise(SIGSTOP);
-    if (rec.state != 1) break;
+    if (rec.state != kArenaOk) break;
   }
-  return 0;
-}
-
-int child_append(const std::filesystem::path& plugin_path, const std::filesystem::path& inputs,
-                 const std::filesystem::path& result, int repeats) {
-  AppendRun r;
-  try {
-    charge_simulated_context("child append");
-    const auto in = decode_append_inputs(wire::read(inputs, kAppendInputs));
-    const auto lib = plugin::Library::open(plugin_path);
-    if (auto why = lib->unavailable()) throw Error(*why);
-    double best = std::numeric_limits<double>::infinity();
-    for (int rep = 0; rep < std::max(2, repeats); ++rep) {
-      const auto t0 = Clock::now();
-      auto call = plugin::call_append(*lib, in);
-      best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-      for (auto& v : call.violations) {
-        if (std::find(r.reasons.begin(), r.reasons.end(), v) == r.reasons.end()) r.reasons.push_back(std::move(v));
-      }
-      if (rep == 0) {
-        r.rc = call.rc;
-        r.message = call.message;
-        r.kv_cache = std::move(call.kv_cache);
-        continue;
-      }
-      // A call must not depend on what an earlier one did (docs/field.md, "Bugs", 12).
-      if (call.rc != r.rc) {
-        r.reasons.push_back(fmt::format("append returned {} on call 1 and {} on call {}", plugin::describe_rc(r.rc),
-                                        plugin::describe_rc(call.rc), rep + 1));
-      } else if (call.kv_cache != r.kv_cache) {
-        std::size_t first = 0;
-        while (first < r.kv_cache.size() && first < call.kv_cache.size() && r.kv_cache[first] == call.kv_cache[first]) ++first;
-        r.reasons.push_back(fmt::format("the cache differs between repeated calls (call 1 vs {}), first at byte {}", rep + 1, first));
-      }
-    }
-    r.ran = true;
-    r.run_seconds = best;
-  } catch (const std::exception& e) {
-    r = AppendRun{};
-    r.message = fmt::format("the child could not call the append: {}", e.what());
-  }
-  wire::write(result, encode(r));
   return 0;
 }
 

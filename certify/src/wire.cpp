@@ -58,7 +58,9 @@ void write(const std::filesystem::path& file, const Message& m) {
   reports::write_file_atomically(file, text);
 }
 
-Message read(const std::filesystem::path& file, std::string_view kind) {
+Message read(const std::filesystem::path& file, std::string_view kind) { return read(file, kind, kind); }
+
+Message read(const std::filesystem::path& file, std::string_view kind, std::string_view or_kind) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw Error(fmt::format("cannot read {}", file.string()));
   std::string line;
@@ -75,7 +77,10 @@ Message read(const std::filesystem::path& file, std::string_view kind) {
       throw Error(fmt::format("{} is not a {} file of version {}", file.string(), kFormat, kVersion));
     }
     m.kind_ = h.at("kind").get<std::string>();
-    if (m.kind_ != kind) throw Error(fmt::format("{} holds a '{}' message, expected '{}'", file.string(), m.kind_, kind));
+    if (m.kind_ != kind && m.kind_ != or_kind) {
+      throw Error(fmt::format("{} holds a '{}' message, expected '{}'{}", file.string(), m.kind_, kind,
+                              kind == or_kind ? "" : fmt::format(" or '{}'", or_kind)));
+    }
     m.fields_ = h.at("fields");
     for (const auto& a : h.at("arrays")) {
       Message::Array arr;

@@ -18,9 +18,9 @@ void check(cudaError_t e, const char* what) {
 
 std::string digest(std::span<const uint8_t> v) { return sha256_hex(v); }
 
-// Guard regions as large as the host's canaries: device memory has no inaccessible pages, so
-// only the canaries can show a write past a buffer.
-constexpr std::size_t kGuard = GuardedBuffer::kCanaryBytes;
+// Guard regions of 64 KiB: device memory has no inaccessible pages, so only the canaries can
+// show a write past a buffer, and they must reach as far as a stray row or block could.
+constexpr std::size_t kGuard = 64 * 1024;
 
 }  // namespace
 
@@ -62,7 +62,7 @@ DeviceCall::DeviceCall() : impl_(std::make_unique<Impl>()) {
   check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   impl_->front.resize(kGuard);
   impl_->back.resize(kGuard);
-  // The front canary runs backwards from the data, as in GuardedBuffer: offset i is i bytes away.
+  // The front canary runs backwards from the data: offset i is i bytes away, as in the back one.
   for (std::size_t i = 0; i < kGuard; ++i) {
     impl_->front[kGuard - 1 - i] = canary_byte(i);
     impl_->back[i] = canary_byte(i);

@@ -1,7 +1,6 @@
 #include "mla/plugin/host.hpp"
 
 #include <dlfcn.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,8 +11,6 @@
 #include <fmt/format.h>
 
 #include "device_call.hpp"
-#include "mla/core/numeric.hpp"
-#include "mla/core/sha256.hpp"
 
 namespace mla::plugin {
 namespace {
@@ -300,8 +297,6 @@ Library::Claim Library::can_implement(const AttnShape& shape, std::optional<Scal
   return c;
 }
 
-// ---- GuardedBuffer --------------------------------------------------------------------------
-
 uint8_t canary_byte(std::size_t i) {
   // A byte of a 64-bit mix of the offset: no period a plug-in's write pattern could share.
   uint64_t z = i + 0x9E3779B97F4A7C15ull;
@@ -310,65 +305,7 @@ uint8_t canary_byte(std::size_t i) {
   return static_cast<uint8_t>(z ^ (z >> 31));
 }
 
-GuardedBuffer::GuardedBuffer(std::size_t bytes) : size_(bytes) {
-  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-  auto round_up = [&](std::size_t n) { return (n + page - 1) / page * page; };
-  const std::size_t body = round_up(kCanaryBytes + bytes + kCanaryBytes);
-  mapped_ = page + body + page;
-  void* m = mmap(nullptr, mapped_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) throw Error(fmt::format("cannot map a guarded buffer of {} bytes", mapped_));
-  base_ = static_cast<uint8_t*>(m);
-  if (mprotect(base_ + page, body, PROT_READ | PROT_WRITE) != 0) {
-    munmap(base_, mapped_);
-    throw Error("cannot make a guarded buffer writable");
-  }
-  front_ = base_ + page;
-  front_len_ = kCanaryBytes;
-  data_ = front_ + front_len_;
-  back_ = data_ + bytes;
-  back_len_ = body - kCanaryBytes - bytes;  // to the inaccessible page: at least kCanaryBytes
-  // The front canary is indexed backwards from the data, the back one forwards, so offset i
-  // means "i bytes away from the data" on both sides.
-  for (std::size_t i = 0; i < front_len_; ++i) data_[-1 - static_cast<std::ptrdiff_t>(i)] = canary_byte(i);
-  for (std::size_t i = 0; i < back_len_; ++i) back_[i] = canary_byte(i);
-}
-
-GuardedBuffer::~GuardedBuffer() {
-  if (base_) munmap(base_, mapped_);
-}
-
-GuardedBuffer::Overrun GuardedBuffer::check() const {
-  Overrun o;
-  for (std::size_t i = front_len_; i-- > 0;) {
-    if (data_[-1 - static_cast<std::ptrdiff_t>(i)] != canary_byte(i)) {
-      o.before = i + 1;
-      break;
-    }
-  }
-  for (std::size_t i = back_len_; i-- > 0;) {
-    if (back_[i] != canary_byte(i)) {
-      o.after = i + 1;
-      break;
-    }
-  }
-  return o;
-}
-
-// ---- the plug-in as an AttentionImpl --------------------------------------------------------
-
-namespace {
-
-// Bit patterns written into every output element before a call: quiet NaNs with a payload, so
-// an element the plug-in never wrote is a NaN the tolerance engine reports by position.
-constexpr uint32_t kF32Unwritten = 0x7FC0DEADu;
-constexpr uint16_t kBf16Unwritten = 0x7FC1u;
-
-template <class T>
-std::string digest(const std::vector<T>& v) {
-  return sha256_hex({reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T)});
-}
-
-}  // namespace
+// ---- calls on the caller's buffers --------------------------------------------------------
 
 int32_t call_decode(const Library& lib, const AttnInputs& in, void* out, std::size_t out_bytes, void* lse,
                     std::size_t lse_bytes, char* error, std::size_t error_size, std::vector<std::string>* device_findings) {
@@ -418,170 +355,9 @@ int32_t call_decode(const Library& lib, const AttnInputs& in, void* out, std::si
   return rc;
 }
 
-namespace {
-
-class PreparedPlugin final : public PreparedAttention, public AuditedCall {
- public:
-  PreparedPlugin(std::shared_ptr<Library> lib, const AttnInputs& in)
-      : lib_(std::move(lib)),
-        shape_(in.shape),
-        scale_(in.softmax_scale),
-        q_(in.q.begin(), in.q.end()),
-        kv_(in.kv_cache.begin(), in.kv_cache.end()),
-        bt_(in.block_table.begin(), in.block_table.end()),
-        sl_(in.cache_seqlens.begin(), in.cache_seqlens.end()),
-        idx_(in.indices.begin(), in.indices.end()) {
-    // The plug-in gets what every implementation gets: inputs the contract calls well formed.
-    validate_attention_inputs(in, lib_->info().name);
-    const auto& s = shape_;
-    n_out_ = static_cast<std::size_t>(s.batch) * s.s_q * s.heads * s.d_v;
-    n_lse_ = static_cast<std::size_t>(s.batch) * s.heads * s.s_q;
-    digests_ = current_digests();
-  }
-
-  void run() override {
-    ++calls_;
-    const bool bf16 = lib_->info().out_dtype == OutDType::bf16;
-    const std::size_t out_value = bf16 ? 2 : 4;
-    // Fresh buffers every call: nothing the previous call wrote can stand in for this one.
-    GuardedBuffer out(n_out_ * out_value), lse(n_lse_ * sizeof(float));
-    for (std::size_t i = 0; i < n_out_; ++i) {
-      if (bf16) std::memcpy(out.data() + 2 * i, &kBf16Unwritten, 2);
-      else std::memcpy(out.data() + 4 * i, &kF32Unwritten, 4);
-    }
-    for (std::size_t i = 0; i < n_lse_; ++i) std::memcpy(lse.data() + 4 * i, &kF32Unwritten, 4);
-
-    char err[1024] = {};
-    std::vector<std::string> device_findings;
-    const int32_t rc = call_decode(*lib_, view(), out.data(), out.size(), lse.data(), lse.size(), err, sizeof err,
-                                   &device_findings);
-    for (auto& v : device_findings) note(std::move(v));
-
-    // Audit before interpreting anything: a failed call that wrote out of bounds is still a
-    // write out of bounds.
-    note_overrun(out.check(), "out");
-    note_overrun(lse.check(), "lse");
-    const auto now = current_digests();
-    static const char* const names[] = {"q", "kv_cache", "block_table", "cache_seqlens", "indices"};
-    for (std::size_t i = 0; i < now.size(); ++i) {
-      if (now[i] != digests_[i]) {
-        note(fmt::format("input {} changed by call {} (sha256 {}... became {}...)", names[i], calls_,
-                         digests_[i].substr(0, 12), now[i].substr(0, 12)));
-        digests_[i] = now[i];  // report each later change against the state it started from
-      }
-    }
-    if (rc == MLA_PLUGIN_UNSUPPORTED) throw UnsupportedError(fmt::format("plug-in refused the shape: {}", err));
-    if (rc != MLA_PLUGIN_OK) throw Error(fmt::format("plug-in decode returned {}: {}", rc, err));
-
-    out_.assign(n_out_, 0.0);
-    for (std::size_t i = 0; i < n_out_; ++i) {
-      if (bf16) {
-        uint16_t b;
-        std::memcpy(&b, out.data() + 2 * i, 2);
-        out_[i] = static_cast<double>(bf16_to_float(b));
-      } else {
-        float f;
-        std::memcpy(&f, out.data() + 4 * i, 4);
-        out_[i] = static_cast<double>(f);
-      }
-    }
-    lse_.assign(n_lse_, 0.0);
-    for (std::size_t i = 0; i < n_lse_; ++i) {
-      float f;
-      std::memcpy(&f, lse.data() + 4 * i, 4);
-      lse_[i] = static_cast<double>(f);
-    }
-    ran_ = true;
-  }
-
-  AttnOutputs results() override {
-    if (!ran_) throw Error("plug-in results() before a successful run()");
-    AttnOutputs o;
-    o.dtype = lib_->info().out_dtype;
-    o.out = out_;
-    o.lse = lse_;
-    return o;
-  }
-
-  const std::vector<std::string>& violations() const override { return violations_; }
-
- private:
-  AttnInputs view() const {
-    AttnInputs in;
-    in.shape = shape_;
-    in.softmax_scale = scale_;
-    in.q = q_;
-    in.kv_cache = kv_;
-    in.block_table = bt_;
-    in.cache_seqlens = sl_;
-    in.indices = idx_;
-    return in;
-  }
-  std::vector<std::string> current_digests() const {
-    return {digest(q_), digest(kv_), digest(bt_), digest(sl_), digest(idx_)};
-  }
-  void note(std::string v) {
-    if (std::find(violations_.begin(), violations_.end(), v) == violations_.end()) violations_.push_back(std::move(v));
-  }
-  void note_overrun(const GuardedBuffer::Overrun& o, const char* what) {
-    if (o.after) note(fmt::format("wrote {} bytes past {}", o.after, what));
-    if (o.before) note(fmt::format("wrote {} bytes before {}", o.before, what));
-  }
-
-  std::shared_ptr<Library> lib_;
-  AttnShape shape_;
-  double scale_;
-  std::vector<uint16_t> q_;
-  std::vector<uint8_t> kv_;
-  std::vector<int32_t> bt_, sl_, idx_;
-  std::size_t n_out_ = 0, n_lse_ = 0;
-  std::vector<std::string> digests_;
-  std::vector<std::string> violations_;
-  std::vector<double> out_, lse_;
-  int calls_ = 0;
-  bool ran_ = false;
-};
-
-class PluginKernel final : public AttentionImpl {
- public:
-  PluginKernel(std::shared_ptr<Library> lib, bool enforce_caps) : lib_(std::move(lib)), enforce_(enforce_caps) {}
-  const KernelInfo& info() const override { return lib_->info(); }
-  std::optional<std::string> unavailable() const override { return lib_->unavailable(); }
-  std::unique_ptr<PreparedAttention> prepare(const AttnInputs& in) const override {
-    if (enforce_) {
-      if (auto why = check(in.shape)) throw UnsupportedError(fmt::format("{}: {}", info().name, *why));
-    }
-    return std::make_unique<PreparedPlugin>(lib_, in);
-  }
-
- private:
-  std::shared_ptr<Library> lib_;
-  bool enforce_;
-};
-
-}  // namespace
-
-AppendCallResult call_append(const Library& lib, const AppendCallInputs& in) {
+int32_t call_append(const Library& lib, const AppendCallShape& in, const AppendCallBuffers& b, char* error,
+                    std::size_t error_size, std::vector<std::string>* device_findings) {
   if (!lib.append()) throw PluginError(fmt::format("plug-in {} has no append entry point", lib.info().name));
-  // Private copies: the plug-in gets these, and the caller's vectors stay what it passed.
-  const auto latent = in.latent;
-  const auto k_pe = in.k_pe;
-  const auto weight = in.kv_norm_weight;
-  const auto inv_freq = in.inv_freq;
-  const auto seq_ids = in.seq_ids;
-  const auto positions = in.positions;
-  const auto block_table = in.block_table;
-  auto all_digests = [&] {
-    return std::vector<std::string>{digest(latent), digest(k_pe), digest(weight), digest(inv_freq),
-                                    digest(seq_ids), digest(positions), digest(block_table)};
-  };
-  static const char* const names[] = {"latent", "k_pe", "kv_norm_weight", "inv_freq", "seq_ids", "positions", "block_table"};
-  const auto before = all_digests();
-
-  AppendCallResult r;
-  GuardedBuffer cache(in.kv_cache.size());
-  if (!in.kv_cache.empty()) std::memcpy(cache.data(), in.kv_cache.data(), in.kv_cache.size());
-
   mla_plugin_append_args a{};
   a.struct_size = sizeof a;
   a.num_tokens = in.num_tokens;
@@ -593,61 +369,46 @@ AppendCallResult call_append(const Library& lib, const AppendCallInputs& in) {
   a.cache_format = in.cache_format;
   a.scale_fmt = in.scale_fmt;
   a.eps = in.eps;
-  a.latent = latent.data();
-  a.k_pe = k_pe.data();
-  a.kv_norm_weight = weight.data();
-  a.inv_freq = inv_freq.data();
-  a.seq_ids = seq_ids.data();
-  a.positions = positions.data();
-  a.block_table = block_table.data();
-  a.kv_cache = cache.data();
-  a.stream = nullptr;
+  a.latent = b.latent.data();
+  a.k_pe = b.k_pe.data();
+  a.kv_norm_weight = b.kv_norm_weight.data();
+  a.inv_freq = b.inv_freq.data();
+  a.seq_ids = b.seq_ids.data();
+  a.positions = b.positions.data();
+  a.block_table = b.block_table.data();
+  a.kv_cache = b.kv_cache.data();
+  a.stream = nullptr;  // host memory: the plug-in finishes before it returns
   a.fp8_recipe = in.cache_format == MLA_PLUGIN_CACHE_FP8 ? in.fp8_recipe : 0;
-
+  // Device-memory plug-ins get device copies of everything, and the cache comes back into the
+  // caller's buffer afterwards, so whoever audits it audits host memory.
   std::unique_ptr<detail::DeviceCall> dev;
   if (lib.device_memory()) {
     using Role = detail::DeviceCall::Role;
     dev = std::make_unique<detail::DeviceCall>();
-    auto add = [&](const char* name, const auto& v) {
-      return dev->add(name, {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(v[0])}, Role::input);
+    auto add = [&](const char* name, auto v) {
+      return dev->add(name, {reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()}, Role::input);
     };
-    a.latent = static_cast<const uint16_t*>(add(names[0], latent));
-    a.k_pe = static_cast<const uint16_t*>(add(names[1], k_pe));
-    a.kv_norm_weight = static_cast<const uint16_t*>(add(names[2], weight));
-    a.inv_freq = static_cast<const double*>(add(names[3], inv_freq));
-    a.seq_ids = static_cast<const int32_t*>(add(names[4], seq_ids));
-    a.positions = static_cast<const int32_t*>(add(names[5], positions));
-    a.block_table = static_cast<const int32_t*>(add(names[6], block_table));
-    a.kv_cache = static_cast<uint8_t*>(dev->add("kv_cache", {cache.data(), cache.size()}, Role::inout));
+    a.latent = static_cast<const uint16_t*>(add("latent", b.latent));
+    a.k_pe = static_cast<const uint16_t*>(add("k_pe", b.k_pe));
+    a.kv_norm_weight = static_cast<const uint16_t*>(add("kv_norm_weight", b.kv_norm_weight));
+    a.inv_freq = static_cast<const double*>(add("inv_freq", b.inv_freq));
+    a.seq_ids = static_cast<const int32_t*>(add("seq_ids", b.seq_ids));
+    a.positions = static_cast<const int32_t*>(add("positions", b.positions));
+    a.block_table = static_cast<const int32_t*>(add("block_table", b.block_table));
+    a.kv_cache = static_cast<uint8_t*>(dev->add("kv_cache", {b.kv_cache.data(), b.kv_cache.size()}, Role::inout));
     a.stream = dev->stream();
   }
-
-  char err[1024] = {};
-  r.rc = lib.append()(&a, err, sizeof err);
-  err[sizeof err - 1] = '\0';
-  r.message = err;
+  if (error_size > 0) error[0] = '\0';
+  const int32_t rc = lib.append()(&a, error, error_size);
+  if (error_size > 0) error[error_size - 1] = '\0';
   if (dev) {
-    r.violations = dev->finish();
-    r.kv_cache = dev->result(7);
-  } else {
-    r.kv_cache.assign(cache.data(), cache.data() + cache.size());
-  }
-  const auto o = cache.check();
-  if (o.after) r.violations.push_back(fmt::format("wrote {} bytes past kv_cache", o.after));
-  if (o.before) r.violations.push_back(fmt::format("wrote {} bytes before kv_cache", o.before));
-  const auto now = all_digests();
-  for (std::size_t i = 0; i < now.size(); ++i) {
-    if (now[i] != before[i]) {
-      r.violations.push_back(fmt::format("input {} changed by the append (sha256 {}... became {}...)", names[i],
-                                         before[i].substr(0, 12), now[i].substr(0, 12)));
+    auto findings = dev->finish();
+    if (device_findings) {
+      for (auto& f : findings) device_findings->push_back(std::move(f));
     }
+    if (!b.kv_cache.empty()) std::memcpy(b.kv_cache.data(), dev->result(7).data(), b.kv_cache.size());
   }
-  return r;
-}
-
-std::unique_ptr<AttentionImpl> make_plugin_kernel(std::shared_ptr<Library> library, bool enforce_caps) {
-  if (!library) throw Error("make_plugin_kernel: null library");
-  return std::make_unique<PluginKernel>(std::move(library), enforce_caps);
+  return rc;
 }
 
 }  // namespace mla::plugin

@@ -251,16 +251,7 @@ int main(int argc, char** argv) {
   auto* child = app.add_subcommand("__child", "")->group("");
   child->require_subcommand(1);
   std::string c_inputs, c_result, c_kernel, c_plugin, c_extra;
-  int c_repeats = 2;
   bool c_unclaimed = false;
-  auto* c_run = child->add_subcommand("run", "");
-  c_run->add_option("--inputs", c_inputs)->required();
-  c_run->add_option("--result", c_result)->required();
-  c_run->add_option("--kernel", c_kernel);
-  c_run->add_option("--plugin", c_plugin);
-  c_run->add_option("--extra", c_extra);
-  c_run->add_option("--repeats", c_repeats);
-  c_run->add_flag("--unclaimed", c_unclaimed);
   std::string c_plan;
   auto* c_call = child->add_subcommand("call", "");
   c_call->add_option("--plan", c_plan)->required();
@@ -268,11 +259,6 @@ int main(int argc, char** argv) {
   c_call->add_option("--plugin", c_plugin);
   c_call->add_option("--extra", c_extra);
   c_call->add_flag("--unclaimed", c_unclaimed);
-  auto* c_append = child->add_subcommand("append", "");
-  c_append->add_option("--plugin", c_plugin)->required();
-  c_append->add_option("--inputs", c_inputs)->required();
-  c_append->add_option("--result", c_result)->required();
-  c_append->add_option("--repeats", c_repeats);
   auto* c_describe = child->add_subcommand("describe", "");
   c_describe->add_option("--plugin", c_plugin)->required();
   c_describe->add_option("--result", c_result)->required();
@@ -295,17 +281,6 @@ int main(int argc, char** argv) {
   }
 
   // ---- dispatch ----
-  if (*c_run) {
-    cert::KernelRef k;
-    if (!c_kernel.empty()) k.builtin = c_kernel;
-    if (!c_extra.empty()) k.fault = c_extra;
-    if (!c_plugin.empty()) k.plugin = fs::path(c_plugin);
-    try {
-      return cert::child_run(k, c_inputs, c_result, c_repeats, !c_unclaimed);
-    } catch (const std::exception& e) {
-      return report_error("__child run", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
-    }
-  }
   if (*c_call) {
     cert::KernelRef k;
     if (!c_kernel.empty()) k.builtin = c_kernel;
@@ -315,13 +290,6 @@ int main(int argc, char** argv) {
       return cert::child_call(k, c_plan, !c_unclaimed);
     } catch (const std::exception& e) {
       return report_error("__child call", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
-    }
-  }
-  if (*c_append) {
-    try {
-      return cert::child_append(c_plugin, c_inputs, c_result, c_repeats);
-    } catch (const std::exception& e) {
-      return report_error("__child append", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
     }
   }
   if (*c_golden) {

@@ -37,6 +37,18 @@
 
 namespace mla::certify {
 
+// One append case's outcome, as the parent read it from the shared buffers of the child's calls
+// (append_arena.cpp).
+struct AppendRun {
+  bool ran = false;      // false: the calls could not be made or did not all return (message says why)
+  std::string message;   // !ran: why; ran: the plug-in's error text
+  int32_t rc = -1;
+  std::vector<uint8_t> kv_cache;     // the first call's cache
+  std::vector<std::string> reasons;  // the audit's findings and differences between repeated calls
+  double run_seconds = 0;
+  bool host_caused = false;  // the failure was the machine's (host_error.hpp)
+};
+
 struct AppendCase {
   std::string name, description;
   plugin::AppendCallInputs in;
@@ -71,7 +83,7 @@ std::vector<AppendCase> make_fresh_append_cases(uint64_t seed, uint32_t formats,
 std::string append_variant_name(CacheFormat format, ScaleFmt scale_fmt, Fp8Recipe recipe);
 
 // Fills r.verdict, r.reasons, r.run_seconds and the latent (r.out) / k_pe (r.lse) comparisons
-// from a child's outcome: judge_append, plus the audit's findings for a call that was judged.
+// from an append case's outcome: judge_append, plus the audit's findings for a call that was judged.
 void judge_append_run(const AppendCase& c, const AppendRun& run, reports::CaseResult& r);
 
 }  // namespace mla::certify

@@ -1,6 +1,7 @@
-// The child side of process isolation: `mla __child run | append | describe | claims` builds the
-// implementation it was named, calls it on the case it was handed and writes back what happened
-// (protocol.hpp). It never judges: verdicts are the parent's. The parent calls execute()
+// The child side of process isolation: `mla __child call | describe | claims` builds the
+// implementation it was named; `call` calls it on the buffers its parent laid out in shared
+// memory, `describe` and `claims` write back what the plug-in said (protocol.hpp). It never
+// judges: verdicts are the parent's. The parent calls execute()
 // directly for --in-process runs of registered kernels.
 #pragma once
 
@@ -51,20 +52,13 @@ inline constexpr double kSimulatedContextMax = 60;
 std::optional<double> simulated_context_seconds();
 void charge_simulated_context(const char* what);
 
-// `mla __child run`: exit 0 after writing the result (whatever the kernel did, short of killing
-// the process); non-zero only when the child itself could not work.
-int child_run(const KernelRef& kernel, const std::filesystem::path& inputs, const std::filesystem::path& result,
-              int repeats, bool enforce_caps);
-// `mla __child append`: calls the plug-in's append `repeats` (>= 2) times, each on a fresh copy
-// of the cache, and writes the first call's outcome plus any difference between the calls.
 // The child side of one (kernel, case): maps the parent's shared buffers (memfd inherited on
 // the descriptor the `plan` message names, with the layout), makes the guard pages inaccessible, and makes
 // the planned calls, stopping itself (SIGSTOP) after each call of the case so the parent can
 // audit it. It writes only the outputs and the bounded control block; every verdict is the
-// parent's.
+// parent's. A plan of kind kAppendCalls makes the plug-in's append calls instead, each on its
+// own copy of the cache the parent laid out (append_arena.cpp).
 int child_call(const KernelRef& kernel, const std::filesystem::path& plan, bool enforce_caps);
-int child_append(const std::filesystem::path& plugin, const std::filesystem::path& inputs,
-                 const std::filesystem::path& result, int repeats);
 // `mla __child describe`: loads the plug-in and writes its validated descriptor.
 int child_describe(const std::filesystem::path& plugin, const std::filesystem::path& result);
 // `mla __child claims`: asks the plug-in's can_implement (ABI 1.2) about every shape of the query

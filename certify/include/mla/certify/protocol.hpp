@@ -1,7 +1,7 @@
 // What the certifier and its child processes say to each other, as messages of the one wire
-// format (wire.hpp): the case a child runs and what it returns, a plug-in's description, an
-// append call and its outcome. The child only runs code; every verdict is decided in the parent
-// from what these messages carry.
+// format (wire.hpp): the plan of a case's calls on the shared buffers (arena.hpp), a plug-in's
+// description, the shapes its can_implement is asked about and its answers. The child only runs
+// code; every verdict is decided in the parent, from the raw shared buffers for a kernel's calls.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,8 @@
 
 namespace mla::certify {
 
-// One kernel's runs of one case, as the child reports them.
+// One kernel's runs of one case, as the parent read them from the shared buffers (or an
+// in-process run returned them).
 struct RunResult {
   enum class Status { ran, unsupported, error };
   Status status = Status::error;
@@ -39,37 +40,12 @@ struct RunResult {
   std::vector<std::vector<std::string>> between_unwritten;
 };
 
-// One append call's outcome, as the child reports it.
-struct AppendRun {
-  bool ran = false;      // false: the child could not call the plug-in (message says why)
-  std::string message;   // !ran: why; ran: the plug-in's error text
-  int32_t rc = -1;
-  std::vector<uint8_t> kv_cache;
-  std::vector<std::string> reasons;  // audit violations and differences between repeated calls
-  double run_seconds = 0;
-  bool host_caused = false;  // set by the parent, never read from a child (host_error.hpp)
-};
-
 // The message kinds.
-inline constexpr const char* kAttentionInputs = "attention-inputs";
-inline constexpr const char* kAttentionResult = "attention-result";
 inline constexpr const char* kAttentionCalls = "attention-calls";  // the layout of a shared-memory case
-inline constexpr const char* kAppendInputs = "append-inputs";
-inline constexpr const char* kAppendResult = "append-result";
+inline constexpr const char* kAppendCalls = "append-calls";        // the layout of a shared-memory append
 inline constexpr const char* kPluginDescription = "plugin-description";
 inline constexpr const char* kClaimQuery = "claim-query";
 inline constexpr const char* kClaimAnswers = "claim-answers";
-
-// Messages refer to the arrays of what they encode: it must outlive wire::write.
-wire::Message encode(const AttnInputs& in);
-wire::Message encode(const RunResult& r);
-wire::Message encode(const plugin::AppendCallInputs& in);
-wire::Message encode(const AppendRun& r);
-// Throws mla::Error naming the field that is missing or malformed.
-AttnBuffers decode_attention_inputs(const wire::Message& m);
-RunResult decode_run_result(const wire::Message& m);
-plugin::AppendCallInputs decode_append_inputs(const wire::Message& m);
-AppendRun decode_append_run(const wire::Message& m);
 
 // A plug-in's descriptor as the certifier records it: what the host validated and read from the
 // library, in the certificate's words.

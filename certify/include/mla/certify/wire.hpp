@@ -81,7 +81,7 @@ class Message {
   const Array& array(const std::string& name, const char* dtype) const;
 
   friend void write(const std::filesystem::path& file, const Message& m);
-  friend Message read(const std::filesystem::path& file, std::string_view kind);
+  friend Message read(const std::filesystem::path& file, std::string_view kind, std::string_view or_kind);
 
   std::string kind_;
   nlohmann::json fields_ = nlohmann::json::object();
@@ -94,5 +94,7 @@ class Message {
 void write(const std::filesystem::path& file, const Message& m);
 // Throws mla::Error naming the file and what is wrong, also when its kind is not `kind`.
 Message read(const std::filesystem::path& file, std::string_view kind);
+// The same, for a file that may hold either of two kinds (kind() says which).
+Message read(const std::filesystem::path& file, std::string_view kind, std::string_view or_kind);
 
 }  // namespace mla::certify::wire

@@ -1,11 +1,12 @@
 // The host side of the plug-in C ABI (mla/plugin/mla_plugin.h): loading a shared library,
-// validating its descriptor, and calling its decode entry point under guard.
+// validating its descriptor, and calling its decode and append entry points on buffers the
+// caller owns.
 //
-// Every call goes through audited buffers: inputs are private copies checksummed (sha256)
-// before and after each call, outputs are fresh, NaN-filled, and surrounded by canary bytes and
-// inaccessible pages, so a plug-in that writes its inputs, leaves an output element unwritten
-// or writes outside its output is caught and named. These checks find the bug; the separate
-// process the certifier runs the plug-in in (suites/certify) contains the damage.
+// The audit is not here: the certifier's parent process lays out every buffer a call reads and
+// writes in shared memory between guard regions, its child calls the plug-in on them through
+// this host, and the parent checks the raw bytes (certify/src/arena.hpp). A device-memory
+// plug-in gets device copies with guard regions of their own (device_call.hpp), whose findings
+// the host hands back.
 #pragma once
 
 #include <cstdint>
@@ -92,32 +93,40 @@ class Library {
   mla_plugin_can_implement_fn can_implement_ = nullptr;
 };
 
-// One append call's inputs (owned), in the C ABI's terms.
-struct AppendCallInputs {
+// One append call's scalars, in the C ABI's terms.
+struct AppendCallShape {
   int32_t num_tokens = 0, batch = 0, max_blocks = 0, page_size = 0, num_blocks = 0;
   int64_t max_seq_len = 0;
   uint32_t cache_format = MLA_PLUGIN_CACHE_BF16;
   uint32_t scale_fmt = 0;
   uint32_t fp8_recipe = MLA_PLUGIN_RECIPE_DEEPSEEK_V32;  // MLA_PLUGIN_RECIPE_*: the one to write (fp8)
   double eps = 1e-6;
+};
+
+// One append call's inputs (owned), in the C ABI's terms.
+struct AppendCallInputs : AppendCallShape {
   std::vector<uint16_t> latent, k_pe, kv_norm_weight;
   std::vector<double> inv_freq;
   std::vector<int32_t> seq_ids, positions, block_table;
   std::vector<uint8_t> kv_cache;  // the cache before the call
 };
 
-struct AppendCallResult {
-  int32_t rc = MLA_PLUGIN_ERROR;
-  std::string message;             // the plug-in's error text
-  std::vector<uint8_t> kv_cache;   // the cache after the call
-  std::vector<std::string> violations;  // audit findings, worded as for decode
+// One append call's arrays, in memory the caller owns and audits.
+struct AppendCallBuffers {
+  std::span<const uint16_t> latent, k_pe, kv_norm_weight;
+  std::span<const double> inv_freq;
+  std::span<const int32_t> seq_ids, positions, block_table;
+  std::span<uint8_t> kv_cache;  // written in place
 };
 
-// Calls the plug-in's append under the same audit as decode: private copies of the inputs
-// checksummed before and after, the cache inside canaries (host memory) or guard regions (device
-// memory, with a non-default stream). Throws PluginError when the plug-in has no append, and
-// mla::Error when the host cannot make the call (e.g. a CUDA failure).
-AppendCallResult call_append(const Library& lib, const AppendCallInputs& in);
+// One append call on buffers the caller owns and audits (the certifier's child passes the
+// memory its parent created and checks): no copies, no audit here. A device-memory plug-in gets
+// device copies and the cache is copied back into `b.kv_cache`; what the device-side guard
+// checks found goes to `device_findings`. Returns the plug-in's code; its message is in `error`
+// (always NUL-terminated). Throws PluginError when the plug-in has no append, mla::Error when the
+// host cannot make the call (a CUDA failure).
+int32_t call_append(const Library& lib, const AppendCallShape& shape, const AppendCallBuffers& b, char* error,
+                    std::size_t error_size, std::vector<std::string>* device_findings);
 
 // One decode call on buffers the caller owns and audits (the certifier's child passes the
 // memory its parent created and checks): no copies, no audit here. A device-memory plug-in gets
@@ -128,53 +137,8 @@ int32_t call_decode(const Library& lib, const AttnInputs& in, void* out, std::si
                     std::size_t lse_bytes, char* error, std::size_t error_size,
                     std::vector<std::string>* device_findings);
 
-// Calls that the host audited and found at fault, for the certifier to report as FAIL reasons.
-class AuditedCall {
- public:
-  virtual ~AuditedCall() = default;
-  // Each distinct violation once: "wrote 2048 bytes past out", "input q changed by call 1 ...".
-  virtual const std::vector<std::string>& violations() const = 0;
-};
-
-// A plug-in as an AttentionImpl. `enforce_caps` false lets the certifier run a shape the
-// plug-in does not claim, to note (for information) whether it would have handled it.
-std::unique_ptr<AttentionImpl> make_plugin_kernel(std::shared_ptr<Library> library, bool enforce_caps = true);
-
-// An output buffer with canaries: [inaccessible page | canary | data | canary | inaccessible page].
-// A write a little past the data changes canary bytes (found by check()); one far past it hits
-// an inaccessible page and faults at once instead of corrupting the process.
-class GuardedBuffer {
- public:
-  static constexpr std::size_t kCanaryBytes = 64 * 1024;
-  explicit GuardedBuffer(std::size_t bytes);
-  ~GuardedBuffer();
-  GuardedBuffer(const GuardedBuffer&) = delete;
-  GuardedBuffer& operator=(const GuardedBuffer&) = delete;
-
-  uint8_t* data() { return data_; }
-  const uint8_t* data() const { return data_; }
-  std::size_t size() const { return size_; }
-
-  // How far outside the data a write reached: the number of bytes from the data's edge to the
-  // farthest changed canary byte, on each side (0: untouched).
-  struct Overrun {
-    std::size_t before = 0, after = 0;
-  };
-  Overrun check() const;
-
- private:
-  uint8_t* base_ = nullptr;  // the mapping
-  std::size_t mapped_ = 0;
-  uint8_t* data_ = nullptr;
-  std::size_t size_ = 0;
-  uint8_t* front_ = nullptr;  // first canary byte
-  std::size_t front_len_ = 0;
-  uint8_t* back_ = nullptr;  // first byte after the data
-  std::size_t back_len_ = 0;
-};
-
-// The canary byte at offset `i` of a canary region: varied, so that no single written value
-// (0, a NaN pattern, 0xFF) can match a run of it by accident.
+// The canary byte at offset `i` of a device buffer's guard region: varied, so that no single
+// written value (0, a NaN pattern, 0xFF) can match a run of it by accident.
 uint8_t canary_byte(std::size_t i);
 
 }  // namespace mla::plugin

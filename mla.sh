@@ -78,15 +78,31 @@ case "${1:-help}" in
     out=${MLA_REPORT_DIR:-reports/out/cpu}
     # The certificate decides the exit code; the roofline report beside it is produced even
     # when a kernel fails, so a red run still shows where the time went.
+    mkdir -p "$out"
+    # The certificate's one-screen summary (stdout) is kept, so the run can end with it: what a
+    # reader of the last screen needs is the verdict and where the reports are, not the
+    # benchmark's context.
     rc=0
-    "$BUILD_DIR/tools/mla/mla" certify --goldens fixtures/goldens --out "$out" "${@:2}" || rc=$?
+    "$BUILD_DIR/tools/mla/mla" certify --goldens fixtures/goldens --out "$out" "${@:2}" |
+      tee "$out/summary.txt" || rc=${PIPESTATUS[0]}
     if [ "$rc" -le 1 ] && [ -z "${MLA_NO_BENCH:-}" ]; then
-      log "roofline benchmark (quick tier) -> $out/bench.json"
+      log "roofline benchmark (quick tier) -> $out/bench.json; its table in bench.txt, its context in bench.log"
+      # One progress line per benchmark point (the median of its repetitions); the full console
+      # table and the context (ceilings, machine, kernels) go to files.
+      bench_rc=0
       "$BUILD_DIR/suites/bench/mla-bench" --mla_quick --benchmark_out="$out/bench.json" \
-        --benchmark_out_format=json >/dev/null
-      $PY reports/tools/bench_report.py "$out/bench.json" --certificate "$out/certificate.json" \
-        --out "$out" >&2
-      log "wrote $out/certificate.md and $out/report.md (roofline.png, bandwidth.png)"
+        --benchmark_out_format=json 2>"$out/bench.log" | tee "$out/bench.txt" |
+        awk '/_median /{printf "[bench] %s %s %s\n", $1, $2, $3; fflush()}' >&2 || bench_rc=${PIPESTATUS[0]}
+      if [ "$bench_rc" -ne 0 ]; then
+        log "mla-bench failed (exit $bench_rc); the end of $out/bench.log:"
+        tail -n 20 "$out/bench.log" >&2
+      else
+        $PY reports/tools/bench_report.py "$out/bench.json" --certificate "$out/certificate.json" \
+          --out "$out" >"$out/report.log" 2>&1 || { tail -n 20 "$out/report.log" >&2; bench_rc=1; }
+      fi
+      echo
+      cat "$out/summary.txt"
+      [ "$bench_rc" -eq 0 ] && echo "report: $out/report.md (roofline.png, bandwidth.png)"
     fi
     exit "$rc"
     ;;

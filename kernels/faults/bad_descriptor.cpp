@@ -1,6 +1,6 @@
 // Plug-ins whose descriptor breaks one rule each, for the loader's refusals
-// (suites/certify/test_plugin_host.cpp, test_mla_cli.cpp). See kernels/plugin/examples for
-// working plug-ins.
+// (suites/certify/test_plugin_host.cpp, test_mla_cli.cpp). See
+// kernels/plugin/examples/example_plugin.cpp for a working plug-in.
 #include <cstdint>
 
 #include "mla/plugin/mla_plugin.h"

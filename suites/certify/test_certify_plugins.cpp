@@ -1,5 +1,5 @@
-// L1: every example plug-in (kernels/plugin/examples) certified through the CLI on the real
-// catalog, as a user would run it. Each broken plug-in must certify red exactly where its bug
+// L1: every example plug-in (kernels/plugin/examples, kernels/faults/plugins) certified through
+// the CLI on the real catalog, as a user would run it. Each broken plug-in must certify red exactly where its bug
 // shows, with the right reason, and each correct one green; the expected verdict of every case
 // is computed here from the case's own data (test_predict.hpp), never read from a past run.
 // Skipped (with the reason) when the catalog has not been generated.

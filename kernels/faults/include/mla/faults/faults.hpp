@@ -4,9 +4,9 @@
 // when it should be. Never registered. Each wraps the registered oracle (cpu_mla_fp64) and
 // applies its fault outside it, so no oracle has a fault switch.
 //
-// This folder is the one home of broken implementations: these, the example plug-in compiled
-// with one real-world bug each, and plug-ins whose descriptor breaks one rule
-// (kernels/faults/CMakeLists.txt lists them all).
+// This folder is the one home of broken implementations: these, the variants of the plug-in
+// template with one real-world bug or attack each (plugins/), and plug-ins whose descriptor
+// breaks one rule (kernels/faults/CMakeLists.txt lists them all).
 #pragma once
 
 #include <memory>

@@ -1,0 +1,470 @@
+// Variants of the plug-in template (kernels/plugin/examples/example_plugin.cpp): the same
+// float64 kernel with one real-world bug, one attack on the certifier, or one other way of
+// declaring or shaping itself. The certifier's tests certify each and check the verdict and the
+// reason (a bug red for the reason that names it, a right declaration green, a wrong one red).
+//
+// Design: the template is included whole for its number formats, cache layout, slot checks and
+// token encoder (so those exist once, and a variant's numbers are the template's); what follows
+// is the template's decode and append again, with a hook at each point where a variant departs
+// from it. A variant is one `Variant` value, built from the compile definitions that
+// kernels/faults/CMakeLists.txt (mla_variant_plugin) sets, and every hook is an `if constexpr`
+// on it: each .so holds the correct kernel plus its own departure, and reading one departure
+// means searching for its Fault or field name. The attacks' side effects are in attacks.cpp.
+#define MLA_PLUGIN_TEMPLATE_NO_EXPORT 1
+#include "example_plugin.cpp"
+
+#include <ctime>
+#include <optional>
+
+#include "attacks.hpp"
+
+namespace {
+
+// Each is a bug a real decode or append kernel has shipped with, or an attack on the verdict.
+enum class Fault {
+  none,
+  drops_last_token,        // tail tile off by one: never attends position L-1
+  lse_log2,                // returns lse in base 2 (FlashInfer's convention), undeclared
+  reads_unused_slot,       // dense: attends one slot past L when it lies in the same page
+  crashes,                 // zero-length sequence: reads token L-1 = -1 through the block table
+  hangs,                   // s_q == 4: waits forever for a split that never arrives
+  writes_out_of_bounds,    // s_q == 2: writes one extra output row past the end
+  mutates_input,           // pre-scales q in place and leaves it scaled
+  returns_nan,             // never writes the last head's output
+  tampers_with_goldens,    // correct results, but edits/deletes files named in $MLA_EXAMPLE_TAMPER
+  append_half_split_rope,  // append rotates pairs (i, i+32) instead of (2i, 2i+1)
+  append_no_capacity_check,  // append writes whatever the block table maps, even at max_seq_len
+  append_writes_neighbour,   // append stores two tokens' worth: also into the next slot
+  rewrites_audit,          // mutates q, writes past out, changes on call 2, then scrubs the audit
+  changes_on_later_call,   // right on calls 1 and 2, off by one ulp from call 3 on
+  state_across_processes,  // remembers the case in a file: a later process answers differently
+  reads_past_end,          // loads the token after the last one it attends (a two-token load)
+  ignores_block_table,     // assumes pages are contiguous: block = b * max_blocks + t / page_size
+  leaves_daemon,           // correct results, but leaves a setsid double-forked process behind
+  reads_catalog,           // computes nothing: returns the catalog's stored truth
+  wraps_negative_index,    // sparse: -1 is padding, other negative indices count from the end
+  refuses_unknown,         // the stored truth where it finds it, "unsupported" everywhere else
+  hides_overflow,          // the stored truth where it finds it, elsewhere exp() without the max
+  memo_by_shape,           // answers from a memo keyed by shape, lengths and block table (not q)
+  changes_q_then_refuses,  // writes into q, then says "unsupported"
+};
+
+struct Variant {
+  const char* name;
+  Fault fault;
+  bool out_bf16;          // bf16 output (out_dtype)
+  bool underclaim;        // claims bf16 cache, dense, up to 64 heads: less than it implements
+  bool append;            // exports the append entry point
+  int poses_as_minor;     // 0, or 0/1 of ABI 1.0/1.1 (10, 11): the descriptor ends there
+  uint32_t writes_recipe;     // 0: the FP8 recipe asked for; else always this one
+  uint32_t declares_recipes;  // append_fp8_recipes
+  bool bf16_operands;     // FP8 dequantized into bf16, P rounded to bf16 before P·V
+  int precision;          // declares 0 nothing, 1 bf16 operands / fp32 accum, 2 fp32 / fp32
+  bool flashinfer;        // lse base 2, [b, s_q, h], -inf empty rows; sparse global slots
+  bool declares_conventions;  // says so in the descriptor
+  bool flashmla_shaped;   // refuses what FlashMLA's decode refuses
+  bool can_implement;     // exports that refusal (or the broken predicate) as can_implement
+  bool broken_can_implement;  // can_implement errs on sparse shapes and crashes on 128 heads
+  bool device_memory;     // sets the device-memory flag with no unavailable() of its own
+};
+
+constexpr Variant kV{MLA_VARIANT_NAME,         Fault::MLA_VARIANT_FAULT,      MLA_VARIANT_OUT_BF16,
+                     MLA_VARIANT_UNDERCLAIM,   MLA_VARIANT_APPEND,            MLA_VARIANT_POSES_AS_MINOR,
+                     MLA_VARIANT_WRITES_RECIPE, MLA_VARIANT_DECLARES_RECIPES, MLA_VARIANT_BF16_OPERANDS,
+                     MLA_VARIANT_PRECISION,    MLA_VARIANT_FLASHINFER,        MLA_VARIANT_DECLARES_CONVENTIONS,
+                     MLA_VARIANT_FLASHMLA_SHAPED, MLA_VARIANT_CAN_IMPLEMENT, MLA_VARIANT_BROKEN_CAN_IMPLEMENT,
+                     MLA_VARIANT_DEVICE_MEMORY};
+constexpr bool is(Fault f) { return kV.fault == f; }
+constexpr bool kSteals = is(Fault::reads_catalog) || is(Fault::refuses_unknown) || is(Fault::hides_overflow);
+
+// What FlashMLA's decode accepts, as one predicate: decode and can_implement both ask it.
+const char* flashmla_refusal(int32_t topk, uint32_t cache_format, int32_t heads, int32_t page_size) {
+  if (topk == 0 && cache_format != MLA_PLUGIN_CACHE_BF16) return "dense decode needs the bf16 cache";
+  if (topk > 0 && cache_format != MLA_PLUGIN_CACHE_FP8) return "sparse decode needs the FP8 cache";
+  if (heads != 64 && heads != 128) return "heads must be 64 or 128";
+  if (topk % 64 != 0) return "topk must be a multiple of 64";
+  if (page_size != 64) return "page size must be 64";
+  return nullptr;
+}
+
+int32_t can_implement(const mla_plugin_shape* shape, char* reason, size_t reason_size) {
+  if constexpr (kV.broken_can_implement) {
+    if (shape->topk > 0) {
+      std::snprintf(reason, reason_size, "sparse metadata table not initialized");
+      return MLA_PLUGIN_ERROR;
+    }
+    if (shape->heads == 128) {
+      const int* volatile table = nullptr;  // the head-count lookup it never allocated
+      return table[shape->heads];
+    }
+    return MLA_PLUGIN_OK;
+  }
+  if (const char* no = flashmla_refusal(shape->topk, shape->cache_format, shape->heads, shape->page_size)) {
+    std::snprintf(reason, reason_size, "%s", no);
+    return MLA_PLUGIN_UNSUPPORTED;
+  }
+  return MLA_PLUGIN_OK;
+}
+
+// ---- decode -----------------------------------------------------------------------------------
+// The template's attended(), and where the variants depart from it.
+void positions_of(const mla_plugin_decode_args& a, int64_t b, int64_t s, std::vector<int64_t>& positions) {
+  const int64_t L = a.cache_seqlens[b];
+  if (a.topk > 0 && (is(Fault::wraps_negative_index) || kV.flashinfer)) {
+    positions.clear();
+    const int32_t* row = a.indices + (b * a.s_q + s) * a.topk;
+    for (int64_t j = 0; j < a.topk; ++j) {
+      int64_t t = row[j];
+      // Knows the padding value -1 only, and reads any other negative index the way Python
+      // indexing does: -2 becomes L-2, attended once more. It stands for every kernel that knows
+      // one invalid value only, which the catalog's other negative kinds are there to catch.
+      if (is(Fault::wraps_negative_index) && t < -1) t += L;
+      if (kV.flashinfer ? t != -1 : t >= 0 && t < L) positions.push_back(t);  // FlashInfer: a global slot
+    }
+  } else {
+    attended(a, b, s, positions);
+  }
+  if constexpr (is(Fault::drops_last_token)) std::erase(positions, L - 1);
+  if constexpr (is(Fault::reads_unused_slot)) {  // the tile reads the whole last page
+    if (a.topk == 0 && !positions.empty() && positions.back() == L - 1 && L % a.page_size != 0) positions.push_back(L);
+  }
+}
+
+// The template's load_slot(slot_of()), and where the variants depart from it.
+void load(const mla_plugin_decode_args& a, int64_t b, int64_t t, double* k) {
+  if (kV.flashinfer && a.topk > 0) {
+    load_slot(a, t, k);  // a global slot already
+  } else if constexpr (is(Fault::ignores_block_table)) {
+    load_slot(a, (b * a.max_blocks + t / a.page_size) * a.page_size + t % a.page_size, k);
+  } else {
+    load_slot(a, slot_of(a, b, t), k);
+  }
+  if (kV.bf16_operands && a.cache_format == MLA_PLUGIN_CACHE_FP8) {  // the bf16 tile it dequantizes into
+    for (int d = 0; d < kLatent; ++d) k[d] = bf16_to_float(bf16_from_float(static_cast<float>(k[d])));
+  }
+}
+
+// The second half of a two-token vector load at the last attended token: the token stored after
+// it in memory, "masked" by a weight of zero, which keeps a NaN a NaN and faults past the end.
+double next_token_masked(const mla_plugin_decode_args& a, int64_t b, int64_t t) {
+  const int64_t bytes = a.cache_format == MLA_PLUGIN_CACHE_BF16 ? kBf16TokenBytes : kFp8TokenBytes;
+  const volatile uint8_t* p = a.kv_cache + (slot_of(a, b, t) + 1) * bytes;
+  const double v = a.cache_format == MLA_PLUGIN_CACHE_BF16 ? bf16_to_float(static_cast<uint16_t>(p[0] | (p[1] << 8)))
+                                                          : e4m3_to_double(p[0]);
+  return 0.0 * v;
+}
+
+// One query token's rows (all heads) over `positions`: the template's two passes, with hooks.
+void attend_row(const mla_plugin_decode_args& a, int64_t b, int64_t s, const std::vector<int64_t>& positions,
+                bool perturb) {
+  const int64_t S = a.s_q, H = a.heads;
+  const std::size_t n = positions.size();
+  std::vector<double> q(H * kDqk), k(kDqk), acc(H * kDv, 0.0), sum(H), mx(H), scores(H * n, 0.0);
+  for (int64_t h = 0; h < H; ++h) {
+    for (int d = 0; d < kDqk; ++d) q[h * kDqk + d] = bf16_to_float(a.q[((b * S + s) * H + h) * kDqk + d]);
+  }
+  for (std::size_t j = 0; j < n; ++j) {
+    load(a, b, positions[j], k.data());
+    for (int64_t h = 0; h < H; ++h) {
+      double dot = 0;
+      for (int d = 0; d < kDqk; ++d) dot += q[h * kDqk + d] * k[d];
+      scores[h * n + j] = a.softmax_scale * dot;
+    }
+  }
+  for (int64_t h = 0; h < H; ++h) {
+    double m = -std::numeric_limits<double>::infinity();
+    for (std::size_t j = 0; j < n; ++j) m = std::max(m, scores[h * n + j]);
+    if constexpr (is(Fault::hides_overflow)) {  // exp(score) in float, nothing subtracted
+      if (n > 0) m = 0;
+      for (std::size_t j = 0; j < n; ++j) scores[h * n + j] = static_cast<float>(std::exp(static_cast<float>(scores[h * n + j])));
+      for (std::size_t j = 0; j < n; ++j) scores[h * n + j] = std::log(scores[h * n + j]);
+    }
+    mx[h] = m;
+    sum[h] = 0;
+    if constexpr (kV.bf16_operands) {  // P normalized before P·V, so that it can be rounded as a tile
+      for (std::size_t j = 0; j < n; ++j) sum[h] += std::exp(scores[h * n + j] - m);
+    }
+  }
+  for (std::size_t j = 0; j < n; ++j) {
+    load(a, b, positions[j], k.data());
+    if constexpr (is(Fault::reads_past_end)) {
+      if (j + 1 == n) k[0] += next_token_masked(a, b, positions[j]);
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      double w = std::exp(scores[h * n + j] - mx[h]);
+      if constexpr (kV.bf16_operands) {
+        w = bf16_to_float(bf16_from_float(static_cast<float>(w / sum[h])));
+      } else {
+        sum[h] += w;
+      }
+      for (int d = 0; d < kDv; ++d) acc[h * kDv + d] += w * k[d];
+    }
+  }
+  for (int64_t h = 0; h < H; ++h) {
+    const int64_t row = (b * S + s) * H + h;
+    for (int d = 0; d < kDv && !(is(Fault::returns_nan) && h == H - 1); ++d) {
+      double v = n == 0 ? 0.0 : kV.bf16_operands ? acc[h * kDv + d] : acc[h * kDv + d] / sum[h];
+      if (perturb && d == 0) v = std::nextafter(static_cast<float>(v), 1e30f) + 1e-3 * std::fabs(v);
+      if constexpr (kV.out_bf16) {
+        static_cast<uint16_t*>(a.out)[row * kDv + d] = bf16_from_float(static_cast<float>(v));
+      } else {
+        static_cast<float*>(a.out)[row * kDv + d] = static_cast<float>(v);
+      }
+    }
+    double lse = n == 0 ? std::numeric_limits<double>::infinity() : mx[h] + std::log(sum[h]);
+    if constexpr (is(Fault::lse_log2)) lse /= std::log(2.0);
+    if constexpr (kV.flashinfer) {
+      lse = n == 0 ? -std::numeric_limits<double>::infinity() : lse / std::log(2.0);
+      a.lse[(b * S + s) * H + h] = static_cast<float>(lse);
+    } else {
+      a.lse[(b * H + h) * S + s] = static_cast<float>(lse);
+    }
+  }
+}
+
+// The unguarded tail path: "the last token" of an empty sequence is position -1, whose page
+// index truncates to 0, a block-table entry the sequence does not own.
+void read_last_of_empty(const mla_plugin_decode_args& a, int64_t b, char* error, size_t error_size) {
+  const int64_t t = -1;
+  const int64_t block = a.block_table[b * a.max_blocks + t / a.page_size];
+  const volatile uint8_t* p = a.kv_cache + (block * a.page_size + t) * kBf16TokenBytes;
+  if (*p == 0x5A) std::snprintf(error, error_size, "unreachable");
+}
+
+// Everything a variant does before computing; a return code ends the call there.
+std::optional<int32_t> before(const mla_plugin_decode_args& a, bool& perturb, char* error, size_t error_size) {
+  if constexpr (kV.flashmla_shaped) {
+    if (const char* no = flashmla_refusal(a.topk, a.cache_format, a.heads, a.page_size)) {
+      std::snprintf(error, error_size, "%s", no);
+      return MLA_PLUGIN_UNSUPPORTED;
+    }
+  }
+  if constexpr (is(Fault::tampers_with_goldens)) mla_variant::tamper();
+  if constexpr (is(Fault::leaves_daemon)) mla_variant::leave_daemon();
+  if constexpr (kSteals) {
+    // Stored truth where the inputs are a catalog case's; elsewhere zeros (nothing computed), a
+    // refusal, or the overflow bug.
+    std::vector<double> out, lse;
+    const bool found = mla_variant::stored_truth(a, out, lse);
+    if (!found && is(Fault::refuses_unknown)) {
+      std::snprintf(error, error_size, "unsupported shape");
+      return MLA_PLUGIN_UNSUPPORTED;
+    }
+    if (found || !is(Fault::hides_overflow)) {
+      const std::size_t nout = static_cast<std::size_t>(a.batch) * a.s_q * a.heads * kDv;
+      const std::size_t nlse = static_cast<std::size_t>(a.batch) * a.heads * a.s_q;
+      for (std::size_t i = 0; i < nout; ++i) static_cast<float*>(a.out)[i] = found ? static_cast<float>(out[i]) : 0.0f;
+      for (std::size_t i = 0; i < nlse; ++i) a.lse[i] = found ? static_cast<float>(lse[i]) : 0.0f;
+      return MLA_PLUGIN_OK;
+    }
+  }
+  if constexpr (is(Fault::changes_q_then_refuses)) {
+    const_cast<uint16_t*>(a.q)[0] ^= 0x0001u;
+    std::snprintf(error, error_size, "unsupported shape");
+    return MLA_PLUGIN_UNSUPPORTED;
+  }
+  // A "cache" of prepared work that forgot the query is part of the input.
+  if (is(Fault::memo_by_shape) && mla_variant::memo_recall(a)) return MLA_PLUGIN_OK;
+  static int calls = 0;
+  ++calls;
+  if constexpr (is(Fault::changes_on_later_call)) perturb = calls >= 3;
+  if constexpr (is(Fault::rewrites_audit)) perturb = calls >= 2;
+  if constexpr (is(Fault::state_across_processes)) {
+    perturb = mla_variant::seen_by_another_process(a, a.cache_format == MLA_PLUGIN_CACHE_BF16 ? kBf16TokenBytes : kFp8TokenBytes);
+  }
+  if (is(Fault::hangs) && a.s_q == 4) {
+    for (;;) {
+      const timespec ts{1, 0};
+      nanosleep(&ts, nullptr);
+    }
+  }
+  return std::nullopt;
+}
+
+// Everything a variant does after computing.
+void after(const mla_plugin_decode_args& a) {
+  const int64_t rows = int64_t{a.batch} * a.s_q * a.heads;
+  if ((is(Fault::writes_out_of_bounds) && a.s_q == 2) || is(Fault::rewrites_audit)) {
+    float* past = static_cast<float*>(a.out) + rows * kDv;  // multi-token decode indexes one row past
+    for (int d = 0; d < kDv; ++d) past[d] = 0.0f;
+  }
+  if constexpr (is(Fault::mutates_input) || is(Fault::rewrites_audit)) {
+    // Pre-scaling q in place "to save a multiply", left behind for the caller.
+    uint16_t* q_in = const_cast<uint16_t*>(a.q);
+    for (int64_t i = 0; i < rows * kDqk; ++i) {
+      q_in[i] = bf16_from_float(static_cast<float>(bf16_to_float(q_in[i]) * a.softmax_scale));
+    }
+  }
+  if constexpr (is(Fault::rewrites_audit)) mla_variant::scrub_audit();
+  if constexpr (is(Fault::memo_by_shape)) {
+    mla_variant::memo_store(a, static_cast<std::size_t>(rows * kDv) * (kV.out_bf16 ? 2 : 4), static_cast<std::size_t>(rows) * 4);
+  }
+}
+
+int32_t decode_variant(const mla_plugin_decode_args* args, char* error, size_t error_size) {
+  if (!args || args->struct_size < sizeof(mla_plugin_decode_args)) {
+    std::snprintf(error, error_size, "decode arguments from an older host ABI");
+    return MLA_PLUGIN_ERROR;
+  }
+  const mla_plugin_decode_args& a = *args;
+  if (a.d_qk != kDqk || a.d_v != kDv) {
+    std::snprintf(error, error_size, "d_qk=%d d_v=%d: only 576/512", a.d_qk, a.d_v);
+    return MLA_PLUGIN_UNSUPPORTED;
+  }
+  bool perturb = false;  // out[..., 0] moved off the right value
+  if (const auto rc = before(a, perturb, error, error_size)) return *rc;
+  std::vector<int64_t> positions;
+  for (int64_t b = 0; b < a.batch; ++b) {
+    if (is(Fault::crashes) && a.cache_seqlens[b] == 0) read_last_of_empty(a, b, error, error_size);
+    for (int64_t s = 0; s < a.s_q; ++s) {
+      positions_of(a, b, s, positions);
+      attend_row(a, b, s, positions, perturb);
+    }
+  }
+  after(a);
+  return MLA_PLUGIN_OK;
+}
+
+// ---- append (ABI 1.1) -------------------------------------------------------------------------
+// The template's find_slots without its capacity check: whatever the block table maps is
+// written, even at max_seq_len (the row of the next sequence past max_blocks).
+int32_t find_slots_unchecked(const mla_plugin_append_args& a, std::vector<int64_t>& slots, char* error,
+                             size_t error_size) {
+  slots.assign(static_cast<std::size_t>(std::max(0, a.num_tokens)), 0);
+  for (int32_t i = 0; i < a.num_tokens; ++i) {
+    const int32_t seq = a.seq_ids[i], pos = a.positions[i];
+    if (seq < 0 || seq >= a.batch || pos < 0) {
+      std::snprintf(error, error_size, "token %d: sequence %d / position %d is malformed", i, seq, pos);
+      return MLA_PLUGIN_ERROR;
+    }
+    const int32_t block = a.block_table[static_cast<int64_t>(seq) * a.max_blocks + pos / a.page_size];
+    if (block < 0 || block >= a.num_blocks) {
+      std::snprintf(error, error_size, "cache capacity exceeded: token %d of sequence %d at position %d has no page", i,
+                    seq, pos);
+      return MLA_PLUGIN_CAPACITY;
+    }
+    slots[static_cast<std::size_t>(i)] = static_cast<int64_t>(block) * a.page_size + pos % a.page_size;
+  }
+  return MLA_PLUGIN_OK;
+}
+
+// The GPT-NeoX layout, not DeepSeek's: rotating pairs (j, j+32) is the template's rotation of the
+// pairs (2j, 2j+1) on k_pe re-laid out so that they hold (j, j+32), and the result laid back.
+void encode_half_split(const mla_plugin_append_args& a, int32_t i, uint32_t recipe, uint8_t* token) {
+  uint16_t pe[kRope];
+  const uint16_t* in = a.k_pe + int64_t{i} * kRope;
+  for (int j = 0; j < kRope / 2; ++j) {
+    pe[2 * j] = in[j];
+    pe[2 * j + 1] = in[j + kRope / 2];
+  }
+  encode_token(a, a.latent + int64_t{i} * kLatent, pe, a.positions[i], recipe, token);
+  uint8_t* rope = token + (a.cache_format == MLA_PLUGIN_CACHE_BF16 ? 2 * kLatent : kLatent + 16);
+  uint8_t laid[2 * kRope];
+  for (int j = 0; j < kRope / 2; ++j) {
+    std::memcpy(laid + 2 * j, rope + 4 * j, 2);
+    std::memcpy(laid + 2 * (j + kRope / 2), rope + 4 * j + 2, 2);
+  }
+  std::memcpy(rope, laid, sizeof laid);
+}
+
+int32_t append_variant(const mla_plugin_append_args* args, char* error, size_t error_size) {
+  if (!args || !MLA_PLUGIN_HAS_FIELD(mla_plugin_append_args, stream, args->struct_size)) {
+    std::snprintf(error, error_size, "append arguments from an older host ABI");
+    return MLA_PLUGIN_ERROR;
+  }
+  const mla_plugin_append_args& a = *args;
+  if (a.cache_format != MLA_PLUGIN_CACHE_FP8 && a.cache_format != MLA_PLUGIN_CACHE_BF16) {
+    std::snprintf(error, error_size, "cache_format %u is not one this plug-in writes", a.cache_format);
+    return MLA_PLUGIN_UNSUPPORTED;
+  }
+  // The recipe asked for (a 1.1 host's args end before fp8_recipe: DeepSeek's), or its own always.
+  const bool asked = MLA_PLUGIN_HAS_FIELD(mla_plugin_append_args, fp8_recipe, a.struct_size) && a.fp8_recipe;
+  uint32_t recipe = asked ? a.fp8_recipe : MLA_PLUGIN_RECIPE_DEEPSEEK_V32;
+  if (kV.writes_recipe != 0) recipe = kV.writes_recipe;
+  std::vector<int64_t> slots;
+  const int32_t rc = is(Fault::append_no_capacity_check) ? find_slots_unchecked(a, slots, error, error_size)
+                                                         : find_slots(a, slots, error, error_size);
+  if (rc != MLA_PLUGIN_OK) return rc;
+  const int64_t bytes = a.cache_format == MLA_PLUGIN_CACHE_FP8 ? kFp8TokenBytes : kBf16TokenBytes;
+  std::vector<uint8_t> token(static_cast<std::size_t>(bytes));
+  for (int32_t i = 0; i < a.num_tokens; ++i) {
+    if constexpr (is(Fault::append_half_split_rope)) {
+      encode_half_split(a, i, recipe, token.data());
+    } else {
+      encode_token(a, a.latent + int64_t{i} * kLatent, a.k_pe + int64_t{i} * kRope, a.positions[i], recipe, token.data());
+    }
+    const int64_t slot = slots[static_cast<std::size_t>(i)];
+    if (is(Fault::append_writes_neighbour) && slot + 1 < int64_t{a.num_blocks} * a.page_size) {
+      std::memcpy(a.kv_cache + (slot + 1) * bytes, token.data(), token.size());
+    }
+    std::memcpy(a.kv_cache + slot * bytes, token.data(), token.size());
+  }
+  return MLA_PLUGIN_OK;
+}
+
+// ---- descriptor -------------------------------------------------------------------------------
+// The template's descriptor, and what each variant claims or declares differently.
+mla_plugin_descriptor variant_descriptor() {
+  mla_plugin_descriptor d = make_descriptor();
+  d.name = kV.name;
+  d.description = "example plug-in: float64 accumulation, " MLA_VARIANT_NAME;
+  d.decode = decode_variant;
+  d.out_dtype = kV.out_bf16 ? MLA_PLUGIN_OUT_BF16 : MLA_PLUGIN_OUT_F32;
+  if (kV.underclaim) {
+    d.caps.cache_formats = MLA_PLUGIN_CACHE_BF16;
+    d.caps.features = MLA_PLUGIN_DENSE | MLA_PLUGIN_VARLEN;
+    d.caps.max_heads = 64;
+  }
+  if (kV.flashmla_shaped) {  // what ranges and masks can say; the rest only a predicate can
+    d.caps.min_heads = 64;
+    d.caps.num_page_sizes = 1;
+    d.caps.page_sizes[0] = 64;
+  }
+  d.flags = kV.device_memory ? MLA_PLUGIN_FLAG_DEVICE_MEMORY : 0u;
+  if (kV.precision == 1) {
+    d.operand_precision = MLA_PLUGIN_PRECISION_BF16;
+    d.accum_precision = MLA_PLUGIN_PRECISION_FP32;
+  } else if (kV.precision == 2) {
+    d.operand_precision = MLA_PLUGIN_PRECISION_FP32;
+    d.accum_precision = MLA_PLUGIN_PRECISION_FP32;
+  }
+  if (kV.flashinfer && kV.declares_conventions) {
+    d.lse_base = MLA_PLUGIN_LSE_BASE_2;
+    d.lse_layout = MLA_PLUGIN_LSE_B_SQ_H;
+    d.empty_row_lse = MLA_PLUGIN_EMPTY_LSE_NEG_INF;
+    d.index_numbering = MLA_PLUGIN_INDEX_GLOBAL_SLOTS;
+  }
+  if (kV.can_implement) d.can_implement = can_implement;
+  if (kV.append) {
+    d.append = append_variant;
+    d.append_fp8_recipes = kV.declares_recipes;
+  } else {
+    d.append = nullptr;
+    d.append_formats = 0;
+    d.append_scale_fmts = 0;
+  }
+  // Posing as a plug-in built against 1.1 or 1.0: struct_size ends before the later fields,
+  // which hold garbage (as the bytes after an old, shorter descriptor would) a host must not read.
+  if (kV.poses_as_minor == 11) {
+    d.struct_size = MLA_PLUGIN_DESCRIPTOR_V1_1_SIZE;
+    d.abi_minor = 1;
+    d.lse_base = 0xDEADu;
+    d.index_numbering = 0xFFFFFFFFu;
+    d.operand_precision = 0xFFFFFFFFu;
+    d.reserved_1_2 = 0xFFFFFFFFu;
+  } else if (kV.poses_as_minor == 10) {
+    d.struct_size = MLA_PLUGIN_DESCRIPTOR_V1_0_SIZE;
+    d.abi_minor = 0xDEADu;
+    d.flags = 0xFFFFFFFFu;
+    d.append_formats = 0xFFFFFFFFu;
+  }
+  return d;
+}
+
+const mla_plugin_descriptor kVariantDescriptor = variant_descriptor();
+
+}  // namespace
+
+extern "C" MLA_PLUGIN_EXPORT const mla_plugin_descriptor* mla_plugin_get_descriptor(uint32_t host_abi_version) {
+  return host_abi_version == MLA_PLUGIN_ABI_VERSION ? &kVariantDescriptor : nullptr;
+}

@@ -205,7 +205,7 @@ void select_cases(Session& s) {
     if (f == "fresh") continue;  // drawn at run time (fresh.cpp), not in the catalog
     if (std::find(attention.begin(), attention.end(), f) == attention.end() &&
         std::find(appends.begin(), appends.end(), f) == appends.end()) {
-      throw UsageError(fmt::format("unknown family '{}' (attention families: {}; plug-in appends: {})", f,
+      throw UsageError(fmt::format("unknown family '{}' (attention families: {}; plug-in appends: {}; drawn at run time: fresh)", f,
                                    fmt::join(attention, ", "), fmt::join(appends, ", ")));
     }
   }

@@ -101,7 +101,8 @@ std::string certified_families() {
     if (f.certify == mla::golden::Certified::attention) attention += (attention.empty() ? "" : ", ") + f.certified_as;
     if (f.certify == mla::golden::Certified::append) appends += (appends.empty() ? "" : ", ") + f.certified_as + " (plug-in appends)";
   }
-  return attention + (appends.empty() ? "" : ", " + appends);
+  // The cases drawn at run time carry the family name "fresh" (certify/src/fresh.cpp).
+  return attention + (appends.empty() ? "" : ", " + appends) + ", fresh (drawn at run time)";
 }
 
 int report_error(const char* what, const std::exception& e, int code) {

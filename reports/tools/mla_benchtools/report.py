@@ -403,9 +403,78 @@ def roofline_groups(run: BenchRun) -> dict[str, list[Metrics]]:
     return groups
 
 
+# Offsets (points) tried around a marker for its label, nearest first: right, above, left, below,
+# then the diagonals, then the same farther out (from the third ring on, with a leader line).
+_LABEL_OFFSETS = [(dx * r, dy * r) for r in (3, 9, 16, 24, 34, 46, 60, 76) for dx, dy in
+                  ((1, 0.3), (0, 1), (-1, 0.3), (0, -1.2), (1, 1), (-1, 1), (1, -1), (-1, -1))]
+_LEADER_FROM = 16
+
+
+def label_box(t, renderer):
+    """The box of a label's text alone (an Annotation's own extent also spans its leader line,
+    which may cross other labels)."""
+    from matplotlib.text import Text
+    return Text.get_window_extent(t, renderer)
+
+
+def place_labels(ax, renderer, items, fontsize=6):
+    """items: [(x, y, text, colour)] in data coordinates. Each label takes the first offset around
+    its marker whose box overlaps no label placed before it (greedy, in drawing order); where every
+    offset overlaps, the one overlapping least. Returns the Text artists (gid "point-label").
+
+    Why: the points of one kernel sit close together on a log-log roofline (the same shapes at
+    other lengths), and labels written at a fixed offset land on top of each other."""
+    placed, boxes = [], []
+
+    def overlap(b):
+        return sum(max(0.0, min(b.x1, o.x1) - max(b.x0, o.x0)) * max(0.0, min(b.y1, o.y1) - max(b.y0, o.y0))
+                   for o in boxes)
+
+    for x, y, text, colour in items:
+        best = None
+        for off in _LABEL_OFFSETS:
+            far = max(abs(off[0]), abs(off[1])) >= _LEADER_FROM
+            t = ax.annotate(text, (x, y), xytext=off, textcoords="offset points", fontsize=fontsize,
+                            color=colour, gid="point-label",
+                            ha="left" if off[0] >= 0 else "right", va="bottom" if off[1] >= 0 else "top",
+                            arrowprops=dict(arrowstyle="-", lw=0.3, color=colour, shrinkA=0, shrinkB=2)
+                            if far else None)
+            b = label_box(t, renderer)
+            cost = overlap(b)
+            if best is None or cost < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (cost, t, b)
+            else:
+                t.remove()
+            if cost == 0:
+                break
+        placed.append(best[1])
+        boxes.append(best[2])
+    return placed
+
+
+def point_numbers(run: BenchRun, metrics) -> dict[str, int]:
+    """A short number per benchmark point drawn (in the run's point order), for labels that stay
+    small; the figure's key spells each one out."""
+    drawn = {m.case.point or "" for m in metrics}
+    order = [p for p in run.points if p in drawn] + sorted(p for p in drawn if p not in run.points)
+    return {p: i + 1 for i, p in enumerate(order)}
+
+
 def plot_roofline(run: BenchRun, path: str | Path) -> None:
+    """The roofline figure (draw_roofline), written to `path`."""
+    import matplotlib.pyplot as plt
+    fig = draw_roofline(run)
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+
+
+def draw_roofline(run: BenchRun):
     """One log-log panel per device (grouped by the bandwidth roof that judges the kernels), with
-    that device's measured roofs and one labelled point per kernel x case."""
+    that device's measured roofs and one point per kernel x case: one colour and marker per kernel
+    (the same in every panel), each point labelled with its number, placed so that no two labels
+    overlap, and a key of the numbers beside each panel."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -416,6 +485,9 @@ def plot_roofline(run: BenchRun, path: str | Path) -> None:
     fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(11 * max(len(groups), 1), 7.5), squeeze=False)
     markers = ["o", "s", "^", "D", "v", "P", "X", "*"]
     cmap = plt.get_cmap("tab10")
+    all_kernels = list(dict.fromkeys(m.case.kernel for gm in groups.values() for m in gm))
+    style = {k: (cmap(i % 10), markers[i % len(markers)]) for i, k in enumerate(all_kernels)}
+    renderer = fig.canvas.get_renderer()
     line_styles = ["-", "-.", "--", ":", (0, (3, 1, 1, 1))]
     for ax, (bw_key, gm) in zip(axes[0], groups.items()):
         fam = _family(bw_key)
@@ -441,16 +513,22 @@ def plot_roofline(run: BenchRun, path: str | Path) -> None:
         if bw:
             ax.text(xs[5], bw * xs[5] * 1.3, f"{bw_key} {_si(bw, 'B/s')}", fontsize=7)
         kernels = list(dict.fromkeys(m.case.kernel for m in gm))
-        for i, k in enumerate(kernels):
+        for k in kernels:
             km = [m for m in gm if m.case.kernel == k]
-            ax.scatter([m.ai for m in km], [m.fps for m in km], marker=markers[i % len(markers)], s=28,
-                       color=cmap(i % 10), label=k, zorder=3, edgecolors="black", linewidths=0.3)
-            for m in km:
-                ax.annotate(_short(m.case.point or ""), (m.ai, m.fps), fontsize=5, xytext=(3, 2),
-                            textcoords="offset points", color=cmap(i % 10))
+            ax.scatter([m.ai for m in km], [m.fps for m in km], marker=style[k][1], s=28,
+                       color=style[k][0], label=k, zorder=3, edgecolors="black", linewidths=0.3)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(x_lo, x_hi)
+        numbers = point_numbers(run, gm)
+        # Labels are placed once the axes' scales and limits are final: placement measures boxes
+        # in display coordinates.
+        ax.set_ylim(*ax.get_ylim())
+        place_labels(ax, renderer, [(m.ai, m.fps, str(numbers[m.case.point or ""]), style[m.case.kernel][0])
+                                    for m in gm])
+        if numbers:
+            key = "\n".join(f"{n:>2} {_short(p)}" for p, n in numbers.items())
+            ax.text(1.01, 1.0, key, transform=ax.transAxes, va="top", ha="left", fontsize=6, family="monospace")
         ax.set_xlabel("arithmetic intensity (FLOP / byte, the implementation's model)")
         ax.set_ylabel("FLOP/s (model FLOPs / median time)")
         device = (run.context.get("mla_gpu_name", "GPU") if fam == "gpu" else
@@ -458,9 +536,9 @@ def plot_roofline(run: BenchRun, path: str | Path) -> None:
         ax.set_title(f"Roofline with measured ceilings: {device}", fontsize=10)
         ax.grid(True, which="both", lw=0.3, alpha=0.5)
         ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    if len(groups) > 1:
+        fig.subplots_adjust(wspace=0.35)  # room for each panel's key before the next panel
+    return fig
 
 
 def bandwidth_series(run: BenchRun) -> dict[tuple[str, str], list[tuple[int, float]]]:

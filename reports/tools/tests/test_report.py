@@ -207,3 +207,42 @@ def test_device_kernels_are_judged_and_drawn_with_their_own_ceilings(write_json,
     out = tmp_path / "o"
     assert report.main([write_json(doc), "--out", str(out)]) == 0
     assert (out / "roofline.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def crowded_run():
+    """Three kernels over twelve points whose AI and FLOP/s differ by a few percent: drawn with
+    fixed label offsets, their labels pile on top of each other."""
+    pts = {f"cpu_decode_sk{1024 + 64 * i}": point(seqlen=1024 + 64 * i) for i in range(12)}
+    names = [MLA, NAIVE, "cpu_mla_f32"]
+    cases = {}
+    for j, k in enumerate(names):
+        for i, p in enumerate(pts):
+            c = {"model_bytes": 1e7 * (1 + 0.02 * i), "model_flops": 1e9 * (1 + 0.03 * i + 0.01 * j)}
+            cases[name(k, p)] = ([100.0 + i, 101.0 + i, 99.0 + i], c)
+    kernels = [kernel(MLA, "f64", role="oracle"), kernel(NAIVE, "f32", role="baseline"), kernel("cpu_mla_f32", "f32")]
+    return bench_json(cases, points=pts, kernels=kernels)
+
+
+def test_roofline_labels_never_overlap_and_each_kernel_keeps_one_colour(write_json):
+    import matplotlib.pyplot as plt
+    run = benchjson.load(write_json(crowded_run()))
+    fig = report.draw_roofline(run)
+    renderer = fig.canvas.get_renderer()
+    labels = [t for ax in fig.axes for t in ax.get_children() if t.get_gid() == "point-label"]
+    assert len(labels) == 36  # every kernel x point labelled
+    boxes = [report.label_box(t, renderer) for t in labels]
+    for i in range(len(boxes)):
+        for j in range(i + 1, len(boxes)):
+            assert not boxes[i].overlaps(boxes[j]), (labels[i].get_text(), labels[j].get_text())
+    # The number on each label is its point's, and the key beside the panel spells it out.
+    numbers = report.point_numbers(run, [report.metrics_for(run, c) for c in run.kernel_cases()])
+    assert sorted(numbers.values()) == list(range(1, 13))
+    key = [t.get_text() for ax in fig.axes for t in ax.texts if t.get_gid() != "point-label" and "decode_sk1024" in t.get_text()]
+    assert key and " 1 decode_sk1024" in key[0]
+    # One colour per kernel: every label of a kernel has that kernel's colour, and no two kernels share one.
+    colours = {}
+    for ax in fig.axes:
+        for coll in ax.collections:
+            colours.setdefault(coll.get_label(), tuple(coll.get_facecolor()[0]))
+    assert len(set(colours.values())) == len(colours) == 3
+    plt.close(fig)

@@ -121,12 +121,24 @@ std::set<pid_t> g_live;
 
 // Field 22 of /proc/PID/stat (clock ticks after boot), and field 4, the parent: the
 // comm field may hold spaces and parentheses, so fields are counted after the last ')'.
+// Read with open/read, not a stream: a process may exit between the directory scan and the read,
+// and then read() fails (ESRCH), which libstdc++'s filebuf turns into an exception whatever the
+// stream's exception mask; such a process is simply not a leftover any more.
 bool stat_of(pid_t pid, pid_t& ppid, unsigned long long& start) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto close = text.rfind(')');
-  if (close == std::string::npos) return false;
-  std::istringstream ss(text.substr(close + 1));
+  const int fd = open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::string text;
+  char buf[1024];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  close(fd);
+  const auto paren = text.rfind(')');
+  if (paren == std::string::npos) return false;
+  std::istringstream ss(text.substr(paren + 1));
   std::string field;
   std::vector<std::string> f;
   while (ss >> field && f.size() < 20) f.push_back(field);

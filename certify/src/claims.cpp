@@ -41,13 +41,15 @@ std::vector<ClaimAnswer> ask(Session& s, const Implementation& k, const std::vec
     wire::write(query, encode(qs));
     const std::vector<std::string> io{"--inputs", query.string(), "--result", result.string()};
     std::vector<std::string> argv;
+    ChildHooks hooks;
     if (k.ref.python) {
       argv = python_child_argv(*k.ref.python, "claims", io);
+      use_door_server(s, *k.ref.python, argv, hooks);
     } else {
       argv = {s.self.string(), "__child", "claims", "--plugin", k.ref.plugin->string()};
       argv.insert(argv.end(), io.begin(), io.end());
     }
-    const auto outcome = run_child(argv, std::min(s.options.timeout_s, 60.0), log);
+    const auto outcome = run_child(argv, std::min(s.options.timeout_s, 60.0), log, hooks);
     std::error_code ec;
     if (!outcome.ok() || !fs::exists(result, ec)) {
       answers = all_failed(fmt::format("can_implement could not be asked: {}{}",

@@ -2,7 +2,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "mla/core/error.hpp"
 #include "mla/reports/certificate.hpp"
@@ -228,7 +231,13 @@ ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, c
   }
   become_child_subreaper();
   const pid_t parent = getpid();
-  const pid_t pid = fork();
+  pid_t pid = -1;
+  if (hooks.server && hooks.server->serving()) {
+    // A server that fails has stopped serving; this child then starts the usual way, below.
+    std::string ignored;
+    pid = hooks.server->spawn(hooks.server_args, log, hooks.pass_fd, ignored);
+  }
+  if (pid < 0) pid = fork();
   if (pid < 0) {
     o.error = fmt::format("fork failed: {}", std::strerror(errno));
     close(log);
@@ -335,5 +344,166 @@ ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, c
   o.stderr_tail = tail_of(log_file);
   return o;
 }
+
+// ---- the fork server --------------------------------------------------------------------------
+
+std::unique_ptr<ForkServer> ForkServer::start(std::vector<std::string> argv, double ready_timeout_s,
+                                              const std::filesystem::path& log_file, std::string& why) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    why = fmt::format("socketpair failed: {}", std::strerror(errno));
+    return nullptr;
+  }
+  argv.insert(argv.end(), {"--socket-fd", std::to_string(sv[1])});
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  const int log = open(log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  auto close_all = [&] {
+    for (const int fd : {log, devnull, sv[0], sv[1]}) {
+      if (fd >= 0) close(fd);
+    }
+  };
+  if (log < 0 || devnull < 0) {
+    why = fmt::format("cannot open its log {} or /dev/null: {}", log_file.string(), std::strerror(errno));
+    close_all();
+    return nullptr;
+  }
+  // Its copies must be re-parented here, and its leftovers found: subreaper before it exists.
+  become_child_subreaper();
+  const pid_t parent = getpid();
+  std::unique_ptr<ForkServer> server(new ForkServer());
+  {
+    // Registered as live while it runs: no child's leftover scan may take it for one.
+    std::lock_guard<std::mutex> lock(g_live_mutex);
+    server->pid_ = fork();
+    if (server->pid_ > 0) g_live.insert(server->pid_);
+  }
+  if (server->pid_ < 0) {
+    why = fmt::format("fork failed: {}", std::strerror(errno));
+    close_all();
+    return nullptr;
+  }
+  if (server->pid_ == 0) {
+    // As for any child: its own group (a Ctrl-C to the certifier's group is the certifier's to
+    // handle), dies with the certifier, the socket the one descriptor it inherits.
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(125);
+    const int flags = fcntl(sv[1], F_GETFD);
+    if (dup2(devnull, STDIN_FILENO) < 0 || dup2(log, STDOUT_FILENO) < 0 || dup2(log, STDERR_FILENO) < 0 || flags < 0 ||
+        fcntl(sv[1], F_SETFD, flags & ~FD_CLOEXEC) < 0) {
+      _exit(kChildSetupFailed);
+    }
+    execv(args[0], args.data());
+    _exit(126);
+  }
+  setpgid(server->pid_, server->pid_);
+  close(sv[1]);
+  close(log);
+  close(devnull);
+  server->sock_ = sv[0];
+  // Its start-up (importing torch) happens now, once; it says when it is done.
+  pollfd p{server->sock_, POLLIN, 0};
+  const int ready = poll(&p, 1, static_cast<int>(std::min(ready_timeout_s, 3600.0) * 1000));
+  char buf[4096];
+  const ssize_t n = ready > 0 ? recv(server->sock_, buf, sizeof buf, 0) : -1;
+  std::string said = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+  try {
+    const auto j = nlohmann::json::parse(said);
+    if (j.value("ready", false)) return server;
+    why = j.value("error", std::string("it answered without saying it is ready"));
+  } catch (const std::exception&) {
+    why = ready == 0 ? fmt::format("not ready after {:g} s", ready_timeout_s)
+                     : fmt::format("it ended before it was ready{}", [&] {
+                         const auto t = tail_of(log_file);
+                         return t.empty() ? std::string() : ": " + t;
+                       }());
+  }
+  server->stop();
+  return nullptr;
+}
+
+pid_t ForkServer::spawn(const std::vector<std::string>& args, int log_fd, int pass_fd, std::string& error) {
+  if (sock_ < 0) {
+    error = "the fork server has stopped";
+    return -1;
+  }
+  const std::string request = nlohmann::json{{"argv", args}, {"pass_fd", pass_fd}}.dump();
+  int fds[2] = {log_fd, pass_fd};
+  const std::size_t nfds = pass_fd >= 0 ? 2 : 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
+  iovec iov{const_cast<char*>(request.data()), request.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+  std::memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+  // The new child is live from the moment it exists: held so, no leftover scan (another thread's
+  // case) can see it between its re-parenting and its registration.
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  auto fail = [&](std::string why) {
+    error = std::move(why);
+    stop_locked();
+    return pid_t{-1};
+  };
+  if (sendmsg(sock_, &msg, MSG_NOSIGNAL) < 0) return fail(fmt::format("cannot ask it: {}", std::strerror(errno)));
+  pollfd p{sock_, POLLIN, 0};
+  // A fork of a process that has imported torch takes milliseconds; a server that takes longer
+  // than this is broken, and children start the usual way from then on.
+  if (poll(&p, 1, 30000) <= 0) return fail("it did not answer within 30 s");
+  char buf[4096];
+  const ssize_t n = recv(sock_, buf, sizeof buf, 0);
+  if (n <= 0) return fail("it ended without answering");
+  pid_t pid = -1;
+  try {
+    const auto j = nlohmann::json::parse(std::string(buf, static_cast<std::size_t>(n)));
+    if (!j.contains("pid")) return fail(j.value("error", std::string("it answered without a pid")));
+    pid = j.at("pid").get<pid_t>();
+  } catch (const std::exception& e) {
+    return fail(fmt::format("unreadable answer: {}", e.what()));
+  }
+  // Only a child of this process can be waited on, stopped and continued like a forked one.
+  pid_t ppid = 0;
+  unsigned long long start = 0;
+  if (pid <= 0 || !stat_of(pid, ppid, start) || ppid != getpid()) {
+    return fail(fmt::format("its child {} is not a child of this process", pid));
+  }
+  g_live.insert(pid);
+  return pid;
+}
+
+void ForkServer::stop() {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  stop_locked();
+}
+
+void ForkServer::stop_locked() {
+  if (sock_ >= 0) close(sock_);
+  sock_ = -1;
+  if (pid_ > 0) {
+    // Its socket closed, it exits by itself; a broken one is killed.
+    int status = 0;
+    for (int i = 0; i < 200 && waitpid(pid_, &status, WNOHANG) == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (waitpid(pid_, &status, WNOHANG) == 0) {
+      kill(-pid_, SIGKILL);
+      kill(pid_, SIGKILL);
+      while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    g_live.erase(pid_);
+  }
+  pid_ = -1;
+}
+
+ForkServer::~ForkServer() { stop(); }
 
 }  // namespace mla::certify

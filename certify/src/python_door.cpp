@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 
@@ -125,6 +126,35 @@ std::vector<std::string> python_child_argv(const PythonRef& p, const std::string
   std::vector<std::string> argv{p.exe.string(), "-s", "-B", p.child.string(), verb, "--spec", p.spec};
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
+}
+
+void use_door_server(Session& s, const PythonRef& p, const std::vector<std::string>& argv, ChildHooks& hooks) {
+  if (const char* off = std::getenv("MLA_DOOR_SERVER"); off && std::string_view(off) == "0") return;
+  const std::string key = p.exe.string() + "\n" + p.child.string();
+  auto it = s.door_servers.find(key);
+  if (it == s.door_servers.end()) {
+    std::string why;
+    auto server = ForkServer::start({p.exe.string(), "-s", "-B", p.child.string(), "serve"},
+                                    std::min(s.options.timeout_s, 120.0),
+                                    s.work.path() / fmt::format("door-server-{}.log", s.door_servers.size()), why);
+    if (!server) {
+      s.progress << fmt::format("python door: no fork server for {} ({}); each child imports torch itself\n",
+                                p.exe.string(), why);
+    }
+    it = s.door_servers.emplace(key, std::move(server)).first;
+  }
+  if (it->second && !it->second->serving()) {
+    // It failed a request (killed, perhaps by a kernel): children start the usual way, said once.
+    s.progress << fmt::format("python door: the fork server for {} stopped; each child imports torch itself from now on\n",
+                              p.exe.string());
+    it->second.reset();
+  }
+  if (!it->second) return;
+  // The server runs child.py already: the child's arguments are what follows it in argv.
+  const auto at = std::find(argv.begin(), argv.end(), p.child.string());
+  if (at == argv.end()) return;
+  hooks.server = it->second.get();
+  hooks.server_args.assign(at + 1, argv.end());
 }
 
 PythonDeclaration validate_python_declaration(const json& d) {

@@ -25,6 +25,13 @@ std::filesystem::path door_dir(const std::filesystem::path& self);
 std::vector<std::string> python_child_argv(const PythonRef& p, const std::string& verb,
                                            const std::vector<std::string>& args);
 
+// The child `argv` (python_child_argv) forked from the door's fork server of its executable
+// instead of started anew: the server has imported torch once, so a child pays a fork, not the
+// import (about 1.8 s on a 2-core machine). The server is started at the first such child; one
+// that cannot start is said once on the progress stream, and children are then started the
+// usual way. MLA_DOOR_SERVER=0 turns it off (to compare, or to rule it out).
+void use_door_server(Session& s, const PythonRef& p, const std::vector<std::string>& argv, ChildHooks& hooks);
+
 // The implementation `--python spec` names, described by a child and validated here, with its
 // KernelReport (origin: the spec, the executable, Python's and torch's versions, the module's
 // digest). No python3 that imports torch, or a "cuda" kernel without a CUDA device: the

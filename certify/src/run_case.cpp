@@ -111,6 +111,7 @@ ProcessRun run_process(Session& s, const Implementation& k, Arena& arena, const 
     p.calls.push_back(std::move(snap));
     audit(fmt::format("by call {}", p.calls.size()));
   };
+  if (k.ref.python) use_door_server(s, *k.ref.python, argv, hooks);
   p.outcome = run_child(argv, s.options.timeout_s, log, hooks);
   audit("after the last call");
   std::memcpy(&p.control, &arena.control(), sizeof p.control);

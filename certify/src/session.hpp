@@ -132,6 +132,9 @@ class Session {
   // canary bytes and the unwritten-output pattern, so a kernel cannot know them in advance.
   uint64_t seed = 0;
   uint64_t secret = 0;
+  // The Python door's fork servers, by executable (python_door.hpp); null where one could not
+  // start (its children then import torch themselves). Last member: stopped before the rest.
+  std::map<std::string, std::unique_ptr<ForkServer>> door_servers;
 
   reports::KernelReport& report(const Implementation& k) { return cert.kernels[k.report_index]; }
   void record(const Implementation& k, reports::CaseResult r) { report(k).cases.push_back(std::move(r)); }

@@ -7,15 +7,18 @@
 // without a python3 that imports torch.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <map>
 #include <fstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "mla/certify/isolation.hpp"
 #include "mla/certify/python_declaration.hpp"
 #include "mla/core/error.hpp"
 #include "mla/golden/golden.hpp"
@@ -361,6 +364,77 @@ TEST_F(CertifyPython, AttacksOnTheVerdictAreRed) {
       EXPECT_EQ(c->at("verdict"), "FAIL") << which << ": " << reasons(*c);
       EXPECT_NE(reasons(*c).find(words), std::string::npos) << which << ": " << reasons(*c);
     }
+  }
+}
+
+// The door's fork server: a child it forks is this process's child like one forked here (its
+// exit, its signal, its stops, its deadline), in its own group; a server that dies costs only
+// time: the next child starts the usual way.
+TEST_F(CertifyPython, ChildrenOfTheDoorsForkServerAreWaitedOnStoppedAndKilledAsForkedOnes) {
+  using mla::certify::ChildHooks;
+  using mla::certify::ForkServer;
+  using K = mla::certify::ChildOutcome::Kind;
+  TempDir tmp;
+  const auto child_py = (kSource / "kernels" / "python" / "mla_door" / "child.py").string();
+  std::string why;
+  auto server = ForkServer::start({kTorchPython, "-s", "-B", child_py, "serve"}, 120, tmp.path() / "server.log", why);
+  ASSERT_TRUE(server) << why;
+  // Each spec is a file whose import does one thing; `describe` imports it.
+  auto spec_file = [&](const std::string& name, const std::string& body) {
+    const auto f = tmp.path() / (name + ".py");
+    std::ofstream(f) << "import os, signal, sys, time\n" << body << "\nKERNEL = None\n";
+    return f.string() + ":KERNEL";
+  };
+  const auto probe = tmp.path() / "probe.txt";
+  const auto probe_spec = spec_file(
+      "probe", "open(" + quote(probe.string()) +
+                   ", 'w').write(f\"{os.environ.get('MLA_DOOR_FORKED', '0')} {os.getppid()} {os.getpgid(0) == os.getpid()}\")");
+  auto run = [&](const std::string& spec, double timeout_s, ChildHooks hooks = {}) {
+    const std::vector<std::string> args{"describe", "--spec", spec, "--result", (tmp.path() / "result").string()};
+    std::vector<std::string> argv{kTorchPython, "-s", "-B", child_py};
+    argv.insert(argv.end(), args.begin(), args.end());
+    hooks.server = server.get();
+    hooks.server_args = args;
+    return mla::certify::run_child(argv, timeout_s, tmp.path() / "child.log", hooks);
+  };
+  // Forked by the server, re-parented here, in its own group.
+  auto o = run(probe_spec, 60);
+  EXPECT_EQ(o.kind, K::exited) << o.describe() << " " << o.stderr_tail;
+  EXPECT_EQ(slurp(probe), fmt::format("1 {} True", getpid()));
+  // Its signal reaches this process.
+  o = run(spec_file("segv", "os.kill(os.getpid(), signal.SIGSEGV)"), 60);
+  EXPECT_EQ(o.kind, K::signaled) << o.describe();
+  EXPECT_EQ(o.signal, SIGSEGV);
+  // Its stops too: the parent looks, then continues it.
+  int stops = 0;
+  ChildHooks count;
+  count.on_stop = [&] { ++stops; };
+  o = run(spec_file("stops", "os.kill(os.getpid(), signal.SIGSTOP)\nos.kill(os.getpid(), signal.SIGSTOP)"), 60, count);
+  EXPECT_EQ(o.kind, K::exited) << o.describe();
+  EXPECT_EQ(stops, 2);
+  // Its deadline kills it, promptly.
+  const auto t0 = std::chrono::steady_clock::now();
+  o = run(spec_file("hangs", "time.sleep(120)"), 1.0);
+  EXPECT_EQ(o.kind, K::timed_out) << o.describe();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
+  EXPECT_TRUE(server->serving());
+  // The server killed: the next child is started anew, and says so.
+  ASSERT_EQ(kill(server->pid(), SIGKILL), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  o = run(probe_spec, 60);
+  EXPECT_EQ(o.kind, K::exited) << o.describe() << " " << o.stderr_tail;
+  EXPECT_EQ(slurp(probe), fmt::format("0 {} True", getpid()));
+  EXPECT_FALSE(server->serving());
+}
+
+// A kernel that kills the door's fork server mid-run: its cases and the next kernel's are
+// certified all the same (their children then start the usual way), and the run says so.
+TEST_F(CertifyPython, AKernelThatKillsTheForkServerCostsOnlyTime) {
+  const auto r = certify(kTwoCases + spec("KILLS_SERVER") + spec("GOOD"), torch_path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("the fork server for"), std::string::npos) << r.output;
+  for (const char* k : {"door_kills_server", "door_good"}) {
+    for (const auto& c : kernel(r, k).at("cases")) EXPECT_EQ(c.at("verdict"), "PASS") << k << " " << c.dump();
   }
 }
 

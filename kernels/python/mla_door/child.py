@@ -379,7 +379,106 @@ def charge_simulated_context(verb):
             os.close(fd)
 
 
+# ---- the fork server --------------------------------------------------------------------------
+
+def serve(sock_fd):
+    """The door's fork server (certify/include/mla/certify/isolation.hpp, ForkServer): imports
+    torch once, then forks a copy of itself for each child the certifier asks for. It never
+    imports the user's module nor runs a kernel: every child starts from the state a fresh
+    `child.py` would reach before its verb, in its own process, and pays only the fork."""
+    import socket
+    parent = os.getppid()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=sock_fd)
+    try:
+        import torch  # noqa: F401  the start-up every child would otherwise pay
+    except Exception as e:
+        sock.send(json.dumps({"error": f"cannot import torch: {type(e).__name__}: {e}"}).encode())
+        return 3
+    sock.send(json.dumps({"ready": True}).encode())
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
+        except OSError:
+            return 0
+        if not msg:
+            return 0  # the certifier closed its end: the run is over
+        try:
+            reply = {"pid": fork_child(sock, parent, json.loads(msg), fds)}
+        except Exception as e:
+            reply = {"error": f"{type(e).__name__}: {e}"}
+        finally:
+            for fd in fds:
+                os.close(fd)
+        sock.send(json.dumps(reply).encode())
+
+
+def fork_child(sock, parent, request, fds):
+    argv = [str(a) for a in request["argv"]]
+    pass_fd = int(request.get("pass_fd", -1))
+    if len(fds) != (2 if pass_fd >= 0 else 1):
+        raise ValueError(f"{len(fds)} descriptors received, {2 if pass_fd >= 0 else 1} expected")
+    r, w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        # The intermediate: forks the child and exits at once, so the child is re-parented to
+        # the certifier (a child subreaper), which then waits on it as on a child of its own.
+        try:
+            os.close(r)
+            child = os.fork()
+            if child == 0:
+                os.close(w)
+                run_forked_child(sock, parent, argv, fds, pass_fd)
+            os.setpgid(child, child)  # its own group before anyone learns its pid
+            os.write(w, str(child).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        data = os.read(r, 64)
+    finally:
+        os.close(r)
+        os.waitpid(middle, 0)
+    if not data:
+        raise RuntimeError("the intermediate process reported no child")
+    return int(data)
+
+
+def run_forked_child(sock, parent, argv, fds, pass_fd):
+    try:
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
+        # Nothing runs before this process is the certifier's child: its stops must reach it.
+        deadline = time.monotonic() + 10
+        while os.getppid() != parent:
+            if time.monotonic() > deadline:
+                os._exit(75)
+            time.sleep(0.0002)
+        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG: dies with the certifier
+        if os.getppid() != parent:
+            os._exit(75)
+        sock.close()
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(fds[0], 1)
+        os.dup2(fds[0], 2)
+        if pass_fd >= 0 and fds[1] != pass_fd:
+            os.dup2(fds[1], pass_fd, inheritable=False)  # under the number the plan names
+        for fd in {devnull, *fds} - {0, 1, 2, pass_fd}:
+            os.close(fd)
+        os.environ["MLA_DOOR_FORKED"] = "1"  # how it started, for whoever asks (its tests)
+        if "random" in sys.modules:  # not the server's sequence, shared by every child
+            sys.modules["random"].seed()
+    except BaseException:
+        os._exit(75)  # the child could not be set up: the host's failure (isolation.hpp)
+    main(argv)
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"] and len(argv) == 3 and argv[1] == "--socket-fd":
+        os._exit(serve(int(argv[2])))
     faulthandler.enable()  # a crash in the kernel leaves its Python traceback in the child's log
     p = argparse.ArgumentParser(prog="mla_door/child.py")
     sub = p.add_subparsers(dest="verb", required=True)

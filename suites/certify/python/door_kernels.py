@@ -213,3 +213,24 @@ THIEF_REFUSES = _variant("door_thief_refuses", _thief_refuses)
 THIEF_HIDES_OVERFLOW = _variant("door_thief_hides_overflow", _thief_hides_overflow)
 MEMO_BY_SHAPE = _variant("door_memo_by_shape", _memo_by_shape)
 CHANGES_Q_THEN_REFUSES = _variant("door_changes_q_then_refuses", _changes_q_then_refuses)
+
+
+def _kills_server(*args):
+    """Kills the door's fork server of its own certifier (the process running `child.py serve`
+    whose parent is this child's), then decodes correctly: the run must go on without it."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():  # a forked child's command line is its server's
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getppid() and b"serve" in argv and any(a.endswith(b"child.py") for a in argv):
+            os.kill(int(pid), signal.SIGKILL)
+    reference_decode(*args)
+
+
+KILLS_SERVER = _variant("door_kills_server", _kills_server)

@@ -4,8 +4,11 @@
 // private work folder.
 #pragma once
 
+#include <sys/types.h>
+
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,9 +38,52 @@ struct ChildOutcome {
 // number travels in the child's own instructions), and what to do each time it stops itself
 // (SIGSTOP): the parent looks at its buffers while nothing runs in the child, then the child is
 // continued.
+class ForkServer;
 struct ChildHooks {
   int pass_fd = -1;
   std::function<void()> on_stop;
+  // When set (and still serving), the child is forked by this server with `server_args`
+  // instead of fork + exec of argv; everything else (the deadline, the stops, the group kill,
+  // the leftovers) is the same. A server that has stopped serving falls back to argv.
+  ForkServer* server = nullptr;
+  std::vector<std::string> server_args;
+};
+
+// A process that has already paid a child's start-up (the Python door's: importing torch, ~1-2 s
+// per process on a small machine) and forks a copy of itself for each child instead. It never
+// runs a kernel's code itself, so every child still starts from the same clean state, in its
+// own process. The copy is made by a short-lived intermediate process that exits at once, so
+// the copy is re-parented to this process (a child subreaper): run_child waits on it, sees its
+// stops and kills its group exactly as for a child it forked itself.
+//
+// Protocol, one SOCK_SEQPACKET message each way: this process sends {"argv": [...],
+// "pass_fd": N} with the child's log (and the passed descriptor, when N >= 0) as SCM_RIGHTS; the
+// server answers {"pid": P} or {"error": "..."}. At start it says {"ready": true} (or
+// {"error": ...}) once its start-up is done.
+class ForkServer {
+ public:
+  // Starts `argv` with the server's end of the socket as descriptor `--socket-fd N` (appended),
+  // its output to `log_file`; waits up to `ready_timeout_s` for its ready message. nullptr and
+  // `why` when it could not start or said it cannot serve.
+  static std::unique_ptr<ForkServer> start(std::vector<std::string> argv, double ready_timeout_s,
+                                           const std::filesystem::path& log_file, std::string& why);
+  ~ForkServer();
+  ForkServer(const ForkServer&) = delete;
+  ForkServer& operator=(const ForkServer&) = delete;
+
+  bool serving() const { return sock_ >= 0; }
+  // A new child running `args`, stdout and stderr on `log_fd`, `pass_fd` under its own number;
+  // its pid, a child of this process in its own process group. -1 and `error` when the server
+  // failed (it is then stopped: later children fall back to exec).
+  pid_t spawn(const std::vector<std::string>& args, int log_fd, int pass_fd, std::string& error);
+  pid_t pid() const { return pid_; }
+
+ private:
+  ForkServer() = default;
+  void stop();
+  void stop_locked();
+  pid_t pid_ = -1;
+  int sock_ = -1;
 };
 // The exit status of a child whose setup between fork and exec failed (its standard streams, the
 // inherited buffers): the host's failure, the same status as kChildHostFailure (host_error.hpp).

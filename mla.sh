@@ -19,6 +19,8 @@
 #                      and rehearsed time, CUDA contexts charged; reports/out/device/
 #   ./mla.sh preflight before the device run: the bundle against the tree, the size the run
 #                      carries, the rehearsal of this very archive; exit 3 refuses it
+#   ./mla.sh door-overhead  the Python door's overhead per certificate row, with and without
+#                      its fork server (reports/tools/door_overhead.py)
 #   ./mla.sh deps | build | goldens | check-goldens | bench
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")"
@@ -68,6 +70,13 @@ case "${1:-help}" in
     # Proves every test owns its temp state: run together and again, none may see another's
     # files (suites/CMakeLists.txt, the tempstate label). The build must exist (test/sanitize).
     ctest --preset "${2:-$PRESET}" -j "$JOBS" -L tempstate --repeat until-fail:3
+    ;;
+  door-overhead)
+    # The Python door's cost per certificate row, with and without its fork server
+    # (kernels/plugin/README.md, "The Python door").
+    deps; build
+    $PY reports/tools/door_overhead.py --mla "$BUILD_DIR/tools/mla/mla" --python-exe "$PY" \
+      --out "${MLA_REPORT_DIR:-reports/out}/door_overhead.json" "${@:2}"
     ;;
   test-l2)
     deps; build

@@ -1,6 +1,6 @@
 // The Python front door end to end: `mla certify --python SPEC` as a user runs it, on a narrow
-// selection of the real catalog (a torch child costs about a second per process here, and every
-// claimed case runs in two). A FlashInfer-convention torch decode certifies green through the
+// selection of the real catalog (children are forked from the door's server, which imported
+// torch once; a server that could not start would cost about 1.8 s per child here). A FlashInfer-convention torch decode certifies green through the
 // host's conversions, the same code declaring the canonical conventions is red, and each broken
 // variant (suites/certify/python/door_kernels.py) is red or refused for the reason that names its
 // fault, through the audit every C plug-in gets. Skipped (with the reason) without the catalog or

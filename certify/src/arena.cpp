@@ -120,11 +120,12 @@ std::string ArenaLayout::where(std::size_t off) const {
   return "outside every buffer the certifier handed over";
 }
 
-std::size_t Arena::add_region(std::string name, std::size_t bytes, bool input, std::size_t elem, std::size_t cursor) {
+std::size_t Arena::add_region(std::string name, std::size_t bytes, bool input, std::size_t elem, std::size_t cursor,
+                              bool other) {
   auto& l = layout_;
   ArenaRegion r;
   r.elem = elem;
-  r.other = name.find(" (of the case") != std::string::npos;
+  r.other = other;
   r.name = std::move(name);
   r.input = input;
   r.bytes = bytes;
@@ -150,8 +151,11 @@ Arena::Arena(const std::vector<AttnInputs>& sets, const std::vector<ArenaCallPla
   l.page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   l.value_bytes = value_bytes;
   std::size_t cursor = round_up(sizeof(ArenaControl), l.page);
-  auto add = [&](std::string name, std::span<const uint8_t> initial, bool input, std::size_t bytes, std::size_t elem) {
-    cursor = add_region(std::move(name), bytes, input, elem, cursor);
+  // `other`: the region belongs to the case called in between (index > 0), whose faults are that
+  // case's, not this one's.
+  auto add = [&](std::string name, std::span<const uint8_t> initial, bool input, std::size_t bytes, std::size_t elem,
+                 bool other) {
+    cursor = add_region(std::move(name), bytes, input, elem, cursor, other);
     initial_.back() = initial;
     return static_cast<int>(l.regions.size() - 1);
   };
@@ -162,7 +166,7 @@ Arena::Arena(const std::vector<AttnInputs>& sets, const std::vector<ArenaCallPla
     in.shape = b.shape;
     in.softmax_scale = b.softmax_scale;
     auto input = [&](const char* name, std::span<const uint8_t> v, std::size_t elem) {
-      return add(name + suffix, v, true, v.size(), elem);
+      return add(name + suffix, v, true, v.size(), elem, i > 0);
     };
     in.q = input("q", bytes_of(b.q), 2);
     in.kv_cache = input("kv_cache", bytes_of(b.kv_cache), 1);
@@ -180,9 +184,9 @@ Arena::Arena(const std::vector<AttnInputs>& sets, const std::vector<ArenaCallPla
     const std::string which = p.inputs == 0 ? "" : " (of the case called in between)";
     const auto vb = static_cast<std::size_t>(value_bytes);
     const std::size_t lse_vb = value_bytes == 8 ? 8 : 4;
-    p.out = add("out" + which, {}, false, n_out * vb, vb);
+    p.out = add("out" + which, {}, false, n_out * vb, vb, p.inputs != 0);
     prefill_.back() = vb;
-    p.lse = add("lse" + which, {}, false, n_lse * lse_vb, lse_vb);
+    p.lse = add("lse" + which, {}, false, n_lse * lse_vb, lse_vb, p.inputs != 0);
     prefill_.back() = lse_vb;
     l.calls.push_back(p);
   }
@@ -197,7 +201,7 @@ Arena::Arena(const std::vector<ArenaBuffer>& buffers, uint64_t key) : key_(key) 
   for (const auto& b : buffers) {
     // An in-place buffer is laid out as an output (canaries on both sides): a write just
     // before or past it is measured, not a fault.
-    cursor = add_region(b.name, b.initial.size(), !b.inout, b.elem, cursor);
+    cursor = add_region(b.name, b.initial.size(), !b.inout, b.elem, cursor, false);
     l.regions.back().inout = b.inout;
     initial_.back() = b.initial;
   }

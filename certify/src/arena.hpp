@@ -150,7 +150,8 @@ class Arena {
  private:
   uint8_t canary(int region, std::size_t i) const;
   void map();  // creates, sizes and maps the memfd for layout_.size
-  std::size_t add_region(std::string name, std::size_t bytes, bool input, std::size_t elem, std::size_t cursor);
+  std::size_t add_region(std::string name, std::size_t bytes, bool input, std::size_t elem, std::size_t cursor,
+                         bool other);
   ArenaLayout layout_;
   // Per region: its bytes before a call (inputs and in-place buffers; caller-owned), or the
   // size of the unwritten pattern it is prefilled with (outputs; 0 otherwise).

@@ -94,6 +94,7 @@ class AttentionCase {
           r.reasons.push_back(*k->unavailable);
         } else if (s_.options.max_tokens && header.cache_tokens() > *s_.options.max_tokens) {
           r.verdict = Verdict::skipped;
+          r.cause = reports::Cause::over_max_tokens;
           r.reasons.push_back(fmt::format("cache of {} tokens > --max-tokens {}", header.cache_tokens(), *s_.options.max_tokens));
           if (has_twin(*k)) {
             // Its twin is left out with it, and counted so (the headline's "over --max-tokens").
@@ -101,6 +102,7 @@ class AttentionCase {
             t.description = "fresh twin of " + ref_.key();
             t.shape = r.shape;
             t.verdict = Verdict::skipped;
+            t.cause = r.cause;
             t.reasons = r.reasons;
             kept_twins_[k] = std::move(t);
           }
@@ -154,7 +156,7 @@ class AttentionCase {
     for (const auto* k : probes) {
       auto r = not_claimed(header, refused[k]);
       r.shape = shape_json(c);
-      if (probe_worthwhile(header, *k)) r.reasons.push_back(probe_reason(*k, c, truth, run(*k, c.view(), /*enforce_caps=*/false)));
+      if (probe_worthwhile(header, *k)) probe_into(r, *k, c, truth, run(*k, c.view(), /*enforce_caps=*/false));
       results[k] = std::move(r);
     }
     for (const auto& k : s_.implementations) {
@@ -291,14 +293,18 @@ class AttentionCase {
     judge_run(r, k, in.shape, run, truth, between, /*claimed=*/true);
   }
 
-  std::string probe_reason(const Implementation& k, const golden::AttnCase& c, const GoldenTruth& truth,
-                           const RunResult& run) {
+  // The informational run's verdict on the NOT_CLAIMED row `row` (typed, for the notes) and its
+  // words (the row's last reason, for a reader).
+  void probe_into(reports::CaseResult& row, const Implementation& k, const golden::AttnCase& c, const GoldenTruth& truth,
+                  const RunResult& run) {
     const auto r = judged(k, c, c.view(), truth.view(), run, /*claimed=*/false);
+    row.probe = r.verdict;
+    const std::string first = r.reasons.empty() ? "" : r.reasons.front();
     switch (r.verdict) {
-      case Verdict::pass: return kProbePass;
-      case Verdict::fail: return fmt::format("{}would FAIL ({})", kProbePrefix, r.reasons.front());
-      case Verdict::unsupported: return fmt::format("{}refused ({})", kProbePrefix, r.reasons.front());
-      default: return fmt::format("{}ERROR ({})", kProbePrefix, r.reasons.empty() ? "" : r.reasons.front());
+      case Verdict::pass: row.reasons.push_back(kProbePass); return;
+      case Verdict::fail: row.reasons.push_back(fmt::format("{}would FAIL ({})", kProbePrefix, first)); return;
+      case Verdict::unsupported: row.reasons.push_back(fmt::format("{}refused ({})", kProbePrefix, first)); return;
+      default: row.reasons.push_back(fmt::format("{}ERROR ({})", kProbePrefix, first)); return;
     }
   }
 

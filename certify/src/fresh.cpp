@@ -453,6 +453,7 @@ void certify_fresh(Session& s) {
         for (const int32_t L : b.cache_seqlens) tokens += L;
         if (s.options.max_tokens && tokens > *s.options.max_tokens) {
           r.verdict = Verdict::skipped;
+          r.cause = reports::Cause::over_max_tokens;
           r.reasons.push_back(fmt::format("cache of {} tokens > --max-tokens {}", tokens, *s.options.max_tokens));
           s.record(k, std::move(r));
           continue;

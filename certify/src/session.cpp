@@ -77,9 +77,10 @@ void update_notes(reports::Certificate& cert) {
     std::map<std::string, int> handled;
     std::vector<const reports::CaseResult*> would_fail;
     for (const auto& r : k.cases) {
-      if (r.verdict != tol::Verdict::not_claimed || r.reasons.size() < 2) continue;
-      if (r.reasons[1] == kProbePass) ++handled[r.reasons[0]];
-      if (r.reasons[1].rfind(kProbeFail, 0) == 0) would_fail.push_back(&r);
+      if (r.verdict != tol::Verdict::not_claimed || !r.probe || r.reasons.empty()) continue;
+      // Grouped by the refusal's words (the row's first reason), counted by the typed verdict.
+      if (*r.probe == tol::Verdict::pass) ++handled[r.reasons[0]];
+      if (*r.probe == tol::Verdict::fail) would_fail.push_back(&r);
     }
     k.notes.clear();
     if (!handled.empty()) {

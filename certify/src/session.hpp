@@ -27,12 +27,11 @@
 
 namespace mla::certify {
 
-// The words that open the reason an informational run adds to a NOT_CLAIMED case; the kernel
-// notes are derived from them, so a resumed certificate gets the same notes.
+// The words of the reason an informational run adds to a NOT_CLAIMED case, for a reader; the
+// kernel notes are derived from the row's typed `probe`, never from these words.
 inline constexpr const char* kProbePass =
     "informational run on this unclaimed shape: PASS (handles it without claiming it)";
 inline constexpr const char* kProbePrefix = "informational run on this unclaimed shape: ";
-inline constexpr const char* kProbeFail = "informational run on this unclaimed shape: would FAIL";
 
 // One implementation under certification.
 struct Implementation {

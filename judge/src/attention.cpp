@@ -37,8 +37,8 @@ AttentionJudgement judge_attention(const AttnShape& s, const Declaration& declar
                      ref(truth.same_dtype_out));
   j.lse = tol::judge("lse", got.lse, truth.lse, ls, attention_tolerance(cls, s.cache_format, "lse"),
                      ref(truth.same_dtype_lse));
-  for (const auto& why : j.out.reasons) j.reasons.push_back("out: " + why);
-  for (const auto& why : j.lse.reasons) j.reasons.push_back("lse: " + why);
+  for (const auto& why : j.out.reasons) j.reasons.push_back(tol::row_reason(j.out, why));
+  for (const auto& why : j.lse.reasons) j.reasons.push_back(tol::row_reason(j.lse, why));
   if (!truth.unquantized_out.empty()) {
     const auto& info = tol::lookup("attn.fp8_quantization.info");
     j.out_vs_unquantized = tol::judge("out_vs_unquantized", got.out, truth.unquantized_out, os, info);

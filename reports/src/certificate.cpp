@@ -107,15 +107,16 @@ const char* to_string(Cause c) {
   switch (c) {
     case Cause::none: return "none";
     case Cause::broken_claim: return "broken_claim";
+    case Cause::over_max_tokens: return "over_max_tokens";
   }
   return "?";
 }
 
 Cause cause_from_string(const std::string& s) {
-  for (const Cause c : {Cause::none, Cause::broken_claim}) {
+  for (const Cause c : {Cause::none, Cause::broken_claim, Cause::over_max_tokens}) {
     if (s == to_string(c)) return c;
   }
-  throw Error(fmt::format("'{}' is not a cause (none, broken_claim)", s));
+  throw Error(fmt::format("'{}' is not a cause (none, broken_claim, over_max_tokens)", s));
 }
 
 namespace {
@@ -128,6 +129,7 @@ json case_json(const CaseResult& r) {
           {"shape", r.shape},
           {"verdict", tol::to_string(r.verdict)},
           {"cause", to_string(r.cause)},
+          {"probe", r.probe ? json(tol::to_string(*r.probe)) : json(nullptr)},
           {"reasons", r.reasons},
           {"out", opt_cmp(r.out)},
           {"lse", opt_cmp(r.lse)},
@@ -162,6 +164,14 @@ CaseResult case_from(const json& j, const std::string& w, int format) {
       r.cause = cause_from_string(*cause);
     } catch (const Error& e) {
       throw Error(fmt::format("{}.cause: {}", w, e.what()));
+    }
+  }
+  // Absent (or null) in certificates written before the informational run was recorded as such.
+  if (const auto probe = read_opt<std::string>(j, w, "probe")) {
+    try {
+      r.probe = tol::verdict_from_string(*probe);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}.probe: {}", w, e.what()));
     }
   }
   if (format == 1 && r.verdict == tol::Verdict::unsupported && !r.reasons.empty() &&
@@ -266,6 +276,13 @@ std::optional<std::string> row_contradiction(const CaseResult& r) {
   const auto stated = tol::to_string(r.verdict);
   if (r.cause == Cause::broken_claim && r.verdict != tol::Verdict::fail) {
     return fmt::format("its cause is broken_claim (a refusal of a claimed shape, a FAIL) but its verdict is {}", stated);
+  }
+  if (r.cause == Cause::over_max_tokens && r.verdict != tol::Verdict::skipped) {
+    return fmt::format("its cause is over_max_tokens (left out by size, SKIPPED) but its verdict is {}", stated);
+  }
+  if (r.probe && r.verdict != tol::Verdict::not_claimed) {
+    return fmt::format("it records an informational run (probe {}), which only a NOT_CLAIMED row has, but its verdict is {}",
+                       tol::to_string(*r.probe), stated);
   }
   if (r.verdict != tol::Verdict::pass) {
     if (r.reasons.empty()) return fmt::format("its verdict is {} but it gives no reason why it is not PASS", stated);

@@ -98,7 +98,7 @@ struct Ranges {
 };
 
 bool size_filtered(const CaseResult& r) {
-  return r.verdict == Verdict::skipped && !r.reasons.empty() && r.reasons.front().find("--max-tokens") != std::string::npos;
+  return r.verdict == Verdict::skipped && r.cause == Cause::over_max_tokens;
 }
 
 }  // namespace

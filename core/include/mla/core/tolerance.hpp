@@ -126,6 +126,10 @@ Comparison judge(std::string what, std::span<const double> impl, std::span<const
 
 // Non-finite metrics (an infinite relative error) are written as the strings "inf", "-inf",
 // "nan", since JSON has no such numbers; comparison_from_json reads them back.
+// A failed rule of `c` as a row's reason says it: "out: <rule>". One spelling, so a reader of the
+// row can tell which of its reasons the comparison already holds (reports/src/render.cpp).
+inline std::string row_reason(const Comparison& c, const std::string& why) { return c.what + ": " + why; }
+
 nlohmann::json to_json(const Comparison& c);
 Comparison comparison_from_json(const nlohmann::json& j);
 

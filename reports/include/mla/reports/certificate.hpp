@@ -58,7 +58,8 @@ std::optional<std::string> git_commit_of(const std::filesystem::path& inside);
 // headline, merge) must tell rows apart without reading the reasons' words.
 enum class Cause {
   none,
-  broken_claim,  // FAIL: the kernel refused at run time a shape it claims
+  broken_claim,     // FAIL: the kernel refused at run time a shape it claims
+  over_max_tokens,  // SKIPPED: the case's cache holds more tokens than --max-tokens allows
 };
 const char* to_string(Cause c);
 Cause cause_from_string(const std::string& s);  // throws mla::Error on an unknown word
@@ -80,6 +81,9 @@ struct CaseResult {
   // prepared and results copied outside it).
   std::optional<double> run_seconds;
   std::optional<double> bytes, flops;  // the implementation's cost model for this call
+  // NOT_CLAIMED rows only: the verdict of the informational run on the unclaimed shape (never
+  // part of any verdict; the kernel's notes count it). Its words are the row's last reason.
+  std::optional<tol::Verdict> probe;
 };
 
 struct KernelReport {

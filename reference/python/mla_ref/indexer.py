@@ -37,8 +37,9 @@ from .config import ModelArgs
 
 PRECISIONS = ("fp64", "bf16")
 # interleaved: the pairs (2i, 2i+1), upstream's published inference code (view_as_complex);
-# half: the pairs (i, i + r/2) (NeoX / rotate-half), what later V3.2 checkpoints' serving code uses.
-# Which one a checkpoint was trained with cannot be seen from its weights, so it is always named.
+# half: the pairs (i, i + r/2) (the NeoX / rotate-half convention). Deployments of the indexer
+# differ on this, and which one a checkpoint was trained with cannot be seen from its weights, so
+# it is always named by the caller.
 ROPE_LAYOUTS = ("interleaved", "half")
 LN_EPS = 1e-6
 BLOCK = numerics.BLOCK
@@ -154,7 +155,8 @@ def project(args: ModelArgs, weights: dict, x: np.ndarray, qr: np.ndarray, start
     x [b, s, dim] and qr [b, s, q_lora_rank] (the MLA layer's normalized q-LoRA activation): float64
     arrays of bf16 values; weights: float64 arrays (weight_shapes) of bf16 values; tokens sit at
     positions start_pos .. start_pos + s - 1 (the RoPE angles).
-    fp64: float64 throughout, sums through exact.matmul, LayerNorm mean and variance exact sums.
+    fp64: float64 throughout, every sum (the linears, LayerNorm's mean and variance, the Hadamard)
+          through exact.matmul, so the result does not depend on the BLAS's summation order.
     bf16: upstream's dtypes: each linear a float32 product rounded to bf16; LayerNorm in float32
           (torch's layer_norm) rounded to bf16; RoPE in float32 (cos/sin of the float64 angle
           rounded to float32, the reference's table rule) rounded to bf16; Hadamard as hadamard();

@@ -31,6 +31,11 @@ class ModelArgs:
     beta_slow: float = 1.0
     mscale: float = 1.0
     max_batch_size: int = 8
+    # DeepSeek-V3.2's lightning indexer (upstream names and defaults). Not in FIELDS: no golden
+    # case depends on them, so adding them leaves every stored attribute set unchanged.
+    index_n_heads: int = 64
+    index_head_dim: int = 128
+    index_topk: int = 2048
 
     @property
     def qk_head_dim(self) -> int:
@@ -77,6 +82,11 @@ PRESETS = {
     "v3-tp2": ModelArgs(**{**_V3, "n_heads": 64}),
     "v3-tp4": ModelArgs(**{**_V3, "n_heads": 32}),
     "v3-tp8": ModelArgs(**{**_V3, "n_heads": 16}),
+    # DeepSeek-V3.2 (671B): V3's MLA plus the indexer, 64 index heads x 128, top-2048
+    "v32": ModelArgs(**_V3, index_n_heads=64, index_head_dim=128, index_topk=2048),
+    # tiny with an indexer: one 128-wide quantization block per index head (its smallest legal
+    # width) and a top-k below max_seq_len, so both "k < valid" and "valid < k" rows occur
+    "tiny-indexer": ModelArgs(**_TINY, index_n_heads=4, index_head_dim=128, index_topk=8),
 }
 
 

@@ -135,13 +135,18 @@ def fp8_block_scale(amax: np.ndarray, scale_fmt: str, recipe: str = DEFAULT_FP8_
         s = np.maximum((amax / np.float32(448.0)).astype(np.float32), AMAX_FLOOR).astype(np.float32)
     else:
         raise ValueError(f"unknown FP8 recipe {recipe!r}; known: {', '.join(FP8_RECIPES)}")
+    return _apply_scale_fmt(s, scale_fmt)
+
+
+def _apply_scale_fmt(s: np.ndarray, scale_fmt: str) -> np.ndarray:
+    """fp32: `s` as it is; ue8m0: the smallest power of two >= s (exact; non-finite s kept)."""
     if scale_fmt == "ue8m0":
         f, e = np.frexp(s)  # s = f * 2^e, f in [0.5, 1)
         with np.errstate(invalid="ignore"):
             up = np.ldexp(np.float32(1.0), e).astype(np.float32)
         s = np.where((f == 0.5) | ~np.isfinite(s), s, up).astype(np.float32)
     elif scale_fmt != "fp32":
-        raise ValueError(f"unknown scale_fmt {scale_fmt!r}")
+        raise ValueError(f"unknown scale_fmt {scale_fmt!r}; known: {', '.join(SCALE_FMTS)}")
     return s
 
 
@@ -192,3 +197,49 @@ def fp8_poison_token() -> np.ndarray:
     tok[LATENT:LATENT + 16] = np.full(4, np.nan, dtype="<f4").view(np.uint8)
     tok[LATENT + 16:] = np.full(ROPE, 0x7FC0, dtype="<u2").view(np.uint8)
     return tok
+
+
+# ---------------------------------------------------------------- activation quantizer (act_quant)
+# DeepSeek V3.2's activation quantizer (inference `kernel.py` act_quant), used by the lightning
+# indexer on q and k. Its scale differs from both cache recipes above in one operation: it
+# multiplies by the float32 reciprocal 1/448 instead of dividing by 448, so with float32 scales
+# about half of all blocks get a scale one ulp away from `deepseek_v32`'s. With ue8m0 scales the
+# two coincide (the product and the quotient never straddle a power of two for a float32 amax).
+
+E4M3_MAX_INV = np.float32(1.0 / 448.0)  # the constant as the kernel holds it: 1/448 rounded to float32
+
+
+def act_quant_scale(amax: np.ndarray, scale_fmt: str) -> np.ndarray:
+    """float32 block scale of act_quant for block maxima `amax` (rounded to float32 first):
+    float32(max(amax, 1e-4) * float32(1/448)); ue8m0: then the smallest power of two >= it,
+    which is what the kernel's exponent-bit ceil(log2) gives for these (normal) values."""
+    amax = np.asarray(amax, dtype=np.float32)
+    s = (np.maximum(amax, AMAX_FLOOR) * E4M3_MAX_INV).astype(np.float32)
+    return _apply_scale_fmt(s, scale_fmt)
+
+
+def act_quant(x: np.ndarray, scale_fmt: str, block: int = BLOCK):
+    """Block-wise e4m3 quantization of the last axis, as act_quant does it.
+
+    x: finite values [..., n] with n a multiple of `block` (rounded to float32 first; bf16 values,
+    what the kernel reads, are unchanged by that). Per block: amax = max|x|, scale as
+    act_quant_scale, code = e4m3(clamp(float32(x / scale), -448, 448)) rounded to nearest even.
+    Returns (codes uint8 [..., n], scales float32 [..., n / block]); value = E4M3_TABLE[code] * scale."""
+    x32 = np.asarray(x, dtype=np.float64).astype(np.float32)
+    if x32.ndim == 0 or x32.shape[-1] % block != 0:
+        raise ValueError(f"act_quant: shape {x32.shape}: the last dimension must be a multiple of the block {block}")
+    if not np.isfinite(x32).all():
+        raise ValueError("act_quant: input holds a non-finite value (the kernel's scale would be NaN/inf)")
+    lead, n = x32.shape[:-1], x32.shape[-1]
+    blocks = x32.reshape(lead + (n // block, block))
+    scale = act_quant_scale(np.max(np.abs(blocks), axis=-1), scale_fmt)
+    q = np.clip((blocks / scale[..., None]).astype(np.float32), -E4M3_MAX, E4M3_MAX)
+    return e4m3_encode(q.astype(np.float64)).reshape(lead + (n,)), scale
+
+
+def act_dequant(codes: np.ndarray, scales: np.ndarray, block: int = BLOCK) -> np.ndarray:
+    """float64 values of act_quant's output (exact: an e4m3 value times a float32 scale)."""
+    c = np.asarray(codes, dtype=np.uint8)
+    lead, n = c.shape[:-1], c.shape[-1]
+    vals = E4M3_TABLE[c.astype(np.int64)].reshape(lead + (n // block, block))
+    return (vals * np.asarray(scales, dtype=np.float64)[..., None]).reshape(lead + (n,))

@@ -30,3 +30,15 @@ BF16_VS_FP64_REL = 0.05
 CHECK_TRUTH_REL = 1e-3 * 1e-12  # |a - b| <= rel * max|b| over the dataset (normwise)
 CHECK_FP32_REL = 1e-5   # float32 results (fp32 pipeline, same-dtype lse)
 CHECK_BF16_REL = 2.0 ** -6  # bf16 results: 4 bf16 ulps at the dataset's largest magnitude
+
+# lightning indexer (mla_ref.indexer), all relative to the largest magnitude compared:
+# the fp64 Hadamard (exact.matmul, then one scale rounding) vs a plain float64 matrix product
+INDEXER_HADAMARD_FP64_REL = 1e-15
+# fp64 q.k dot products of the two RoPE layouts on correspondingly permuted weights (equal in
+# exact arithmetic; a few float64 roundings through the projection, LayerNorm and rotation apart)
+INDEXER_ROPE_LAYOUTS_FP64_REL = 1e-13
+# logits_truth vs a plain float64 einsum of the same formula (the einsum's own rounding over the
+# head sum, ~H ulps) and vs the formula on dequantized values with unfolded scales
+INDEXER_TRUTH_VS_EINSUM_REL = 1e-14
+# the float32 deployed logits (fp8_index's arithmetic) vs the float64 truth of the same operands
+INDEXER_DEPLOYED_VS_TRUTH_REL = 1e-5

@@ -69,32 +69,53 @@ void add_unique(std::vector<T>& v, T x) {
   if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
 }
 
-// The slots one implementation's declared capabilities allow, each with its candidates: the
-// drawn choice first, then the same case moved into the field's domains one more dimension at a
-// time. Heads at both ends of its range and an odd one between, s_q > 1 causal with rows that
-// see nothing, every claimed page size with lengths 0, 1, page-1, page, page+1 (varlen batches
-// when claimed), one context of needles::kLongTokens, sparse rows with invalid entries, both
-// cache formats and both FP8 scale formats when claimed, and the catalog's stress classes: q of
-// std 100 (logits that overflow without the running maximum), a cache of std 1e-6 (near-equal
-// logits; on FP8 blocks of tiny amax, where the scale recipes differ).
-std::vector<FreshSlot> draw_slots(const Capabilities& caps, uint64_t seed) {
-  Draw d(seed);
+// draw_slots' state and its steps, one per kind of slot. Every drawn case follows from the order
+// of the draws from `d`: draw() calls the steps in that order, and the s_q and page the dense
+// steps share are drawn between the edges and the head range.
+struct SlotDrawer {
+  const Capabilities& caps;
+  Draw d;
   std::vector<FreshSlot> slots;
-  const std::vector<int> pages = caps.page_sizes.empty() ? std::vector<int>{16, kFieldPage} : caps.page_sizes;
+  std::vector<int> pages;
   std::vector<CacheFormat> formats;
-  for (const auto f : {CacheFormat::bf16, CacheFormat::fp8}) {
-    if (std::count(caps.cache_formats.begin(), caps.cache_formats.end(), f) > 0) formats.push_back(f);
-  }
-  if (formats.empty()) return slots;
-  const bool fp8 = std::count(formats.begin(), formats.end(), CacheFormat::fp8) > 0;
-  const int hmax = std::min(caps.max_heads, 128), hmin = std::max(caps.min_heads, 1);
-  auto odd_heads = [&] { return std::clamp(d.in(hmin, std::min(hmax, 33)) | 1, hmin, hmax); };
-  auto pick = [&](const auto& v) { return v[static_cast<std::size_t>(d.in(0, static_cast<int>(v.size()) - 1))]; };
+  bool fp8 = false;
+  int hmax = 0, hmin = 0;
 
-  // A slot: `first` drawn, `build` makes the point of a choice (its lengths drawn once, here,
-  // as numbers the choice scales), the candidates every combination of the field's values.
-  auto slot = [&](const std::string& what, Choice first, auto build, bool vary_causal, bool vary_topk,
-                  bool vary_alt = false) {
+  SlotDrawer(const Capabilities& c, uint64_t seed) : caps(c), d(seed) {
+    pages = caps.page_sizes.empty() ? std::vector<int>{16, kFieldPage} : caps.page_sizes;
+    for (const auto f : {CacheFormat::bf16, CacheFormat::fp8}) {
+      if (std::count(caps.cache_formats.begin(), caps.cache_formats.end(), f) > 0) formats.push_back(f);
+    }
+    fp8 = std::count(formats.begin(), formats.end(), CacheFormat::fp8) > 0;
+    hmax = std::min(caps.max_heads, 128), hmin = std::max(caps.min_heads, 1);
+  }
+
+  std::vector<FreshSlot> draw() {
+    if (formats.empty()) return slots;
+    if (caps.dense) {
+      dense_edges();
+      const int s_q = std::min(caps.max_s_q, d.in(2, 4));
+      const int page = pick(pages);
+      dense_head_range(s_q, page);
+      dense_long(page);
+      if (fp8) dense_fp8(page);
+      dense_stress(page);
+    }
+    if (caps.sparse) sparse();
+    return std::move(slots);
+  }
+
+  int odd_heads() { return std::clamp(d.in(hmin, std::min(hmax, 33)) | 1, hmin, hmax); }
+  template <class V>
+  typename V::value_type pick(const V& v) {
+    return v[static_cast<std::size_t>(d.in(0, static_cast<int>(v.size()) - 1))];
+  }
+
+  // A slot: `first` drawn, `build` makes the point of a choice (its lengths drawn once, by the
+  // caller, as numbers the choice scales), the candidates every combination of the field's values.
+  template <class Build>
+  void slot(const std::string& what, Choice first, Build build, bool vary_causal, bool vary_topk,
+            bool vary_alt = false) {
     FreshSlot sl;
     sl.what = what;
     std::vector<int> hs{first.heads};
@@ -128,8 +149,10 @@ std::vector<FreshSlot> draw_slots(const Capabilities& caps, uint64_t seed) {
     }
     }
     slots.push_back(std::move(sl));
-  };
-  auto point = [&](const std::string& what, int batch, const Choice& c, std::vector<int32_t> lens, uint64_t pseed) {
+  }
+
+  static axes::AxisPoint point(const std::string& what, int batch, const Choice& c, std::vector<int32_t> lens,
+                               uint64_t pseed) {
     axes::AxisPoint p;
     p.name = fmt::format("{}_h{}_sq{}_ps{}_{}{}{}{}", what, c.heads, c.s_q, c.page, to_string(c.format),
                          c.format == CacheFormat::fp8 ? std::string("_") + to_string(c.sf) : std::string(),
@@ -148,9 +171,9 @@ std::vector<FreshSlot> draw_slots(const Capabilities& caps, uint64_t seed) {
     p.invalid_per_row = c.topk > 0 ? std::min(c.topk, std::max(axes::kInvalidKinds, c.topk / 4)) : 0;
     p.seed = pseed;
     return p;
-  };
+  }
 
-  if (caps.dense) {
+  void dense_edges() {
     for (const int page : pages) {
       // Lengths 0, 1, page-1, page, page+1: one varlen batch, or one sequence each.
       Choice c;
@@ -169,10 +192,11 @@ std::vector<FreshSlot> draw_slots(const Capabilities& caps, uint64_t seed) {
         }
       }
     }
+  }
+
+  void dense_head_range(int s_q, int page) {
     // Both ends of the head range; s_q > 1 causal with a sequence shorter than s_q (rows that
     // attend nothing) next to a longer one.
-    const int s_q = std::min(caps.max_s_q, d.in(2, 4));
-    const int page = pick(pages);
     for (const int heads : std::set<int>{hmin, hmax}) {
       Choice c;
       c.heads = heads, c.page = page, c.format = formats.front();
@@ -193,56 +217,60 @@ std::vector<FreshSlot> draw_slots(const Capabilities& caps, uint64_t seed) {
         }, true, false);
       }
     }
+  }
+
+  void dense_long(int page) {
     // One context of exactly needles::kLongTokens, so `--max-tokens` at that nominal length
     // keeps it: on a bf16 cache it carries needles (fresh_points), at the fewest claimed heads
     // the rule can place them at.
-    {
-      Choice c;
-      c.heads = hmin, c.page = page, c.format = formats.front(), c.s_q = std::max(1, caps.min_s_q);
-      const uint64_t ps = d.next();
-      slot("long", c, [&, ps](const Choice& ch0) {
-        Choice ch = ch0;
-        const std::vector<int32_t> lens{static_cast<int32_t>(needles::kLongTokens)};
-        if (ch.format == CacheFormat::bf16 && ch.heads == hmin) {
-          if (const int h = needles::fewest_heads(lens, ch.page, hmin, hmax); h > 0) ch.heads = h;
-        }
-        return point("long", 1, ch, lens, ps);
-      }, true, false);
-    }
-    if (fp8) {
-      for (const ScaleFmt sf : {ScaleFmt::fp32, ScaleFmt::ue8m0}) {
-        Choice c;
-        c.heads = odd_heads(), c.page = page, c.format = CacheFormat::fp8, c.sf = sf;
-        const uint64_t ps = d.next();
-        const int u1 = d.in(1, 128), u2 = d.in(1, 128);
-        slot(fmt::format("fp8_{}", to_string(sf)), c, [&, ps, u1, u2](const Choice& ch) {
-          return point("fp8", 2, ch, {u1, u2}, ps);
-        }, true, false);
+    Choice c;
+    c.heads = hmin, c.page = page, c.format = formats.front(), c.s_q = std::max(1, caps.min_s_q);
+    const uint64_t ps = d.next();
+    slot("long", c, [&, ps](const Choice& ch0) {
+      Choice ch = ch0;
+      const std::vector<int32_t> lens{static_cast<int32_t>(needles::kLongTokens)};
+      if (ch.format == CacheFormat::bf16 && ch.heads == hmin) {
+        if (const int h = needles::fewest_heads(lens, ch.page, hmin, hmax); h > 0) ch.heads = h;
       }
-    }
-    // The catalog's stress classes, drawn afresh.
-    {
+      return point("long", 1, ch, lens, ps);
+    }, true, false);
+  }
+
+  void dense_fp8(int page) {
+    for (const ScaleFmt sf : {ScaleFmt::fp32, ScaleFmt::ue8m0}) {
       Choice c;
-      c.heads = odd_heads(), c.page = page, c.format = pick(formats);
+      c.heads = odd_heads(), c.page = page, c.format = CacheFormat::fp8, c.sf = sf;
       const uint64_t ps = d.next();
-      const int u = d.in(64, 1024);
-      slot("large_q", c, [&, ps, u](const Choice& ch) {
-        auto p = point("large_q_std100", 1, ch, {u}, ps);
-        p.q_std = 100.0;
-        return p;
-      }, true, false);
-      Choice t = c;
-      t.format = fp8 ? CacheFormat::fp8 : formats.front();
-      t.sf = fp8 ? pick(std::vector<ScaleFmt>{ScaleFmt::fp32, ScaleFmt::ue8m0}) : ScaleFmt::fp32;
-      const uint64_t ps2 = d.next();
-      slot("tiny_kv", t, [&, ps2, u](const Choice& ch) {
-        auto p = point("tiny_kv_std1e-6", 1, ch, {u}, ps2);
-        p.kv_std = 1e-6;
-        return p;
+      const int u1 = d.in(1, 128), u2 = d.in(1, 128);
+      slot(fmt::format("fp8_{}", to_string(sf)), c, [&, ps, u1, u2](const Choice& ch) {
+        return point("fp8", 2, ch, {u1, u2}, ps);
       }, true, false);
     }
   }
-  if (caps.sparse) {
+
+  void dense_stress(int page) {
+    // The catalog's stress classes, drawn afresh.
+    Choice c;
+    c.heads = odd_heads(), c.page = page, c.format = pick(formats);
+    const uint64_t ps = d.next();
+    const int u = d.in(64, 1024);
+    slot("large_q", c, [&, ps, u](const Choice& ch) {
+      auto p = point("large_q_std100", 1, ch, {u}, ps);
+      p.q_std = 100.0;
+      return p;
+    }, true, false);
+    Choice t = c;
+    t.format = fp8 ? CacheFormat::fp8 : formats.front();
+    t.sf = fp8 ? pick(std::vector<ScaleFmt>{ScaleFmt::fp32, ScaleFmt::ue8m0}) : ScaleFmt::fp32;
+    const uint64_t ps2 = d.next();
+    slot("tiny_kv", t, [&, ps2, u](const Choice& ch) {
+      auto p = point("tiny_kv_std1e-6", 1, ch, {u}, ps2);
+      p.kv_std = 1e-6;
+      return p;
+    }, true, false);
+  }
+
+  void sparse() {
     // One sparse case with an odd head count and a top-k no field kernel uses, one inside the
     // field's sparse domain (64 or 128 heads, top-k a multiple of 64, not causal), per format.
     const int page = std::find(pages.begin(), pages.end(), kFieldPage) != pages.end() ? kFieldPage : pages.back();
@@ -267,8 +295,17 @@ std::vector<FreshSlot> draw_slots(const Capabilities& caps, uint64_t seed) {
       }, true, true);
     }
   }
-  return slots;
-}
+};
+
+// The slots one implementation's declared capabilities allow, each with its candidates: the
+// drawn choice first, then the same case moved into the field's domains one more dimension at a
+// time. Heads at both ends of its range and an odd one between, s_q > 1 causal with rows that
+// see nothing, every claimed page size with lengths 0, 1, page-1, page, page+1 (varlen batches
+// when claimed), one context of needles::kLongTokens, sparse rows with invalid entries, both
+// cache formats and both FP8 scale formats when claimed, and the catalog's stress classes: q of
+// std 100 (logits that overflow without the running maximum), a cache of std 1e-6 (near-equal
+// logits; on FP8 blocks of tiny amax, where the scale recipes differ).
+std::vector<FreshSlot> draw_slots(const Capabilities& caps, uint64_t seed) { return SlotDrawer(caps, seed).draw(); }
 
 // What fresh_points and the certifier do to every drawn point: paging derived, needles on a long
 // bf16 case where the rule can place them, and the why.

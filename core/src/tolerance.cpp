@@ -64,6 +64,44 @@ double number_from_json(const nlohmann::json& j) {
                           j.dump()));
 }
 
+// The p50 and p99 of the finite elements' absolute errors; reorders `abs_errs`.
+void record_percentiles(std::vector<double>& abs_errs, Comparison& c) {
+  if (abs_errs.empty()) return;
+  // Two partial selections instead of a sort: after the first, everything past the median
+  // is already >= it, so the second only has to partition the upper part.
+  const auto r50 = nearest_rank_index(abs_errs.size(), 0.50);
+  const auto r99 = nearest_rank_index(abs_errs.size(), 0.99);
+  std::nth_element(abs_errs.begin(), abs_errs.begin() + static_cast<std::ptrdiff_t>(r50), abs_errs.end());
+  c.p50_abs_err = abs_errs[r50];
+  std::nth_element(abs_errs.begin() + static_cast<std::ptrdiff_t>(r50),
+                   abs_errs.begin() + static_cast<std::ptrdiff_t>(r99), abs_errs.end());
+  c.p99_abs_err = abs_errs[r99];
+}
+
+// Rule 5 of judge(), after the element pass has set c.max_abs_err and c.max_abs_truth; `s` and
+// `truth` hold c.numel elements each.
+void judge_error_ratio(Comparison& c, const Tolerance& tol, std::span<const double> truth,
+                       std::span<const double> s) {
+  double ref_err = 0;
+  for (int64_t i = 0; i < c.numel; ++i) {
+    if (std::isfinite(s[i]) && std::isfinite(truth[i])) ref_err = std::max(ref_err, std::fabs(s[i] - truth[i]));
+  }
+  c.same_dtype_max_abs_err = ref_err;
+  c.error_ratio = ref_err > 0 ? c.max_abs_err / ref_err
+                              : (c.max_abs_err > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+  if (tol.ratio_k > 0) {
+    const double floor = tol.ratio_floor + tol.ratio_floor_rel * c.max_abs_truth;
+    const double limit = tol.ratio_k * ref_err + floor;
+    c.error_ratio_limit = limit;
+    if (!(c.max_abs_err <= limit)) {
+      c.reasons.push_back(fmt::format(
+          "error ratio: max abs err {} > {} x same-dtype max abs err {} + floor {} = {} (ratio {})",
+          num(c.max_abs_err), num(tol.ratio_k), num(ref_err), num(floor), num(limit),
+          num(*c.error_ratio)));
+    }
+  }
+}
+
 }  // namespace
 
 // The verdict words, once: a new verdict is one enumerator and one row here.
@@ -178,17 +216,7 @@ Comparison judge(std::string what, std::span<const double> impl, std::span<const
   c.cos_diff = sum_sq > 0 ? sum_sq_diff / sum_sq : 0.0;
   if (max_abs_at >= 0) c.max_abs_index = unravel(max_abs_at, shape);
   if (max_rel_at >= 0) c.max_rel_index = unravel(max_rel_at, shape);
-  if (!abs_errs.empty()) {
-    // Two partial selections instead of a sort: after the first, everything past the median
-    // is already >= it, so the second only has to partition the upper part.
-    const auto r50 = nearest_rank_index(abs_errs.size(), 0.50);
-    const auto r99 = nearest_rank_index(abs_errs.size(), 0.99);
-    std::nth_element(abs_errs.begin(), abs_errs.begin() + static_cast<std::ptrdiff_t>(r50), abs_errs.end());
-    c.p50_abs_err = abs_errs[r50];
-    std::nth_element(abs_errs.begin() + static_cast<std::ptrdiff_t>(r50),
-                     abs_errs.begin() + static_cast<std::ptrdiff_t>(r99), abs_errs.end());
-    c.p99_abs_err = abs_errs[r99];
-  }
+  record_percentiles(abs_errs, c);
 
   // Rule 2: masks.
   if (c.nan_mismatch > 0) {
@@ -219,27 +247,7 @@ Comparison judge(std::string what, std::span<const double> impl, std::span<const
   }
   // Rule 5: error ratio against the deployed-precision reference. Its metrics are recorded
   // whenever a reference is given (information), but it gates only when ratio_k > 0.
-  if (same_dtype) {
-    double ref_err = 0;
-    const auto& s = *same_dtype;
-    for (int64_t i = 0; i < numel; ++i) {
-      if (std::isfinite(s[i]) && std::isfinite(truth[i])) ref_err = std::max(ref_err, std::fabs(s[i] - truth[i]));
-    }
-    c.same_dtype_max_abs_err = ref_err;
-    c.error_ratio = ref_err > 0 ? c.max_abs_err / ref_err
-                                : (c.max_abs_err > 0 ? std::numeric_limits<double>::infinity() : 0.0);
-    if (tol.ratio_k > 0) {
-      const double floor = tol.ratio_floor + tol.ratio_floor_rel * c.max_abs_truth;
-      const double limit = tol.ratio_k * ref_err + floor;
-      c.error_ratio_limit = limit;
-      if (!(c.max_abs_err <= limit)) {
-        c.reasons.push_back(fmt::format(
-            "error ratio: max abs err {} > {} x same-dtype max abs err {} + floor {} = {} (ratio {})",
-            num(c.max_abs_err), num(tol.ratio_k), num(ref_err), num(floor), num(limit),
-            num(*c.error_ratio)));
-      }
-    }
-  }
+  if (same_dtype) judge_error_ratio(c, tol, truth, *same_dtype);
 
   c.verdict = c.reasons.empty() ? Verdict::pass : Verdict::fail;
   return c;

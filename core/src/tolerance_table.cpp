@@ -38,10 +38,21 @@ constexpr double kLseRel = 8.01 / 65536.0;
 // For measurements that are reported, never judged.
 constexpr double kUnbounded = std::numeric_limits<double>::infinity();
 
-std::vector<Tolerance> build() {
+// Builds the table one group of entries at a time, so that each group's bounds and the reasoning
+// behind them read together; build() calls the groups in the table's order.
+struct TableBuilder {
   std::vector<Tolerance> t;
-  auto add = [&](Tolerance x) { t.push_back(std::move(x)); };
+  void add(Tolerance x) { t.push_back(std::move(x)); }
 
+  void add_full_precision_attention();
+  void add_deployed_precision_attention();
+  void add_bf16_operand_attention();
+  void add_quantization_info();
+  void add_layer();
+  void add_cache_append();
+};
+
+void TableBuilder::add_full_precision_attention() {
   // ---- fp64 implementations vs fp64 truth -------------------------------------------------
   // Same inputs, same math; only summation order and libm's exp/log differ from torch's.
   // Measured on the catalog: worst |error| 3.6e-14 of max|truth| (long_128k), lse within
@@ -75,7 +86,9 @@ std::vector<Tolerance> build() {
        .why = "fp32 lse vs fp64 truth: FlashMLA's fp32 lse bound rel 8.01/65536 (measured <= 0.13 "
               "of it with a 128K-token running sum, 0.017 with blocked sums); atol 1e-5 for lse ~ 0",
        .atol = 1e-5, .rtol = kLseRel, .cos_diff = 1e-7});
+}
 
+void TableBuilder::add_deployed_precision_attention() {
   // ---- bf16 kernels (bf16 cache) ------------------------------------------------------------
   // FlashMLA's element bounds assume O(0.1) outputs. On this catalog (outputs up to 1.7, short
   // sequences) the deployed-precision reference itself — fp32 softmax, P rounded to bf16 —
@@ -113,7 +126,9 @@ std::vector<Tolerance> build() {
               "+ 2^-20·max|lse|; cos 1e-5 >= k² x the reference's worst 4.8e-7",
        .atol = 1e-6, .rtol = kLseRel, .cos_diff = 1e-5, .ratio_k = 4, .ratio_floor = 1e-6,
        .ratio_floor_rel = 1.0 / (1 << 20), .atol_rel_max = kBf16Ulp});
+}
 
+void TableBuilder::add_bf16_operand_attention() {
   // ---- bf16 operands, fp32 output (precision class bf16/f32/f32) ----------------------------------
   // A kernel that reads bf16 tiles (P rounded to bf16 for P·V; an FP8 cache dequantized into
   // bf16) but keeps its fp32 sums as its output, as FlashMLA's reference does (docs/field.md,
@@ -148,7 +163,9 @@ std::vector<Tolerance> build() {
               "max|truth| (used 0.31), rtol 2 ulps, ratio k=4 + 2^-8·max|truth|, cos 2e-4",
        .atol = 1e-3, .rtol = kBf16TwoUlps, .cos_diff = 2e-4, .ratio_k = 4, .ratio_floor_rel = kBf16Rounding,
        .atol_rel_max = 3 * kBf16Ulp});
+}
 
+void TableBuilder::add_quantization_info() {
   // ---- FP8 quantization, information only --------------------------------------------------
   // Never gates a verdict: it records how far an FP8 kernel is from the fp64 result on the
   // unquantized cache, so quantization error and kernel error are reported apart (docs/field.md,
@@ -160,7 +177,9 @@ std::vector<Tolerance> build() {
               "(e4m3 rounding of 1e3-sized edge values moves logits by units); never part of a "
               "verdict",
        .atol = kUnbounded, .rtol = kUnbounded, .cos_diff = kUnbounded});
+}
 
+void TableBuilder::add_layer() {
   // ---- full layer, fp64 C++ vs fp64 golden --------------------------------------------------
   add({.name = "layer.out.f64",
        .why = "fp64 layer vs fp64 golden: GEMMs of up to 7168 terms in another order (~1e-14 "
@@ -176,7 +195,9 @@ std::vector<Tolerance> build() {
               "((q·W_UK)·c vs q·(W_UK·c)); in fp64 they agree to roundoff of those GEMMs, "
               "the Python reference's 1e-12 of max|truth|",
        .atol = 1e-13, .rtol = 1e-9, .cos_diff = 1e-20, .atol_rel_max = 1e-12});
+}
 
+void TableBuilder::add_cache_append() {
   // ---- paged-cache append (kv_norm + RoPE written as bf16) vs fp64 ------------------------------
   // Each cached value is one bf16 rounding (unit roundoff 2^-8) of an fp32 RMSNorm or rotation,
   // whose own error is ~1e-6 relative: rtol 1.01·2^-8. A rotated pair can cancel to ~0, where
@@ -198,7 +219,17 @@ std::vector<Tolerance> build() {
               "(1.01·2^-8); subnormal half-steps 2^-9/448·max|truth| (ue8m0 doubles the scale) + 2^-18",
        .atol = 1e-6, .rtol = 1.0 / 16.0 * (1.0 + 1.0 / 256.0) + 1.01 / 256.0, .cos_diff = 2e-3,
        .atol_rel_max = 1.0 / (512.0 * 448.0) + 1.0 / 262144.0});
-  return t;
+}
+
+std::vector<Tolerance> build() {
+  TableBuilder b;
+  b.add_full_precision_attention();
+  b.add_deployed_precision_attention();
+  b.add_bf16_operand_attention();
+  b.add_quantization_info();
+  b.add_layer();
+  b.add_cache_append();
+  return std::move(b.t);
 }
 
 }  // namespace

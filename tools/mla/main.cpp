@@ -116,206 +116,77 @@ fs::path source_dir() {
   return MLA_SOURCE_DIR;
 }
 
-}  // namespace
+// One struct per subcommand: its options, which CLI11 binds by reference (so each struct stays
+// where main() declared it until the run), `add` declaring them in the order the help lists
+// them, and `run` doing the parsed command and returning its exit status.
 
-int main(int argc, char** argv) {
-  // `mla-certify ARGS` is `mla certify ARGS`: the name older scripts and the README call.
-  std::vector<char*> args(argv, argv + argc);
-  static char certify_word[] = "certify";
-  if (argc > 0 && fs::path(argv[0]).filename() == "mla-certify") args.insert(args.begin() + 1, certify_word);
-  // A certification honours SIGINT, SIGTERM and SIGHUP from its first instruction: a signal
-  // that arrives while the options are parsed is acted on by the run (INCOMPLETE, exit 3), never
-  // lost to the default action, which would leave the report folder as it was.
-  if (args.size() > 1 && std::string_view(args[1]) == "certify") cert::install_stop_handlers();
-
-  CLI::App app{"MLA certification suite: certify kernels, inspect the goldens, model the KV cache", "mla"};
-  app.require_subcommand(1);
-  app.set_help_all_flag("--help-all", "help for every subcommand");
-
-  // ---- certify ----
+struct CertifyCommand {
   cert::Options o;
   std::vector<std::string> plugins;
   bool in_process = false, no_probe = false;
-  auto* certify = app.add_subcommand("certify", "certify kernels against the golden catalog");
-  certify->add_option("--goldens", o.goldens, "golden catalog folder (MANIFEST.sha256 + *.h5)");
-  certify->add_option("--out", o.out, "report folder: certificate.json, .md and .junit.xml")->required();
-  certify->add_option("--kernel", o.kernels, "registered implementations to certify (repeatable; default: all)");
-  certify->add_option("--plugin", plugins,
-                      "shared library exposing the C ABI of kernels/plugin/include/mla/plugin/mla_plugin.h (repeatable); "
-                      "alone it certifies only the plug-ins");
-  certify->add_option("--python", o.pythons,
-                      "a Python kernel, module.path:ATTR or path/to/file.py:ATTR, ATTR an mla_door.Kernel or a "
-                      "zero-argument callable returning one (kernels/python/mla_door; repeatable); alone it certifies "
-                      "only what --plugin and --python name");
-  certify->add_option("--python-exe", o.python_exe,
-                      "the Python that runs --python kernels (default: the first python3 on PATH that imports torch)");
-  certify->add_option("--family", o.families, "only these families: " + certified_families());
-  certify->add_option("--case", o.case_regex, "only cases whose '<family>/<case>' matches this regex (ECMAScript)");
-  certify->add_option("--max-tokens", o.max_tokens,
-                      "skip (as SKIPPED) cases whose cache holds more tokens, e.g. 32768 leaves out the 128K case")
-      ->check(kPositive);
-  certify->add_option("--seed", o.seed,
-                      "the run's seed (drawn at run time when absent; the certificate records it and --seed with it "
-                      "reproduces the run)")
-      ->check(unsigned_64());
-  certify->add_option("--repeat", o.repeats, "runs per case of a registered kernel; every run must give bitwise identical results (plug-ins: 3 to 5, drawn from --seed)")
-      ->check(CLI::Range(1, 100))
-      ->capture_default_str();
-  certify->add_option("--timeout", o.timeout_s, "seconds one kernel may take on one case before it is killed (ERROR)")
-      ->check(number_above(0, false, 1e6, " s"))
-      ->capture_default_str();
-  certify->add_flag("--resume", o.resume,
-                    "keep the results of <out>/certificate.json whose kernel version and golden file are unchanged; "
-                    "run the rest");
-  certify->add_flag("--in-process", in_process,
-                    "run registered kernels in this process: one process, so one CUDA context, for the whole run "
-                    "instead of one per case; a crash ends the run (the certificate keeps the cases before it). "
-                    "Plug-ins and Python kernels always run in child processes; each kernel's origin.isolation "
-                    "in the certificate says which it had");
-  certify->add_flag("--no-probe-unclaimed", no_probe,
-                    "do not run cases outside a kernel's claimed capabilities for information");
   bool probe_python = false;
-  certify->add_flag("--probe-python", probe_python,
-                    "run unclaimed cases for information on Python kernels too (off by default: two torch "
-                    "processes per case)");
   int certify_threads = 0;
-  certify->add_option("--threads", certify_threads,
-                      "threads of the host implementations and oracles, here and in the child processes "
-                      "(default: $MLA_THREADS, else every core); results do not depend on it")
-      ->check(CLI::Range(1, 4096));
-  certify->add_flag("--require-full-coverage", o.require_full_coverage,
-                    "for CI: exit 4 unless every implementation claims, and is judged on, every selected case "
-                    "(cases left out by --max-tokens excepted)");
   std::string shard_text;
-  certify->add_option("--shard", shard_text,
-                      "I/N: certify only shard I of N of the selection (split by case identity, the same on every "
-                      "machine); `mla merge` combines the N shards' certificates");
-  certify->add_option("--kernel-extra", o.extras,
-                      "test only: add a deliberately broken implementation (kernels/faults: dropped_last ignores each "
-                      "sequence's last cached token; throws, leaky, bf16_only are certifier self-tests)");
+  CLI::App* cmd = nullptr;
 
-  // ---- merge ----
-  std::vector<std::string> merge_dirs;
-  fs::path merge_out;
-  auto* merge = app.add_subcommand("merge", "combine the certificates of the shards of one certification (mla certify --shard I/N)");
-  merge->add_option("dirs", merge_dirs, "report folders of the shards (each with its certificate.json)")->required();
-  merge->add_option("--out", merge_out, "report folder of the merged certificate")->required();
-
-  // ---- goldens ----
-  std::string goldens_dir;
-  bool no_verify = false;
-  std::string inspect_file, inspect_case;
-  auto* goldens = app.add_subcommand("goldens", "list, validate or inspect the golden catalog");
-  goldens->require_subcommand(1);
-  goldens->add_option("--dir", goldens_dir, "catalog folder (default: $MLA_GOLDENS_DIR or the build's)");
-  auto* g_list = goldens->add_subcommand("list", "files, families and cases with their shapes (manifest verified)");
-  g_list->add_flag("--no-verify", no_verify, "parse MANIFEST.sha256 without checking the files' digests");
-  auto* g_validate = goldens->add_subcommand("validate", "every loader check on every file and case; lists every problem");
-  auto* g_inspect = goldens->add_subcommand("inspect", "one case: attributes and every array's shape and statistics");
-  g_inspect->add_option("file", inspect_file, "file of the catalog, e.g. attn_core.h5")->required();
-  g_inspect->add_option("case", inspect_case, "case name, e.g. h16_varlen_ps16")->required();
-
-  // ---- judge ----
-  tools::JudgeRequest judge_request;
-  auto* judge = tools::add_judge_command(app, judge_request);
-
-  // ---- memory ----
-  std::string preset_name = "v3", check_kernel = "cpu_mla_fp64";
-  std::optional<int64_t> heads, nope, rope, vdim, rank, layers, context;
-  int64_t batch = 1;
-  bool json_out = false, check = false, list_presets = false;
-  auto* memory = app.add_subcommand("memory", "KV-cache footprint per token, layer and in total");
-  memory->add_option("--preset", preset_name, "tiny, v2-lite, v3, v3-tp2, v3-tp4, v3-tp8, ...")->capture_default_str();
-  memory->add_option("--heads", heads, "attention heads (overrides the preset)")->check(kPositive);
-  memory->add_option("--nope", nope, "qk_nope_head_dim")->check(kNonNegative);
-  memory->add_option("--rope", rope, "qk_rope_head_dim")->check(kPositive);
-  memory->add_option("--v", vdim, "v_head_dim")->check(kPositive);
-  memory->add_option("--kv-lora-rank", rank, "kv_lora_rank")->check(kPositive);
-  memory->add_option("--layers", layers, "layers (default: the preset's)")->check(kPositive);
-  memory->add_option("--context", context, "tokens per sequence (default: the preset's max_seq_len)")
-      ->check(kNonNegative);
-  memory->add_option("--batch", batch, "sequences")->check(kPositive)->capture_default_str();
-  memory->add_flag("--json", json_out, "machine-readable output");
-  memory->add_flag("--list-presets", list_presets, "list the presets and exit");
-  memory->add_flag("--check", check,
-                   "allocate caches through the implementations (the reference layer's caches, a kernel's "
-                   "prepare() of a paged cache; bounded sizes) and compare with the model");
-  memory->add_option("--kernel", check_kernel, "CPU kernel whose prepare() holds the paged cache for --check")
-      ->capture_default_str();
-
-  // ---- report ----
-  auto* report = app.add_subcommand("report", "benchmark report: runs reports/tools/bench_report.py with these arguments");
-  report->prefix_command();
-  report->set_help_flag();  // --help goes to the script, which documents its own arguments
-
-  // ---- hidden: the child side of process isolation ----
-  auto* child = app.add_subcommand("__child", "")->group("");
-  child->require_subcommand(1);
-  std::string c_inputs, c_result, c_kernel, c_plugin, c_extra;
-  bool c_unclaimed = false;
-  std::string c_plan;
-  auto* c_call = child->add_subcommand("call", "");
-  c_call->add_option("--plan", c_plan)->required();
-  c_call->add_option("--kernel", c_kernel);
-  c_call->add_option("--plugin", c_plugin);
-  c_call->add_option("--extra", c_extra);
-  c_call->add_flag("--unclaimed", c_unclaimed);
-  auto* c_describe = child->add_subcommand("describe", "");
-  c_describe->add_option("--plugin", c_plugin)->required();
-  c_describe->add_option("--result", c_result)->required();
-  auto* c_claims = child->add_subcommand("claims", "");
-  c_claims->add_option("--plugin", c_plugin)->required();
-  c_claims->add_option("--inputs", c_inputs)->required();
-  c_claims->add_option("--result", c_result)->required();
-  std::string c_file;
-  bool c_full = false;
-  auto* c_golden = child->add_subcommand("golden", "");
-  c_golden->add_option("--file", c_file)->required();
-  c_golden->add_option("--result", c_result)->required();
-  c_golden->add_flag("--full", c_full);
-
-  try {
-    app.parse(static_cast<int>(args.size()), args.data());
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+  void add(CLI::App& app) {
+    cmd = app.add_subcommand("certify", "certify kernels against the golden catalog");
+    cmd->add_option("--goldens", o.goldens, "golden catalog folder (MANIFEST.sha256 + *.h5)");
+    cmd->add_option("--out", o.out, "report folder: certificate.json, .md and .junit.xml")->required();
+    cmd->add_option("--kernel", o.kernels, "registered implementations to certify (repeatable; default: all)");
+    cmd->add_option("--plugin", plugins,
+                    "shared library exposing the C ABI of kernels/plugin/include/mla/plugin/mla_plugin.h (repeatable); "
+                    "alone it certifies only the plug-ins");
+    cmd->add_option("--python", o.pythons,
+                    "a Python kernel, module.path:ATTR or path/to/file.py:ATTR, ATTR an mla_door.Kernel or a "
+                    "zero-argument callable returning one (kernels/python/mla_door; repeatable); alone it certifies "
+                    "only what --plugin and --python name");
+    cmd->add_option("--python-exe", o.python_exe,
+                    "the Python that runs --python kernels (default: the first python3 on PATH that imports torch)");
+    cmd->add_option("--family", o.families, "only these families: " + certified_families());
+    cmd->add_option("--case", o.case_regex, "only cases whose '<family>/<case>' matches this regex (ECMAScript)");
+    cmd->add_option("--max-tokens", o.max_tokens,
+                    "skip (as SKIPPED) cases whose cache holds more tokens, e.g. 32768 leaves out the 128K case")
+        ->check(kPositive);
+    cmd->add_option("--seed", o.seed,
+                    "the run's seed (drawn at run time when absent; the certificate records it and --seed with it "
+                    "reproduces the run)")
+        ->check(unsigned_64());
+    cmd->add_option("--repeat", o.repeats, "runs per case of a registered kernel; every run must give bitwise identical results (plug-ins: 3 to 5, drawn from --seed)")
+        ->check(CLI::Range(1, 100))
+        ->capture_default_str();
+    cmd->add_option("--timeout", o.timeout_s, "seconds one kernel may take on one case before it is killed (ERROR)")
+        ->check(number_above(0, false, 1e6, " s"))
+        ->capture_default_str();
+    cmd->add_flag("--resume", o.resume,
+                  "keep the results of <out>/certificate.json whose kernel version and golden file are unchanged; "
+                  "run the rest");
+    cmd->add_flag("--in-process", in_process,
+                  "run registered kernels in this process: one process, so one CUDA context, for the whole run "
+                  "instead of one per case; a crash ends the run (the certificate keeps the cases before it). "
+                  "Plug-ins and Python kernels always run in child processes; each kernel's origin.isolation "
+                  "in the certificate says which it had");
+    cmd->add_flag("--no-probe-unclaimed", no_probe,
+                  "do not run cases outside a kernel's claimed capabilities for information");
+    cmd->add_flag("--probe-python", probe_python,
+                  "run unclaimed cases for information on Python kernels too (off by default: two torch "
+                  "processes per case)");
+    cmd->add_option("--threads", certify_threads,
+                    "threads of the host implementations and oracles, here and in the child processes "
+                    "(default: $MLA_THREADS, else every core); results do not depend on it")
+        ->check(CLI::Range(1, 4096));
+    cmd->add_flag("--require-full-coverage", o.require_full_coverage,
+                  "for CI: exit 4 unless every implementation claims, and is judged on, every selected case "
+                  "(cases left out by --max-tokens excepted)");
+    cmd->add_option("--shard", shard_text,
+                    "I/N: certify only shard I of N of the selection (split by case identity, the same on every "
+                    "machine); `mla merge` combines the N shards' certificates");
+    cmd->add_option("--kernel-extra", o.extras,
+                    "test only: add a deliberately broken implementation (kernels/faults: dropped_last ignores each "
+                    "sequence's last cached token; throws, leaky, bf16_only are certifier self-tests)");
   }
 
-  // ---- dispatch ----
-  if (*c_call) {
-    cert::KernelRef k;
-    if (!c_kernel.empty()) k.builtin = c_kernel;
-    if (!c_extra.empty()) k.fault = c_extra;
-    if (!c_plugin.empty()) k.plugin = fs::path(c_plugin);
-    try {
-      return cert::child_call(k, c_plan, !c_unclaimed);
-    } catch (const std::exception& e) {
-      return report_error("__child call", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
-    }
-  }
-  if (*c_golden) {
-    try {
-      return cert::child_check_golden(c_file, c_result, c_full ? cert::GoldenDepth::full : cert::GoldenDepth::read_through);
-    } catch (const std::exception& e) {
-      return report_error("__child golden", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
-    }
-  }
-  if (*c_describe) {
-    try {
-      return cert::child_describe(c_plugin, c_result);
-    } catch (const std::exception& e) {
-      return report_error("__child describe", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
-    }
-  }
-  if (*c_claims) {
-    try {
-      return cert::child_claims(c_plugin, c_inputs, c_result);
-    } catch (const std::exception& e) {
-      return report_error("__child claims", e, 3);
-    }
-  }
-
-  if (*certify) {
+  int run() {
     if (certify_threads > 0) {
       // The environment too: kernels run in child processes, which read MLA_THREADS.
       ::setenv("MLA_THREADS", std::to_string(certify_threads).c_str(), 1);
@@ -357,8 +228,20 @@ int main(int argc, char** argv) {
       return report_error("certify", e, cert::host_cause(e) ? mla::reports::kExitIncomplete : 1);
     }
   }
+};
 
-  if (*merge) {
+struct MergeCommand {
+  std::vector<std::string> merge_dirs;
+  fs::path merge_out;
+  CLI::App* cmd = nullptr;
+
+  void add(CLI::App& app) {
+    cmd = app.add_subcommand("merge", "combine the certificates of the shards of one certification (mla certify --shard I/N)");
+    cmd->add_option("dirs", merge_dirs, "report folders of the shards (each with its certificate.json)")->required();
+    cmd->add_option("--out", merge_out, "report folder of the merged certificate")->required();
+  }
+
+  int run() {
     // Past a file-size limit the write must fail (EFBIG, the host's failure: exit 3) and leave
     // the three files as they were, not kill the merge between them. It starts no children.
     std::signal(SIGXFSZ, SIG_IGN);
@@ -378,8 +261,28 @@ int main(int argc, char** argv) {
       return report_error("merge", e, cert::host_cause(e) ? mla::reports::kExitIncomplete : 1);
     }
   }
+};
 
-  if (*goldens) {
+struct GoldensCommand {
+  std::string goldens_dir;
+  bool no_verify = false;
+  std::string inspect_file, inspect_case;
+  CLI::App* cmd = nullptr;
+  CLI::App *g_list = nullptr, *g_validate = nullptr, *g_inspect = nullptr;
+
+  void add(CLI::App& app) {
+    cmd = app.add_subcommand("goldens", "list, validate or inspect the golden catalog");
+    cmd->require_subcommand(1);
+    cmd->add_option("--dir", goldens_dir, "catalog folder (default: $MLA_GOLDENS_DIR or the build's)");
+    g_list = cmd->add_subcommand("list", "files, families and cases with their shapes (manifest verified)");
+    g_list->add_flag("--no-verify", no_verify, "parse MANIFEST.sha256 without checking the files' digests");
+    g_validate = cmd->add_subcommand("validate", "every loader check on every file and case; lists every problem");
+    g_inspect = cmd->add_subcommand("inspect", "one case: attributes and every array's shape and statistics");
+    g_inspect->add_option("file", inspect_file, "file of the catalog, e.g. attn_core.h5")->required();
+    g_inspect->add_option("case", inspect_case, "case name, e.g. h16_varlen_ps16")->required();
+  }
+
+  int run() {
     const fs::path dir = goldens_dir.empty() ? mla::golden::default_goldens_dir() : fs::path(goldens_dir);
     try {
       if (*g_list) return tools::goldens_list(dir, !no_verify, std::cout);
@@ -390,11 +293,39 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       return report_error("goldens", e, 1);
     }
+    return 2;  // not reached: the parser requires one of the three
+  }
+};
+
+struct MemoryCommand {
+  std::string preset_name = "v3", check_kernel = "cpu_mla_fp64";
+  std::optional<int64_t> heads, nope, rope, vdim, rank, layers, context;
+  int64_t batch = 1;
+  bool json_out = false, check = false, list_presets = false;
+  CLI::App* cmd = nullptr;
+
+  void add(CLI::App& app) {
+    cmd = app.add_subcommand("memory", "KV-cache footprint per token, layer and in total");
+    cmd->add_option("--preset", preset_name, "tiny, v2-lite, v3, v3-tp2, v3-tp4, v3-tp8, ...")->capture_default_str();
+    cmd->add_option("--heads", heads, "attention heads (overrides the preset)")->check(kPositive);
+    cmd->add_option("--nope", nope, "qk_nope_head_dim")->check(kNonNegative);
+    cmd->add_option("--rope", rope, "qk_rope_head_dim")->check(kPositive);
+    cmd->add_option("--v", vdim, "v_head_dim")->check(kPositive);
+    cmd->add_option("--kv-lora-rank", rank, "kv_lora_rank")->check(kPositive);
+    cmd->add_option("--layers", layers, "layers (default: the preset's)")->check(kPositive);
+    cmd->add_option("--context", context, "tokens per sequence (default: the preset's max_seq_len)")
+        ->check(kNonNegative);
+    cmd->add_option("--batch", batch, "sequences")->check(kPositive)->capture_default_str();
+    cmd->add_flag("--json", json_out, "machine-readable output");
+    cmd->add_flag("--list-presets", list_presets, "list the presets and exit");
+    cmd->add_flag("--check", check,
+                  "allocate caches through the implementations (the reference layer's caches, a kernel's "
+                  "prepare() of a paged cache; bounded sizes) and compare with the model");
+    cmd->add_option("--kernel", check_kernel, "CPU kernel whose prepare() holds the paged cache for --check")
+        ->capture_default_str();
   }
 
-  if (*judge) return tools::run_judge(judge_request, std::cout, std::cerr);
-
-  if (*memory) {
+  int run() {
     try {
       if (list_presets) {
         for (const auto& p : mla::presets()) {
@@ -443,8 +374,18 @@ int main(int argc, char** argv) {
       return report_error("memory", e, 2);
     }
   }
+};
 
-  if (*report) {
+struct ReportCommand {
+  CLI::App* cmd = nullptr;
+
+  void add(CLI::App& app) {
+    cmd = app.add_subcommand("report", "benchmark report: runs reports/tools/bench_report.py with these arguments");
+    cmd->prefix_command();
+    cmd->set_help_flag();  // --help goes to the script, which documents its own arguments
+  }
+
+  int run() {
     const fs::path script = source_dir() / "reports" / "tools" / "bench_report.py";
     std::error_code ec;
     if (!fs::is_regular_file(script, ec)) {
@@ -453,7 +394,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::vector<std::string> pass{"/usr/bin/python3", script.string()};
-    for (const auto& a : report->remaining()) pass.push_back(a);
+    for (const auto& a : cmd->remaining()) pass.push_back(a);
     std::vector<char*> cargs;
     for (auto& a : pass) cargs.push_back(a.data());
     cargs.push_back(nullptr);
@@ -462,5 +403,122 @@ int main(int argc, char** argv) {
     std::cerr << "mla report: cannot run /usr/bin/python3\n";
     return 2;
   }
+};
+
+// The child side of process isolation: hidden, spoken only by the certifier to its children.
+struct ChildCommand {
+  std::string c_inputs, c_result, c_kernel, c_plugin, c_extra;
+  bool c_unclaimed = false;
+  std::string c_plan;
+  std::string c_file;
+  bool c_full = false;
+  CLI::App* cmd = nullptr;
+  CLI::App *c_call = nullptr, *c_describe = nullptr, *c_claims = nullptr, *c_golden = nullptr;
+
+  void add(CLI::App& app) {
+    cmd = app.add_subcommand("__child", "")->group("");
+    cmd->require_subcommand(1);
+    c_call = cmd->add_subcommand("call", "");
+    c_call->add_option("--plan", c_plan)->required();
+    c_call->add_option("--kernel", c_kernel);
+    c_call->add_option("--plugin", c_plugin);
+    c_call->add_option("--extra", c_extra);
+    c_call->add_flag("--unclaimed", c_unclaimed);
+    c_describe = cmd->add_subcommand("describe", "");
+    c_describe->add_option("--plugin", c_plugin)->required();
+    c_describe->add_option("--result", c_result)->required();
+    c_claims = cmd->add_subcommand("claims", "");
+    c_claims->add_option("--plugin", c_plugin)->required();
+    c_claims->add_option("--inputs", c_inputs)->required();
+    c_claims->add_option("--result", c_result)->required();
+    c_golden = cmd->add_subcommand("golden", "");
+    c_golden->add_option("--file", c_file)->required();
+    c_golden->add_option("--result", c_result)->required();
+    c_golden->add_flag("--full", c_full);
+  }
+
+  int run() {
+    if (*c_call) {
+      cert::KernelRef k;
+      if (!c_kernel.empty()) k.builtin = c_kernel;
+      if (!c_extra.empty()) k.fault = c_extra;
+      if (!c_plugin.empty()) k.plugin = fs::path(c_plugin);
+      try {
+        return cert::child_call(k, c_plan, !c_unclaimed);
+      } catch (const std::exception& e) {
+        return report_error("__child call", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
+      }
+    }
+    if (*c_golden) {
+      try {
+        return cert::child_check_golden(c_file, c_result, c_full ? cert::GoldenDepth::full : cert::GoldenDepth::read_through);
+      } catch (const std::exception& e) {
+        return report_error("__child golden", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
+      }
+    }
+    if (*c_describe) {
+      try {
+        return cert::child_describe(c_plugin, c_result);
+      } catch (const std::exception& e) {
+        return report_error("__child describe", e, cert::host_cause(e) ? cert::kChildHostFailure : 3);
+      }
+    }
+    if (*c_claims) {
+      try {
+        return cert::child_claims(c_plugin, c_inputs, c_result);
+      } catch (const std::exception& e) {
+        return report_error("__child claims", e, 3);
+      }
+    }
+    return 2;  // not reached: the parser requires one of the four
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // `mla-certify ARGS` is `mla certify ARGS`: the name older scripts and the README call.
+  std::vector<char*> args(argv, argv + argc);
+  static char certify_word[] = "certify";
+  if (argc > 0 && fs::path(argv[0]).filename() == "mla-certify") args.insert(args.begin() + 1, certify_word);
+  // A certification honours SIGINT, SIGTERM and SIGHUP from its first instruction: a signal
+  // that arrives while the options are parsed is acted on by the run (INCOMPLETE, exit 3), never
+  // lost to the default action, which would leave the report folder as it was.
+  if (args.size() > 1 && std::string_view(args[1]) == "certify") cert::install_stop_handlers();
+
+  CLI::App app{"MLA certification suite: certify kernels, inspect the goldens, model the KV cache", "mla"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "help for every subcommand");
+
+  CertifyCommand certify;
+  certify.add(app);
+  MergeCommand merge;
+  merge.add(app);
+  GoldensCommand goldens;
+  goldens.add(app);
+  tools::JudgeRequest judge_request;
+  auto* judge = tools::add_judge_command(app, judge_request);
+  MemoryCommand memory;
+  memory.add(app);
+  ReportCommand report;
+  report.add(app);
+  ChildCommand child;
+  child.add(app);
+
+  try {
+    app.parse(static_cast<int>(args.size()), args.data());
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  // ---- dispatch ----
+  if (*child.cmd) return child.run();
+  if (*certify.cmd) return certify.run();
+  if (*merge.cmd) return merge.run();
+  if (*goldens.cmd) return goldens.run();
+  if (*judge) return tools::run_judge(judge_request, std::cout, std::cerr);
+  if (*memory.cmd) return memory.run();
+  if (*report.cmd) return report.run();
   return 2;
 }

@@ -65,6 +65,10 @@ const std::vector<Preset>& presets() {
       make("v3-tp2", "DeepSeek-V3 with tensor parallelism 2: 64 heads per GPU", v3(64), 61),
       make("v3-tp4", "DeepSeek-V3 with tensor parallelism 4: 32 heads per GPU", v3(32), 61),
       make("v3-tp8", "DeepSeek-V3 with tensor parallelism 8: 16 heads per GPU", v3(16), 61),
+      // The indexer's own sizes (64 x 128, top-2048) live in the Python reference's ModelArgs;
+      // the MLA part, which is what this table describes, is V3's.
+      make("v32", "DeepSeek-V3.2 671B: V3's MLA (128 heads) and the lightning indexer", v3(128), 61),
+      make("tiny-indexer", "test model: tiny (q-LoRA, YaRN on) with an indexer", tiny(true, true), 1),
   };
   return table;
 }

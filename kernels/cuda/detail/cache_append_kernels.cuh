@@ -11,6 +11,7 @@
 #include "detail/device_compat.cuh"
 
 namespace mla::cuda::detail::append {
+MLA_SIM_NAMESPACE_BEGIN
 
 constexpr int kTokensPerBlock = 4;  // one warp each
 
@@ -214,4 +215,5 @@ MLA_GLOBAL void MLA_BOUNDS(32 * kTokensPerBlock, 1)
   *reinterpret_cast<uint32_t*>(dst + kLatent + 4 * (kLatent / kFp8Block) + 4 * lane) = pe_pair;
 }
 
+MLA_SIM_NAMESPACE_END
 }  // namespace mla::cuda::detail::append

@@ -22,7 +22,16 @@
 #define MLA_INT_AS_FLOAT(i) ::mla::sim::int_as_float(i)
 #define MLA_ATOMIC_OR(p, v) (*(p) |= (v))
 #define MLA_ATOMIC_MIN(p, v) (*(p) = *(p) < (v) ? *(p) : (v))
+// The simulated copies of the kernels get names of their own. A test that runs them also links
+// the CUDA kernel library, whose __global__ functions have host-side launch stubs with the very
+// same names; a simulated copy is an inline (weak) definition, so wherever the compiler did not
+// inline it (-O1, -fno-inline) the call resolved to the strong stub, which launches on a GPU and,
+// without one, writes nothing: every output stayed unwritten.
+#define MLA_SIM_NAMESPACE_BEGIN inline namespace host_sim {
+#define MLA_SIM_NAMESPACE_END }
 #else
+#define MLA_SIM_NAMESPACE_BEGIN
+#define MLA_SIM_NAMESPACE_END
 #define MLA_DEV __device__ __forceinline__
 #define MLA_GLOBAL __global__
 #define MLA_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)

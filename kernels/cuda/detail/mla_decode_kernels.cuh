@@ -54,6 +54,7 @@
 #include "detail/mla_decode_launch.hpp"
 
 namespace mla::cuda::detail::decode {
+MLA_SIM_NAMESPACE_BEGIN
 
 constexpr int kD = 576;                    // q/k dims (latent 512 | rope 64)
 constexpr int kDv = 512;                   // v dims (the latent)
@@ -632,4 +633,5 @@ MLA_GLOBAL void MLA_BOUNDS(128, 1) mla_combine_kernel(const DecodeParams p) {
   if (lane == 0) *lse_dst = m + logf(sum);
 }
 
+MLA_SIM_NAMESPACE_END
 }  // namespace mla::cuda::detail::decode

@@ -19,7 +19,7 @@ AttnResult attention_same_dtype(const AttnInputs& in, OutDType output) {
   r.lse.assign(static_cast<std::size_t>(B * H * SQ), std::numeric_limits<float>::infinity());
   const float scale = static_cast<float>(in.softmax_scale);
   const bool fp8 = s.cache_format == CacheFormat::fp8;
-  std::vector<float> kv, q(kDqk), x, p;
+  std::vector<float> kv, q(kDqk), x, p, acc;
   std::vector<int64_t> pos;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t L = cache.seqlen(b);
@@ -60,11 +60,20 @@ AttnResult attention_same_dtype(const AttnInputs& in, OutDType output) {
         for (int64_t j = 0; j < n; ++j) {
           p[static_cast<std::size_t>(j)] = bf16_to_float(bf16_from_float(p[static_cast<std::size_t>(j)] / sum));
         }
+        // Each output column sums its n products in key order, one float32 rounding each, as
+        // the deployed kernel is modelled. The loop over keys is the outer one so that the 512
+        // columns advance together through one key's contiguous values (the same sums in the same
+        // order as a column at a time, without a strided read per product).
+        acc.assign(kDv, 0.f);
+        for (int64_t j = 0; j < n; ++j) {
+          const float pj = p[static_cast<std::size_t>(j)];
+          const float* v = kv.data() + j * kDqk;
+          for (int c = 0; c < kDv; ++c) acc[static_cast<std::size_t>(c)] += pj * v[c];
+        }
         double* o = r.out.data() + ((b * SQ + sq) * H + h) * kDv;
         for (int c = 0; c < kDv; ++c) {
-          float acc = 0.f;
-          for (int64_t j = 0; j < n; ++j) acc += p[static_cast<std::size_t>(j)] * kv[static_cast<std::size_t>(j * kDqk + c)];
-          o[c] = output == OutDType::bf16 ? bf16_to_float(bf16_from_float(acc)) : acc;
+          const float a = acc[static_cast<std::size_t>(c)];
+          o[c] = output == OutDType::bf16 ? bf16_to_float(bf16_from_float(a)) : a;
         }
         r.lse[static_cast<std::size_t>((b * H + h) * SQ + sq)] = static_cast<double>(m + std::log(sum));
       }

@@ -166,9 +166,7 @@ void attend_row(const mla_plugin_decode_args& a, int64_t b, int64_t s, const std
   for (std::size_t j = 0; j < n; ++j) {
     load(a, b, positions[j], k.data());
     for (int64_t h = 0; h < H; ++h) {
-      double dot = 0;
-      for (int d = 0; d < kDqk; ++d) dot += q[h * kDqk + d] * k[d];
-      scores[h * n + j] = a.softmax_scale * dot;
+      scores[h * n + j] = a.softmax_scale * dot_qk(&q[h * kDqk], k.data());
     }
   }
   for (int64_t h = 0; h < H; ++h) {

@@ -57,9 +57,25 @@ uint8_t e4m3_from_float(float x) {
   return static_cast<uint8_t>(best | (x < 0 ? 0x80 : 0));
 }
 
+// q·k over the 576 values in float64. Four partial sums: one running sum makes every add wait
+// for the one before it, four independent ones let the compiler keep the vector lanes busy (4x
+// faster here); the result differs from one running sum by float64 roundoff only.
+double dot_qk(const double* q, const double* k) {
+  double part[4] = {0, 0, 0, 0};
+  for (int d = 0; d < kDqk; d += 4) {
+    for (int i = 0; i < 4; ++i) part[i] += q[d + i] * k[d + i];
+  }
+  return (part[0] + part[1]) + (part[2] + part[3]);
+}
+
 // Cache slot `slot` as 576 exact doubles (bf16 values, or e4m3 code × its block's float32
 // scale). The cache is bytes with no alignment promised: memcpy, never a cast.
 void load_slot(const mla_plugin_decode_args& a, int64_t slot, double* k) {
+  static const auto e4m3 = [] {  // the 256 codes decoded once: ldexp per element was most of a load
+    std::vector<double> t(256);
+    for (int c = 0; c < 256; ++c) t[c] = e4m3_to_double(static_cast<uint8_t>(c));
+    return t;
+  }();
   uint16_t bf[kDqk];
   if (a.cache_format == MLA_PLUGIN_CACHE_BF16) {
     std::memcpy(bf, a.kv_cache + slot * kBf16TokenBytes, sizeof bf);
@@ -70,7 +86,7 @@ void load_slot(const mla_plugin_decode_args& a, int64_t slot, double* k) {
   float scales[4];
   std::memcpy(scales, p + kLatent, sizeof scales);
   std::memcpy(bf, p + kLatent + sizeof scales, 2 * kRope);
-  for (int d = 0; d < kLatent; ++d) k[d] = e4m3_to_double(p[d]) * static_cast<double>(scales[d / 128]);
+  for (int d = 0; d < kLatent; ++d) k[d] = e4m3[p[d]] * static_cast<double>(scales[d / 128]);
   for (int j = 0; j < kRope; ++j) k[kLatent + j] = bf16_to_float(bf[j]);
 }
 
@@ -120,9 +136,7 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
       for (std::size_t j = 0; j < n; ++j) {
         load_slot(a, slot_of(a, b, positions[j]), k.data());
         for (int64_t h = 0; h < H; ++h) {
-          double dot = 0;
-          for (int d = 0; d < kDqk; ++d) dot += q[h * kDqk + d] * k[d];
-          scores[h * n + j] = a.softmax_scale * dot;
+          scores[h * n + j] = a.softmax_scale * dot_qk(&q[h * kDqk], k.data());
           mx[h] = std::max(mx[h], scores[h * n + j]);
         }
       }

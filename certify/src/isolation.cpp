@@ -233,9 +233,10 @@ ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, c
   const pid_t parent = getpid();
   pid_t pid = -1;
   if (hooks.server && hooks.server->serving()) {
-    // A server that fails has stopped serving; this child then starts the usual way, below.
-    std::string ignored;
-    pid = hooks.server->spawn(hooks.server_args, log, hooks.pass_fd, ignored);
+    // A server that fails has stopped serving (its stop_reason says why, for the run's progress
+    // line); this child then starts the usual way, below.
+    std::string why;
+    pid = hooks.server->spawn(hooks.server_args, log, hooks.pass_fd, why);
   }
   if (pid < 0) pid = fork();
   if (pid < 0) {
@@ -449,7 +450,8 @@ pid_t ForkServer::spawn(const std::vector<std::string>& args, int log_fd, int pa
   // case) can see it between its re-parenting and its registration.
   std::lock_guard<std::mutex> lock(g_live_mutex);
   auto fail = [&](std::string why) {
-    error = std::move(why);
+    error = why;
+    stop_reason_ = std::move(why);
     stop_locked();
     return pid_t{-1};
   };

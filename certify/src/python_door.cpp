@@ -145,8 +145,9 @@ void use_door_server(Session& s, const PythonRef& p, const std::vector<std::stri
   }
   if (it->second && !it->second->serving()) {
     // It failed a request (killed, perhaps by a kernel): children start the usual way, said once.
-    s.progress << fmt::format("python door: the fork server for {} stopped; each child imports torch itself from now on\n",
-                              p.exe.string());
+    s.progress << fmt::format("python door: the fork server for {} stopped ({}); each child imports torch itself from now "
+                              "on\n",
+                              p.exe.string(), it->second->stop_reason());
     it->second.reset();
   }
   if (!it->second) return;

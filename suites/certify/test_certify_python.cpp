@@ -425,6 +425,7 @@ TEST_F(CertifyPython, ChildrenOfTheDoorsForkServerAreWaitedOnStoppedAndKilledAsF
   EXPECT_EQ(o.kind, K::exited) << o.describe() << " " << o.stderr_tail;
   EXPECT_EQ(slurp(probe), fmt::format("0 {} True", getpid()));
   EXPECT_FALSE(server->serving());
+  EXPECT_FALSE(server->stop_reason().empty()) << "a server that stopped serving says why";
 }
 
 // A kernel that kills the door's fork server mid-run: its cases and the next kernel's are
@@ -432,7 +433,11 @@ TEST_F(CertifyPython, ChildrenOfTheDoorsForkServerAreWaitedOnStoppedAndKilledAsF
 TEST_F(CertifyPython, AKernelThatKillsTheForkServerCostsOnlyTime) {
   const auto r = certify(kTwoCases + spec("KILLS_SERVER") + spec("GOOD"), torch_path());
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("the fork server for"), std::string::npos) << r.output;
+  // The line names why the server stopped: "... stopped (<the failed request's error>); ...".
+  const auto said = r.output.find("the fork server for");
+  ASSERT_NE(said, std::string::npos) << r.output;
+  const auto open = r.output.find(" stopped (", said), close = r.output.find("); each child", said);
+  EXPECT_TRUE(open != std::string::npos && close != std::string::npos && close > open + 10) << r.output;
   for (const char* k : {"door_kills_server", "door_good"}) {
     for (const auto& c : kernel(r, k).at("cases")) EXPECT_EQ(c.at("verdict"), "PASS") << k << " " << c.dump();
   }

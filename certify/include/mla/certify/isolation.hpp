@@ -77,6 +77,8 @@ class ForkServer {
   // failed (it is then stopped: later children fall back to exec).
   pid_t spawn(const std::vector<std::string>& args, int log_fd, int pass_fd, std::string& error);
   pid_t pid() const { return pid_; }
+  // Why it stopped serving (the error of the request that failed); empty while it serves.
+  const std::string& stop_reason() const { return stop_reason_; }
 
  private:
   ForkServer() = default;
@@ -84,6 +86,7 @@ class ForkServer {
   void stop_locked();
   pid_t pid_ = -1;
   int sock_ = -1;
+  std::string stop_reason_;
 };
 // The exit status of a child whose setup between fork and exec failed (its standard streams, the
 // inherited buffers): the host's failure, the same status as kChildHostFailure (host_error.hpp).

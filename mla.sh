@@ -32,13 +32,31 @@ JOBS=${MLA_JOBS:-$(nproc)}
 
 # Debian 12 packages; python3-torch is the reference's torch 1.13.
 APT_PACKAGES=(
-  build-essential cmake pkg-config git
+  build-essential cmake pkg-config git ccache
   libhdf5-dev hdf5-tools libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev libssl-dev
   python3 python3-torch python3-h5py python3-numpy python3-scipy python3-pytest python3-matplotlib
 )
 
 log() { echo "[mla] $*" >&2; }
+
+# Every build goes through ccache when it is installed (a launcher already chosen is kept). The
+# presets ci and device compile the same host sources with the same flags (only their link
+# options and CUDA architectures differ), so the device bundle's host objects come from the cache
+# that the ci build filled. Paths are hashed relative to the repository, so a second clone or
+# build folder hits the same entries. The launchers are read when a build folder is configured for
+# the first time.
+use_ccache() {
+  command -v ccache >/dev/null || return 0
+  local lang
+  for lang in C CXX CUDA; do
+    local var=CMAKE_${lang}_COMPILER_LAUNCHER
+    [ -n "${!var:-}" ] || export "$var=ccache"
+  done
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+  # The tests' precompiled header (suites/CMakeLists.txt) is cacheable only with these two.
+  export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros}
+}
 
 deps() {
   local missing=()
@@ -54,6 +72,7 @@ deps() {
 }
 
 build() {
+  use_ccache
   cmake --preset "$PRESET" >&2
   cmake --build --preset "$PRESET" -j "$JOBS" >&2
 }
@@ -131,6 +150,7 @@ case "${1:-help}" in
   gate) $PY reports/tools/bench_gate.py "${@:2}" ;;
   sanitize)
     deps
+    use_ccache
     cmake --preset asan >&2
     cmake --build --preset asan -j "$JOBS" >&2
     ctest --preset asan -j "$JOBS" -L cpu "${@:2}"
@@ -141,6 +161,7 @@ case "${1:-help}" in
     # with nothing on LD_LIBRARY_PATH: the rehearsal runs every step of the device check that
     # runs without a GPU, from the archive that would travel, and checks the time plan.
     deps
+    use_ccache
     cmake --preset device >&2
     cmake --build --preset device -j "$JOBS" --target bundle >&2
     ls -l build/device/bundle.tar.xz >&2

@@ -12,7 +12,8 @@
 #   probe             20  nvidia-smi, mla-gpu-bench --mla_probe, the libraries each binary
 #                         resolves, compute-sanitizer; python/torch/matplotlib are probed in the
 #                         background for the later steps                      -> OUTDIR/device.txt
-#   certify          160  in parallel: `certify` (both CUDA kernels over the golden catalog,
+#   certify          160  in parallel: `certify` (every CUDA kernel of the registry, as
+#                         `mla kernels --json` lists them, over the golden catalog,
 #                         --in-process: the built-in kernels are trusted, so one process and one
 #                         CUDA context for the whole certificate instead of one per case),
 #                         `certify_plugin` (cuda_plugin.so through the C ABI, a child process per
@@ -41,9 +42,10 @@
 # the host half of the bench step), times the python/torch imports, and prints the time plan
 # with what was measured here. Exit 1 if a step failed or the plan does not fit the budget.
 # What cannot run here is stood in for, so that its host side is measured: the certify phase
-# certifies the CPU kernels cpu_mla_fp64 and cpu_naive_mha_fp32 in place of the CUDA ones (the
-# same flags, the same catalog), the CPU example plug-in good_append in place of cuda_plugin, and
-# the door's CPU stand-ins for FlashMLA and FlashInfer (examples/flashmla_cpu.py,
+# certifies host kernels in place of the CUDA ones (the same flags, the same catalog; which ones
+# the registry's listing decides, reports/tools/check_readers.py standins(): cpu_mla_fp64 and
+# cpu_naive_mha_fp32 with this suite's registry), the CPU example plug-in good_append in place of
+# cuda_plugin, and the door's CPU stand-ins for FlashMLA and FlashInfer (examples/flashmla_cpu.py,
 # flashinfer_cpu.py) on the same cases; every process of those steps that would create a CUDA
 # context on the GPU machine waits MLA_SIMULATED_CONTEXT_SECONDS (default 1.5) once, and each
 # certify step must end within 75 % of its cap.
@@ -56,6 +58,10 @@
 # OUTDIR receives at most 8 files (a device run returns no more): summary.md (verdict, the
 # first failing step with its log tail, every step, the time plan), device.txt, results.tar.gz
 # (every log and result) and copies of certificate.md, report.md, roofline.png, bandwidth.png.
+#
+# What the check reads from its steps' files (gtest JSON, certificates, the bench's rows) and the
+# rehearsal's time plan are functions of reports/tools/check_readers.py, which travels in the
+# bundle's tools/reports.
 #
 # Exit status: 0 every step passed; 1 a step failed or timed out (rehearsal: or the plan does not
 # fit); 2 nothing failed but some step was skipped (no GPU here, say); 3 bad usage.
@@ -149,14 +155,7 @@ elif [[ -f $BUNDLE/CMakeCache.txt ]]; then
   BIN=$BUNDLE
   SRC=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUNDLE/CMakeCache.txt")
   TOOLS=$SRC/reports/tools
-  mapfile -t GPU_TESTS < <(cd "$BUNDLE" && ctest --show-only=json-v1 -L gpu | python3 -c '
-import json, os, sys
-seen = []
-for t in json.load(sys.stdin).get("tests", []):  # gtest binaries only, as make_bundle.sh picks them
-    cmd = t.get("command") or [""]
-    if not any(a.startswith("--gtest_filter=") for a in cmd[1:]): continue
-    if cmd[0].startswith(sys.argv[1] + "/") and cmd[0] not in seen: seen.append(cmd[0])
-print("\n".join(seen))' "$BUNDLE")
+  mapfile -t GPU_TESTS < <(cd "$BUNDLE" && ctest --show-only=json-v1 -L gpu | python3 "$TOOLS/check_readers.py" gpu-test-binaries "$BUNDLE")
   MLA=$BUNDLE/tools/mla/mla GPU_BENCH=$BUNDLE/suites/device/mla-gpu-bench
   SMOKE=$BUNDLE/suites/device/mla_gpu_smoke_tests INPUT_RATES=$BUNDLE/suites/device/mla-input-rates
   CUDA_PLUGIN=$BUNDLE/kernels/plugin/examples/cuda_plugin.so STANDIN_PLUGIN=$BUNDLE/kernels/plugin/examples/good_append.so
@@ -165,6 +164,10 @@ print("\n".join(seen))' "$BUNDLE")
 else
   echo "check.sh: $BUNDLE is neither a bundle (bin/) nor a CMake build tree" >&2; exit 3
 fi
+# What the check reads from its steps' files, and which kernels it takes from the registry: one
+# tested module (reports/tools/check_readers.py, standard library only), beside the report tools.
+READERS=$TOOLS/check_readers.py
+[[ -f $READERS ]] || { echo "check.sh: $READERS is missing (the bundle's tools/reports)" >&2; exit 3; }
 if [[ -z $GOLDENS ]]; then
   for g in "$BUNDLE/goldens" "$PWD/fixtures/goldens" "$REPO_GUESS/fixtures/goldens"; do
     [[ -f $g/MANIFEST.sha256 ]] && { GOLDENS=$g; break; }
@@ -412,26 +415,7 @@ else record probe PASS "$STEP_S" "$( ((HAVE_GPU)) && grep -o '"name":"[^"]*"' "$
 fi
 
 # gtest JSON -> "STATUS<TAB>detail"
-gtest_verdict() {
-  "$PYJ" - "$1" <<'EOF'
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(f"FAIL\tno readable gtest JSON ({e})"); sys.exit()
-run = fail = skip = 0
-failed = []
-for s in d.get("testsuites", []):
-    for t in s.get("testsuite", []):
-        run += 1
-        if t.get("failures"):
-            fail += 1; failed.append(f"{s['name']}.{t['name']}")
-        elif t.get("result") == "SKIPPED":
-            skip += 1
-status = "FAIL" if fail else ("SKIP" if run and skip == run else "PASS")
-print(f"{status}\t{run} tests, {fail} failed, {skip} skipped" + (": " + ", ".join(failed[:5]) if failed else ""))
-EOF
-}
+gtest_verdict() { "$PYJ" "$READERS" gtest-verdict "$1"; }
 # record a gtest step from its exit status and JSON
 record_gtest() {  # name json
   local name=$1 json=$2 st detail
@@ -454,13 +438,25 @@ record_gtest() {  # name json
 # charges each process that would create a context; MLA_SIMULATED_CONTEXT_LOG counts them.
 PHASE_CAP=$(( CAP[certify] < $(left) - RESERVE ? CAP[certify] : $(left) - RESERVE ))
 PHASE_PIDS=()
+# The built-in kernels come from the registry (`mla kernels --json`), not from names written here:
+# a device run certifies every CUDA kernel; a rehearsal the host kernels that stand in for them
+# (check_readers.py, standins(), says which and why). The bench holds the CUDA kernels meant for
+# production (role optimized) to every point, where a baseline may refuse FP8 or sparse ones.
+CERT_KERNELS=() MUST_CLAIM=() KERNELS_WHY=""
+if "$MLA" kernels --json >"$R/kernels.json" 2>"$R/logs/kernels.log"; then
+  mapfile -t names < <("$PYJ" "$READERS" kernels "$R/kernels.json" --select "$( ((REHEARSE)) && echo standins || echo cuda)" 2>>"$R/logs/kernels.log")
+  for k in "${names[@]}"; do CERT_KERNELS+=(--kernel "$k"); done
+  mapfile -t MUST_CLAIM < <("$PYJ" "$READERS" kernels "$R/kernels.json" --select must-claim 2>>"$R/logs/kernels.log")
+  ((${#CERT_KERNELS[@]})) ||
+    KERNELS_WHY="the registry lists no $( ((REHEARSE)) && echo 'host stand-in for a CUDA kernel' || echo 'CUDA kernel') (mla kernels --json; built without CUDA?) $(tail -c 200 "$R/logs/kernels.log" | tr '\n' ' ')"
+else
+  KERNELS_WHY="$(basename "$MLA") kernels --json failed: $(tail -c 300 "$R/logs/kernels.log" | tr '\n' ' ')"
+fi
 if ((REHEARSE)); then
-  CERT_KERNELS=(--kernel cpu_mla_fp64 --kernel cpu_naive_mha_fp32)
   CERT_PLUGIN=$STANDIN_PLUGIN
   PY_KERNELS=(--python "$DOOR/examples/flashmla_cpu.py:KERNEL" --python "$DOOR/examples/flashinfer_cpu.py:KERNEL")
   STANDIN_NOTE="rehearsed with stand-ins: "
 else
-  CERT_KERNELS=(--kernel cuda_mla_decode --kernel cuda_naive_mha_cublas)
   CERT_PLUGIN=$CUDA_PLUGIN
   PY_KERNELS=(--python mla_door.adapters.flashmla:kernel --python mla_door.adapters.flashinfer:kernel)
   STANDIN_NOTE=""
@@ -489,7 +485,7 @@ for t in "${GPU_TESTS[@]}"; do
     echo "$STEP_RC $STEP_S" >"$WORK/rc_test_$n" ) &
   PHASE_PIDS+=($!)
 done
-if [[ -n $GOLDENS ]]; then
+if [[ -n $GOLDENS && -z $KERNELS_WHY ]]; then
   ( mapfile -t sim < <(sim_env certify)
     STEP_CAP=$PHASE_CAP run_step certify "${sim[@]}" "$MLA" certify --goldens "$GOLDENS" --out "$R/certify" \
       "${CERT_KERNELS[@]}" --in-process --timeout 60
@@ -545,28 +541,16 @@ for t in "${GPU_TESTS[@]}"; do
   read -r STEP_RC STEP_S <"$WORK/rc_test_$n"
   record_gtest "test_$n" "$R/tests/$n.json"
 done
-certificate_detail() {  # certificate.json plugin(0/1)
-  "$PYJ" - "$1" "$2" <<'EOF' 2>&1
-import json, sys
-c = json.load(open(sys.argv[1]))
-parts, unavailable = [], 0
-for k in c.get("kernels", []):
-    if k.get("unavailable"):
-        unavailable += 1; parts.append(f"{k['name']}: unavailable ({k['unavailable']})"); continue
-    counts = {v: n for v, n in k.get("counts", {}).items() if n} if sys.argv[2] == "0" else {}
-    if not counts:
-        for r in k.get("cases", []):
-            v = (("append " if r.get("family") == "cache_append" else "decode ") if sys.argv[2] == "1" else "") + r.get("verdict", "?")
-            counts[v] = counts.get(v, 0) + 1
-    iso = (k.get("origin") or {}).get("isolation")  # in_process or child_per_case
-    parts.append(f"{k['name']}{f' ({iso})' if iso else ''}: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
-print(("ALLSKIP " if c.get("kernels") and unavailable == len(c["kernels"]) else "") + "; ".join(parts))
-EOF
+certificate_detail() {  # certificate.json plugin(0/1) -> "[ALLSKIP ]detail"
+  local plugin=()
+  [[ $2 == 1 ]] && plugin=(--plugin)
+  "$PYJ" "$READERS" certificate-detail "$1" "${plugin[@]}" 2>&1
 }
 for cert in certify certify_plugin; do
   plugin=0; [[ $cert == certify_plugin ]] && plugin=1
   if [[ -z $GOLDENS ]]; then record $cert SKIP 0 "no golden catalog found (--goldens, MLA_GOLDENS_DIR, bundle goldens/, ./fixtures/goldens)"; continue; fi
   if ((plugin)) && [[ ! -f $CERT_PLUGIN ]]; then record $cert SKIP 0 "no $(basename "$CERT_PLUGIN") at $CERT_PLUGIN (cuda_plugin.so is built only with CUDA)"; continue; fi
+  if ((!plugin)) && [[ -n $KERNELS_WHY ]]; then record $cert FAIL 0 "$KERNELS_WHY"; continue; fi
   read -r STEP_RC STEP_S <"$WORK/rc_$cert"
   if timed_out; then record $cert TIMEOUT "$STEP_S" "$(tail_of $cert 200)"; continue; fi
   if ((STEP_RC == 125)); then record $cert SKIP 0 "budget exhausted"; continue; fi
@@ -581,22 +565,7 @@ for cert in certify certify_plugin; do
   fi
 done
 python_door_detail() {  # certificate.json -> "[ALLSKIP ]detail" or "FAIL why"
-  "$PYJ" - "$1" <<'EOF' 2>&1
-import json, sys
-try:
-    c = json.load(open(sys.argv[1]))
-except Exception as e:
-    print(f"FAIL no readable certificate: {e}"); sys.exit()
-parts, idle = [], 0
-for k in c.get("kernels", []):
-    counts = {v: n for v, n in k.get("counts", {}).items() if n}
-    if k.get("unavailable") or set(counts) <= {"skipped", "SKIPPED"}:
-        idle += 1
-        parts.append(f"{k['name']}: unavailable ({k.get('unavailable') or 'every case skipped'})")
-    else:
-        parts.append(f"{k['name']} {k.get('version', '')}: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
-print(("ALLSKIP " if c.get("kernels") and idle == len(c["kernels"]) else "") + "; ".join(parts))
-EOF
+  "$PYJ" "$READERS" python-door-detail "$1" 2>&1
 }
 if ((!PY_DOOR)); then
   if [[ -z $GOLDENS ]]; then record certify_python SKIP 0 "no golden catalog found"
@@ -629,26 +598,7 @@ checkpoint certify
 BENCH_POINTS=${MLA_CHECK_POINTS:-decode_b128_h16_sq1_sk1024,decode_b128_h16_sq1_sk4096,decode_b128_h16_sq1_sk8192,fp8_b128_h16_sq1_sk8192,decode_b128_h16_sq1_sk16384,compute_b128_h64_sq1_sk4096,compute_b128_h64_sq2_sk4096,compute_b128_h128_sq1_sk4096,compute_b128_h128_sq2_sk4096,sparse_b64_h128_sq1_sk8192_top2048_bf16,sparse_b64_h128_sq1_sk8192_top2048_fp8}
 "$GPU_BENCH" --mla_list --mla_points="$BENCH_POINTS" >"$R/bench/points.tsv" 2>"$R/logs/points.log"
 bench_detail() {  # gpu.json -> "STATUS<TAB>detail" (partial runs: the rows kept)
-  "$PYJ" - "$1" <<'EOF' 2>&1
-import json, sys
-try:
-    doc = json.load(open(sys.argv[1]))
-    rows = [b for b in doc["benchmarks"] if b.get("run_type", "iteration") == "iteration"]
-except Exception as e:
-    print(f"FAIL\tunreadable benchmark JSON: {e}"); sys.exit()
-state = doc.get("mla_run", {})
-def refusal_ok(b):  # cuda_mla_decode claims every point the check runs
-    return (b.get("error_message", "").startswith("unsupported")
-            and not b["name"].startswith(("mla/cuda_mla_decode/", "mla_ratio/cuda_mla_decode/")))
-bad = [f"{b['name']}: {b.get('error_message', '')}" for b in rows if b.get("error_occurred") and not refusal_ok(b)]
-ok = sum(1 for b in rows if not b.get("error_occurred"))
-unsup = sum(1 for b in rows if b.get("error_occurred")) - len(bad)
-ratios = [f"{b['name'].split('/')[2]}: {b['speedup_fp8_over_bf16']:.3f}x" for b in rows
-          if b["name"].startswith("mla_ratio/cuda_mla_decode/") and not b.get("error_occurred") and "speedup_fp8_over_bf16" in b]
-part = "" if state.get("complete", True) else f"; PARTIAL: {state.get('rows', '?')} benchmarks done, last {state.get('last', '?')}"
-print(("FAIL" if bad or not ok else "PASS") + f"\t{ok} rows, {unsup} unsupported{part}" + ("; errors: " + "; ".join(bad[:4]) if bad else "")
-      + ("; measured fp8/bf16 speedup " + ", ".join(ratios) if ratios else ""))
-EOF
+  "$PYJ" "$READERS" bench-detail "$1" --must-claim "$(IFS=,; echo "${MUST_CLAIM[*]}")" 2>&1
 }
 if ((!HAVE_GPU)); then
   record bench SKIP 0 "no usable GPU: $NO_GPU_WHY"
@@ -757,123 +707,9 @@ plan_fits=1
 if ((REHEARSE)); then
   caps_now=$(for e in "${PLAN[@]}"; do printf '%s:%s ' "${e%%:*}" "${CAP[${e%%:*}]}"; done)
   contexts=$(for st in certify certify_plugin certify_python; do printf '%s:%s ' "$st" "$(contexts_of $st)"; done)
-  "$PYJ" - "$STEPS" "$R/bench/inputs.json" "$BUDGET" "$caps_now" "${PY_MS:-0}" "$SIM_CTX" "$contexts" \
-    "$CERTIFY_MARGIN" "$COMMAND_LIMIT" "$COMMAND_MARGIN" >"$WORK/plan.md" 2>&1 <<'EOF' || plan_fits=0
-import json, re, sys
-(steps_tsv, inputs_json, budget, plan, py_ms, sim_ctx, contexts, certify_margin, command_limit,
- command_margin) = sys.argv[1:11]
-budget, py_ms, sim_ctx = int(budget), float(py_ms or 0), float(sim_ctx)
-certify_margin, command_limit, command_margin = int(certify_margin), int(command_limit), int(command_margin)
-cap = {e.split(":")[0]: int(e.split(":")[1]) for e in plan.split()}
-charged = {e.split(":")[0]: int(e.split(":")[1]) for e in contexts.split()}
-took, status = {}, {}
-for line in open(steps_tsv):
-    f = line.rstrip("\n").split("\t")
-    if len(f) >= 3 and f[2].isdigit():
-        took[f[0]] = int(f[2])
-        status[f[0]] = f[1]
-try:
-    rows = json.load(open(inputs_json))["benchmarks"]
-except Exception as e:
-    rows = []
-inputs = [r for r in rows if r["name"].startswith("inputs/")]
-gen = {r["name"]: r.get("items_per_second", 0) for r in rows if r["name"].startswith("gen/")}
-build_s = sum(r.get("seconds", 0) for r in inputs)
-bytes_ = sum(r.get("bytes", 0) for r in inputs)
-fits = True
-# The bench step: the host builds each point's inputs (measured here, on this machine's cores:
-# an upper bound for the device machine's 16), each CUDA kernel uploads them, then Google
-# Benchmark times the rows. With --mla_quick a row is 5 repetitions of >= 0.05 s of kernel
-# (manual) time, the first after an iteration-count estimate, and the last run of a repetition
-# overshoots the minimum by up to 1.4x: <= 0.5 s of kernel time per row. Each timed call also
-# pays an untimed L2 flush and an event wait, up to twice the kernel time at the 1K-token point,
-# so a row is bounded by 3 x 0.5 s of wall time. The three ceiling rows run >= 0.1 s x 5
-# repetitions (<= 1 s each, no flush) after the ceilings' own 10-repetition measurement (<= 2 s
-# each). Uploads are the one figure not measured by this suite: taken at 10 GB/s, the low end
-# of pageable host-to-device copies on a PCIe Gen5 H200 host.
-rows_n = 2 * len(inputs)  # two CUDA kernels per point (a refused pair costs nothing)
-gpu_s = rows_n * 3 * 0.5 + 3 * (1.0 + 2.0)
-upload_s = 2 * bytes_ / 10e9
-bench_need = build_s + upload_s + gpu_s
-# The certify phase: its steps run in parallel, each under the phase's cap, and each must leave
-# certify_margin % of it: the stand-ins' host work was measured, the contexts were charged, but
-# the CUDA kernels' own time and the first GPU run's surprises were not.
-phase_steps = [n for n in took if n in ("smoke_tests", "certify", "certify_plugin", "certify_python") or n.startswith("test_")]
-certify_steps = [n for n in ("certify", "certify_plugin", "certify_python") if n in took]
-certify_rehearsed = max([took[n] for n in phase_steps] or [0])
-limit = cap["certify"] * (100 - certify_margin) / 100
-print("## Time plan\n")
-print(f"Caps sum to {sum(cap.values())} s of the {budget} s budget (one command may run {command_limit} s: "
-      f"give it a timeout of {budget + command_margin} s).")
-print(f"Rehearsed on this machine (no GPU): the host side of each phase, measured; the certify phase with "
-      f"CPU stand-ins for the CUDA, plug-in and Python kernels and {sim_ctx:g} s charged per process that would "
-      f"create a CUDA context.\n")
-print("| phase | planned (s) | rehearsed here (s) | planned time left | what the GPU adds |")
-print("|---|---|---|---|---|")
-adds = {"setup": "unpacking happens before check.sh (run_on_device.sh)", "probe": "CUDA/NVML initialisation",
-        "certify": "the CUDA kernels' own time (the stand-ins' fp64/fp32 host math stands in for it)",
-        "bench": "ceilings + timed rows (bounded by Google Benchmark's min time x repetitions)",
-        "torch": "torch's own timing", "report": "-", "sanitize_memcheck": "all of it: tool slowdown on 3 small problems",
-        "sanitize_racecheck": "all of it: tool slowdown", "sanitize_synccheck": "all of it: tool slowdown",
-        "package": "-"}
-total = 0.0
-for k, c in cap.items():
-    if k == "certify":
-        m = certify_rehearsed
-        shown = f"{m} (slowest step of {len(phase_steps)} in parallel)"
-    elif k == "bench":
-        m = bench_need
-        shown = f"{m:.0f} (inputs {build_s:.1f} measured + bounds, below)"
-    elif k.startswith("sanitize_") or k not in took:
-        m, shown = None, "not rehearsed (GPU only)" if k.startswith("sanitize_") else ""
-    else:
-        m = took[k]
-        shown = str(m)
-    total += m or 0
-    left = f"{100 * (c - m) / c:.0f} %" if m is not None else ""
-    print(f"| {k} | {c} | {shown} | {left} | {adds.get(k, '')} |")
-print(f"| all | {sum(cap.values())} | {total:.0f} | | |")
-print()
-parts = []
-for n in certify_steps:
-    c = charged.get(n, 0)
-    parts.append(f"{n} {took[n]} s ({status.get(n, '?')}, {c} simulated context{'' if c == 1 else 's'})")
-worst = max(certify_steps, key=lambda n: took[n]) if certify_steps else None
-print(f"Certify steps (each must end within {100 - certify_margin} % of the {cap['certify']} s cap, {limit:.0f} s): "
-      + ("; ".join(parts) if parts else "none ran") + ".")
-if worst is not None:
-    left = 100 * (cap["certify"] - took[worst]) / cap["certify"]
-    print(f"Certify margin: {left:.0f} % of the cap left by the slowest, {worst}.")
-    if took[worst] > limit:
-        fits = False
-        print(f"**{worst} took {took[worst]} s, over {100 - certify_margin} % of the certify cap: the certificate "
-              f"would not be safe on the GPU machine.**")
-else:
-    fits = False
-    print("**No certify step ran: the plan's most valuable phase was not rehearsed.**")
-print()
-gen_rates = []
-for n, v in sorted(gen.items()):
-    t = re.search(r"threads:(\d+)", n)
-    if t:
-        gen_rates.append(f"{n.split('/')[2]} {v / 1e6:.0f} M elements/s at {t.group(1)} thread(s)")
-print(f"Bench step: inputs {build_s:.1f} s measured here ({bytes_ / 2**30:.2f} GiB for {len(inputs)} points; generator "
-      + ", ".join(gen_rates)
-      + f") + uploads <= {upload_s:.1f} s + GPU rows <= {gpu_s:.0f} s ({rows_n} kernel rows, 3 ceilings) = {bench_need:.0f} s"
-      f" of the {cap['bench']} s cap.")
-if bench_need > cap["bench"]:
-    fits = False
-    print("**The bench step does not fit its cap with the inputs measured here.**")
-if py_ms / 1000 > cap["torch"] / 2:
-    fits = False
-    print(f"**Importing torch took {py_ms / 1000:.0f} s here, over half the torch step's cap.**")
-if sum(cap.values()) > budget:
-    fits = False
-    print(f"**The caps sum to {sum(cap.values())} s, over the {budget} s budget.**")
-print()
-print("Plan: " + ("fits" if fits else "DOES NOT FIT") + f" the {budget} s budget.")
-sys.exit(0 if fits else 1)
-EOF
+  "$PYJ" "$READERS" plan --steps "$STEPS" --inputs "$R/bench/inputs.json" --budget "$BUDGET" --caps "$caps_now" \
+    --py-ms "${PY_MS:-0}" --sim-ctx "$SIM_CTX" --contexts "$contexts" --certify-margin "$CERTIFY_MARGIN" \
+    --command-limit "$COMMAND_LIMIT" --command-margin "$COMMAND_MARGIN" >"$WORK/plan.md" 2>&1 || plan_fits=0
   cat "$WORK/plan.md" >&2
 fi
 

@@ -25,7 +25,7 @@ fail() { echo "test_check_gpu_path: $*" >&2; exit 1; }
 rm -rf "$work"
 b=$work/bundle fakebin=$work/fakebin out=$work/out venv=$work/venv
 mkdir -p "$b/bin" "$b/lib/compat" "$b/tools" "$fakebin" "$venv/bin" "$venv/lib/python3.11/site-packages/nvidia/cu13/lib"
-cp "$check" "$b/check.sh"
+cp "$check" "$(dirname "$check")"/check{.py,_env.py,_steps.py,_phases.py} "$b/"  # as make_bundle.sh
 cp -r "$repo/reports/tools" "$b/tools/reports"
 mkdir -p "$b/tools/reports/mla_ref" && cp "$repo"/reference/python/mla_ref/*.py "$b/tools/reports/mla_ref/"  # as make_bundle.sh
 echo "source commit: fake" >"$b/MANIFEST.txt"

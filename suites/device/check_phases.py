@@ -9,7 +9,8 @@ import threading
 import time
 
 from check_env import CERTIFY_MARGIN, COMMAND_LIMIT, COMMAND_MARGIN, PLAN
-from check_steps import (BENCH_POINTS, NOT_STARTED, PLUGIN_CASES, PY_DOOR_CASES, SANITIZE_FILTER, TIMED_OUT, _read)
+from check_steps import (BENCH_POINTS, NOT_STARTED, PLUGIN_CASES, PY_DOOR_CASES, SANITIZE_FILTER, TIMED_OUT, lines_of,
+                         read_text)
 
 
 class Phases:
@@ -26,10 +27,10 @@ class Phases:
                   "smoke": s.smoke, "cs": c.cs, "rehearse": a.rehearse, "work": s.work}
         env = dict(os.environ, MLA_CHECK_PROBE=json.dumps(params))
         rc, secs = c.run_step("probe", [sys.executable, os.path.realpath(__file__), "--probe-body"], env=env)
-        device = _read(c.logfile("probe"))
+        device = read_text(c.logfile("probe"))
         with open(os.path.join(s.out, "device.txt"), "w") as f:
             f.write(device)
-        probe_rc = next((ln[len("exit: "):] for ln in device.splitlines() if ln.startswith("exit: ")), "")
+        probe_rc = next((ln[len("exit: "):] for ln in lines_of(device) if ln.startswith("exit: ")), "")
         if probe_rc == "0":
             c.have_gpu = True
         else:
@@ -80,7 +81,7 @@ class Phases:
         if rc != 0:
             return [], f"{os.path.basename(s.mla)} kernels --json failed: {c.tail_of('kernels', 300)}"
         try:
-            listing = json.loads(_read(listing_path))
+            listing = json.loads(read_text(listing_path))
             names = c.readers.select_kernels(listing, "standins" if self.a.rehearse else "cuda")
             self.must_claim = c.readers.select_kernels(listing, "must-claim")
         except ValueError as e:
@@ -168,7 +169,7 @@ class Phases:
             return ""
 
     def contexts_of(self, step):
-        return sum(1 for ln in _read(f"{self.s.r}/{step}/contexts.log").splitlines() if ln)
+        return sum(1 for ln in lines_of(read_text(f"{self.s.r}/{step}/contexts.log")) if ln)
 
     def ctx_note(self, step):
         if not self.a.rehearse:
@@ -259,7 +260,7 @@ class Phases:
         elif rc in TIMED_OUT:
             c.record("bench", "TIMEOUT", secs, f"killed after {secs}s; rows kept: {detail}")
         elif rc == 3:
-            stopped = next((ln for ln in _read(c.logfile("bench")).splitlines() if "stopped timing at" in ln), "")
+            stopped = next((ln for ln in lines_of(read_text(c.logfile("bench"))) if "stopped timing at" in ln), "")
             c.record("bench", "FAIL", secs, f"a row left the CUDA context unusable: {stopped}; {detail}")
         elif rc != 0:
             c.record("bench", "FAIL", secs, f"exit {rc}: {detail} {c.tail_of('bench', 200)}")
@@ -280,7 +281,7 @@ class Phases:
         elif rc != 0:
             c.record("bench_inputs", "FAIL", secs, f"exit {rc}: {c.tail_of('bench_inputs', 200)}")
         else:
-            n = sum(1 for ln in _read(out).splitlines() if '"name": "inputs/' in ln)
+            n = sum(1 for ln in lines_of(read_text(out)) if '"name": "inputs/' in ln)
             c.record("bench_inputs", "PASS", secs, f"inputs of {n} bench points built on the host")
 
     # ---- 4. torch side by side, 5. report --------------------------------------------------------
@@ -351,7 +352,7 @@ class Phases:
                 continue
             rc, secs = c.run_step(step, [c.cs, "--tool", tool, "--error-exitcode", "86", s.smoke, f"--gtest_filter={flt}",
                                          f"--gtest_output=json:{s.r}/sanitize/{tool}.json"], cap=cap)
-            lines = _read(c.logfile(step)).splitlines()
+            lines = lines_of(read_text(c.logfile(step)))
             summary = next((ln for ln in lines if "ERROR SUMMARY" in ln), "")
             refused = [ln for ln in lines if re.search(r"Device not supported|Unable to find injection library|"
                                                        r"Target application returned an error 999|Error: No attachable process", ln)]
@@ -377,7 +378,7 @@ class Phases:
 
     def plan(self):
         c, s, a = self.c, self.s, self.a
-        took, status = c.readers.read_steps(_read(s.steps).splitlines(True))
+        took, status = c.readers.read_steps(lines_of(read_text(s.steps)))
         try:
             with open(f"{s.r}/bench/inputs.json") as f:
                 rows = json.load(f)["benchmarks"]
@@ -426,14 +427,15 @@ def probe_body(p):
                      "clocks.mem,clocks.max.mem,power.draw,power.limit,temperature.gpu,persistence_mode,compute_mode,"
                      "mig.mode.current", "--format=csv"], 8)
         d, _ = _run(["nvidia-smi", "-q", "-d", "CLOCK,PERFORMANCE"], 6)
-        got["smi"] = q + "\n" + "".join(d.splitlines(True)[:80])
+        parts = d.split("\n")  # its first 80 lines
+        got["smi"] = q + "\n" + ("\n".join(parts[:80]) + "\n" if len(parts) > 81 else d)
 
     def bench():
         out, rc = _run([p["gpu_bench"], "--mla_probe"], 15)
         got["bench"] = out + f"exit: {rc}\n"
 
     def cs():
-        v = _run([p["cs"], "--version"], 10)[0].splitlines()[-1:] if p["cs"] else []
+        v = lines_of(_run([p["cs"], "--version"], 10)[0])[-1:] if p["cs"] else []
         got["cs"] = f"compute-sanitizer: {p['cs'] or 'not found'} {''.join(v)}\n"
 
     threads = [threading.Thread(target=f) for f in (smi, bench, cs)]
@@ -442,12 +444,12 @@ def probe_body(p):
     for t in threads:
         t.join()
     os_name = ""
-    for line in _read("/etc/os-release").splitlines():
+    for line in lines_of(read_text("/etc/os-release")):
         if line.startswith("PRETTY_NAME="):
             os_name = line.split("=", 1)[1].strip('"')
-    cpu = next((ln.split(":", 1)[1].lstrip() for ln in _read("/proc/cpuinfo").splitlines() if ln.startswith("model name")), "")
-    mem = next((int(ln.split()[1]) for ln in _read("/proc/meminfo").splitlines() if ln.startswith("MemTotal")), 0)
-    commit = next((ln[len("source commit: "):] for ln in _read(os.path.join(p["bundle"], "MANIFEST.txt")).splitlines()
+    cpu = next((ln.split(":", 1)[1].lstrip() for ln in lines_of(read_text("/proc/cpuinfo")) if ln.startswith("model name")), "")
+    mem = next((int(ln.split()[1]) for ln in lines_of(read_text("/proc/meminfo")) if ln.startswith("MemTotal")), 0)
+    commit = next((ln[len("source commit: "):] for ln in lines_of(read_text(os.path.join(p["bundle"], "MANIFEST.txt")))
                    if ln.startswith("source commit: ")), "")
     stale = os.environ.get("MLA_CHECK_STALE_BUNDLE", "")
     out = [f"# Device check: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}{' (rehearsal)' if p['rehearse'] else ''}",

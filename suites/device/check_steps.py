@@ -2,7 +2,6 @@
 in that order): each its own process group under its own timeout, inside one budget."""
 import glob
 import os
-import platform
 import re
 import shutil
 import signal
@@ -11,7 +10,7 @@ import sys
 import threading
 import time
 
-from check_env import CERTIFY_MARGIN, COMMAND_LIMIT, COMMAND_MARGIN, PLAN, find_cublas, find_sanitizer
+from check_env import PLAN, find_cublas, find_sanitizer
 
 # The smoke binary's smallest problems for compute-sanitizer: three decode problems (16-row tiles:
 # the bf16 one, the FP8 one with its helper warps and shared-memory dequantization, FP8 sparse with
@@ -45,12 +44,18 @@ TIMED_OUT = (124, 137)
 NOT_STARTED = 125
 
 
-def _read(path, default=""):
+def read_text(path, default=""):
     try:
         with open(path, errors="replace") as f:
             return f.read()
     except OSError:
         return default
+
+
+def lines_of(text):
+    """Lines as grep and tail count them: split at newlines only, no empty last line."""
+    lines = text.split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 def _flat(text):
@@ -157,7 +162,7 @@ class Check:
 
     def rows(self):
         out = []
-        for line in _read(self.s.steps).splitlines():
+        for line in lines_of(read_text(self.s.steps)):
             f = line.split("\t")
             out.append((f + ["", "", "", ""])[:4])
         return out
@@ -177,22 +182,22 @@ class Check:
         s, rows = self.s, self.rows()
         v, _ = self.verdict()
         first = next((r for r in rows if r[1] in ("FAIL", "TIMEOUT")), None)
-        device = _read(os.path.join(s.out, "device.txt"))
+        device = read_text(os.path.join(s.out, "device.txt"))
         L = [f"# Device check: {v}" if phase == "final" else f"# Device check: RUNNING (after {phase}): {v} so far", ""]
         if os.environ.get("MLA_CHECK_ARCHIVE"):
             L += [f"Archive: {os.environ['MLA_CHECK_ARCHIVE']}", ""]
-        host = next((ln for ln in device.splitlines() if ln.startswith("host:")), "")
+        host = next((ln for ln in lines_of(device) if ln.startswith("host:")), "")
         L.append(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, {self.elapsed()} s of a {self.a.budget} s budget"
                  f"{' (rehearsal: no GPU steps run)' if self.a.rehearse else ''}; {host}")
         if self.have_gpu:
-            d = device.splitlines()
+            d = lines_of(device)
             i = next((i for i, ln in enumerate(d) if ln.startswith("name, driver_version")), None)
             L.append(f"GPU: {d[i + 1] if i is not None and i + 1 < len(d) else (d[i] if i is not None else '')}")
         else:
             L.append(f"GPU: none usable ({self.no_gpu_why or 'not probed yet'})")
         L.append("")
         if first:
-            tail = _read(self.logfile(first[0])).splitlines()[-25:]
+            tail = lines_of(read_text(self.logfile(first[0])))[-25:]
             L += [f"## First failure: {first[0]}", "", f"{first[1]} after {first[2]} s: {first[3]}", "", "```"]
             L += [ln[:300] for ln in tail] + ["```", ""]
         L += ["| step | status | seconds | cap | detail |", "|---|---|---|---|---|"]
@@ -203,7 +208,7 @@ class Check:
                 c = caps["certify"]
             L.append(f"| {name} | {status} | {secs} | {c} | {detail.replace('|', chr(92) + '|')} |")
         L.append("")
-        text = "\n".join(L) + "\n" + _read(self.plan_md)
+        text = "\n".join(L) + "\n" + read_text(self.plan_md)
         text += ("Files: device.txt (GPU, driver, clocks, libraries), results.tar.gz (results/: logs/, tests/*.json,\n"
                  "certify/, bench/gpu.json (rows as they completed) + combined.json, torch/, report/, sanitize/), and\n"
                  "copies of certificate.md, report.md and the plots when produced.\n")
@@ -238,6 +243,10 @@ class Check:
     # ---- the run ---------------------------------------------------------------------------------
 
     def run(self):
+        # Ended from outside (the command's own timeout, ^C): the steps' process groups are ended
+        # and the scratch folder removed on the way out, as on any other exit.
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda signum, frame: sys.exit(128 + signum))
         try:
             return self._run()
         finally:
@@ -278,7 +287,7 @@ class Check:
         self.package()
         verdict, rc = self.verdict()
         self.log(f"{verdict}; {len(os.listdir(s.out))} files in {s.out}")
-        sys.stdout.write(_read(os.path.join(s.out, "summary.md")))
+        sys.stdout.write(read_text(os.path.join(s.out, "summary.md")))
         sys.stdout.flush()
         if a.rehearse:
             # A rehearsal passes when nothing failed and the plan fits; skipped GPU steps are expected.

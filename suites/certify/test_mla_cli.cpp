@@ -1,8 +1,8 @@
 // L0: the `mla` command line besides the full certification — subcommand dispatch and the
 // mla-certify alias, `goldens` (on the tiny committed catalog fixtures/bad/good and broken
-// copies of it), `memory` (the byte model against docs/field.md, the Python presets and the
-// allocations of the implementations), `report`, and a plug-in certified end to end on the tiny
-// catalog.
+// copies of it), `kernels` (the registry listing that scripts select kernels by), `memory` (the
+// byte model against docs/field.md, the Python presets and the allocations of the
+// implementations), `report`, and a plug-in certified end to end on the tiny catalog.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include "mla/plugin/mla_plugin.h"
 #include "mla/core/sha256.hpp"
 #include "mla/golden/golden.hpp"
+#include "mla/registry/registry.hpp"
 #include "mla/reports/certificate.hpp"
 #include "test_util.hpp"
 
@@ -148,6 +149,34 @@ TEST(MlaGoldens, ValidateListsEveryProblem) {
   EXPECT_EQ(q.status, 1) << q.out;
   EXPECT_NE(q.out.find("FAIL attn_core.h5/"), std::string::npos) << q.out;
   EXPECT_NE(q.out.find("block_table"), std::string::npos) << q.out;
+}
+
+// ---- kernels -----------------------------------------------------------------------------------
+
+// `mla kernels --json` is how scripts (the device check) select kernels: it must list every
+// registered implementation, in registration order, with the backend and role the registry
+// holds, and the table must name each of them.
+TEST(MlaKernels, ListsEveryRegisteredImplementationWithItsBackendAndRole) {
+  const auto p = mla("kernels --json");
+  ASSERT_EQ(p.status, 0) << p.out;
+  const auto listed = json::parse(p.out);
+  mla::register_builtin_kernels();
+  const auto& registered = mla::Registry::instance().attention();
+  ASSERT_EQ(listed.size(), registered.size()) << p.out;
+  std::set<std::string> backends;
+  for (std::size_t i = 0; i < registered.size(); ++i) {
+    const auto& k = registered[i]->info();
+    EXPECT_EQ(listed[i]["name"], k.name);
+    EXPECT_EQ(listed[i]["backend"], k.backend) << k.name;
+    EXPECT_EQ(listed[i]["role"], mla::to_string(k.role)) << k.name;
+    EXPECT_EQ(listed[i]["out_dtype"], mla::to_string(k.out_dtype)) << k.name;
+    EXPECT_EQ(listed[i]["capabilities"], mla::to_json(k.caps)) << k.name;
+    backends.insert(listed[i]["backend"].get<std::string>());
+  }
+  EXPECT_TRUE(backends.count("cpu")) << "the host kernels are always built: " << p.out;
+  const auto table = mla("kernels");
+  EXPECT_EQ(table.status, 0);
+  for (const auto& k : registered) EXPECT_NE(table.out.find(k->info().name), std::string::npos) << table.out;
 }
 
 // ---- memory ----------------------------------------------------------------------------------

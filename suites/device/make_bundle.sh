@@ -16,10 +16,12 @@
 #           preferred: libcublas from the wheel may need it)
 #   python/ kernels/python: the Python door (mla_door, its FlashMLA and FlashInfer adapters) and
 #           its examples, for `mla certify --python` (check.sh points MLA_DOOR_PATH here)
-#   tools/  check.sh, reports/tools (report generator, torch side-by-side) with the Python
+#   tools/  reports/tools (report generator, torch side-by-side) with the Python
 #           reference beside it (tools/reports/mla_ref: the side-by-side's model constants),
 #           this README
 #   python/  the Python door (kernels/python: mla_door, its adapters and examples)
+#   check.sh, check.py, check_env.py, check_steps.py, check_phases.py  the check (check.sh runs
+#           check.py, standard-library Python)
 #   goldens/  only with --with-goldens (31 MiB): the repository copy travels with the working
 #           tree anyway, and carrying both would take the call past its 64 MiB
 #   source.sha256  sha256 of every file of the source tree that travels to the device machine
@@ -122,6 +124,8 @@ done
 # ---- tools, goldens -----------------------------------------------------------------------------
 cp "$SRC/suites/device/check.sh" "$OUT/check.sh"
 chmod +x "$OUT/check.sh"
+# check.sh runs check.py beside it, which imports its own modules from the same folder.
+cp "$SRC"/suites/device/check{.py,_env.py,_steps.py,_phases.py} "$OUT/"
 cp "$SRC/suites/device/README.md" "$OUT/tools/README-device.md"
 mkdir -p "$OUT/tools/reports"
 (cd "$SRC/reports/tools" && find . -type f -name '*.py' ! -path './tests/*' ! -path '*/__pycache__/*' -print0 |

@@ -6,9 +6,10 @@
 #   * the steps run in the planned order (probe, certify with the smoke and GPU tests beside it,
 #     bench, torch, report, sanitizers), each recorded as it ended: passes, a failing test, a hang
 #     killed by its timeout, a race found by racecheck, a sanitizer that refuses the device (a skip);
-#   * the built-in CUDA kernels are certified --in-process, the plug-in and the Python kernels
-#     not, the certify step's detail says each kernel's isolation, and a simulated context cost
-#     left in the environment never reaches a device run;
+#   * every CUDA kernel the registry lists (mla kernels --json), and no host kernel, is certified
+#     --in-process, the plug-in and the Python kernels not, the certify step's detail says each
+#     kernel's isolation, and a simulated context cost left in the environment never reaches a
+#     device run;
 #   * the summary names the first failing step with its log tail;
 #   * cuBLAS is taken from site-packages/nvidia/cu13/lib and linked into the bundle's lib/, no
 #     binary sees the bundle on LD_LIBRARY_PATH, and no sanitizer gets --leak-check;
@@ -24,7 +25,7 @@ fail() { echo "test_check_gpu_path: $*" >&2; exit 1; }
 rm -rf "$work"
 b=$work/bundle fakebin=$work/fakebin out=$work/out venv=$work/venv
 mkdir -p "$b/bin" "$b/lib/compat" "$b/tools" "$fakebin" "$venv/bin" "$venv/lib/python3.11/site-packages/nvidia/cu13/lib"
-cp "$check" "$b/check.sh"
+cp "$check" "$(dirname "$check")"/check{.py,_env.py,_steps.py,_phases.py} "$b/"  # as make_bundle.sh
 cp -r "$repo/reports/tools" "$b/tools/reports"
 mkdir -p "$b/tools/reports/mla_ref" && cp "$repo"/reference/python/mla_ref/*.py "$b/tools/reports/mla_ref/"  # as make_bundle.sh
 echo "source commit: fake" >"$b/MANIFEST.txt"
@@ -60,6 +61,13 @@ cat >"$b/bin/mla" <<EOS
 #!/usr/bin/env bash
 $guard
 [[ \$1 == --help ]] && exit 0
+# The registry's listing: host kernels, the two CUDA kernels and a third one the check has never
+# heard of, which it must certify all the same.
+[[ \$1 == kernels && \$2 == --json ]] && { echo '[{"name": "cpu_mla_fp64", "backend": "cpu", "role": "oracle", "out_dtype": "f64"},
+ {"name": "cpu_naive_mha_fp32", "backend": "cpu", "role": "baseline", "out_dtype": "f32"},
+ {"name": "cuda_naive_mha_cublas", "backend": "cuda", "role": "baseline", "out_dtype": "bf16"},
+ {"name": "cuda_mla_decode", "backend": "cuda", "role": "optimized", "out_dtype": "bf16"},
+ {"name": "cuda_new_decode", "backend": "cuda", "role": "optimized", "out_dtype": "bf16"}]'; exit 0; }
 [[ \$1 == certify && \$2 == --help ]] && { echo "  --python SPEC  a Python kernel (MODULE:ATTR or FILE.py:ATTR)"; exit 0; }
 echo "args: \$*"
 echo "simulated context: \${MLA_SIMULATED_CONTEXT_SECONDS:-unset}"
@@ -156,8 +164,8 @@ expect '^\| test_fake_fail_tests \| FAIL \| [0-9]+ \| 5 \| 2 tests, 1 failed, 0 
 expect '^\| test_fake_hang_tests \| TIMEOUT \|'
 expect '^\| certify \| PASS \| [0-9]+ \| 5 \| cuda_mla_decode \(in_process\): 2 PASS, 1 UNSUPPORTED'
 certify_log() { tar -xzOf "$out/results.tar.gz" "results/logs/$1.log"; }
-certify_log certify | grep -q '^args: certify .*--kernel cuda_mla_decode --kernel cuda_naive_mha_cublas --in-process' ||
-  fail "the CUDA kernels were not certified --in-process: $(certify_log certify | head -1)"
+certify_log certify | grep -q '^args: certify .*--out [^ ]* --kernel cuda_naive_mha_cublas --kernel cuda_mla_decode --kernel cuda_new_decode --in-process' ||
+  fail "every CUDA kernel of the registry, and no host kernel, must be certified --in-process: $(certify_log certify | head -1)"
 for st in certify_plugin certify_python; do
   ! certify_log $st | grep -q -- '--in-process' || fail "$st ran --in-process: plug-ins and Python kernels keep their children"
 done

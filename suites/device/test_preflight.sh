@@ -14,7 +14,7 @@ trap 'rm -rf "$work"' EXIT
 tree=$work/tree pack=$work/pack
 mkdir -p "$tree/suites/device" "$tree/fixtures" "$pack/bundle"
 cp "$repo_src"/suites/device/{preflight.sh,run_on_device.sh,source_list.sh} "$tree/suites/device/"
-cp "$repo_src/suites/device/check.sh" "$pack/bundle/check.sh"  # its --plan needs nothing else
+cp "$repo_src"/suites/device/check{.sh,.py,_env.py,_steps.py,_phases.py} "$pack/bundle/"  # its --plan needs nothing else
 echo "schema" >"$tree/fixtures/SCHEMA.md"
 echo "kernel source" >"$tree/kernel.cu"
 echo "source commit: 0123abc" >"$pack/bundle/MANIFEST.txt"

@@ -2,6 +2,8 @@
 //   mla certify   certify kernels (registered, or external plug-ins through the C ABI) against
 //                 the golden catalog, each call in a child process; JSON, Markdown, JUnit XML
 //   mla goldens   list | validate | inspect the golden catalog
+//   mla kernels   the registered implementations with their backend and role (--json for
+//                 scripts, which select kernels by these facts rather than by name)
 //   mla judge     one result written outside the certifier (a Python test's kernel) judged
 //                 against a golden attention case by the certifier's judge; JSON verdict
 //   mla memory    KV-cache bytes per token and totals for a preset or any config; --check
@@ -34,6 +36,7 @@
 
 #include "goldens_cmd.hpp"
 #include "judge_cmd.hpp"
+#include "kernels_cmd.hpp"
 #include "memory.hpp"
 #include "mla/certify/certify.hpp"
 #include "mla/certify/child.hpp"
@@ -405,6 +408,18 @@ struct ReportCommand {
   }
 };
 
+struct KernelsCommand {
+  bool json_out = false;
+  CLI::App* cmd = nullptr;
+
+  void add(CLI::App& app) {
+    cmd = app.add_subcommand("kernels", "the registered implementations: name, backend (cpu/cuda), role, output dtype");
+    cmd->add_flag("--json", json_out, "machine-readable output, with each kernel's capabilities");
+  }
+
+  int run() const { return tools::kernels_list(json_out, std::cout); }
+};
+
 // The child side of process isolation: hidden, spoken only by the certifier to its children.
 struct ChildCommand {
   std::string c_inputs, c_result, c_kernel, c_plugin, c_extra;
@@ -496,6 +511,8 @@ int main(int argc, char** argv) {
   merge.add(app);
   GoldensCommand goldens;
   goldens.add(app);
+  KernelsCommand kernels;
+  kernels.add(app);
   tools::JudgeRequest judge_request;
   auto* judge = tools::add_judge_command(app, judge_request);
   MemoryCommand memory;
@@ -517,6 +534,7 @@ int main(int argc, char** argv) {
   if (*certify.cmd) return certify.run();
   if (*merge.cmd) return merge.run();
   if (*goldens.cmd) return goldens.run();
+  if (*kernels.cmd) return kernels.run();
   if (*judge) return tools::run_judge(judge_request, std::cout, std::cerr);
   if (*memory.cmd) return memory.run();
   if (*report.cmd) return report.run();

@@ -1,0 +1,43 @@
+#include "kernels_cmd.hpp"
+
+#include <ostream>
+
+#include <fmt/format.h>
+
+#include "mla/core/attention.hpp"
+#include "mla/core/kernel.hpp"
+#include "mla/registry/registry.hpp"
+
+namespace mla::tools {
+
+nlohmann::json kernels_json() {
+  register_builtin_kernels();
+  auto list = nlohmann::json::array();
+  for (const auto& impl : Registry::instance().attention()) {
+    const auto& k = impl->info();
+    list.push_back({{"name", k.name},
+                    {"backend", k.backend},
+                    {"role", to_string(k.role)},
+                    {"out_dtype", to_string(k.out_dtype)},
+                    {"description", k.description},
+                    {"capabilities", to_json(k.caps)}});
+  }
+  return list;
+}
+
+int kernels_list(bool json, std::ostream& out) {
+  const auto list = kernels_json();
+  if (json) {
+    out << list.dump(2) << "\n";
+    return 0;
+  }
+  out << fmt::format("{:<24} {:<7} {:<10} {:<5} {}\n", "name", "backend", "role", "out", "description");
+  for (const auto& k : list) {
+    out << fmt::format("{:<24} {:<7} {:<10} {:<5} {}\n", k["name"].get<std::string>(), k["backend"].get<std::string>(),
+                       k["role"].get<std::string>(), k["out_dtype"].get<std::string>(),
+                       k["description"].get<std::string>());
+  }
+  return 0;
+}
+
+}  // namespace mla::tools

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from benchfiles import CEILINGS, bench_json, kernel, point
 
-from mla_benchtools import benchjson, report
+from mla_benchtools import benchjson, plots, report
 
 MLA, NAIVE, GPU = "cpu_mla_fp64", "cpu_naive_mha_fp32", "cuda_flash"
 
@@ -121,7 +121,7 @@ def test_certificate_marks_failing_kernels(run, tmp_path):
 
 
 def test_bandwidth_series_takes_uniform_decode_only(run):
-    s = report.bandwidth_series(run)
+    s = plots.bandwidth_series(run)
     # The device kernel has no ceilings in this run: not drawn against host roofs.
     assert set(s) == {(MLA, "bf16"), (NAIVE, "bf16"), (MLA, "fp8"), (NAIVE, "fp8"),
                       (MLA, "fp8 ue8m0"), (NAIVE, "fp8 ue8m0")}
@@ -169,7 +169,7 @@ def test_warm_cache_rows_are_marked(write_json):
     run = benchjson.load(write_json(doc))
     warm = report.metrics_for(run, run.cases[name(MLA, "cpu_decode_sk1024")])
     cold = report.metrics_for(run, run.cases[name(MLA, "cpu_decode_sk4096")])
-    assert not report.roofline_plottable(warm) and report.roofline_plottable(cold)
+    assert not plots.roofline_plottable(warm) and plots.roofline_plottable(cold)
 
 
 def test_busy_machine_is_flagged_from_cpu_share(write_json):
@@ -199,11 +199,11 @@ def test_device_kernels_are_judged_and_drawn_with_their_own_ceilings(write_json,
     g = report.metrics_for(run, run.cases[name("cuda_mla", "decode_sk4096")])
     # AI 100 < ridge 7e14/4e12 = 175: memory-bound on the device, at 1e7 B / 10 us = 1 TB/s.
     assert g.bound == "memory" and g.pct == pytest.approx(100 * 1e12 / 4e12)
-    groups = report.roofline_groups(run)
+    groups = plots.roofline_groups(run)
     assert set(groups) == {"read_bw", "gpu_read_bw"}
     assert [m.case.kernel for m in groups["gpu_read_bw"]] == ["cuda_mla"]
-    assert report._ceilings_of(run, "gpu", "B/s") == ["gpu_read_bw", "gpu_copy_bw"]
-    assert "gpu_read_bw" not in report._ceilings_of(run, "cpu", "B/s")
+    assert plots._ceilings_of(run, "gpu", "B/s") == ["gpu_read_bw", "gpu_copy_bw"]
+    assert "gpu_read_bw" not in plots._ceilings_of(run, "cpu", "B/s")
     out = tmp_path / "o"
     assert report.main([write_json(doc), "--out", str(out)]) == 0
     assert (out / "roofline.png").read_bytes()[:4] == b"\x89PNG"
@@ -226,16 +226,16 @@ def crowded_run():
 def test_roofline_labels_never_overlap_and_each_kernel_keeps_one_colour(write_json):
     import matplotlib.pyplot as plt
     run = benchjson.load(write_json(crowded_run()))
-    fig = report.draw_roofline(run)
+    fig = plots.draw_roofline(run)
     renderer = fig.canvas.get_renderer()
     labels = [t for ax in fig.axes for t in ax.get_children() if t.get_gid() == "point-label"]
     assert len(labels) == 36  # every kernel x point labelled
-    boxes = [report.label_box(t, renderer) for t in labels]
+    boxes = [plots.label_box(t, renderer) for t in labels]
     for i in range(len(boxes)):
         for j in range(i + 1, len(boxes)):
             assert not boxes[i].overlaps(boxes[j]), (labels[i].get_text(), labels[j].get_text())
     # The number on each label is its point's, and the key beside the panel spells it out.
-    numbers = report.point_numbers(run, [report.metrics_for(run, c) for c in run.kernel_cases()])
+    numbers = plots.point_numbers(run, [report.metrics_for(run, c) for c in run.kernel_cases()])
     assert sorted(numbers.values()) == list(range(1, 13))
     key = [t.get_text() for ax in fig.axes for t in ax.texts if t.get_gid() != "point-label" and "decode_sk1024" in t.get_text()]
     assert key and " 1 decode_sk1024" in key[0]

@@ -1,0 +1,227 @@
+"""The report's figures: a log-log roofline per device against the run's measured ceilings, and
+achieved bandwidth against context length for the uniform-length decode shapes."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from .benchjson import BenchRun
+from .metrics import Metrics, metrics_for, si as _si
+
+
+def _short(point: str) -> str:
+    return point[4:] if point.startswith("cpu_") else point
+
+
+def roofline_plottable(m: Metrics | None) -> bool:
+    """Drawn on the roofline: measured against these ceilings (not a device kernel under host
+    roofs) and timed with cold caches (a warm-cache point is not bounded by the DRAM roof)."""
+    return bool(m and m.fps > 0 and m.ai > 0 and m.bw_roof is not None
+                and m.case.counters.get("cold_cache", 1.0) != 0.0)
+
+
+def _family(ceiling_key: str) -> str:
+    """Which device a ceiling belongs to: the GPU probes are named gpu_*, the host ones are not."""
+    return "gpu" if ceiling_key.startswith("gpu_") else "cpu"
+
+
+def _ceilings_of(run: BenchRun, family: str, unit: str) -> list[str]:
+    return [k for k, c in run.ceilings.items()
+            if isinstance(c, dict) and c.get("unit") == unit and _family(k) == family and c.get("value")]
+
+
+def roofline_groups(run: BenchRun) -> dict[str, list[Metrics]]:
+    """Plottable metrics by the bandwidth roof that judges them (one roofline panel each)."""
+    groups: dict[str, list[Metrics]] = {}
+    for m in (metrics_for(run, c) for c in run.kernel_cases()):
+        if roofline_plottable(m):
+            groups.setdefault(run.kernels[m.case.kernel]["roof_bw"], []).append(m)
+    return groups
+
+
+# Offsets (points) tried around a marker for its label, nearest first: right, above, left, below,
+# then the diagonals, then the same farther out (from the third ring on, with a leader line).
+_LABEL_OFFSETS = [(dx * r, dy * r) for r in (3, 9, 16, 24, 34, 46, 60, 76) for dx, dy in
+                  ((1, 0.3), (0, 1), (-1, 0.3), (0, -1.2), (1, 1), (-1, 1), (1, -1), (-1, -1))]
+_LEADER_FROM = 16
+
+
+def label_box(t, renderer):
+    """The box of a label's text alone (an Annotation's own extent also spans its leader line,
+    which may cross other labels)."""
+    from matplotlib.text import Text
+    return Text.get_window_extent(t, renderer)
+
+
+def place_labels(ax, renderer, items, fontsize=6):
+    """items: [(x, y, text, colour)] in data coordinates. Each label takes the first offset around
+    its marker whose box overlaps no label placed before it (greedy, in drawing order); where every
+    offset overlaps, the one overlapping least. Returns the Text artists (gid "point-label").
+
+    Why: the points of one kernel sit close together on a log-log roofline (the same shapes at
+    other lengths), and labels written at a fixed offset land on top of each other."""
+    placed, boxes = [], []
+
+    def overlap(b):
+        return sum(max(0.0, min(b.x1, o.x1) - max(b.x0, o.x0)) * max(0.0, min(b.y1, o.y1) - max(b.y0, o.y0))
+                   for o in boxes)
+
+    for x, y, text, colour in items:
+        best = None
+        for off in _LABEL_OFFSETS:
+            far = max(abs(off[0]), abs(off[1])) >= _LEADER_FROM
+            t = ax.annotate(text, (x, y), xytext=off, textcoords="offset points", fontsize=fontsize,
+                            color=colour, gid="point-label",
+                            ha="left" if off[0] >= 0 else "right", va="bottom" if off[1] >= 0 else "top",
+                            arrowprops=dict(arrowstyle="-", lw=0.3, color=colour, shrinkA=0, shrinkB=2)
+                            if far else None)
+            b = label_box(t, renderer)
+            cost = overlap(b)
+            if best is None or cost < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (cost, t, b)
+            else:
+                t.remove()
+            if cost == 0:
+                break
+        placed.append(best[1])
+        boxes.append(best[2])
+    return placed
+
+
+def point_numbers(run: BenchRun, metrics) -> dict[str, int]:
+    """A short number per benchmark point drawn (in the run's point order), for labels that stay
+    small; the figure's key spells each one out."""
+    drawn = {m.case.point or "" for m in metrics}
+    order = [p for p in run.points if p in drawn] + sorted(p for p in drawn if p not in run.points)
+    return {p: i + 1 for i, p in enumerate(order)}
+
+
+def plot_roofline(run: BenchRun, path: str | Path) -> None:
+    """The roofline figure (draw_roofline), written to `path`."""
+    import matplotlib.pyplot as plt
+    fig = draw_roofline(run)
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+
+
+def draw_roofline(run: BenchRun):
+    """One log-log panel per device (grouped by the bandwidth roof that judges the kernels), with
+    that device's measured roofs and one point per kernel x case: one colour and marker per kernel
+    (the same in every panel), each point labelled with its number, placed so that no two labels
+    overlap, and a key of the numbers beside each panel."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = roofline_groups(run)
+    if not groups:  # still a valid figure: the roofs alone
+        groups = {"read_bw": []} if "read_bw" in run.ceilings else {}
+    fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(11 * max(len(groups), 1), 7.5), squeeze=False)
+    markers = ["o", "s", "^", "D", "v", "P", "X", "*"]
+    cmap = plt.get_cmap("tab10")
+    all_kernels = list(dict.fromkeys(m.case.kernel for gm in groups.values() for m in gm))
+    style = {k: (cmap(i % 10), markers[i % len(markers)]) for i, k in enumerate(all_kernels)}
+    renderer = fig.canvas.get_renderer()
+    line_styles = ["-", "-.", "--", ":", (0, (3, 1, 1, 1))]
+    for ax, (bw_key, gm) in zip(axes[0], groups.items()):
+        fam = _family(bw_key)
+        bw = run.ceiling_value(bw_key)
+        own_peaks = list(dict.fromkeys(run.kernels[m.case.kernel]["roof_peak"] for m in gm))
+        peaks = own_peaks + [k for k in _ceilings_of(run, fam, "FLOP/s") if k not in own_peaks]
+        ais = [m.ai for m in gm] or [1.0]
+        x_lo = 10 ** math.floor(math.log10(min(ais + [0.05]) / 2))
+        x_hi = 10 ** math.ceil(math.log10(max(ais + [100.0]) * 2))
+        xs = [x_lo * (x_hi / x_lo) ** (i / 200) for i in range(201)]
+        top = max((run.ceiling_value(k) or 0) for k in peaks) if peaks else (bw or 1) * x_hi
+        for i, pk in enumerate(peaks):
+            peak = run.ceiling_value(pk)
+            if bw and peak:
+                ax.plot(xs, [min(bw * x, peak) for x in xs], linestyle=line_styles[i % len(line_styles)],
+                        color="black" if i == 0 else plt.get_cmap("Dark2")(i % 8), lw=1.4,
+                        label=f"roof: {bw_key} × AI, capped by {pk} ({_si(peak, 'FLOP/s')})")
+        for bk in _ceilings_of(run, fam, "B/s"):
+            v = run.ceiling_value(bk)
+            if bk != bw_key and v:
+                keep = [x for x in xs if v * x <= top]
+                ax.plot(keep, [v * x for x in keep], ":", color="tab:blue", lw=1.0, label=f"{bk} ({_si(v, 'B/s')})")
+        if bw:
+            ax.text(xs[5], bw * xs[5] * 1.3, f"{bw_key} {_si(bw, 'B/s')}", fontsize=7)
+        kernels = list(dict.fromkeys(m.case.kernel for m in gm))
+        for k in kernels:
+            km = [m for m in gm if m.case.kernel == k]
+            ax.scatter([m.ai for m in km], [m.fps for m in km], marker=style[k][1], s=28,
+                       color=style[k][0], label=k, zorder=3, edgecolors="black", linewidths=0.3)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(x_lo, x_hi)
+        numbers = point_numbers(run, gm)
+        # Labels are placed once the axes' scales and limits are final: placement measures boxes
+        # in display coordinates.
+        ax.set_ylim(*ax.get_ylim())
+        place_labels(ax, renderer, [(m.ai, m.fps, str(numbers[m.case.point or ""]), style[m.case.kernel][0])
+                                    for m in gm])
+        if numbers:
+            key = "\n".join(f"{n:>2} {_short(p)}" for p, n in numbers.items())
+            ax.text(1.01, 1.0, key, transform=ax.transAxes, va="top", ha="left", fontsize=6, family="monospace")
+        ax.set_xlabel("arithmetic intensity (FLOP / byte, the implementation's model)")
+        ax.set_ylabel("FLOP/s (model FLOPs / median time)")
+        device = (run.context.get("mla_gpu_name", "GPU") if fam == "gpu" else
+                  f"{run.context.get('mla_cpu_model', '')}, {run.context.get('mla_threads', '?')} thread(s)")
+        ax.set_title(f"Roofline with measured ceilings: {device}", fontsize=10)
+        ax.grid(True, which="both", lw=0.3, alpha=0.5)
+        ax.legend(fontsize=7, loc="lower right")
+    if len(groups) > 1:
+        fig.subplots_adjust(wspace=0.35)  # room for each panel's key before the next panel
+    return fig
+
+
+def bandwidth_series(run: BenchRun) -> dict[tuple[str, str], list[tuple[int, float]]]:
+    """(kernel, cache format) -> [(context length, achieved B/s)] over dense uniform-length decode
+    (ue8m0-scaled FP8 points form their own series)."""
+    series: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for c in run.kernel_cases():
+        m = metrics_for(run, c)
+        d = run.points.get(c.point or "")
+        if not m or m.bw_roof is None or not d or d.get("topk", 0) or \
+                d.get("axis") not in ("decode_memory", "fp8", "long_context"):
+            continue
+        if d["seqlen_max"] <= 0 or d["seqlen_mean"] != d["seqlen_max"] or d["heads"] != 16 or d["s_q"] != 1:
+            continue  # one family: uniform lengths, h=16, s_q=1 (the memory-bound decode shape)
+        cache = d["cache_format"] + (" ue8m0" if d.get("scale_fmt") == "ue8m0" else "")
+        series.setdefault((c.kernel, cache), []).append((int(d["seqlen_max"]), m.bps))
+    for v in series.values():
+        v.sort()
+    return series
+
+
+def plot_bandwidth(run: BenchRun, path: str | Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = bandwidth_series(run)
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    cmap = plt.get_cmap("tab10")
+    kernels = list(dict.fromkeys(k for k, _ in series))
+    for (k, fmt_), pts in series.items():
+        ax.plot([p[0] for p in pts], [p[1] / 1e9 for p in pts], "-" if fmt_ == "bf16" else "--",
+                marker={"bf16": "o", "fp8": "s"}.get(fmt_, "^"), color=cmap(kernels.index(k) % 10),
+                label=f"{k} ({fmt_} cache)")
+    families = {_family(run.kernels[k]["roof_bw"]) for k, _ in series}
+    for fam in sorted(families):
+        for i, key in enumerate(_ceilings_of(run, fam, "B/s")):
+            v = run.ceiling_value(key)
+            ax.axhline(v / 1e9, color="black" if fam == "cpu" else "tab:red", ls=["-", ":", "--"][i % 3], lw=1.0,
+                       label=f"measured {key} {v / 1e9:.3g} GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("context length s_k (tokens per sequence; h=16, s_q=1, uniform lengths)")
+    ax.set_ylabel("achieved GB/s (model bytes / median time)")
+    ax.set_title(f"Bandwidth vs context: {run.context.get('mla_cpu_model', '')}", fontsize=10)
+    ax.grid(True, which="both", lw=0.3, alpha=0.5)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)

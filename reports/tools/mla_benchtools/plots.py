@@ -98,6 +98,22 @@ def point_numbers(run: BenchRun, metrics) -> dict[str, int]:
     return {p: i + 1 for i, p in enumerate(order)}
 
 
+_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+
+
+def kernel_styles(run: BenchRun) -> dict[str, tuple[tuple[float, float, float, float], str]]:
+    """kernel -> (colour, marker), the same in every figure of the report.
+
+    Assigned over the sorted names of every kernel the run's registry lists (measured or not),
+    plus any measured kernel the registry lacks: a kernel keeps its colour whichever of the
+    others ran or were plotted, and runs of one build colour their kernels alike. tab10 while
+    the kernels fit in it, else tab20 (qualitative colormaps: no colour reads as "more")."""
+    import matplotlib
+    names = sorted(set(run.kernels) | {c.kernel for c in run.kernel_cases() if c.kernel})
+    cmap = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
+    return {k: (cmap(i % cmap.N), _MARKERS[i % len(_MARKERS)]) for i, k in enumerate(names)}
+
+
 def plot_roofline(run: BenchRun, path: str | Path) -> None:
     """The roofline figure (draw_roofline), written to `path`."""
     import matplotlib.pyplot as plt
@@ -119,10 +135,7 @@ def draw_roofline(run: BenchRun):
     if not groups:  # still a valid figure: the roofs alone
         groups = {"read_bw": []} if "read_bw" in run.ceilings else {}
     fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(11 * max(len(groups), 1), 7.5), squeeze=False)
-    markers = ["o", "s", "^", "D", "v", "P", "X", "*"]
-    cmap = plt.get_cmap("tab10")
-    all_kernels = list(dict.fromkeys(m.case.kernel for gm in groups.values() for m in gm))
-    style = {k: (cmap(i % 10), markers[i % len(markers)]) for i, k in enumerate(all_kernels)}
+    style = kernel_styles(run)
     renderer = fig.canvas.get_renderer()
     line_styles = ["-", "-.", "--", ":", (0, (3, 1, 1, 1))]
     for ax, (bw_key, gm) in zip(axes[0], groups.items()):
@@ -196,32 +209,55 @@ def bandwidth_series(run: BenchRun) -> dict[tuple[str, str], list[tuple[int, flo
     return series
 
 
+_CACHE_STYLE = {"bf16": ("-", "o"), "fp8": ("--", "s")}  # other formats (fp8 ue8m0): (":", "^")
+
+
 def plot_bandwidth(run: BenchRun, path: str | Path) -> None:
+    """The bandwidth figure (draw_bandwidth), written to `path`."""
+    import matplotlib.pyplot as plt
+    fig = draw_bandwidth(run)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def draw_bandwidth(run: BenchRun):
+    """Achieved GB/s against context length, one line per kernel x cache format: the colour says
+    the kernel (kernel_styles, as on the roofline), the line style and marker the cache format.
+    Two legends, so that each kernel and each format is named once however many series there
+    are, and the measured bandwidth ceilings as horizontal lines."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     series = bandwidth_series(run)
+    style = kernel_styles(run)
     fig, ax = plt.subplots(figsize=(9, 5.5))
-    cmap = plt.get_cmap("tab10")
-    kernels = list(dict.fromkeys(k for k, _ in series))
     for (k, fmt_), pts in series.items():
-        ax.plot([p[0] for p in pts], [p[1] / 1e9 for p in pts], "-" if fmt_ == "bf16" else "--",
-                marker={"bf16": "o", "fp8": "s"}.get(fmt_, "^"), color=cmap(kernels.index(k) % 10),
-                label=f"{k} ({fmt_} cache)")
+        ls, marker = _CACHE_STYLE.get(fmt_, (":", "^"))
+        ax.plot([p[0] for p in pts], [p[1] / 1e9 for p in pts], ls, marker=marker, color=style[k][0],
+                gid=f"kernel:{k}")
     families = {_family(run.kernels[k]["roof_bw"]) for k, _ in series}
+    roofs = []
     for fam in sorted(families):
         for i, key in enumerate(_ceilings_of(run, fam, "B/s")):
             v = run.ceiling_value(key)
-            ax.axhline(v / 1e9, color="black" if fam == "cpu" else "tab:red", ls=["-", ":", "--"][i % 3], lw=1.0,
-                       label=f"measured {key} {v / 1e9:.3g} GB/s")
+            roofs.append(ax.axhline(v / 1e9, color="black" if fam == "cpu" else "tab:red", ls=["-", ":", "--"][i % 3],
+                                    lw=1.0, label=f"measured {key} {v / 1e9:.3g} GB/s"))
+    kernels = list(dict.fromkeys(k for k, _ in series))
+    formats = list(dict.fromkeys(f for _, f in series))
+    handles = [Line2D([], [], color=style[k][0], lw=2.5, label=k) for k in kernels]
+    handles += [Line2D([], [], color="grey", ls=_CACHE_STYLE.get(f, (":", "^"))[0],
+                       marker=_CACHE_STYLE.get(f, (":", "^"))[1], label=f"{f} cache") for f in formats]
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("context length s_k (tokens per sequence; h=16, s_q=1, uniform lengths)")
     ax.set_ylabel("achieved GB/s (model bytes / median time)")
     ax.set_title(f"Bandwidth vs context: {run.context.get('mla_cpu_model', '')}", fontsize=10)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
-    ax.legend(fontsize=7)
+    if roofs:
+        ax.add_artist(ax.legend(handles=roofs, fontsize=7, loc="upper right"))
+    if handles:
+        ax.legend(handles=handles, fontsize=7, loc="lower left", title="implementation / cache", title_fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    return fig

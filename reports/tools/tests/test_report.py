@@ -246,3 +246,47 @@ def test_roofline_labels_never_overlap_and_each_kernel_keeps_one_colour(write_js
             colours.setdefault(coll.get_label(), tuple(coll.get_facecolor()[0]))
     assert len(set(colours.values())) == len(colours) == 3
     plt.close(fig)
+
+
+def _kernel_colours(run):
+    """kernel -> the set of colours it is drawn in over the roofline's points and the bandwidth
+    figure's lines, and the bandwidth legend's texts."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgba
+    colours = {}
+    roof = plots.draw_roofline(run)
+    for ax in roof.axes:
+        for coll in ax.collections:
+            for fc in coll.get_facecolor():
+                colours.setdefault(coll.get_label(), set()).add(tuple(fc))
+    bw = plots.draw_bandwidth(run)
+    for ax in bw.axes:
+        for line in ax.lines:
+            if (line.get_gid() or "").startswith("kernel:"):
+                colours.setdefault(line.get_gid()[len("kernel:"):], set()).add(to_rgba(line.get_color()))
+    legend = [t.get_text() for ax in bw.axes for leg in [ax.get_legend(), *ax.artists] if leg is not None
+              and hasattr(leg, "get_texts") for t in leg.get_texts()]
+    plt.close(roof)
+    plt.close(bw)
+    return colours, legend
+
+
+def test_each_kernel_has_one_colour_in_both_figures_and_one_legend_entry(write_json):
+    run = benchjson.load(write_json(sample_run()))
+    colours, legend = _kernel_colours(run)
+    assert set(colours) == {MLA, NAIVE}  # the device kernel has no roofs here: drawn nowhere
+    assert all(len(c) == 1 for c in colours.values()), colours
+    assert len({next(iter(c)) for c in colours.values()}) == len(colours)  # no two kernels share one
+    # Three cache formats per kernel in the bandwidth figure, yet each kernel is named once.
+    assert sorted(t for t in legend if t in (MLA, NAIVE)) == [MLA, NAIVE]
+    assert {"bf16 cache", "fp8 cache", "fp8 ue8m0 cache"} <= set(legend)
+
+
+def test_a_kernels_colour_does_not_depend_on_which_others_ran(write_json):
+    full = benchjson.load(write_json(sample_run()))
+    doc = sample_run()
+    doc["benchmarks"] = [r for r in doc["benchmarks"] if not r["run_name"].startswith(f"mla/{MLA}/")]
+    without_mla = benchjson.load(write_json(doc))
+    assert plots.kernel_styles(full)[NAIVE] == plots.kernel_styles(without_mla)[NAIVE]
+    colours, _ = _kernel_colours(without_mla)
+    assert colours[NAIVE] == {plots.kernel_styles(full)[NAIVE][0]}

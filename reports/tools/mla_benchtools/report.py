@@ -24,6 +24,36 @@ BUSY_SHARE = 0.9
 
 AXIS_ORDER = ["decode_memory", "decode_compute", "long_context", "varlen", "sparse", "fp8", "edge"]
 
+# What each kind of case (the axis mla-bench records for its point) measures, for the headings.
+KIND_TITLES = {
+    "decode_memory": "dense decode, memory-bound shapes",
+    "decode_compute": "dense decode, compute-bound shapes (many heads, or several query tokens)",
+    "long_context": "dense decode at long context",
+    "varlen": "dense decode over sequences of different lengths",
+    "sparse": "sparse (top-k) decode",
+    "fp8": "dense decode over the FP8 cache",
+    "edge": "edge cases (empty and one-token sequences, odd head counts, page boundaries, extreme values)",
+    "other": "cases of no known kind",
+}
+
+# The first word of a point's name (after a cpu_ prefix) -> its kind, as the axis table names them.
+_NAME_KINDS = {"decode": "decode_memory", "compute": "decode_compute", "long": "long_context",
+               "varlen": "varlen", "sparse": "sparse", "fp8": "fp8", "edge": "edge"}
+
+
+def kind_from_name(point: str) -> str:
+    """The kind of a point from its name alone, for points a file lists no shape for (files
+    written before mla_points existed, or a point added by hand): mla-bench names its points
+    `[cpu_]<kind word>_<shape>` (cpu_decode_b4_h16_sq1_sk1024, sparse_b64_..., edge_len1)."""
+    stem = point[4:] if point.startswith("cpu_") else point
+    return _NAME_KINDS.get(stem.split("_", 1)[0], "other")
+
+
+def case_kind(run: BenchRun, point: str) -> str:
+    """A point's kind: the axis the run recorded for it, else what its name says."""
+    axis = run.points.get(point, {}).get("axis")
+    return axis if axis else kind_from_name(point)
+
 
 def _md_escape(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
@@ -69,8 +99,7 @@ def ordered_points(run: BenchRun) -> list[str]:
     names = list(run.points.keys())
     seen_in_cases = [c.point for c in run.kernel_cases() if c.point and c.point not in run.points]
     names += [n for n in dict.fromkeys(seen_in_cases)]
-    return sorted(names, key=lambda n: (AXIS_ORDER.index(run.points[n]["axis"])
-                                        if n in run.points and run.points[n]["axis"] in AXIS_ORDER
+    return sorted(names, key=lambda n: (AXIS_ORDER.index(case_kind(run, n)) if case_kind(run, n) in AXIS_ORDER
                                         else len(AXIS_ORDER), names.index(n)))
 
 
@@ -189,69 +218,106 @@ def _md_certification(cert: dict[str, Any], cert_status: dict[str, str], kernels
     return L
 
 
-def _md_result_row(p: str, k: str, c: Case, m: Metrics, mets: dict[tuple, Metrics | None],
-                   baselines: list[str], cert_status: dict[str, str]) -> str:
-    """One row of a results table: implementation `k` at point `p`."""
-    status = cert_status.get(k, "")
-    kname = f"`{k}`" + (" ⚠" if status.startswith("FAILS") else "")
-    pct = "–" if m.pct is None else f"{m.pct:.1f}" + (" †" if m.over_roof else "")
+def _kernel_name(k: str, cert_status: dict[str, str]) -> str:
+    return f"`{k}`" + (" ⚠" if cert_status.get(k, "").startswith("FAILS") else "")
+
+
+def _pct_text(m: Metrics) -> str:
+    return "–" if m.pct is None else f"{m.pct:.1f}" + (" †" if m.over_roof else "")
+
+
+def _bound_text(c: Case, m: Metrics) -> str:
     bound = m.bound or "no roof"
     if c.counters.get("cold_cache", 1.0) == 0.0:
         bound += ", warm caches"
+    return bound
+
+
+def _md_result_row(p: str, k: str, c: Case, m: Metrics, mets: dict[tuple, Metrics | None],
+                   baselines: list[str], cert_status: dict[str, str]) -> str:
+    """One row of a detail table: implementation `k` at point `p`."""
     sp = []
     for b in baselines:
         bm = mets.get((b, p))
         sp.append("–" if bm is None or b == k else f"{bm.median_s / m.median_s:.2f}")
     share = c.counter_median("cpu_share")
     share_s = "–" if share is None else f"{share:.2f}"
-    return (f"| {p} | {kname} | {m.median_s * 1e3:.4g} [{m.lo_s * 1e3:.4g}–{m.hi_s * 1e3:.4g}] | {m.reps} | "
-            f"{m.bps / 1e9:.4g} | {m.fps / 1e12:.4g} | {m.ai:.4g} | {pct} | {bound} | {share_s} |"
-            + "".join(f" {s} |" for s in sp))
+    return (f"| {p} | {_kernel_name(k, cert_status)} | {m.median_s * 1e3:.4g} [{m.lo_s * 1e3:.4g}–{m.hi_s * 1e3:.4g}]"
+            f" | {m.reps} | {m.bps / 1e9:.4g} | {m.fps / 1e12:.4g} | {m.ai:.4g} | {_pct_text(m)} | {_bound_text(c, m)}"
+            f" | {share_s} |" + "".join(f" {s} |" for s in sp))
+
+
+def kind_groups(run: BenchRun, kernels: list[str], pts: list[str],
+                mets: dict[tuple, Metrics | None]) -> list[tuple[str, list[str]]]:
+    """[(kind, its points)] in the order of `pts`, over the points with at least one measurement
+    (a point every implementation failed on is listed under Not measured, not as an empty row)."""
+    groups: dict[str, list[str]] = {}
+    for p in pts:
+        if any(mets.get((k, p)) for k in kernels):
+            groups.setdefault(case_kind(run, p), []).append(p)
+    return list(groups.items())
+
+
+def _kind_cell(c: Case | None, m: Metrics | None) -> str:
+    """'1.487 ms · 35.7 % (compute)': the detail row's time, % of ceiling and bound, same rounding."""
+    if c is None or m is None:
+        return "–"
+    if m.pct is None:
+        return f"{m.median_s * 1e3:.4g} ms ({_bound_text(c, m)})"
+    return f"{m.median_s * 1e3:.4g} ms · {m.pct:.1f} %" + (" †" if m.over_roof else "") + f" ({_bound_text(c, m)})"
+
+
+def _md_kind_table(kind: str, kpts: list[str], kernels: list[str], by_key: dict[tuple, Case],
+                   mets: dict[tuple, Metrics | None], cert_status: dict[str, str]) -> list[str]:
+    """One kind's cases side by side: a row per case, a column per implementation measured in
+    this kind; a cell holds the detail row's median time, % of ceiling and bound, as printed there."""
+    ks = [k for k in kernels if any(mets.get((k, p)) for p in kpts)]
+    L = [f"### {kind}: {KIND_TITLES.get(kind, KIND_TITLES['other'])}", ""]
+    L.append("| case |" + "".join(f" {_kernel_name(k, cert_status)} |" for k in ks))
+    L.append("|---|" + "---|" * len(ks))
+    for p in kpts:
+        L.append(f"| {p} |" + "".join(f" {_kind_cell(by_key.get((k, p)), mets.get((k, p)))} |" for k in ks))
+    L.append("")
+    return L
 
 
 def _md_results(run: BenchRun, cases: list[Case], kernels: list[str], pts: list[str],
                 by_key: dict[tuple, Case], mets: dict[tuple, Metrics | None],
                 baselines: list[str], cert_status: dict[str, str]) -> list[str]:
-    """The results tables, one per axis, in the order of `pts`."""
+    """One table per kind of case with the implementations side by side, then the detail
+    tables (a row per implementation and case, every metric), in the order of `pts`."""
     L = ["## Results", ""]
-    L.append("Time: median over repetitions of the timed call (min–max in brackets). GB/s and TFLOP/s: the"
-             " implementation's byte/FLOP model divided by the median time. % of ceiling: of the binding roof"
-             " (bandwidth when the arithmetic intensity is below the ridge point, else compute). CPU share: process"
-             " CPU time per wall second and thread during the timed calls (median; 1.00 = never descheduled).")
+    L.append("One table per kind of case: a row per case, a column per implementation. A cell: the median time"
+             " of the timed call, the share of the binding ceiling and which roof binds (details below).")
     L.append("")
     if any(m and m.over_roof for m in mets.values()):
         L.append("† above the measured roof: the model counts bytes (e.g. the naive path's per-head K/V) that this"
                  " implementation serves from the caches, not from DRAM.")
         L.append("")
-    current_axis = None
     shares = [c.counter_median("cpu_share") for c in cases if not c.error]
     busy = [x for x in shares if x is not None and x < BUSY_SHARE]
     if busy:
         L.append(f"**The machine was busy during this run:** {len(busy)} of {len(shares)} rows got less than"
-                 f" {BUSY_SHARE:.0%} of a core per thread while timed (CPU share column), so their times include"
+                 f" {BUSY_SHARE:.0%} of a core per thread while timed (CPU share column of the detail tables), so their times include"
                  " periods when the implementation was descheduled and overstate its cost.")
         L.append("")
+    groups = kind_groups(run, kernels, pts, mets)
+    for kind, kpts in groups:
+        L += _md_kind_table(kind, kpts, kernels, by_key, mets, cert_status)
+    L += ["## Results in detail", ""]
+    L.append("Time: median over repetitions of the timed call (min–max in brackets). GB/s and TFLOP/s: the"
+             " implementation's byte/FLOP model divided by the median time. % of ceiling: of the binding roof"
+             " (bandwidth when the arithmetic intensity is below the ridge point, else compute). CPU share: process"
+             " CPU time per wall second and thread during the timed calls (median; 1.00 = never descheduled).")
+    L.append("")
     header = ("| case | implementation | time (ms) | reps | GB/s | TFLOP/s | FLOP/B | % of ceiling | bound | CPU share |"
               + "".join(f" × vs `{b}` |" for b in baselines))
     sep = "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(baselines)
-    for p in pts:
-        axis = run.points.get(p, {}).get("axis", "other")
-        if axis != current_axis:
-            current_axis = axis
-            L.append(f"### {axis}")
-            L.append("")
-            L.append(header)
-            L.append(sep)
-        for k in kernels:
-            c = by_key.get((k, p))
-            if c is None:
-                continue
-            m = mets[(k, p)]
-            if m is None:
-                continue
-            L.append(_md_result_row(p, k, c, m, mets, baselines, cert_status))
-        if p == pts[-1] or run.points.get(pts[pts.index(p) + 1], {}).get("axis", "other") != axis:
-            L.append("")
+    for kind, kpts in groups:
+        L += [f"### {kind}", "", header, sep]
+        L += [_md_result_row(p, k, by_key[(k, p)], mets[(k, p)], mets, baselines, cert_status)
+              for p in kpts for k in kernels if mets.get((k, p))]
+        L.append("")
     return L
 
 

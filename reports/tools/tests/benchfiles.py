@@ -70,3 +70,8 @@ def bench_json(cases, *, points=None, kernels=None, ceilings=None, context=None,
                      "threads": 1, "iterations": 0, "real_time": 0, "cpu_time": 0, "time_unit": "ms",
                      "error_occurred": True, "error_message": msg})
     return {"context": ctx, "benchmarks": rows}
+
+
+# The published runs (reports/published/<machine>/<date>/bench.json): real mla-bench output, so
+# the report's tests also hold on the files a reader is shown.
+PUBLISHED_BENCH = sorted((TOOLS.parent / "published").glob("*/*/bench.json"))

@@ -3,7 +3,7 @@ import json
 from pathlib import Path
 
 import pytest
-from benchfiles import CEILINGS, bench_json, kernel, point
+from benchfiles import CEILINGS, PUBLISHED_BENCH, bench_json, kernel, point
 
 from mla_benchtools import benchjson, plots, report
 
@@ -290,3 +290,119 @@ def test_a_kernels_colour_does_not_depend_on_which_others_ran(write_json):
     assert plots.kernel_styles(full)[NAIVE] == plots.kernel_styles(without_mla)[NAIVE]
     colours, _ = _kernel_colours(without_mla)
     assert colours[NAIVE] == {plots.kernel_styles(full)[NAIVE][0]}
+
+
+def test_published_runs_are_present():
+    # The tests below read them; an empty list would make them pass on nothing.
+    assert len(PUBLISHED_BENCH) >= 2, PUBLISHED_BENCH
+
+
+def test_kind_from_name_agrees_with_the_axis_every_published_point_records():
+    for path in PUBLISHED_BENCH:
+        run = benchjson.load(path)
+        assert run.points, path
+        for p, d in run.points.items():
+            assert report.kind_from_name(p) == d["axis"], (path, p)
+    assert report.kind_from_name("decode_b128_h16_sq1_sk1024") == "decode_memory"
+    assert report.kind_from_name("cpu_long_b1_h16_sq1_sk131072") == "long_context"
+    assert report.kind_from_name("sparse_b64_h128_sq1_sk65536_top2048_fp8") == "sparse"
+    assert report.kind_from_name("my_shape") == "other"
+
+
+def test_case_kind_prefers_the_recorded_axis_over_the_name(write_json):
+    doc = sample_run()
+    pts = json.loads(doc["context"]["mla_points"])
+    pts["cpu_decode_sk4096"]["axis"] = "edge"
+    doc["context"]["mla_points"] = json.dumps(pts)
+    for r in doc["benchmarks"]:  # a point the file lists no shape for: its name decides
+        r["name"] = r["name"].replace("cpu_varlen", "cpu_sparse_x")
+        r["run_name"] = r["run_name"].replace("cpu_varlen", "cpu_sparse_x")
+    run = benchjson.load(write_json(doc))
+    assert report.case_kind(run, "cpu_decode_sk4096") == "edge"
+    assert report.case_kind(run, "cpu_decode_sk1024") == "decode_memory"
+    assert report.case_kind(run, "cpu_sparse_x") == "sparse"
+    md = report.render_markdown(run)
+    assert "| cpu_sparse_x |" in _results_tables(md)["sparse"][2]
+
+
+def _results_tables(md):
+    """kind -> the lines of the Results section's tables under that kind's heading."""
+    section = md.split("\n## Results\n", 1)[1].split("\n## ", 1)[0]
+    tables, kind = {}, None
+    for line in section.splitlines():
+        if line.startswith("### "):
+            kind = line[4:].split(":", 1)[0]
+            assert kind not in tables, f"two headings for {kind}"
+            tables[kind] = []
+        elif line.startswith("|"):
+            assert kind is not None, line
+            tables[kind].append(line)
+    return tables
+
+
+def _detail_rows(md):
+    """(kernel, point) -> the detail row's cells."""
+    rows = {}
+    for line in md.split("\n## Results in detail\n", 1)[1].split("\n## ", 1)[0].splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| ") and cells[1].startswith("`"):
+            rows[(cells[1].strip("` ⚠"), cells[0])] = cells
+    return rows
+
+
+def _assert_one_side_by_side_table_per_kind(run, md):
+    tables = _results_tables(md)
+    mets = {(c.kernel, c.point): report.metrics_for(run, c) for c in run.kernel_cases()}
+    measured = [p for p in report.ordered_points(run) if any(m and m.case.point == p for m in mets.values())]
+    kinds = list(dict.fromkeys(report.case_kind(run, p) for p in measured))
+    assert list(tables) == kinds  # one heading per kind present, in the axes' order
+    detail = _detail_rows(md)
+    for kind, lines in tables.items():
+        assert sum(line.startswith("|---") for line in lines) == 1, kind  # exactly one table
+        kpts = [p for p in measured if report.case_kind(run, p) == kind]
+        kernels = [k for k in dict.fromkeys(c.kernel for c in run.kernel_cases())
+                   if any(mets.get((k, p)) for p in kpts)]
+        assert lines[0] == "| case |" + "".join(f" `{k}` |" for k in kernels), lines[0]  # kernels side by side
+        assert [line.split(" | ")[0][2:] for line in lines[2:]] == kpts
+        for line in lines[2:]:
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            for k, cell in zip(kernels, cells[1:]):
+                d = detail.get((k, cells[0]))
+                if d is None:
+                    assert cell == "–"
+                    continue
+                # The detail row's numbers, as printed there: median time and % of ceiling.
+                assert cell.startswith(d[2].split(" [")[0] + " ms"), (cell, d)
+                assert (d[7] == "–") or f" {d[7].replace(' †', ' % †')} " in f" {cell} ", (cell, d)
+                assert cell.endswith(f"({d[8]})"), (cell, d)
+
+
+def test_results_have_one_table_per_kind_with_the_kernels_side_by_side(run):
+    md = report.render_markdown(run)
+    _assert_one_side_by_side_table_per_kind(run, md)
+    assert set(_results_tables(md)) == {"decode_memory", "decode_compute", "varlen", "fp8"}
+    assert "| cpu_decode_sk1024 | 100 ms · 25.0 % (compute) | 200 ms · 25.0 % (memory) | 1 ms (no roof) |" in md
+    assert "| cpu_decode_sk4096 | 101 ms · 24.8 % (compute) | 201 ms · 24.9 % (memory) | – |" in md
+
+
+def test_published_reports_have_one_table_per_kind():
+    for path in PUBLISHED_BENCH:
+        run = benchjson.load(path)
+        md = report.render_markdown(run, baselines=[])
+        _assert_one_side_by_side_table_per_kind(run, md)
+        assert len(_results_tables(md)) >= 5, path  # decode, compute, varlen, sparse, fp8 at least
+
+
+def test_published_rooflines_label_every_point_and_no_two_labels_overlap():
+    import matplotlib.pyplot as plt
+    for path in PUBLISHED_BENCH:
+        run = benchjson.load(path)
+        fig = plots.draw_roofline(run)
+        renderer = fig.canvas.get_renderer()
+        labels = [t for ax in fig.axes for t in ax.get_children() if t.get_gid() == "point-label"]
+        assert len(labels) == sum(len(g) for g in plots.roofline_groups(run).values()) >= 30, path
+        boxes = [plots.label_box(t, renderer) for t in labels]
+        for i in range(len(boxes)):
+            for j in range(i + 1, len(boxes)):
+                assert not boxes[i].overlaps(boxes[j]), (path, labels[i].get_text(), labels[j].get_text())
+        plt.close(fig)

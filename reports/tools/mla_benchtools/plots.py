@@ -39,55 +39,107 @@ def roofline_groups(run: BenchRun) -> dict[str, list[Metrics]]:
     return groups
 
 
-# Offsets (points) tried around a marker for its label, nearest first: right, above, left, below,
-# then the diagonals, then the same farther out (from the third ring on, with a leader line).
-_LABEL_OFFSETS = [(dx * r, dy * r) for r in (3, 9, 16, 24, 34, 46, 60, 76) for dx, dy in
-                  ((1, 0.3), (0, 1), (-1, 0.3), (0, -1.2), (1, 1), (-1, 1), (1, -1), (-1, -1))]
-_LEADER_FROM = 16
+# Offsets (points) tried around a marker for its label, nearest first: on each ring, right,
+# above, left, below, then the diagonals and the directions between; the rings grow slowly so a
+# crowded label moves only as far as it must (from _LEADER_FROM on, with a leader line).
+_DIRECTIONS = ((1, 0.3), (0, 1), (-1, 0.3), (0, -1.2), (1, 1), (-1, 1), (1, -1), (-1, -1),
+               (1, 0.5), (1, -0.5), (-1, 0.5), (-1, -0.5), (0.5, 1), (-0.5, 1), (0.5, -1), (-0.5, -1))
+_LABEL_OFFSETS = [(dx * r, dy * r) for r in (3, 7, 11, 16, 21, 27, 34, 42, 51, 61, 72, 84) for dx, dy in _DIRECTIONS]
+_LEADER_FROM = 11
 
 
 def label_box(t, renderer):
-    """The box of a label's text alone (an Annotation's own extent also spans its leader line,
-    which may cross other labels)."""
-    from matplotlib.text import Text
+    """The box of a label's text alone, where the figure will draw it (an Annotation's own extent
+    also spans its leader line, which may cross other labels; and until it is drawn or its
+    positions updated, its text sits at the offset itself, not beside its point)."""
+    from matplotlib.text import Annotation, Text
+    if isinstance(t, Annotation):
+        t.update_positions(renderer)
     return Text.get_window_extent(t, renderer)
 
 
-def place_labels(ax, renderer, items, fontsize=6):
-    """items: [(x, y, text, colour)] in data coordinates. Each label takes the first offset around
-    its marker whose box overlaps no label placed before it (greedy, in drawing order); where every
-    offset overlaps, the one overlapping least. Returns the Text artists (gid "point-label").
+def _overlap(b, others) -> float:
+    return sum(max(0.0, min(b.x1, o.x1) - max(b.x0, o.x0)) * max(0.0, min(b.y1, o.y1) - max(b.y0, o.y0))
+               for o in others)
+
+
+def _segments_cross(p, q, r, s) -> bool:
+    """Whether segments p-q and r-s cross (proper intersection; touching ends do not count)."""
+    def side(a, b, c):
+        return (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])
+    return side(p, q, r) * side(p, q, s) < 0 and side(r, s, p) * side(r, s, q) < 0
+
+
+def _segment_hits_box(seg, b) -> bool:
+    (x0, y0), (x1, y1) = seg
+    return any(b.x0 < x0 + (x1 - x0) * t < b.x1 and b.y0 < y0 + (y1 - y0) * t < b.y1
+               for t in (i / 16 for i in range(17)))
+
+
+def place_labels(ax, renderer, items, fontsize=6, obstacles=()):
+    """items: [(x, y, text, colour)] in data coordinates; obstacles: display-coordinate boxes a
+    label should not cover (the markers, the legend, the key). Each label takes the first offset
+    around its marker (nearest first) that overlaps no label placed before it (greedy, in drawing
+    order) and costs nothing else; failing that, the offset overlapping labels least, then costing
+    least, where a leader line crossing another leader or a label, and a label covering a leader,
+    costs one and covering an obstacle or leaving the axes costs its area in markers. Labels never
+    give way to anything else at the price of covering another label. Returns the Text artists
+    (gid "point-label").
 
     Why: the points of one kernel sit close together on a log-log roofline (the same shapes at
-    other lengths), and labels written at a fixed offset land on top of each other."""
-    placed, boxes = [], []
+    other lengths, or one arithmetic intensity for every length), and labels written at a fixed
+    offset land on top of each other and of the markers.
 
-    def overlap(b):
-        return sum(max(0.0, min(b.x1, o.x1) - max(b.x0, o.x0)) * max(0.0, min(b.y1, o.y1) - max(b.y0, o.y0))
-                   for o in boxes)
+    A label's box at an offset is computed from its measured size (the alignment puts a corner
+    of the box at the offset), padded by a pixel; the label placed is measured again."""
+    from matplotlib.transforms import Bbox
+    placed, boxes, leaders = [], [], []
+    obstacles = list(obstacles)
+    frame = ax.get_window_extent(renderer)
+    px_per_pt = ax.figure.dpi / 72
+    unit = (math.sqrt(_MARKER_AREA) * px_per_pt) ** 2
+
+    def outside(b):
+        inside = max(0.0, min(b.x1, frame.x1) - max(b.x0, frame.x0)) * max(0.0, min(b.y1, frame.y1) - max(b.y0, frame.y0))
+        return b.width * b.height - inside
 
     for x, y, text, colour in items:
+        probe = ax.annotate(text, (x, y), xytext=(0, 0), textcoords="offset points", fontsize=fontsize)
+        w, h = label_box(probe, renderer).size
+        probe.remove()
+        px, py = ax.transData.transform((x, y))
         best = None
         for off in _LABEL_OFFSETS:
-            far = max(abs(off[0]), abs(off[1])) >= _LEADER_FROM
-            t = ax.annotate(text, (x, y), xytext=off, textcoords="offset points", fontsize=fontsize,
-                            color=colour, gid="point-label",
-                            ha="left" if off[0] >= 0 else "right", va="bottom" if off[1] >= 0 else "top",
-                            arrowprops=dict(arrowstyle="-", lw=0.3, color=colour, shrinkA=0, shrinkB=2)
-                            if far else None)
-            b = label_box(t, renderer)
-            cost = overlap(b)
+            tx, ty = px + off[0] * px_per_pt, py + off[1] * px_per_pt
+            b = Bbox.from_bounds((tx if off[0] >= 0 else tx - w) - 1, (ty if off[1] >= 0 else ty - h) - 1, w + 2, h + 2)
+            seg = ((px, py), (tx, ty)) if max(abs(off[0]), abs(off[1])) >= _LEADER_FROM else None
+            tangles = sum(_segment_hits_box(lead, b) for lead in leaders)
+            if seg:
+                tangles += sum(_segments_cross(*seg, *lead) for lead in leaders)
+                tangles += sum(_segment_hits_box(seg, o) for o in boxes)
+            cost = (_overlap(b, boxes), tangles + (_overlap(b, obstacles) + outside(b)) / unit)
             if best is None or cost < best[0]:
-                if best is not None:
-                    best[1].remove()
-                best = (cost, t, b)
-            else:
-                t.remove()
-            if cost == 0:
+                best = (cost, off, seg)
+            if cost == (0.0, 0.0):
                 break
-        placed.append(best[1])
-        boxes.append(best[2])
+        off, seg = best[1], best[2]
+        t = ax.annotate(text, (x, y), xytext=off, textcoords="offset points", fontsize=fontsize,
+                        color=colour, gid="point-label",
+                        ha="left" if off[0] >= 0 else "right", va="bottom" if off[1] >= 0 else "top",
+                        arrowprops=dict(arrowstyle="-", lw=0.3, color=colour, shrinkA=0, shrinkB=2)
+                        if seg else None)
+        placed.append(t)
+        boxes.append(label_box(t, renderer))
+        if seg:
+            leaders.append(seg)
     return placed
+
+
+def marker_boxes(ax, xy, size_pt2: float):
+    """Display boxes of scatter markers of area `size_pt2` (points²) at data positions `xy`."""
+    from matplotlib.transforms import Bbox
+    r = math.sqrt(size_pt2) / 2 * ax.figure.dpi / 72
+    return [Bbox.from_extents(px - r, py - r, px + r, py + r) for px, py in ax.transData.transform(list(xy))]
 
 
 def point_numbers(run: BenchRun, metrics) -> dict[str, int]:
@@ -99,6 +151,7 @@ def point_numbers(run: BenchRun, metrics) -> dict[str, int]:
 
 
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+_MARKER_AREA = 28  # points², the roofline's scatter size
 
 
 def kernel_styles(run: BenchRun) -> dict[str, tuple[tuple[float, float, float, float], str]]:
@@ -164,27 +217,30 @@ def draw_roofline(run: BenchRun):
         kernels = list(dict.fromkeys(m.case.kernel for m in gm))
         for k in kernels:
             km = [m for m in gm if m.case.kernel == k]
-            ax.scatter([m.ai for m in km], [m.fps for m in km], marker=style[k][1], s=28,
+            ax.scatter([m.ai for m in km], [m.fps for m in km], marker=style[k][1], s=_MARKER_AREA,
                        color=style[k][0], label=k, zorder=3, edgecolors="black", linewidths=0.3)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(x_lo, x_hi)
         numbers = point_numbers(run, gm)
-        # Labels are placed once the axes' scales and limits are final: placement measures boxes
-        # in display coordinates.
-        ax.set_ylim(*ax.get_ylim())
-        place_labels(ax, renderer, [(m.ai, m.fps, str(numbers[m.case.point or ""]), style[m.case.kernel][0])
-                                    for m in gm])
-        if numbers:
-            key = "\n".join(f"{n:>2} {_short(p)}" for p, n in numbers.items())
-            ax.text(1.01, 1.0, key, transform=ax.transAxes, va="top", ha="left", fontsize=6, family="monospace")
         ax.set_xlabel("arithmetic intensity (FLOP / byte, the implementation's model)")
         ax.set_ylabel("FLOP/s (model FLOPs / median time)")
         device = (run.context.get("mla_gpu_name", "GPU") if fam == "gpu" else
                   f"{run.context.get('mla_cpu_model', '')}, {run.context.get('mla_threads', '?')} thread(s)")
         ax.set_title(f"Roofline with measured ceilings: {device}", fontsize=10)
         ax.grid(True, which="both", lw=0.3, alpha=0.5)
-        ax.legend(fontsize=7, loc="lower right")
+        legend = ax.legend(fontsize=7, loc="lower right")
+        obstacles = [legend.get_window_extent(renderer)]
+        if numbers:
+            key = "\n".join(f"{n:>2} {_short(p)}" for p, n in numbers.items())
+            obstacles.append(ax.text(1.01, 1.0, key, transform=ax.transAxes, va="top", ha="left", fontsize=6,
+                                     family="monospace").get_window_extent(renderer))
+        # Labels are placed once the axes' scales and limits are final: placement measures boxes
+        # in display coordinates.
+        ax.set_ylim(*ax.get_ylim())
+        obstacles += marker_boxes(ax, [(m.ai, m.fps) for m in gm], _MARKER_AREA)
+        place_labels(ax, renderer, [(m.ai, m.fps, str(numbers[m.case.point or ""]), style[m.case.kernel][0])
+                                    for m in gm], obstacles=obstacles)
     if len(groups) > 1:
         fig.subplots_adjust(wspace=0.35)  # room for each panel's key before the next panel
     return fig

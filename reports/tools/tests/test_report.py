@@ -209,6 +209,15 @@ def test_device_kernels_are_judged_and_drawn_with_their_own_ceilings(write_json,
     assert (out / "roofline.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def _drawn_label_boxes(fig, labels):
+    """The labels' text boxes where a real draw puts them (measured after drawing the canvas, not
+    with the placement's own measure)."""
+    from matplotlib.text import Text
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    return [Text.get_window_extent(t, renderer) for t in labels]
+
+
 def crowded_run():
     """Three kernels over twelve points whose AI and FLOP/s differ by a few percent: drawn with
     fixed label offsets, their labels pile on top of each other."""
@@ -227,10 +236,9 @@ def test_roofline_labels_never_overlap_and_each_kernel_keeps_one_colour(write_js
     import matplotlib.pyplot as plt
     run = benchjson.load(write_json(crowded_run()))
     fig = plots.draw_roofline(run)
-    renderer = fig.canvas.get_renderer()
     labels = [t for ax in fig.axes for t in ax.get_children() if t.get_gid() == "point-label"]
     assert len(labels) == 36  # every kernel x point labelled
-    boxes = [plots.label_box(t, renderer) for t in labels]
+    boxes = _drawn_label_boxes(fig, labels)
     for i in range(len(boxes)):
         for j in range(i + 1, len(boxes)):
             assert not boxes[i].overlaps(boxes[j]), (labels[i].get_text(), labels[j].get_text())
@@ -398,10 +406,20 @@ def test_published_rooflines_label_every_point_and_no_two_labels_overlap():
     for path in PUBLISHED_BENCH:
         run = benchjson.load(path)
         fig = plots.draw_roofline(run)
-        renderer = fig.canvas.get_renderer()
         labels = [t for ax in fig.axes for t in ax.get_children() if t.get_gid() == "point-label"]
         assert len(labels) == sum(len(g) for g in plots.roofline_groups(run).values()) >= 30, path
-        boxes = [plots.label_box(t, renderer) for t in labels]
+        boxes = _drawn_label_boxes(fig, labels)
+        # Nor on the legend or the key of numbers beside the panel.
+        renderer = fig.canvas.get_renderer()
+        keys = [t for t in fig.axes[0].texts if t.get_gid() != "point-label" and "decode" in t.get_text()]
+        for other in [fig.axes[0].get_legend().get_window_extent(renderer), keys[0].get_window_extent(renderer)]:
+            assert not any(b.overlaps(other) for b in boxes), path
+        # Beside its point: a label without a leader line is within a few points of its marker.
+        for t, b in zip(labels, boxes):
+            if t.arrowprops is None:
+                px, py = t.axes.transData.transform(t.xy)
+                gap = max(b.x0 - px, px - b.x1, b.y0 - py, py - b.y1, 0.0)
+                assert gap < plots._LEADER_FROM * fig.dpi / 72, (path, t.get_text(), gap)
         for i in range(len(boxes)):
             for j in range(i + 1, len(boxes)):
                 assert not boxes[i].overlaps(boxes[j]), (path, labels[i].get_text(), labels[j].get_text())

@@ -162,8 +162,10 @@ def kernel_styles(run: BenchRun) -> dict[str, tuple[tuple[float, float, float, f
     others ran or were plotted, and runs of one build colour their kernels alike. tab10 while
     the kernels fit in it, else tab20 (qualitative colormaps: no colour reads as "more")."""
     import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     names = sorted(set(run.kernels) | {c.kernel for c in run.kernel_cases() if c.kernel})
-    cmap = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
+    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
     return {k: (cmap(i % cmap.N), _MARKERS[i % len(_MARKERS)]) for i, k in enumerate(names)}
 
 

@@ -389,7 +389,7 @@ bool appends_selected(const Session& s) {
 bool any_append_case_selected(const Session& s) {
   if (!appends_selected(s)) return false;
   if (std::none_of(s.implementations.begin(), s.implementations.end(),
-                   [](const Implementation& k) { return k.plugin && k.append_formats; })) {
+                   [](const Implementation& k) { return k.external && k.append_formats; })) {
     return false;
   }
   const golden::Family& fam = *append_family();
@@ -427,7 +427,7 @@ void certify_appends(Session& s) {
   if (!appends_selected(s)) return;
   std::vector<const Implementation*> appenders;
   for (const auto& k : s.implementations) {
-    if (k.plugin && k.append_formats != 0) appenders.push_back(&k);
+    if (k.external && k.append_formats != 0) appenders.push_back(&k);
   }
   if (appenders.empty()) return;
   const golden::Family& fam = *append_family();
@@ -514,7 +514,7 @@ void certify_append_file(Session& s, const std::vector<const Implementation*>& a
 }
 
 void certify_fresh_appends(Session& s, const Implementation& k, uint64_t seed) {
-  if (!k.plugin || k.append_formats == 0 || k.unavailable) return;
+  if (!k.external || k.append_formats == 0 || k.unavailable) return;
   std::vector<AppendCase> cases;
   try {
     cases = make_fresh_append_cases(seed, k.append_formats, k.append_scale_fmts, k.append_fp8_recipes, k.info.caps);

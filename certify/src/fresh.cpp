@@ -497,13 +497,13 @@ void certify_fresh(Session& s) {
         }
         const auto truth = compute_truth(b.view());
         CallSchedule plan;
-        plan.calls = k.plugin ? calls_per_case(s.seed, k.info.name, "fresh/" + p.name) : std::max(1, s.options.repeats);
-        plan.second_process = k.plugin;
+        plan.calls = k.external ? calls_per_case(s.seed, k.info.name, "fresh/" + p.name) : std::max(1, s.options.repeats);
+        plan.second_process = k.external;
         if (b.shape.cache_format == CacheFormat::fp8) plan.scale_fmt = p.scale_fmt;
         // Untrusted kernels get the other case between their calls here too, and it is judged.
         std::optional<AttnBuffers> between;
         std::optional<ComputedTruth> between_truth;
-        if (k.plugin) {
+        if (k.external) {
           between = negated_q(b.view());
           plan.between = between->view();
         }

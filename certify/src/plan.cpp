@@ -38,7 +38,7 @@ std::string builtin_version(const Session& s) {
 nlohmann::json declared_json(const Implementation& e) {
   json j = {{"precision", to_json(precision_class(e.info), e.info.compute.has_value())},
             {"conventions", to_json(e.info.conventions)}};
-  if (e.plugin) {
+  if (e.external) {
     j["can_implement"] = e.can_implement;
     if (e.append_formats & MLA_PLUGIN_CACHE_FP8) {
       json recipes = json::array();
@@ -54,7 +54,7 @@ void add_implementation(Session& s, Implementation e, reports::KernelReport r) {
   for (const auto& other : s.implementations) {
     if (other.info.name == e.info.name) {
       throw UsageError(fmt::format("two implementations are named '{}'{}", e.info.name,
-                                   e.plugin ? " (a plug-in's name must differ from every other kernel's)" : ""));
+                                   e.external ? " (a plug-in's or Python kernel's name must differ from every other kernel's)" : ""));
     }
   }
   r.name = e.info.name;
@@ -99,7 +99,7 @@ void add_plugin(Session& s, const fs::path& path, std::size_t i) {
   d.info.description = printable(d.info.description);
   d.version = printable(d.version);
   Implementation e;
-  e.plugin = true;
+  e.external = true;
   e.ref.plugin = abs;
   e.info = d.info;
   e.unavailable = d.unavailable;
@@ -258,7 +258,7 @@ void select_cases(Session& s) {
       // Certified by append_case.cpp, for plug-ins with an append entry point, which says what
       // is missing when one is selected.
       const bool appenders = std::any_of(s.implementations.begin(), s.implementations.end(),
-                                         [](const Implementation& k) { return k.plugin && k.append_formats; });
+                                         [](const Implementation& k) { return k.external && k.append_formats; });
       if (!appenders && files != s.family_files.end()) {
         for (const auto& f : files->second) {
           unused.push_back(fmt::format("{} (family {}: certified for plug-ins with an append entry point; none is "

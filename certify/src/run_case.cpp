@@ -222,8 +222,8 @@ int calls_per_case(uint64_t seed, const std::string& kernel, const std::string& 
 RunResult run_in_children(Session& s, const Implementation& k, const AttnInputs& in, const CallSchedule& plan,
                           const std::string& tag) {
   RunResult r;
-  const int out_bytes = k.plugin ? (k.info.out_dtype == OutDType::bf16 ? 2 : 4) : 8;
-  const int lse_bytes = k.plugin ? 4 : 8;
+  const int out_bytes = k.external ? (k.info.out_dtype == OutDType::bf16 ? 2 : 4) : 8;
+  const int lse_bytes = k.external ? 4 : 8;
   try {
     const auto cost = mla_cost_model(in, k.info.out_dtype);
     r.bytes = cost.bytes;

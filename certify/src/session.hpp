@@ -39,7 +39,10 @@ struct Implementation {
   std::optional<std::string> unavailable;
   const AttentionImpl* impl = nullptr;  // builtin / fault kernel: the object in this process
   KernelRef ref;                        // how a child builds it
-  bool plugin = false;
+  // A kernel from outside the suite (a C plug-in or a Python kernel): untrusted, so always run
+  // in child processes, with a drawn number of calls, another case between them and a second
+  // process that must agree bitwise.
+  bool external = false;
   bool can_implement = false;  // a plug-in whose can_implement (ABI 1.2) is asked about each shape
   uint32_t append_formats = 0, append_scale_fmts = 0;  // plug-ins with an append entry (ABI 1.1)
   uint32_t append_fp8_recipes = 0;                     // MLA_PLUGIN_RECIPE_* its FP8 append writes
@@ -149,7 +152,7 @@ class Session {
   void save();
   // The certificate as written: this run's rows, then those kept from outside its selection.
   reports::Certificate with_outside() const;
-  bool isolated(const Implementation& k) const { return k.plugin || options.isolate || !k.impl; }
+  bool isolated(const Implementation& k) const { return k.external || options.isolate || !k.impl; }
   // Whether a case of the selection belongs to this run's --shard (always, without one).
   bool in_shard(const std::string& family, const std::string& name) const {
     return options.shard_count == 0 || shard_of(family, name, options.shard_count) == options.shard_index;

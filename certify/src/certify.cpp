@@ -47,8 +47,10 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 json options_json(const Options& o) {
   std::vector<std::string> plugins;
   for (const auto& p : o.plugins) plugins.push_back(fs::absolute(p).lexically_normal().string());
+  // The fault kernels keep the key "extras": published certificates spell it so, and --resume
+  // compares these options with theirs.
   json j = {{"kernels", o.kernels},     {"plugins", plugins},         {"families", o.families},
-            {"extras", o.extras},       {"repeats", o.repeats},      {"timeout_s", o.timeout_s},
+            {"extras", o.faults},       {"repeats", o.repeats},      {"timeout_s", o.timeout_s},
             {"isolate", o.isolate},     {"probe_unclaimed", o.probe_unclaimed},
             {"probe_python", o.probe_python},
             {"require_full_coverage", o.require_full_coverage}};

@@ -130,10 +130,10 @@ void select_implementations(Session& s) {
   };
   std::vector<Candidate> pool;
   for (const auto& k : Registry::instance().attention()) pool.push_back({k.get(), std::nullopt});
-  for (const auto& name : o.extras) {
+  for (const auto& name : o.faults) {
     const auto& known = faults::names();
     if (std::find(known.begin(), known.end(), name) == known.end()) {
-      throw UsageError(fmt::format("unknown extra kernel '{}' (known: {})", name, fmt::join(known, ", ")));
+      throw UsageError(fmt::format("unknown fault kernel '{}' (known: {})", name, fmt::join(known, ", ")));
     }
     s.fault_kernels.push_back(faults::make(name));
     pool.push_back({s.fault_kernels.back().get(), name});

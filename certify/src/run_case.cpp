@@ -87,7 +87,7 @@ ProcessRun run_process(Session& s, const Implementation& k, Arena& arena, const 
                                                : std::vector<std::string>{s.self.string(), "__child", "call", "--plan",
                                                                           plan_file.string()};
   if (k.ref.plugin) argv.insert(argv.end(), {"--plugin", k.ref.plugin->string()});
-  if (k.ref.fault) argv.insert(argv.end(), {"--extra", *k.ref.fault});
+  if (k.ref.fault) argv.insert(argv.end(), {"--fault", *k.ref.fault});
   if (k.ref.builtin) argv.insert(argv.end(), {"--kernel", *k.ref.builtin});
   if (!enforce_caps) argv.push_back("--unclaimed");
 

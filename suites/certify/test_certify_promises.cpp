@@ -125,7 +125,7 @@ TEST_F(Promises, AFreshOnlyBugStaysRedThroughANarrowerResume) {
 
   TempDir tmp;
   const auto out = tmp.path() / "out";
-  const std::string kernel = fmt::format("--kernel-extra untuned_heads --kernel selftest_untuned_heads --max-tokens {}", kMaxTokens);
+  const std::string kernel = fmt::format("--fault untuned_heads --kernel selftest_untuned_heads --max-tokens {}", kMaxTokens);
   const auto full = certify(out, kernel + fmt::format(" --seed {} --family attn_core --family fresh", seed));
   ASSERT_EQ(full.status, 1) << full.output;
   std::multiset<std::string> red;

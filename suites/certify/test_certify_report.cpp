@@ -538,7 +538,7 @@ TEST(CertifyCli, ACaseWhoseAttributesLieIsAnErrorBeforeAnySkip) {
     SCOPED_TRACE(extra);
     const auto out = tmp.path() / ("out" + std::to_string(extra.size()));
     const auto p = run(exe() + " --goldens '" + goldens.string() + "' --out '" + out.string() +
-                       "' --family attn_core --kernel cpu_mla_fp64 --kernel-extra bf16_only " + extra + " 2>&1");
+                       "' --family attn_core --kernel cpu_mla_fp64 --fault bf16_only " + extra + " 2>&1");
     EXPECT_EQ(p.status, 1) << p.out;
     const auto c = mla::reports::certificate_from_json(nlohmann::json::parse(slurp(out / "certificate.json")));
     for (const auto& k : c.kernels) {

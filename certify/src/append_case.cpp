@@ -366,8 +366,8 @@ void judge_append_run(const AppendCase& c, const AppendRun& run, reports::CaseRe
   r.run_seconds = run.run_seconds;
   const auto j = judge_append(c.problem(), c.in.kv_cache, run.kv_cache,
                               AppendCall{status_of(run.rc), plugin::describe_rc(run.rc), run.message});
-  r.out = j.latent;
-  r.lse = j.k_pe;
+  r.latent = j.latent;
+  r.k_pe = j.k_pe;
   r.reasons = j.reasons;
   r.verdict = j.verdict;
   // The audit's findings (and differences between repeated calls) make a judged call FAIL.

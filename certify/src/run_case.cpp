@@ -136,23 +136,23 @@ std::optional<std::pair<RunResult::Status, std::string>> failure(const ProcessRu
                                                                  std::size_t calls, std::size_t case_calls, bool plugin) {
   using St = RunResult::Status;
   const auto& c = p.control;
-  if (c.setup_state == kArenaUnsupported) {
+  if (c.setup_state == ArenaState::unsupported) {
     return std::pair{St::unsupported, fmt::format("prepare refused it: {}", bounded(c.setup_message))};
   }
-  if (c.setup_state == kArenaError) return std::pair{St::error, bounded(c.setup_message)};
+  if (c.setup_state == ArenaState::error) return std::pair{St::error, bounded(c.setup_message)};
   for (std::size_t i = 0; i < calls; ++i) {
     const auto& rec = c.calls[i];
-    if (rec.state == kArenaUnsupported) {
+    if (rec.state == ArenaState::unsupported) {
       return std::pair{St::unsupported, plugin ? fmt::format("plug-in refused the shape: {}", bounded(rec.message))
                                                : fmt::format("refused at run time: {}", bounded(rec.message))};
     }
-    if (rec.state == kArenaError) {
+    if (rec.state == ArenaState::error) {
       return std::pair{St::error, plugin ? fmt::format("exception: plug-in decode returned {}: {}", rec.rc, bounded(rec.message))
                                          : bounded(rec.message)};
     }
   }
   bool all_returned = true;
-  for (std::size_t i = 0; i < calls; ++i) all_returned = all_returned && c.calls[i].state == kArenaOk;
+  for (std::size_t i = 0; i < calls; ++i) all_returned = all_returned && c.calls[i].state == ArenaState::ok;
   if (!p.outcome.ok() || p.calls.size() < case_calls || !all_returned) {
     std::string why = !p.outcome.ok() ? p.outcome.describe()
                       : p.calls.size() < case_calls

@@ -726,7 +726,7 @@ TEST(Text, OutsideBytesArePrintedEscapedAndValidTextUnchanged) {
   EXPECT_FALSE(mla::is_utf8(std::string("\xed\xa0\x80")));  // a surrogate
 }
 
-TEST(CertifyExtras, EveryFaultKernelIsBuiltAndAnUnknownOneRefused) {
+TEST(FaultKernels, EveryFaultKernelIsBuiltAndAnUnknownOneRefused) {
   EXPECT_THROW(mla::faults::make("no_such"), mla::Error);
   for (const auto& name : mla::faults::names()) {
     const auto k = mla::faults::make(name);

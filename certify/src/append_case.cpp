@@ -520,26 +520,26 @@ void certify_fresh_appends(Session& s, const Implementation& k, uint64_t seed) {
     cases = make_fresh_append_cases(seed, k.append_formats, k.append_scale_fmts, k.append_fp8_recipes, k.info.caps);
   } catch (const std::exception& e) {
     reports::CaseResult r;
-    r.family = "fresh";
+    r.family = kFresh;
     r.file = kFreshAppendFile;
     r.name = "append";
     r.verdict = Verdict::error;
     r.reasons.push_back(fmt::format("fresh append cases cannot be built: {}", e.what()));
-    if (s.in_shard("fresh", r.name)) s.record(k, std::move(r));
+    if (s.in_shard(kFresh, r.name)) s.record(k, std::move(r));
     return;
   }
   std::size_t index = 0;
   for (const auto& c : cases) {
     if (stop_requested(s)) break;
-    if (s.case_regex && !std::regex_search("fresh/" + c.name, *s.case_regex)) continue;
-    if (!s.in_shard("fresh", c.name)) continue;
+    if (s.case_regex && !std::regex_search(fresh_key(c.name), *s.case_regex)) continue;
+    if (!s.in_shard(kFresh, c.name)) continue;
     const auto t0 = Clock::now();
-    if (auto kept = s.kept_drawn(k, {"fresh", kFreshAppendFile, c.name})) {
+    if (auto kept = s.kept_drawn(k, {kFresh, kFreshAppendFile, c.name})) {
       s.record(k, std::move(*kept));
       continue;
     }
     reports::CaseResult r;
-    r.family = "fresh";
+    r.family = kFresh;
     r.file = kFreshAppendFile;
     r.name = c.name;
     r.description = c.description;

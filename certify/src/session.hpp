@@ -21,6 +21,7 @@
 #include "mla/certify/protocol.hpp"
 #include "mla/certify/twin.hpp"
 #include "mla/core/kernel.hpp"
+#include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
 #include "mla/judge/attention.hpp"
 #include "mla/reports/certificate.hpp"
@@ -54,6 +55,13 @@ struct CaseRef {
   std::string family, file, name;
   std::string key() const { return file + "/" + name; }
 };
+
+// The fresh family's name, as the catalog declares it (a generated family: golden::kFreshFamily,
+// checked by golden::fresh_family()): the family of every drawn row, the file of its attention
+// rows, the word --family selects it by.
+inline const std::string kFresh{golden::kFreshFamily};
+// A drawn case's "<family>/<case>", which --case searches and --shard splits by, as a catalog case's.
+inline std::string fresh_key(const std::string& name) { return kFresh + "/" + name; }
 
 // Rows of cases drawn at run time (the fresh family's attention and append cases): no golden
 // file, identified by the run's seed and the drawn case's name.
@@ -143,7 +151,7 @@ class Session {
   reports::CaseResult base_result(const CaseRef& ref) const;
   // The previous result of `k` on `ref` that --resume keeps, counted.
   std::optional<reports::CaseResult> kept(const Implementation& k, const CaseRef& ref);
-  // The same for a case drawn at run time (file "fresh" or kFreshAppendFile), kept only when
+  // The same for a case drawn at run time (file kFresh or kFreshAppendFile), kept only when
   // the previous row's drawn lengths, where it records them, are `seqlens` too.
   std::optional<reports::CaseResult> kept_drawn(const Implementation& k, const CaseRef& ref,
                                                 const std::vector<int32_t>* seqlens = nullptr);

@@ -29,6 +29,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using mla::certify::testing::kFresh;
 using mla::certify::testing::quote;
 using mla::certify::testing::run_command;
 using mla::certify::testing::slurp;
@@ -136,7 +137,7 @@ TEST_F(CertifyCatalog, RegisteredImplementationsCertifyGreenOnEveryCase) {
     SCOPED_TRACE(k.name);
     // Then the fresh family, drawn at run time (test_certify_integrity.cpp holds it to its claims).
     ASSERT_GE(k.cases.size(), cases.size());
-    for (std::size_t i = cases.size(); i < k.cases.size(); ++i) EXPECT_EQ(k.cases[i].family, "fresh");
+    for (std::size_t i = cases.size(); i < k.cases.size(); ++i) EXPECT_EQ(k.cases[i].family, kFresh);
     for (std::size_t i = 0; i < cases.size(); ++i) {
       const auto& got = k.cases[i];
       EXPECT_EQ(got.family, cases[i].first.family);

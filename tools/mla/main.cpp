@@ -101,8 +101,10 @@ std::string certified_families() {
     if (f.certify == mla::golden::Certified::attention) attention += (attention.empty() ? "" : ", ") + f.certified_as;
     if (f.certify == mla::golden::Certified::append) appends += (appends.empty() ? "" : ", ") + f.certified_as + " (plug-in appends)";
   }
-  // The cases drawn at run time carry the family name "fresh" (certify/src/fresh.cpp).
-  return attention + (appends.empty() ? "" : ", " + appends) + ", fresh (drawn at run time)";
+  // The families drawn at run time (the catalog's generated ones: fresh, certify/src/fresh.cpp).
+  std::string drawn;
+  for (const auto& f : mla::golden::generated_families()) drawn += ", " + f.certified_as + " (drawn at run time)";
+  return attention + (appends.empty() ? "" : ", " + appends) + drawn;
 }
 
 int report_error(const char* what, const std::exception& e, int code) {

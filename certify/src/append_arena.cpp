@@ -67,12 +67,12 @@ void write_plan(const fs::path& file, const Arena& arena, const plugin::AppendCa
 // Why the child did not deliver every call, as the message of an ERROR; nullopt when it did.
 std::optional<std::string> failure(const ChildOutcome& outcome, const ArenaControl& c, const ArenaLayout& l,
                                    std::size_t calls, std::size_t stops) {
-  if (c.setup_state == kArenaError || c.setup_state == kArenaUnsupported) return bounded(c.setup_message);
+  if (c.setup_state == ArenaState::error || c.setup_state == ArenaState::unsupported) return bounded(c.setup_message);
   for (std::size_t i = 0; i < calls; ++i) {
-    if (c.calls[i].state == kArenaError) return bounded(c.calls[i].message);
+    if (c.calls[i].state == ArenaState::error) return bounded(c.calls[i].message);
   }
   bool all_returned = true;
-  for (std::size_t i = 0; i < calls; ++i) all_returned = all_returned && c.calls[i].state == kArenaOk;
+  for (std::size_t i = 0; i < calls; ++i) all_returned = all_returned && c.calls[i].state == ArenaState::ok;
   if (outcome.ok() && stops >= calls && all_returned) return std::nullopt;
   std::string why = !outcome.ok() ? outcome.describe()
                     : stops < calls ? "the child exited before making every call"

@@ -366,8 +366,8 @@ void judge_append_run(const AppendCase& c, const AppendRun& run, reports::CaseRe
   r.run_seconds = run.run_seconds;
   const auto j = judge_append(c.problem(), c.in.kv_cache, run.kv_cache,
                               AppendCall{status_of(run.rc), plugin::describe_rc(run.rc), run.message});
-  r.out = j.latent;
-  r.lse = j.k_pe;
+  r.latent = j.latent;
+  r.k_pe = j.k_pe;
   r.reasons = j.reasons;
   r.verdict = j.verdict;
   // The audit's findings (and differences between repeated calls) make a judged call FAIL.
@@ -389,7 +389,7 @@ bool appends_selected(const Session& s) {
 bool any_append_case_selected(const Session& s) {
   if (!appends_selected(s)) return false;
   if (std::none_of(s.implementations.begin(), s.implementations.end(),
-                   [](const Implementation& k) { return k.plugin && k.append_formats; })) {
+                   [](const Implementation& k) { return k.external && k.append_formats; })) {
     return false;
   }
   const golden::Family& fam = *append_family();
@@ -427,7 +427,7 @@ void certify_appends(Session& s) {
   if (!appends_selected(s)) return;
   std::vector<const Implementation*> appenders;
   for (const auto& k : s.implementations) {
-    if (k.plugin && k.append_formats != 0) appenders.push_back(&k);
+    if (k.external && k.append_formats != 0) appenders.push_back(&k);
   }
   if (appenders.empty()) return;
   const golden::Family& fam = *append_family();
@@ -514,32 +514,32 @@ void certify_append_file(Session& s, const std::vector<const Implementation*>& a
 }
 
 void certify_fresh_appends(Session& s, const Implementation& k, uint64_t seed) {
-  if (!k.plugin || k.append_formats == 0 || k.unavailable) return;
+  if (!k.external || k.append_formats == 0 || k.unavailable) return;
   std::vector<AppendCase> cases;
   try {
     cases = make_fresh_append_cases(seed, k.append_formats, k.append_scale_fmts, k.append_fp8_recipes, k.info.caps);
   } catch (const std::exception& e) {
     reports::CaseResult r;
-    r.family = "fresh";
+    r.family = kFresh;
     r.file = kFreshAppendFile;
     r.name = "append";
     r.verdict = Verdict::error;
     r.reasons.push_back(fmt::format("fresh append cases cannot be built: {}", e.what()));
-    if (s.in_shard("fresh", r.name)) s.record(k, std::move(r));
+    if (s.in_shard(kFresh, r.name)) s.record(k, std::move(r));
     return;
   }
   std::size_t index = 0;
   for (const auto& c : cases) {
     if (stop_requested(s)) break;
-    if (s.case_regex && !std::regex_search("fresh/" + c.name, *s.case_regex)) continue;
-    if (!s.in_shard("fresh", c.name)) continue;
+    if (s.case_regex && !std::regex_search(fresh_key(c.name), *s.case_regex)) continue;
+    if (!s.in_shard(kFresh, c.name)) continue;
     const auto t0 = Clock::now();
-    if (auto kept = s.kept_drawn(k, {"fresh", kFreshAppendFile, c.name})) {
+    if (auto kept = s.kept_drawn(k, {kFresh, kFreshAppendFile, c.name})) {
       s.record(k, std::move(*kept));
       continue;
     }
     reports::CaseResult r;
-    r.family = "fresh";
+    r.family = kFresh;
     r.file = kFreshAppendFile;
     r.name = c.name;
     r.description = c.description;

@@ -29,15 +29,18 @@ namespace mla::certify {
 inline constexpr int kArenaMaxCalls = 32;
 inline constexpr std::size_t kArenaMessage = 1024;
 
-// A call's (and the setup's) state in the control block, as the Python door's child names them
-// (STATE_OK, STATE_UNSUPPORTED, STATE_ERROR). For an append, kArenaOk means the call returned:
-// its return code (OK, CAPACITY, UNSUPPORTED or an error) is in `rc`, and the parent judges it.
-enum ArenaState : int32_t { kArenaNotStarted = 0, kArenaOk = 1, kArenaUnsupported = 2, kArenaError = 3 };
+// A call's (and the setup's) state in the control block. The values are the wire's: the Python
+// door's child writes them as STATE_OK, STATE_UNSUPPORTED, STATE_ERROR (child.py), and 0, the
+// cleared block, is a call not (yet) made. A child may write any 32-bit value there; one outside
+// these equals none of them, so the parent never takes it for a returned call. For an append,
+// `ok` means the call returned: its return code (OK, CAPACITY, UNSUPPORTED or an error) is in
+// `rc`, and the parent judges it.
+enum class ArenaState : int32_t { not_started = 0, ok = 1, unsupported = 2, error = 3 };
 
 // What the child writes (and nothing else, besides outputs). Read by the parent with every
 // string bounded and every number range-checked.
 struct ArenaCall {
-  int32_t state;  // ArenaState
+  ArenaState state;
   int32_t rc;     // the plug-in's return code (plug-ins)
   double seconds;
   char message[kArenaMessage];
@@ -46,7 +49,7 @@ struct ArenaControl {
   uint64_t child_base;  // where the child mapped the arena (to place a fault address)
   uint64_t fault_addr;
   int32_t fault_signal;
-  int32_t setup_state;  // ArenaState: kArenaNotStarted (ok or not reached), or unsupported / error before any call
+  ArenaState setup_state;  // not_started (ok or not reached), or unsupported / error before any call
   char setup_message[kArenaMessage];
   ArenaCall calls[kArenaMaxCalls];
 };

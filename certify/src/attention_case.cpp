@@ -222,7 +222,7 @@ class AttentionCase {
     CallSchedule plan;
     plan.enforce_caps = enforce_caps;
     if (in.shape.cache_format == CacheFormat::fp8) plan.scale_fmt = scale_fmt_;
-    if (k.plugin) {
+    if (k.external) {
       // An untrusted kernel: a drawn number of calls, another case called between them, and a
       // second fresh process (docs/field.md, "Bugs", 12: state that leaks between calls).
       plan.calls = calls_per_case(s_.seed, k.info.name, ref_.key() + tag_suffix);
@@ -257,7 +257,7 @@ class AttentionCase {
   // Kernels whose stored cases get a fresh twin: every kernel from outside the suite (plug-ins,
   // Python kernels), the ones a stored answer could tempt. The registered kernels are the suite's
   // own oracles and its CUDA kernels, reviewed with it.
-  static bool has_twin(const Implementation& k) { return k.plugin; }
+  static bool has_twin(const Implementation& k) { return k.external; }
   CaseRef twin_ref() const { return {ref_.family, ref_.file, ref_.name + kTwinSuffix}; }
 
   // The twin of this case run and judged for `k`, as its own row.
@@ -286,7 +286,7 @@ class AttentionCase {
                       const RunResult& run) {
     const AttentionTruth* between = nullptr;
     AttentionTruth between_view;
-    if (k.plugin && run.status == RunResult::Status::ran) {
+    if (k.external && run.status == RunResult::Status::ran) {
       between_view = between_truth(in);
       between = &between_view;
     }

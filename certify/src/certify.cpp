@@ -47,8 +47,10 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 json options_json(const Options& o) {
   std::vector<std::string> plugins;
   for (const auto& p : o.plugins) plugins.push_back(fs::absolute(p).lexically_normal().string());
+  // The fault kernels keep the key "extras": published certificates spell it so, and --resume
+  // compares these options with theirs.
   json j = {{"kernels", o.kernels},     {"plugins", plugins},         {"families", o.families},
-            {"extras", o.extras},       {"repeats", o.repeats},      {"timeout_s", o.timeout_s},
+            {"extras", o.faults},       {"repeats", o.repeats},      {"timeout_s", o.timeout_s},
             {"isolate", o.isolate},     {"probe_unclaimed", o.probe_unclaimed},
             {"probe_python", o.probe_python},
             {"require_full_coverage", o.require_full_coverage}};
@@ -165,8 +167,8 @@ void keep_outside_selection(Session& s) {
       // A drawn case is this run's when the fresh family, --case and the shard select it: then
       // certify_fresh keeps or redraws it; otherwise it is kept here like any catalog case.
       if (is_fresh_file(r.file)) {
-        return fresh_selected(s.options) && s.in_shard("fresh", r.name) &&
-               (!s.case_regex || std::regex_search("fresh/" + r.name, *s.case_regex));
+        return fresh_selected(s.options) && s.in_shard(kFresh, r.name) &&
+               (!s.case_regex || std::regex_search(fresh_key(r.name), *s.case_regex));
       }
       return selected.count(r.file + "/" + r.name) > 0 || rerun_families.count(r.family) > 0;
     });
@@ -412,7 +414,7 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
   if (!stopped && fresh_selected(options)) {
     const auto t_fresh = Clock::now();
     certify_fresh(s);
-    progress << fmt::format("fresh: cases drawn from seed {} in {:.1f} s\n", s.seed, seconds_since(t_fresh));
+    progress << fmt::format("{}: cases drawn from seed {} in {:.1f} s\n", kFresh, s.seed, seconds_since(t_fresh));
   }
   // Each phase stops within its step in progress; whichever saw the signal, the run is stopped.
   if (!stopped) stopped = stop_requested(s);

@@ -192,7 +192,7 @@ uint8_t* map_arena(const wire::Message& plan, const ArenaLayout& l) {
 }
 
 // The append calls of an append plan (kAppendCalls): each on its own copy of the cache, stopping
-// after each so the parent can audit it. Any return code is a returned call (kArenaOk, the code
+// after each so the parent can audit it. Any return code is a returned call (ArenaState::ok, the code
 // in rc): the parent judges it.
 int child_append_calls(const KernelRef& kernel, const wire::Message& plan) {
   const ArenaLayout l = ArenaLayout::from_json(plan.fields().at("layout"));
@@ -236,7 +236,7 @@ int child_append_calls(const KernelRef& kernel, const wire::Message& plan) {
   } catch (const std::bad_alloc&) {
     throw;  // the machine's memory
   } catch (const std::exception& e) {
-    control->setup_state = kArenaError;
+    control->setup_state = ArenaState::error;
     bounded_copy(control->setup_message, fmt::format("the child could not call the append: {}", e.what()));
     return 0;
   }
@@ -252,18 +252,18 @@ int child_append_calls(const KernelRef& kernel, const wire::Message& plan) {
       char err[kArenaMessage] = {};
       std::vector<std::string> device;
       rec.rc = plugin::call_append(*lib, shape, b, err, sizeof err, &device);
-      rec.state = kArenaOk;
+      rec.state = ArenaState::ok;
       // The device-side audit's first finding, else the plug-in's words.
       bounded_copy(rec.message, device.empty() ? std::string(err) : "device audit: " + device.front());
     } catch (const std::bad_alloc&) {
       throw;
     } catch (const std::exception& e) {
-      rec.state = kArenaError;
+      rec.state = ArenaState::error;
       bounded_copy(rec.message, fmt::format("the child could not call the append: {}", e.what()));
     }
     rec.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     raise(SIGSTOP);
-    if (rec.state != kArenaOk) break;
+    if (rec.state != ArenaState::ok) break;
   }
   return 0;
 }
@@ -305,7 +305,7 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
       validate_attention_inputs(inputs[0], callee.lib->info().name);
       if (enforce_caps) {
         if (auto no = check_capabilities(callee.lib->info().caps, inputs[0].shape)) {
-          control->setup_state = kArenaUnsupported;
+          control->setup_state = ArenaState::unsupported;
           bounded_copy(control->setup_message, *no);
           return 0;
         }
@@ -323,7 +323,7 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
       }
       if (enforce_caps) {
         if (auto no = callee.impl->check(inputs[0].shape)) {
-          control->setup_state = kArenaUnsupported;
+          control->setup_state = ArenaState::unsupported;
           bounded_copy(control->setup_message, *no);
           return 0;
         }
@@ -332,7 +332,7 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
   } catch (const std::bad_alloc&) {
     throw;  // the machine's memory, as below
   } catch (const std::exception& e) {
-    control->setup_state = kArenaError;
+    control->setup_state = ArenaState::error;
     bounded_copy(control->setup_message, fmt::format("the child could not load the kernel: {}", e.what()));
     return 0;
   }
@@ -353,10 +353,10 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
         rec.rc = plugin::call_decode(*callee.lib, in, base + out.data, out.bytes, base + lse.data, lse.bytes, err,
                                      sizeof err, &device);
         if (rec.rc == MLA_PLUGIN_OK) {
-          rec.state = kArenaOk;
+          rec.state = ArenaState::ok;
           bounded_copy(rec.message, device.empty() ? std::string() : device.front());
         } else {
-          rec.state = rec.rc == MLA_PLUGIN_UNSUPPORTED ? kArenaUnsupported : kArenaError;
+          rec.state = rec.rc == MLA_PLUGIN_UNSUPPORTED ? ArenaState::unsupported : ArenaState::error;
           bounded_copy(rec.message, err);
         }
       } else {
@@ -371,10 +371,10 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
         }
         std::memcpy(base + out.data, res.out.data(), out.bytes);
         std::memcpy(base + lse.data, res.lse.data(), lse.bytes);
-        rec.state = kArenaOk;
+        rec.state = ArenaState::ok;
       }
     } catch (const UnsupportedError& e) {
-      rec.state = kArenaUnsupported;
+      rec.state = ArenaState::unsupported;
       bounded_copy(rec.message, e.what());
     } catch (const std::bad_alloc&) {
       // Only this process's own C++ allocates with new here (a C plug-in reports its failures
@@ -383,13 +383,13 @@ int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, 
       // an ERROR of a registered kernel.
       throw;
     } catch (const std::exception& e) {
-      rec.state = kArenaError;
+      rec.state = ArenaState::error;
       bounded_copy(rec.message, fmt::format("exception: {}", e.what()));
     }
     rec.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     // Stop so the parent can take this call's outputs before anything else runs in here.
     if (call.stop) raise(SIGSTOP);
-    if (rec.state != kArenaOk) break;
+    if (rec.state != ArenaState::ok) break;
   }
   return 0;
 }

@@ -369,7 +369,7 @@ std::vector<axes::AxisPoint> fresh_points(const Capabilities& caps, uint64_t see
 }
 
 bool fresh_selected(const Options& o) {
-  return o.families.empty() || std::find(o.families.begin(), o.families.end(), "fresh") != o.families.end();
+  return o.families.empty() || std::find(o.families.begin(), o.families.end(), kFresh) != o.families.end();
 }
 
 namespace {
@@ -402,7 +402,7 @@ std::vector<axes::AxisPoint> choose_points(Session& s, const Implementation& k, 
         c = claim(s, k, p.shape, p.scale_fmt, p.seqlens);
       } catch (const std::exception& e) {
         reports::CaseResult r;
-        r.family = r.file = "fresh";
+        r.family = r.file = kFresh;
         r.name = p.name;
         r.description = fmt::format("drawn at run time from seed {}: {}", s.seed, p.why);
         r.verdict = Verdict::error;
@@ -423,7 +423,7 @@ std::vector<axes::AxisPoint> choose_points(Session& s, const Implementation& k, 
     if (!chosen && !sl.candidates.empty()) none.push_back(fmt::format("{} ({} candidates refused)", sl.what, refused));
   }
   if (!none.empty()) {
-    note_once(notes, fmt::format("fresh: no case drawn inside its claims for {}", fmt::join(none, ", ")));
+    note_once(notes, fmt::format("{}: no case drawn inside its claims for {}", kFresh, fmt::join(none, ", ")));
   }
   by_name(points);
   return points;
@@ -441,36 +441,36 @@ void certify_fresh(Session& s) {
     } catch (const std::exception& e) {
       // The host could not draw: a row, never a silent gap (the run cannot read as a pass).
       reports::CaseResult r;
-      r.family = "fresh";
-      r.file = "fresh";
+      r.family = kFresh;
+      r.file = kFresh;
       r.name = "draw";
       r.description = fmt::format("the cases drawn from seed {} inside {}'s claims", s.seed, k.info.name);
       r.verdict = Verdict::host_error;
       r.reasons.push_back(fmt::format("the fresh cases could not be drawn: {}", e.what()));
-      s.progress << fmt::format("[fresh] {} draw {}\n", k.info.name, tol::to_string(r.verdict));
+      s.progress << fmt::format("[{}] {} draw {}\n", kFresh, k.info.name, tol::to_string(r.verdict));
       s.record(k, std::move(r));
       continue;
     }
     if (points.empty()) {
       note_once(s.cert.kernels[k.report_index].notes,
-                "fresh: no case can be drawn inside its claims (neither a dense nor a sparse call on a cache format "
-                "the fresh family generates, or its can_implement refused every candidate)");
+                kFresh + ": no case can be drawn inside its claims (neither a dense nor a sparse call on a cache "
+                         "format the fresh family generates, or its can_implement refused every candidate)");
     }
     for (std::size_t i = 0; i < points.size(); ++i) {
       if (stop_requested(s)) break;
       auto& p = points[i];
-      if (s.case_regex && !std::regex_search("fresh/" + p.name, *s.case_regex)) continue;
+      if (s.case_regex && !std::regex_search(fresh_key(p.name), *s.case_regex)) continue;
       // Split like the catalog's cases; the shards of one run share its seed (mla merge refuses
       // shards whose options, the seed among them, differ), so together they hold each drawn case once.
-      if (!s.in_shard("fresh", p.name)) continue;
+      if (!s.in_shard(kFresh, p.name)) continue;
       // --resume keeps a drawn case's result exactly as a catalog case's: same seed, same draw.
-      if (auto kept = s.kept_drawn(k, {"fresh", "fresh", p.name}, &p.seqlens)) {
+      if (auto kept = s.kept_drawn(k, {kFresh, kFresh, p.name}, &p.seqlens)) {
         s.record(k, std::move(*kept));
         continue;
       }
       reports::CaseResult r;
-      r.family = "fresh";
-      r.file = "fresh";
+      r.family = kFresh;
+      r.file = kFresh;
       r.name = p.name;
       r.description = fmt::format("drawn at run time from seed {} (inside {}'s claims): {}", s.seed, k.info.name, p.why);
       try {
@@ -497,13 +497,13 @@ void certify_fresh(Session& s) {
         }
         const auto truth = compute_truth(b.view());
         CallSchedule plan;
-        plan.calls = k.plugin ? calls_per_case(s.seed, k.info.name, "fresh/" + p.name) : std::max(1, s.options.repeats);
-        plan.second_process = k.plugin;
+        plan.calls = k.external ? calls_per_case(s.seed, k.info.name, fresh_key(p.name)) : std::max(1, s.options.repeats);
+        plan.second_process = k.external;
         if (b.shape.cache_format == CacheFormat::fp8) plan.scale_fmt = p.scale_fmt;
         // Untrusted kernels get the other case between their calls here too, and it is judged.
         std::optional<AttnBuffers> between;
         std::optional<ComputedTruth> between_truth;
-        if (k.plugin) {
+        if (k.external) {
           between = negated_q(b.view());
           plan.between = between->view();
         }

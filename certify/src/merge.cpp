@@ -105,7 +105,7 @@ void check_same(const Part& a, const Part& b) {
 // (a single run writes the fresh cases in name order for this reason).
 std::pair<int, std::size_t> family_rank(const std::string& certified_as) {
   const auto& fams = golden::families();
-  if (certified_as == "fresh") return {1, 0};
+  if (certified_as == kFresh) return {1, 0};
   for (std::size_t i = 0; i < fams.size(); ++i) {
     if (fams[i].certified_as == certified_as) return {fams[i].certify == golden::Certified::append ? 2 : 0, i};
   }

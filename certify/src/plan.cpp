@@ -38,7 +38,7 @@ std::string builtin_version(const Session& s) {
 nlohmann::json declared_json(const Implementation& e) {
   json j = {{"precision", to_json(precision_class(e.info), e.info.compute.has_value())},
             {"conventions", to_json(e.info.conventions)}};
-  if (e.plugin) {
+  if (e.external) {
     j["can_implement"] = e.can_implement;
     if (e.append_formats & MLA_PLUGIN_CACHE_FP8) {
       json recipes = json::array();
@@ -54,7 +54,7 @@ void add_implementation(Session& s, Implementation e, reports::KernelReport r) {
   for (const auto& other : s.implementations) {
     if (other.info.name == e.info.name) {
       throw UsageError(fmt::format("two implementations are named '{}'{}", e.info.name,
-                                   e.plugin ? " (a plug-in's name must differ from every other kernel's)" : ""));
+                                   e.external ? " (a plug-in's or Python kernel's name must differ from every other kernel's)" : ""));
     }
   }
   r.name = e.info.name;
@@ -99,7 +99,7 @@ void add_plugin(Session& s, const fs::path& path, std::size_t i) {
   d.info.description = printable(d.info.description);
   d.version = printable(d.version);
   Implementation e;
-  e.plugin = true;
+  e.external = true;
   e.ref.plugin = abs;
   e.info = d.info;
   e.unavailable = d.unavailable;
@@ -130,10 +130,10 @@ void select_implementations(Session& s) {
   };
   std::vector<Candidate> pool;
   for (const auto& k : Registry::instance().attention()) pool.push_back({k.get(), std::nullopt});
-  for (const auto& name : o.extras) {
+  for (const auto& name : o.faults) {
     const auto& known = faults::names();
     if (std::find(known.begin(), known.end(), name) == known.end()) {
-      throw UsageError(fmt::format("unknown extra kernel '{}' (known: {})", name, fmt::join(known, ", ")));
+      throw UsageError(fmt::format("unknown fault kernel '{}' (known: {})", name, fmt::join(known, ", ")));
     }
     s.fault_kernels.push_back(faults::make(name));
     pool.push_back({s.fault_kernels.back().get(), name});
@@ -201,12 +201,15 @@ void select_cases(Session& s) {
     if (f.certify == golden::Certified::attention) attention.push_back(f.certified_as);
     if (f.certify == golden::Certified::append) appends.push_back(f.certified_as);
   }
+  // The drawn cases' family name is the catalog's: a build whose catalog does not declare it as
+  // generated stops here, before any row carries the name.
+  (void)golden::fresh_family();
   for (const auto& f : o.families) {
-    if (f == "fresh") continue;  // drawn at run time (fresh.cpp), not in the catalog
+    if (f == kFresh) continue;  // drawn at run time (fresh.cpp): no stored file
     if (std::find(attention.begin(), attention.end(), f) == attention.end() &&
         std::find(appends.begin(), appends.end(), f) == appends.end()) {
-      throw UsageError(fmt::format("unknown family '{}' (attention families: {}; plug-in appends: {}; drawn at run time: fresh)", f,
-                                   fmt::join(attention, ", "), fmt::join(appends, ", ")));
+      throw UsageError(fmt::format("unknown family '{}' (attention families: {}; plug-in appends: {}; drawn at run time: {})", f,
+                                   fmt::join(attention, ", "), fmt::join(appends, ", "), kFresh));
     }
   }
   if (o.case_regex) {
@@ -258,7 +261,7 @@ void select_cases(Session& s) {
       // Certified by append_case.cpp, for plug-ins with an append entry point, which says what
       // is missing when one is selected.
       const bool appenders = std::any_of(s.implementations.begin(), s.implementations.end(),
-                                         [](const Implementation& k) { return k.plugin && k.append_formats; });
+                                         [](const Implementation& k) { return k.external && k.append_formats; });
       if (!appenders && files != s.family_files.end()) {
         for (const auto& f : files->second) {
           unused.push_back(fmt::format("{} (family {}: certified for plug-ins with an append entry point; none is "
@@ -287,7 +290,7 @@ void select_cases(Session& s) {
   if (!unused.empty()) {
     s.cert.notes.push_back(fmt::format("files of the catalog this run does not certify: {}", fmt::join(unused, "; ")));
   }
-  const bool fresh_only = std::find(o.families.begin(), o.families.end(), "fresh") != o.families.end();
+  const bool fresh_only = std::find(o.families.begin(), o.families.end(), kFresh) != o.families.end();
   if (s.attention_cases.empty() && !any_append_case_selected(s) && !fresh_only) {
     throw UsageError(appends_selected(s) ? "the selection matches no case (no attention case, and no selected plug-in "
                                            "has an append entry point for the cache_append cases)"

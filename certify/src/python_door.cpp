@@ -306,7 +306,7 @@ std::pair<Implementation, reports::KernelReport> describe_python(Session& s, con
   }
 
   Implementation e;
-  e.plugin = true;  // an untrusted kernel: isolated, drawn calls, a case between them, a second process
+  e.external = true;  // an untrusted kernel: isolated, drawn calls, a case between them, a second process
   reports::KernelReport r;
   r.origin = {{"kind", "python"}, {"spec", ref.spec}, {"door", ref.child.parent_path().parent_path().string()}};
   if (!described) {

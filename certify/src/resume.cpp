@@ -41,7 +41,7 @@ std::string fresh_origin(const json& options) {
 
 }  // namespace
 
-bool is_fresh_file(const std::string& file) { return file == "fresh" || file == kFreshAppendFile; }
+bool is_fresh_file(const std::string& file) { return file == kFresh || file == kFreshAppendFile; }
 
 void Resume::load(const std::filesystem::path& out, const reports::Certificate& now, std::ostream& progress) {
   const auto file = out / kJsonName;

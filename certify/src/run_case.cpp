@@ -87,7 +87,7 @@ ProcessRun run_process(Session& s, const Implementation& k, Arena& arena, const 
                                                : std::vector<std::string>{s.self.string(), "__child", "call", "--plan",
                                                                           plan_file.string()};
   if (k.ref.plugin) argv.insert(argv.end(), {"--plugin", k.ref.plugin->string()});
-  if (k.ref.fault) argv.insert(argv.end(), {"--extra", *k.ref.fault});
+  if (k.ref.fault) argv.insert(argv.end(), {"--fault", *k.ref.fault});
   if (k.ref.builtin) argv.insert(argv.end(), {"--kernel", *k.ref.builtin});
   if (!enforce_caps) argv.push_back("--unclaimed");
 
@@ -136,23 +136,23 @@ std::optional<std::pair<RunResult::Status, std::string>> failure(const ProcessRu
                                                                  std::size_t calls, std::size_t case_calls, bool plugin) {
   using St = RunResult::Status;
   const auto& c = p.control;
-  if (c.setup_state == kArenaUnsupported) {
+  if (c.setup_state == ArenaState::unsupported) {
     return std::pair{St::unsupported, fmt::format("prepare refused it: {}", bounded(c.setup_message))};
   }
-  if (c.setup_state == kArenaError) return std::pair{St::error, bounded(c.setup_message)};
+  if (c.setup_state == ArenaState::error) return std::pair{St::error, bounded(c.setup_message)};
   for (std::size_t i = 0; i < calls; ++i) {
     const auto& rec = c.calls[i];
-    if (rec.state == kArenaUnsupported) {
+    if (rec.state == ArenaState::unsupported) {
       return std::pair{St::unsupported, plugin ? fmt::format("plug-in refused the shape: {}", bounded(rec.message))
                                                : fmt::format("refused at run time: {}", bounded(rec.message))};
     }
-    if (rec.state == kArenaError) {
+    if (rec.state == ArenaState::error) {
       return std::pair{St::error, plugin ? fmt::format("exception: plug-in decode returned {}: {}", rec.rc, bounded(rec.message))
                                          : bounded(rec.message)};
     }
   }
   bool all_returned = true;
-  for (std::size_t i = 0; i < calls; ++i) all_returned = all_returned && c.calls[i].state == kArenaOk;
+  for (std::size_t i = 0; i < calls; ++i) all_returned = all_returned && c.calls[i].state == ArenaState::ok;
   if (!p.outcome.ok() || p.calls.size() < case_calls || !all_returned) {
     std::string why = !p.outcome.ok() ? p.outcome.describe()
                       : p.calls.size() < case_calls
@@ -222,8 +222,8 @@ int calls_per_case(uint64_t seed, const std::string& kernel, const std::string& 
 RunResult run_in_children(Session& s, const Implementation& k, const AttnInputs& in, const CallSchedule& plan,
                           const std::string& tag) {
   RunResult r;
-  const int out_bytes = k.plugin ? (k.info.out_dtype == OutDType::bf16 ? 2 : 4) : 8;
-  const int lse_bytes = k.plugin ? 4 : 8;
+  const int out_bytes = k.external ? (k.info.out_dtype == OutDType::bf16 ? 2 : 4) : 8;
+  const int lse_bytes = k.external ? 4 : 8;
   try {
     const auto cost = mla_cost_model(in, k.info.out_dtype);
     r.bytes = cost.bytes;

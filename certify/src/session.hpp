@@ -21,6 +21,7 @@
 #include "mla/certify/protocol.hpp"
 #include "mla/certify/twin.hpp"
 #include "mla/core/kernel.hpp"
+#include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
 #include "mla/judge/attention.hpp"
 #include "mla/reports/certificate.hpp"
@@ -39,7 +40,10 @@ struct Implementation {
   std::optional<std::string> unavailable;
   const AttentionImpl* impl = nullptr;  // builtin / fault kernel: the object in this process
   KernelRef ref;                        // how a child builds it
-  bool plugin = false;
+  // A kernel from outside the suite (a C plug-in or a Python kernel): untrusted, so always run
+  // in child processes, with a drawn number of calls, another case between them and a second
+  // process that must agree bitwise.
+  bool external = false;
   bool can_implement = false;  // a plug-in whose can_implement (ABI 1.2) is asked about each shape
   uint32_t append_formats = 0, append_scale_fmts = 0;  // plug-ins with an append entry (ABI 1.1)
   uint32_t append_fp8_recipes = 0;                     // MLA_PLUGIN_RECIPE_* its FP8 append writes
@@ -51,6 +55,13 @@ struct CaseRef {
   std::string family, file, name;
   std::string key() const { return file + "/" + name; }
 };
+
+// The fresh family's name, as the catalog declares it (a generated family: golden::kFreshFamily,
+// checked by golden::fresh_family()): the family of every drawn row, the file of its attention
+// rows, the word --family selects it by.
+inline const std::string kFresh{golden::kFreshFamily};
+// A drawn case's "<family>/<case>", which --case searches and --shard splits by, as a catalog case's.
+inline std::string fresh_key(const std::string& name) { return kFresh + "/" + name; }
 
 // Rows of cases drawn at run time (the fresh family's attention and append cases): no golden
 // file, identified by the run's seed and the drawn case's name.
@@ -140,7 +151,7 @@ class Session {
   reports::CaseResult base_result(const CaseRef& ref) const;
   // The previous result of `k` on `ref` that --resume keeps, counted.
   std::optional<reports::CaseResult> kept(const Implementation& k, const CaseRef& ref);
-  // The same for a case drawn at run time (file "fresh" or kFreshAppendFile), kept only when
+  // The same for a case drawn at run time (file kFresh or kFreshAppendFile), kept only when
   // the previous row's drawn lengths, where it records them, are `seqlens` too.
   std::optional<reports::CaseResult> kept_drawn(const Implementation& k, const CaseRef& ref,
                                                 const std::vector<int32_t>* seqlens = nullptr);
@@ -149,7 +160,7 @@ class Session {
   void save();
   // The certificate as written: this run's rows, then those kept from outside its selection.
   reports::Certificate with_outside() const;
-  bool isolated(const Implementation& k) const { return k.plugin || options.isolate || !k.impl; }
+  bool isolated(const Implementation& k) const { return k.external || options.isolate || !k.impl; }
   // Whether a case of the selection belongs to this run's --shard (always, without one).
   bool in_shard(const std::string& family, const std::string& name) const {
     return options.shard_count == 0 || shard_of(family, name, options.shard_count) == options.shard_index;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -38,7 +39,12 @@ std::vector<Family> parse_families(std::string_view text) {
       at = fmt::format("family '{}'", fam.name);
       if (!valid_name(fam.name)) throw Error(fmt::format("{}: the name is not [a-z0-9_]+", at));
       if (!names.insert(fam.name).second) throw Error(fmt::format("{} is described twice", at));
-      fam.seed = f.at("seed").get<uint64_t>();
+      fam.generated = f.value("generated", false);
+      // A generated family's cases come from the run's seed; a seed here would say otherwise.
+      if (fam.generated && f.contains("seed")) {
+        throw Error(fmt::format("{}: a generated family has no seed of its own", at));
+      }
+      if (!fam.generated) fam.seed = f.at("seed").get<uint64_t>();
       const std::string kind = f.at("kind").get<std::string>();
       if (kind == "attention") fam.kind = FamilyKind::attention;
       else if (kind == "layer") fam.kind = FamilyKind::layer;
@@ -75,9 +81,35 @@ std::vector<Family> parse_families(std::string_view text) {
   return out;
 }
 
-const std::vector<Family>& families() {
-  static const std::vector<Family> f = parse_families(kCatalogJson);
-  return f;
+namespace {
+
+// The catalog's families, stored (first) and generated (second).
+const std::pair<std::vector<Family>, std::vector<Family>>& catalog() {
+  static const auto split = [] {
+    std::pair<std::vector<Family>, std::vector<Family>> s;
+    for (auto& f : parse_families(kCatalogJson)) (f.generated ? s.second : s.first).push_back(std::move(f));
+    return s;
+  }();
+  return split;
+}
+
+}  // namespace
+
+const std::vector<Family>& families() { return catalog().first; }
+
+const std::vector<Family>& generated_families() { return catalog().second; }
+
+const Family& fresh_family() {
+  for (const auto& f : generated_families()) {
+    if (f.name == kFreshFamily) return f;
+  }
+  if (find_family(kFreshFamily)) {
+    throw Error(fmt::format("the catalog description declares family '{}' as stored; mla certify draws it at run "
+                            "time (\"generated\": true)",
+                            kFreshFamily));
+  }
+  throw Error(fmt::format("the catalog description lacks family '{}', the cases mla certify draws at run time",
+                          kFreshFamily));
 }
 
 const Family* find_family(std::string_view name) {

@@ -12,6 +12,7 @@
 #include <ctime>
 #include <fstream>
 #include <type_traits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -133,6 +134,8 @@ json case_json(const CaseResult& r) {
           {"reasons", r.reasons},
           {"out", opt_cmp(r.out)},
           {"lse", opt_cmp(r.lse)},
+          {"latent", opt_cmp(r.latent)},
+          {"k_pe", opt_cmp(r.k_pe)},
           {"out_vs_unquantized", opt_cmp(r.out_vs_unquantized)},
           {"lse_vs_unquantized", opt_cmp(r.lse_vs_unquantized)},
           {"run_seconds", opt(r.run_seconds)},
@@ -181,6 +184,15 @@ CaseResult case_from(const json& j, const std::string& w, int format) {
   }
   r.out = read_cmp(j, w, "out");
   r.lse = read_cmp(j, w, "lse");
+  r.latent = read_cmp(j, w, "latent");
+  r.k_pe = read_cmp(j, w, "k_pe");
+  // Certificates written before append rows had fields of their own kept an append row's latent
+  // and k_pe comparisons under "out" and "lse". Each comparison names what it compared, so such
+  // a row is recognised by its "out" saying "latent", and read under the fields' own names.
+  if (!j.contains("latent") && !j.contains("k_pe") && r.out && r.out->what == "latent") {
+    r.latent = std::exchange(r.out, std::nullopt);
+    r.k_pe = std::exchange(r.lse, std::nullopt);
+  }
   r.out_vs_unquantized = read_cmp(j, w, "out_vs_unquantized");
   r.lse_vs_unquantized = read_cmp(j, w, "lse_vs_unquantized");
   r.run_seconds = read_opt<double>(j, w, "run_seconds");
@@ -210,7 +222,7 @@ json coverage_json(const KernelReport& k) {
 // The table entries a certificate refers to, so it can be read without the source tree.
 json tolerances_used(const Certificate& c) {
   std::map<std::string, json> used;
-  auto note = [&](const std::optional<tol::Comparison>& cmp) {
+  auto note = [&](const tol::Comparison* cmp) {
     if (!cmp || used.count(cmp->tolerance)) return;
     try {
       used[cmp->tolerance] = tol::to_json(tol::lookup(cmp->tolerance));
@@ -220,7 +232,8 @@ json tolerances_used(const Certificate& c) {
   };
   for (const auto& k : c.kernels) {
     for (const auto& r : k.cases) {
-      note(r.out), note(r.lse), note(r.out_vs_unquantized), note(r.lse_vs_unquantized);
+      for (const auto* cmp : judged_comparisons(r)) note(cmp);
+      for (const auto* cmp : {&r.out_vs_unquantized, &r.lse_vs_unquantized}) note(*cmp ? &**cmp : nullptr);
     }
   }
   json j = json::object();
@@ -255,6 +268,14 @@ std::optional<ShardInfo> shard_from(const json& j) {
 }
 
 }  // namespace
+
+std::vector<const tol::Comparison*> judged_comparisons(const CaseResult& r) {
+  std::vector<const tol::Comparison*> v;
+  for (const auto* c : {&r.out, &r.lse, &r.latent, &r.k_pe}) {
+    if (*c) v.push_back(&**c);
+  }
+  return v;
+}
 
 Counts count(const KernelReport& k) {
   Counts c;
@@ -292,10 +313,9 @@ std::optional<std::string> row_contradiction(const CaseResult& r) {
     return fmt::format("its verdict is PASS but it gives {} reason{} it is not (first: {})", r.reasons.size(),
                        r.reasons.size() == 1 ? "" : "s", r.reasons.front());
   }
-  for (const auto* c : {&r.out, &r.lse}) {
-    if (*c && (*c)->verdict != tol::Verdict::pass) {
-      return fmt::format("its verdict is PASS but its own {} comparison says {}", (*c)->what,
-                         tol::to_string((*c)->verdict));
+  for (const auto* c : judged_comparisons(r)) {
+    if (c->verdict != tol::Verdict::pass) {
+      return fmt::format("its verdict is PASS but its own {} comparison says {}", c->what, tol::to_string(c->verdict));
     }
   }
   return std::nullopt;

@@ -37,13 +37,13 @@ std::string shorten(const std::string& s, std::size_t n) {
 // The summary is for a terminal: no line longer than this.
 constexpr std::size_t kSummaryWidth = 150;
 
-bool ran(const CaseResult& r) { return r.out.has_value() || r.lse.has_value(); }
+bool ran(const CaseResult& r) { return !judged_comparisons(r).empty(); }
 
-// How close a case came to failing: the larger bound use of its out and lse.
+// How close a case came to failing: the largest bound use of its comparisons (out and lse, or
+// an append's latent and k_pe).
 double bound_use(const CaseResult& r) {
   double u = 0;
-  if (r.out) u = std::max(u, r.out->max_bound_use);
-  if (r.lse) u = std::max(u, r.lse->max_bound_use);
+  for (const auto* c : judged_comparisons(r)) u = std::max(u, c->max_bound_use);
   return u;
 }
 
@@ -55,9 +55,9 @@ std::string first_reason(const CaseResult& r) {
 // structured metrics (a full reason is too long for a screen; the certificate has it).
 std::string compact_reason(const CaseResult& r) {
   std::vector<std::string> parts;
-  for (const auto* c : {&r.out, &r.lse}) {
-    if (!*c || (*c)->verdict == tol::Verdict::pass) continue;
-    const auto& m = **c;
+  for (const auto* c : judged_comparisons(r)) {
+    if (c->verdict == tol::Verdict::pass) continue;
+    const auto& m = *c;
     std::string p = fmt::format("{} {}/{} bad", m.what, m.elements_failed, m.numel);
     if (m.nan_mismatch + m.inf_mismatch > 0) p += fmt::format(" ({} NaN/Inf mask)", m.nan_mismatch + m.inf_mismatch);
     if (!m.max_abs_index.empty()) p += fmt::format(", max err {} @ {}", sci(m.max_abs_err), tol::format_index(m.max_abs_index));
@@ -67,9 +67,8 @@ std::string compact_reason(const CaseResult& r) {
   // Reasons the comparisons above do not hold (repeatability, a dtype lie, a kernel's message)
   // are kept in full; those they hold are the very strings the judge wrote from them.
   std::set<std::string> summarized;
-  for (const auto* c : {&r.out, &r.lse}) {
-    if (!*c) continue;
-    for (const auto& why : (*c)->reasons) summarized.insert(tol::row_reason(**c, why));
+  for (const auto* c : judged_comparisons(r)) {
+    for (const auto& why : c->reasons) summarized.insert(tol::row_reason(*c, why));
   }
   for (const auto& why : r.reasons) {
     if (!summarized.count(why)) parts.push_back(why);
@@ -106,18 +105,25 @@ void kernel_section(std::string& md, const Certificate& c, const KernelReport& k
     for (const auto& r : k.cases) {
       if (!ran(r)) continue;
       std::string abs = "-", rel = "-", p99 = "-", cos = "-", ratio = "-", pass = "-", lse = "-";
-      if (r.out) {
-        abs = sci(r.out->max_abs_err) + " @ " + tol::format_index(r.out->max_abs_index);
-        rel = sci(r.out->max_rel_err);
-        p99 = sci(r.out->p99_abs_err);
-        cos = sci(r.out->cos_diff);
-        if (r.out->error_ratio) ratio = fmt::format("{:.3g}", *r.out->error_ratio);
-        pass = fmt::format("{:.4f}", 100.0 * r.out->pass_fraction);
+      // An append row has no out and lse: its latent takes the out columns, its k_pe the lse
+      // column (the note under the table says so).
+      const auto& first = r.out ? r.out : r.latent;
+      const auto& second = r.lse ? r.lse : r.k_pe;
+      if (first) {
+        abs = sci(first->max_abs_err) + " @ " + tol::format_index(first->max_abs_index);
+        rel = sci(first->max_rel_err);
+        p99 = sci(first->p99_abs_err);
+        cos = sci(first->cos_diff);
+        if (first->error_ratio) ratio = fmt::format("{:.3g}", *first->error_ratio);
+        pass = fmt::format("{:.4f}", 100.0 * first->pass_fraction);
       }
-      if (r.lse) lse = sci(r.lse->max_abs_err);
+      if (second) lse = sci(second->max_abs_err);
       md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.3g} | {} |\n", r.name,
                         r.family, tol::to_string(r.verdict), abs, rel, p99, cos, ratio, pass, lse,
                         bound_use(r), r.run_seconds ? fmt::format("{:.3f}", *r.run_seconds * 1e3) : "-");
+    }
+    if (std::any_of(k.cases.begin(), k.cases.end(), [](const CaseResult& r) { return r.latent || r.k_pe; })) {
+      md += "\nAppend rows: the stored latent in the out columns, the stored k_pe in the lse column.\n";
     }
   }
 
@@ -208,7 +214,8 @@ std::string to_markdown(const Certificate& c) {
     md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", k.name, k.backend, k.out_dtype, n.pass,
                       n.fail, n.error, n.host_error, n.unsupported, n.not_claimed, n.skipped);
   }
-  md += "\n\"bound use\" is the worst element's |error| / its bound max(atol_used, rtol·|truth|) over out and lse: "
+  md += "\n\"bound use\" is the worst element's |error| / its bound max(atol_used, rtol·|truth|) over out and lse "
+        "(an append: latent and k_pe): "
         "below 1 every element is inside its bound.\n";
 
   for (const auto& k : c.kernels) kernel_section(md, c, k);
@@ -216,7 +223,8 @@ std::string to_markdown(const Certificate& c) {
   std::set<std::string> used;
   for (const auto& k : c.kernels) {
     for (const auto& r : k.cases) {
-      for (const auto* cmp : {&r.out, &r.lse, &r.out_vs_unquantized, &r.lse_vs_unquantized}) {
+      for (const auto* cmp : judged_comparisons(r)) used.insert(cmp->tolerance);
+      for (const auto* cmp : {&r.out_vs_unquantized, &r.lse_vs_unquantized}) {
         if (*cmp) used.insert((*cmp)->tolerance);
       }
     }

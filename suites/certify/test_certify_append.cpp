@@ -247,9 +247,11 @@ TEST_F(AppendGoldens, CorrectAppendPluginCertifiesGreen) {
   for (const auto& r : rows) {
     EXPECT_EQ(r.verdict, Verdict::pass) << r.name << ": " << reasons(r);
     if (!is_rejection(r)) {
-      ASSERT_TRUE(r.out.has_value()) << r.name;
-      EXPECT_EQ(r.out->what, "latent");
-      EXPECT_EQ(r.out->tolerance, r.shape.at("cache_format") == "fp8" ? "cache.append.fp8.dequant" : "cache.append.bf16");
+      ASSERT_TRUE(r.latent.has_value() && r.k_pe.has_value()) << r.name;
+      EXPECT_FALSE(r.out || r.lse) << r.name << ": an append has no attention output";
+      EXPECT_EQ(r.latent->what, "latent");
+      EXPECT_EQ(r.k_pe->what, "k_pe");
+      EXPECT_EQ(r.latent->tolerance, r.shape.at("cache_format") == "fp8" ? "cache.append.fp8.dequant" : "cache.append.bf16");
     }
   }
 }

@@ -24,6 +24,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using mla::certify::testing::kFresh;
 using mla::certify::testing::plugin_path;
 using mla::certify::testing::quote;
 using mla::certify::testing::run_command;
@@ -86,7 +87,7 @@ class Attacks : public ::testing::Test {
 };
 
 TEST_F(Attacks, RefusingWhatItCannotLookUpIsABrokenClaim) {
-  const auto r = certify(plugins({"refuses_unknown", "good_plugin"}) + " --family attn_core --family fresh");
+  const auto r = certify(plugins({"refuses_unknown", "good_plugin"}) + " --family attn_core --family " + kFresh);
   ASSERT_FALSE(r.json.is_null()) << r.output;
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_EQ(r.json["verdict"], "FAIL");
@@ -102,8 +103,8 @@ TEST_F(Attacks, RefusingWhatItCannotLookUpIsABrokenClaim) {
     EXPECT_TRUE(any_reason(c, "refused a shape it claims")) << reasons(c);
     EXPECT_TRUE(any_reason(c, "unsupported shape")) << "the kernel's own words";
     twins += is_twin(c);
-    fresh += c.family == "fresh";
-    stored += c.family != "fresh" && !is_twin(c);
+    fresh += c.family == kFresh;
+    stored += c.family != kFresh && !is_twin(c);
   }
   EXPECT_GT(stored, 5);
   EXPECT_EQ(twins, stored) << "every stored case it runs has its twin";
@@ -118,13 +119,13 @@ TEST_F(Attacks, RefusingWhatItCannotLookUpIsABrokenClaim) {
 }
 
 TEST_F(Attacks, ABugHiddenBehindTheStoredAnswersShowsOnTheTwinsAndTheFreshStressCase) {
-  const auto r = certify(plugins({"hides_overflow"}) + " --family attn_stress --family fresh --case 'q_std100|large_q'");
+  const auto r = certify(plugins({"hides_overflow"}) + " --family attn_stress --family " + kFresh + " --case 'q_std100|large_q'");
   ASSERT_FALSE(r.json.is_null()) << r.output;
   EXPECT_EQ(r.status, 1) << r.output;
   int stored_fail = 0, twin_fail = 0, fresh_fail = 0;
   for (const auto& c : kernel(r, "hides_overflow").cases) {
     SCOPED_TRACE(c.family + "/" + c.name + ": " + reasons(c));
-    if (c.family == "fresh") fresh_fail += c.verdict == Verdict::fail;
+    if (c.family == kFresh) fresh_fail += c.verdict == Verdict::fail;
     else if (is_twin(c)) twin_fail += c.verdict == Verdict::fail;
     else stored_fail += c.verdict == Verdict::fail && any_reason(c, "the other case called between calls");
   }

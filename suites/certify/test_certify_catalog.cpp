@@ -29,6 +29,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using mla::certify::testing::kFresh;
 using mla::certify::testing::quote;
 using mla::certify::testing::run_command;
 using mla::certify::testing::slurp;
@@ -117,7 +118,7 @@ class CertifyCatalog : public ::testing::Test {
   static const Certified& dropped() {
     static TempDir dir;
     static const Certified c =
-        certify(max_tokens_arg() + " --kernel-extra dropped_last --kernel " + dropped_name(), dir.path());
+        certify(max_tokens_arg() + " --fault dropped_last --kernel " + dropped_name(), dir.path());
     return c;
   }
 };
@@ -136,7 +137,7 @@ TEST_F(CertifyCatalog, RegisteredImplementationsCertifyGreenOnEveryCase) {
     SCOPED_TRACE(k.name);
     // Then the fresh family, drawn at run time (test_certify_integrity.cpp holds it to its claims).
     ASSERT_GE(k.cases.size(), cases.size());
-    for (std::size_t i = cases.size(); i < k.cases.size(); ++i) EXPECT_EQ(k.cases[i].family, "fresh");
+    for (std::size_t i = cases.size(); i < k.cases.size(); ++i) EXPECT_EQ(k.cases[i].family, kFresh);
     for (std::size_t i = 0; i < cases.size(); ++i) {
       const auto& got = k.cases[i];
       EXPECT_EQ(got.family, cases[i].first.family);
@@ -206,7 +207,13 @@ TEST_F(CertifyCatalog, BadSelectionsAreUsageErrors) {
   EXPECT_EQ(run_command(base + "--family attn_nope 2>/dev/null").status, 2);
   EXPECT_EQ(run_command(base + "--case '^no/such$' 2>/dev/null").status, 2);
   EXPECT_EQ(run_command(base + "--case '(' 2>/dev/null").status, 2);
-  EXPECT_EQ(run_command(base + "--kernel-extra no_such 2>/dev/null").status, 2);
+  const auto fault = run_command(base + "--fault no_such 2>&1");
+  EXPECT_EQ(fault.status, 2);
+  EXPECT_NE(fault.out.find("unknown fault kernel 'no_such'"), std::string::npos) << fault.out;
+  // The option's former name is still read as --fault (not refused as an unknown option).
+  const auto former = run_command(base + "--kernel-extra no_such 2>&1");
+  EXPECT_EQ(former.status, 2);
+  EXPECT_NE(former.out.find("unknown fault kernel 'no_such'"), std::string::npos) << former.out;
 }
 
 // Each verdict path of the certifier, taken by a kernel built to take it; the run goes on
@@ -216,8 +223,8 @@ TEST_F(CertifyCatalog, SelfTestKernelsTakeTheirPaths) {
   if (kMaxTokens == 0) GTEST_SKIP() << "independent of the case sizes: run by the L1 build";
   TempDir tmp;
   const auto r = certify(
-      "--in-process --family attn_core --family attn_fp8 --repeat 2 --kernel-extra throws --kernel-extra leaky "
-      "--kernel-extra bf16_only --kernel selftest_throws --kernel selftest_leaky --kernel selftest_bf16_only",
+      "--in-process --family attn_core --family attn_fp8 --repeat 2 --fault throws --fault leaky "
+      "--fault bf16_only --kernel selftest_throws --kernel selftest_leaky --kernel selftest_bf16_only",
       tmp.path());
   EXPECT_EQ(r.status, 1) << r.stdout_text;
   ASSERT_FALSE(r.json.is_null());

@@ -24,6 +24,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using mla::certify::testing::kFresh;
 using mla::certify::testing::plugin_path;
 using mla::certify::testing::quote;
 using mla::certify::testing::run_command;
@@ -124,7 +125,7 @@ TEST_F(Faults, GoldenChangedOrDeletedMidRunIsAnErrorForItsCasesOnly) {
   std::map<std::string, int> seen;
   for (const auto* name : {"tampers_with_goldens", "good_plugin"}) {
     for (const auto& c : kernel(r.cert, name)["cases"]) {
-      if (c["family"] == "fresh") continue;  // drawn at run time: no golden file to tamper with
+      if (c["family"] == kFresh) continue;  // drawn at run time: no golden file to tamper with
       SCOPED_TRACE(fmt::format("{} {}/{}", name, c["family"].get<std::string>(), c["case"].get<std::string>()));
       ++seen[c["family"]];
       const auto first = c["reasons"].empty() ? std::string() : c["reasons"][0].get<std::string>();

@@ -23,6 +23,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using mla::certify::testing::kFresh;
 using mla::certify::testing::Effect;
 using mla::certify::testing::plugin_path;
 using mla::certify::testing::quote;
@@ -220,7 +221,7 @@ namespace {
 TEST_F(Integrity, FreshCasesAreDrawnInsideTheClaimsAndTheSeedReproducesThem) {
   TempDir tmp;
   // underclaims: bf16 cache, dense, 1..64 heads, any page size, varlen.
-  const std::string args = plugins({"underclaims"}) + " --family fresh --seed 3";
+  const std::string args = plugins({"underclaims"}) + " --family " + kFresh + " --seed 3";
   const auto a = certify(tmp, args);
   const auto b = certify(tmp, args);
   ASSERT_FALSE(a.json.is_null() || b.json.is_null()) << a.output << b.output;
@@ -234,7 +235,7 @@ TEST_F(Integrity, FreshCasesAreDrawnInsideTheClaimsAndTheSeedReproducesThem) {
   for (std::size_t i = 0; i < ka.cases.size(); ++i) {
     const auto& c = ka.cases[i];
     SCOPED_TRACE(c.name);
-    EXPECT_EQ(c.family, "fresh");
+    EXPECT_EQ(c.family, kFresh);
     EXPECT_EQ(c.name, kb.cases[i].name) << "--seed reproduces the same cases";
     if (!skipped_for_size(c)) {  // the 16K+ case is over this test's --max-tokens
       EXPECT_EQ(c.verdict, Verdict::pass) << reasons(c);
@@ -263,7 +264,7 @@ TEST_F(Integrity, FreshCasesAreDrawnInsideTheClaimsAndTheSeedReproducesThem) {
 
 TEST_F(Integrity, ABugTheFreshCasesShowMakesTheCertificateRed) {
   TempDir tmp;
-  const auto r = certify(tmp, plugins({"reads_unused_slot"}) + " --family fresh");
+  const auto r = certify(tmp, plugins({"reads_unused_slot"}) + " --family " + kFresh);
   EXPECT_EQ(r.status, 1) << r.output;
   ASSERT_FALSE(r.json.is_null()) << r.output;
   EXPECT_EQ(r.json["verdict"], "FAIL");
@@ -283,7 +284,7 @@ TEST_F(Integrity, StoredTruthPassesTheCatalogAndFailsTheFreshCases) {
   // and it is red because the fresh cases, the stored cases' twins and the call made between a
   // stored case's calls (q negated) exist nowhere before the run.
   TempDir tmp;
-  const auto r = certify(tmp, plugins({"reads_catalog"}) + " --family attn_core --family fresh");
+  const auto r = certify(tmp, plugins({"reads_catalog"}) + " --family attn_core --family " + kFresh);
   EXPECT_EQ(r.status, 1) << r.output;
   ASSERT_FALSE(r.json.is_null()) << r.output;
   EXPECT_EQ(r.json["verdict"], "FAIL");
@@ -292,7 +293,7 @@ TEST_F(Integrity, StoredTruthPassesTheCatalogAndFailsTheFreshCases) {
     SCOPED_TRACE(c.family + "/" + c.name + ": " + reasons(c));
     if (skipped_for_size(c)) continue;
     EXPECT_EQ(c.verdict, Verdict::fail);
-    if (c.family == "fresh") {
+    if (c.family == kFresh) {
       ++fresh;
       fresh_fail += c.verdict == Verdict::fail;
     } else if (c.name.find("~twin") == std::string::npos) {

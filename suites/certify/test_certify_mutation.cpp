@@ -92,7 +92,7 @@ TEST_P(MutationScore, CaughtWhereverItsBugChangesTheResult) {
   for (const auto& r : cert.kernels.front().cases) {
     if (r.verdict == Verdict::skipped || r.verdict == Verdict::unsupported) continue;
     const bool is_twin = r.name.size() > twin.size() && r.name.compare(r.name.size() - twin.size(), twin.size(), twin) == 0;
-    if (r.family == "fresh" || is_twin) {
+    if (r.family == t::kFresh || is_twin) {
       // Drawn per run: where a bug shows depends on drawn values, so these are scored, not predicted.
       const auto stored = is_twin ? r.name.substr(0, r.name.size() - twin.size()) : std::string();
       if (is_twin && !bug->second(mla::golden::load_attn_case(catalog.file(r.file), stored))) continue;

@@ -27,6 +27,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using mla::certify::testing::kFresh;
 using mla::certify::testing::plugin_path;
 using mla::certify::testing::quote;
 using mla::certify::testing::run_command;
@@ -125,14 +126,14 @@ TEST_F(Promises, AFreshOnlyBugStaysRedThroughANarrowerResume) {
 
   TempDir tmp;
   const auto out = tmp.path() / "out";
-  const std::string kernel = fmt::format("--kernel-extra untuned_heads --kernel selftest_untuned_heads --max-tokens {}", kMaxTokens);
-  const auto full = certify(out, kernel + fmt::format(" --seed {} --family attn_core --family fresh", seed));
+  const std::string kernel = fmt::format("--fault untuned_heads --kernel selftest_untuned_heads --max-tokens {}", kMaxTokens);
+  const auto full = certify(out, kernel + fmt::format(" --seed {} --family attn_core --family {}", seed, kFresh));
   ASSERT_EQ(full.status, 1) << full.output;
   std::multiset<std::string> red;
   for (const auto& c : full.cert["kernels"][0]["cases"]) {
     if (c["verdict"] == "FAIL") {
       red.insert(c["case"].get<std::string>());
-      EXPECT_EQ(c["family"], "fresh") << c.dump() << ": the catalog has no case the bug touches";
+      EXPECT_EQ(c["family"], kFresh) << c.dump() << ": the catalog has no case the bug touches";
     }
   }
   ASSERT_FALSE(red.empty()) << full.output;
@@ -147,16 +148,16 @@ TEST_F(Promises, AFreshOnlyBugStaysRedThroughANarrowerResume) {
     EXPECT_EQ(rows(narrow.cert), before) << narrow.output;
   }
   // The whole selection again: every row, fresh ones included, is kept, none rerun.
-  const auto again = certify(out, kernel + " --resume --family attn_core --family fresh");
+  const auto again = certify(out, kernel + " --resume --family attn_core --family " + kFresh);
   EXPECT_EQ(again.status, 1) << again.output;
   EXPECT_NE(again.output.find(fmt::format("resume: kept {} of {} results", before.size(), before.size())),
             std::string::npos)
       << again.output;
   EXPECT_EQ(rows(again.cert), before);
   // Another seed draws other cases: the previous fresh rows are not this run's, none is kept.
-  const auto other = certify(out, kernel + fmt::format(" --resume --seed {} --family fresh", seed + 1000));
+  const auto other = certify(out, kernel + fmt::format(" --resume --seed {} --family {}", seed + 1000, kFresh));
   for (const auto& c : other.cert["kernels"][0]["cases"]) {
-    if (c["family"] == "fresh") {
+    if (c["family"] == kFresh) {
       EXPECT_NE(c["description"].get<std::string>().find(std::to_string(seed + 1000)), std::string::npos);
     }
   }
@@ -236,11 +237,11 @@ TEST_F(Promises, ASignalAtTheFirstFreshCaseStopsTheRun) {
   TempDir tmp;
   const auto out = tmp.path() / "out";
   const auto log = tmp.path() / "log";
-  const std::string args = "--kernel cpu_mla_fp64 --family fresh --max-tokens 16384 --seed 7";
+  const std::string args = "--kernel cpu_mla_fp64 --family " + kFresh + " --max-tokens 16384 --seed 7";
   const pid_t pid = start_certify(out, args, log);
   ASSERT_GT(pid, 0);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (std::chrono::steady_clock::now() < deadline && slurp(log).find("[fresh] ") == std::string::npos) {
+  while (std::chrono::steady_clock::now() < deadline && slurp(log).find("[" + kFresh + "] ") == std::string::npos) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_EQ(kill(pid, SIGTERM), 0);
@@ -497,7 +498,7 @@ void foreign_rows_and_different_case_sets_are_refused() {
     for (std::size_t k = 0; k < moved_b["kernels"].size(); ++k) {
       auto& cases = moved_b["kernels"][k]["cases"];
       for (std::size_t i = 0; i < cases.size(); ++i) {
-        if (cases[i]["family"] == "fresh") continue;
+        if (cases[i]["family"] == kFresh) continue;
         moved = cases[i]["case"];
         moved_a["kernels"][k]["cases"].push_back(cases[i]);
         cases.erase(i);
@@ -521,7 +522,7 @@ void foreign_rows_and_different_case_sets_are_refused() {
     std::string gone;
     auto& cases = dropped["kernels"][1]["cases"];
     for (std::size_t i = 0; i < cases.size(); ++i) {
-      if (cases[i]["family"] == "fresh") continue;
+      if (cases[i]["family"] == kFresh) continue;
       gone = cases[i]["case"];
       cases.erase(i);
       break;

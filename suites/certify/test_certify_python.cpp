@@ -28,6 +28,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using mla::certify::testing::kFresh;
 using mla::certify::testing::quote;
 using mla::certify::testing::run_command;
 using mla::certify::testing::slurp;
@@ -324,15 +325,15 @@ TEST_F(CertifyPython, ResumeKeepsAResultOnlyWhileTheKernelsCodeIsTheSame) {
 // look up, one that hides an overflow bug behind the stored answers, a memo keyed on everything
 // but q, and a kernel that changes q and then refuses: every one red, for its reason.
 TEST_F(CertifyPython, AttacksOnTheVerdictAreRed) {
-  const auto r = certify("--family attn_stress --family fresh --case 'q_std100$|large_q'" + spec("THIEF_REFUSES") +
+  const auto r = certify("--family attn_stress --family " + kFresh + " --case 'q_std100$|large_q'" + spec("THIEF_REFUSES") +
                              spec("THIEF_HIDES_OVERFLOW") + spec("MEMO_BY_SHAPE") + spec("CHANGES_Q_THEN_REFUSES"),
                          torch_path());
   ASSERT_EQ(r.status, 1) << r.output;
   auto rows = [&](const std::string& k) {
-    std::map<std::string, const json*> m;  // "stored", "twin", "fresh"
+    std::map<std::string, const json*> m;  // "stored", "twin", "drawn" (the fresh family)
     for (const auto& c : kernel(r, k).at("cases")) {
       const std::string name = c.at("case");
-      m[c.at("family") == "fresh" ? "fresh" : name.find("~twin") != std::string::npos ? "twin" : "stored"] = &c;
+      m[c.at("family") == kFresh ? "drawn" : name.find("~twin") != std::string::npos ? "twin" : "stored"] = &c;
     }
     EXPECT_EQ(m.size(), 3u) << k << ": " << kernel(r, k).at("cases").dump();
     return m;
@@ -348,7 +349,7 @@ TEST_F(CertifyPython, AttacksOnTheVerdictAreRed) {
       EXPECT_NE(reasons(*m["stored"]).find("the other case called between calls"), std::string::npos) << reasons(*m["stored"]);
     }
     EXPECT_EQ(m["twin"]->at("verdict"), "FAIL") << reasons(*m["twin"]);
-    EXPECT_EQ(m["fresh"]->at("verdict"), "FAIL") << reasons(*m["fresh"]);
+    EXPECT_EQ(m["drawn"]->at("verdict"), "FAIL") << reasons(*m["drawn"]);
   }
   {
     auto m = rows("door_thief_refuses");

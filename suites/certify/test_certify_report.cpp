@@ -493,6 +493,55 @@ TEST(CertificateJson, AFormatOneCertificateIsReadWithItsUnclaimedRowsNotClaimed)
   EXPECT_EQ(c.kernels[1].cases[3].verdict, Verdict::unsupported) << "a refusal at run time stays UNSUPPORTED";
 }
 
+// A cache-append row: the stored latent and k_pe against their fp64 values.
+CaseResult append_row() {
+  CaseResult r;
+  r.family = "cache_append";
+  r.file = "cache_boundary.h5";
+  r.name = "append/bf16/prefill";
+  r.latent = comparison("latent", "cache.append.bf16", 0.0, 20);
+  r.k_pe = comparison("k_pe", "cache.append.bf16", 0.0, 21);
+  r.verdict = Verdict::pass;
+  return r;
+}
+
+TEST(CertificateJson, AnAppendRowPublishesLatentAndKPeUnderTheirOwnNames) {
+  auto c = sample_certificate();
+  c.kernels[0].cases.push_back(append_row());
+  const auto j = mla::reports::to_json(c);
+  const auto& row = j["kernels"][0]["cases"].back();
+  EXPECT_TRUE(row["out"].is_null() && row["lse"].is_null()) << row.dump();
+  EXPECT_EQ(row["latent"]["what"], "latent");
+  EXPECT_EQ(row["k_pe"]["what"], "k_pe");
+  EXPECT_TRUE(j["kernels"][0]["cases"][0]["latent"].is_null()) << "an attention row has no latent";
+  EXPECT_TRUE(j["tolerances"].contains("cache.append.bf16"));
+  const auto back = mla::reports::certificate_from_json(j);
+  const auto& r = back.kernels[0].cases.back();
+  EXPECT_TRUE(r.latent && r.k_pe);
+  EXPECT_FALSE(r.out || r.lse);
+  EXPECT_EQ(mla::reports::to_json(back), j);
+}
+
+// Before append rows had fields of their own, their latent and k_pe were written as "out" and
+// "lse"; such a certificate (a --resume or `mla merge` input) reads as if written now.
+TEST(CertificateJson, AnAppendRowInTheFormerSpellingIsReadUnderItsOwnNames) {
+  auto c = sample_certificate();
+  c.kernels[0].cases.push_back(append_row());
+  const auto now = mla::reports::to_json(c);
+  auto j = now;
+  for (auto& row : j["kernels"][0]["cases"]) {
+    if (row["latent"].is_object()) row["out"] = row["latent"], row["lse"] = row["k_pe"];
+    row.erase("latent");
+    row.erase("k_pe");
+  }
+  ASSERT_EQ(j["kernels"][0]["cases"].back()["out"]["what"], "latent");
+  const auto back = mla::reports::certificate_from_json(j);
+  EXPECT_TRUE(back.kernels[0].cases.back().latent.has_value());
+  EXPECT_FALSE(back.kernels[0].cases.back().out.has_value());
+  EXPECT_TRUE(back.kernels[0].cases.front().out.has_value()) << "an attention row keeps its out";
+  EXPECT_EQ(mla::reports::to_json(back), now);
+}
+
 // A damaged certificate names the field, by its path, and what was there.
 TEST(CertificateJson, ADamagedFieldIsNamedByItsPath) {
   auto j = mla::reports::to_json(sample_certificate());
@@ -538,7 +587,7 @@ TEST(CertifyCli, ACaseWhoseAttributesLieIsAnErrorBeforeAnySkip) {
     SCOPED_TRACE(extra);
     const auto out = tmp.path() / ("out" + std::to_string(extra.size()));
     const auto p = run(exe() + " --goldens '" + goldens.string() + "' --out '" + out.string() +
-                       "' --family attn_core --kernel cpu_mla_fp64 --kernel-extra bf16_only " + extra + " 2>&1");
+                       "' --family attn_core --kernel cpu_mla_fp64 --fault bf16_only " + extra + " 2>&1");
     EXPECT_EQ(p.status, 1) << p.out;
     const auto c = mla::reports::certificate_from_json(nlohmann::json::parse(slurp(out / "certificate.json")));
     for (const auto& k : c.kernels) {
@@ -677,7 +726,7 @@ TEST(Text, OutsideBytesArePrintedEscapedAndValidTextUnchanged) {
   EXPECT_FALSE(mla::is_utf8(std::string("\xed\xa0\x80")));  // a surrogate
 }
 
-TEST(CertifyExtras, EveryFaultKernelIsBuiltAndAnUnknownOneRefused) {
+TEST(FaultKernels, EveryFaultKernelIsBuiltAndAnUnknownOneRefused) {
   EXPECT_THROW(mla::faults::make("no_such"), mla::Error);
   for (const auto& name : mla::faults::names()) {
     const auto k = mla::faults::make(name);

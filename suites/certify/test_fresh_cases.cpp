@@ -57,7 +57,7 @@ Run certify_fresh(const std::vector<std::string>& paths, const std::string& case
   std::string args;
   for (const auto& p : paths) args += " --plugin " + t::quote(p);
   const auto r = t::run_command(std::string(MLA_CLI_EXE) + " certify --goldens " + t::quote(kGoldens) + " --out " +
-                                t::quote(out) + " --family fresh --case '" + case_regex + "' --seed 11" + args + " 2>&1");
+                                t::quote(out) + " --family " + t::kFresh + " --case '" + case_regex + "' --seed 11" + args + " 2>&1");
   Run run{r.status, r.out, std::nullopt};
   if (fs::exists(out / "certificate.json")) {
     run.cert = mla::reports::certificate_from_json(nlohmann::json::parse(t::slurp(out / "certificate.json")));
@@ -324,7 +324,7 @@ TEST(FreshNeedles, DropsLastTokenIsRedOnTheFreshLongCaseAndTheCorrectPluginsGree
   if (!have_catalog()) GTEST_SKIP() << "no golden catalog at " << kGoldens;
   const auto run = certify_fresh({t::plugin_path("drops_last_token"), t::plugin_path("good_plugin"),
                                   t::plugin_path("good_plugin_bf16")},
-                                 "^fresh/long_");
+                                 "^" + t::kFresh + "/long_");
   EXPECT_EQ(run.status, 1) << run.output;
   ASSERT_TRUE(run.cert.has_value()) << run.output;
   const auto& cert = *run.cert;
@@ -333,7 +333,7 @@ TEST(FreshNeedles, DropsLastTokenIsRedOnTheFreshLongCaseAndTheCorrectPluginsGree
     ASSERT_EQ(k.cases.size(), 1u) << k.name;
     const auto& c = k.cases.front();
     SCOPED_TRACE(k.name + " " + c.name);
-    EXPECT_EQ(c.family, "fresh");
+    EXPECT_EQ(c.family, t::kFresh);
     EXPECT_NE(c.description.find("needles (needles-v1"), std::string::npos) << c.description;
     const auto lens = c.shape.at("cache_seqlens").get<std::vector<int>>();
     EXPECT_GE(lens.at(0), nd::kLongTokens);
@@ -351,7 +351,7 @@ TEST(FreshSparse, APluginThatReadsInvalidIndicesIsRedOnTheFreshSparseCases) {
   if (!have_catalog()) GTEST_SKIP() << "no golden catalog at " << kGoldens;
   // wraps_negative_index skips -1 and reads -2 as L-2, -7 as L-7: only the catalog's other
   // negative kinds show it, which every fresh sparse row now holds.
-  const auto run = certify_fresh({t::plugin_path("wraps_negative_index"), t::plugin_path("good_plugin")}, "^fresh/sparse_");
+  const auto run = certify_fresh({t::plugin_path("wraps_negative_index"), t::plugin_path("good_plugin")}, "^" + t::kFresh + "/sparse_");
   EXPECT_EQ(run.status, 1) << run.output;
   ASSERT_TRUE(run.cert.has_value()) << run.output;
   const auto& cert = *run.cert;
@@ -439,7 +439,7 @@ TEST(FreshAppend, CorrectAppendsAreGreenAndEachAppendBugRedWhereItShows) {
   if (!have_catalog()) GTEST_SKIP() << "no golden catalog at " << kGoldens;
   const auto run = certify_fresh({MLA_PLUGIN_GOOD_APPEND, MLA_PLUGIN_FLASHMLA_APPEND, MLA_PLUGIN_APPEND_WRITES_NEIGHBOUR,
                                   MLA_PLUGIN_APPEND_NO_CAPACITY_CHECK},
-                                 "^fresh/append/");
+                                 "^" + t::kFresh + "/append/");
   EXPECT_EQ(run.status, 1) << run.output;
   ASSERT_TRUE(run.cert.has_value()) << run.output;
   const auto& cert = *run.cert;
@@ -448,7 +448,7 @@ TEST(FreshAppend, CorrectAppendsAreGreenAndEachAppendBugRedWhereItShows) {
     EXPECT_GE(k.cases.size(), 4u) << k.name;
     for (const auto& c : k.cases) {
       SCOPED_TRACE(k.name + " " + c.name);
-      EXPECT_EQ(c.family, "fresh");
+      EXPECT_EQ(c.family, t::kFresh);
       EXPECT_EQ(c.file, mla::certify::kFreshAppendFile);
       EXPECT_NE(c.description.find("drawn at run time from seed"), std::string::npos) << c.description;
       const bool rejected = c.name.ends_with("/rejected");

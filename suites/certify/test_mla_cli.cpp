@@ -27,6 +27,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using mla::certify::testing::kFresh;
 using mla::certify::testing::plugin_path;
 using mla::certify::testing::Proc;
 using mla::certify::testing::quote;
@@ -370,7 +371,7 @@ TEST(MlaCertifyPlugin, TinyCatalogCertificateCarriesItsProvenance) {
   // claims, all PASS.
   int fresh = 0, twins = 0;
   for (const auto& c : k["cases"]) {
-    fresh += c["family"] == "fresh";
+    fresh += c["family"] == kFresh;
     twins += c["case"].get<std::string>().ends_with("~twin");
   }
   EXPECT_GT(fresh, 0);

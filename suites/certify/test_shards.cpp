@@ -19,6 +19,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using mla::certify::testing::kFresh;
 using mla::certify::testing::plugin_path;
 using mla::certify::testing::Proc;
 using mla::certify::testing::quote;
@@ -121,7 +122,7 @@ TEST(Shards, ShardsMergeIntoTheWholeSelectionAndAShardNeverReadsAsTheCatalogsPas
   const auto all = case_names(read_json(whole));
   // The tiny catalog's 3 cases, their twins (the kernel is a plug-in) and the fresh cases drawn
   // from the seed: all are split.
-  const auto fresh = std::count_if(all.begin(), all.end(), [](const std::string& n) { return n.starts_with("fresh/"); });
+  const auto fresh = std::count_if(all.begin(), all.end(), [](const std::string& n) { return n.starts_with(kFresh + "/"); });
   const auto twins = std::count_if(all.begin(), all.end(), [](const std::string& n) { return n.ends_with("~twin"); });
   ASSERT_EQ(twins, 3);
   ASSERT_EQ(all.size() - fresh - twins, 3u);

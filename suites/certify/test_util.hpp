@@ -15,9 +15,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mla/golden/families.hpp"
 #include "support/temp_dir.hpp"
 
 namespace mla::certify::testing {
+
+// The family name of the rows drawn at run time, as the catalog declares it (a generated family).
+inline const std::string kFresh{mla::golden::kFreshFamily};
 
 // A folder of the test's own (mkdtemp), removed at scope exit.
 using TempDir = mla::testing::TempDir;
@@ -94,7 +98,7 @@ inline nlohmann::json without_timings(nlohmann::json j) {
 // golden holds them, so a prediction made from a stored case's data does not apply to it.
 inline bool drawn_at_run_time(const std::string& family, const std::string& name) {
   const std::string_view twin = "~twin";
-  return family == "fresh" || (name.size() > twin.size() && name.ends_with(twin));
+  return family == kFresh || (name.size() > twin.size() && name.ends_with(twin));
 }
 
 // A failed rule's words without the opening that says it was the call made between a case's

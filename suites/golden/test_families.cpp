@@ -60,6 +60,31 @@ TEST(Families, AMalformedDescriptionIsRefusedNamingWhatIsWrong) {
           "appends are built from layer cases");
   refused(head + R"({"name": "a", "kind": "attention", "case_kind": "k", "certify": "none", "about": "x"})" + "]}",
           "family 'a' is malformed");
+  // A generated family has no seed (its cases come from the run's), and says so with a boolean.
+  const std::string drawn = R"({"name": "d", "generated": true, "kind": "attention", "case_kind": "attn_core", "certify": "attention", "about": "x"})";
+  const auto parsed = parse_families(head + good + "," + drawn + "]}");
+  ASSERT_EQ(parsed.size(), 2u);
+  EXPECT_FALSE(parsed[0].generated);
+  EXPECT_TRUE(parsed[1].generated);
+  refused(head + R"({"name": "d", "generated": true, "seed": 1, "kind": "attention", "case_kind": "k", "certify": "none", "about": "x"})" + "]}",
+          "family 'd': a generated family has no seed of its own");
+  refused(head + R"({"name": "d", "generated": "yes", "kind": "attention", "case_kind": "k", "certify": "none", "about": "x"})" + "]}",
+          "family 'd' is malformed");
+}
+
+// The cases mla certify draws at run time are a family of the catalog, declared as generated:
+// the certifier takes their name from kFreshFamily, and this is the check that the catalog
+// agrees. Being generated, it has no file, so no reader of stored families meets it.
+TEST(Families, TheFreshFamilyIsDeclaredAsGenerated) {
+  const Family& fresh = fresh_family();
+  EXPECT_EQ(fresh.name, kFreshFamily);
+  EXPECT_TRUE(fresh.generated);
+  EXPECT_EQ(fresh.certified_as, kFreshFamily) << "its rows carry its own name";
+  EXPECT_EQ(fresh.certify, Certified::attention);
+  EXPECT_EQ(find_family(kFreshFamily), nullptr) << "a stored family of that name would need a file";
+  for (const auto& f : families()) EXPECT_FALSE(f.generated) << f.name;
+  ASSERT_FALSE(generated_families().empty());
+  for (const auto& f : generated_families()) EXPECT_TRUE(f.generated) << f.name;
 }
 
 TEST(Families, TheTinyCatalogsFilesCarryTheirFamily) {

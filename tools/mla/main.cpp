@@ -104,8 +104,10 @@ std::string certified_families() {
     if (f.certify == mla::golden::Certified::attention) attention += (attention.empty() ? "" : ", ") + f.certified_as;
     if (f.certify == mla::golden::Certified::append) appends += (appends.empty() ? "" : ", ") + f.certified_as + " (plug-in appends)";
   }
-  // The cases drawn at run time carry the family name "fresh" (certify/src/fresh.cpp).
-  return attention + (appends.empty() ? "" : ", " + appends) + ", fresh (drawn at run time)";
+  // The families drawn at run time (the catalog's generated ones: fresh, certify/src/fresh.cpp).
+  std::string drawn;
+  for (const auto& f : mla::golden::generated_families()) drawn += ", " + f.certified_as + " (drawn at run time)";
+  return attention + (appends.empty() ? "" : ", " + appends) + drawn;
 }
 
 int report_error(const char* what, const std::exception& e, int code) {
@@ -184,7 +186,8 @@ struct CertifyCommand {
     cmd->add_option("--shard", shard_text,
                     "I/N: certify only shard I of N of the selection (split by case identity, the same on every "
                     "machine); `mla merge` combines the N shards' certificates");
-    cmd->add_option("--kernel-extra", o.extras,
+    // --kernel-extra: the option's former name, still accepted so existing scripts keep working.
+    cmd->add_option("--fault,--kernel-extra", o.faults,
                     "test only: add a deliberately broken implementation (kernels/faults: dropped_last ignores each "
                     "sequence's last cached token; throws, leaky, bf16_only are certifier self-tests)");
   }
@@ -422,7 +425,7 @@ struct KernelsCommand {
 
 // The child side of process isolation: hidden, spoken only by the certifier to its children.
 struct ChildCommand {
-  std::string c_inputs, c_result, c_kernel, c_plugin, c_extra;
+  std::string c_inputs, c_result, c_kernel, c_plugin, c_fault;
   bool c_unclaimed = false;
   std::string c_plan;
   std::string c_file;
@@ -437,7 +440,7 @@ struct ChildCommand {
     c_call->add_option("--plan", c_plan)->required();
     c_call->add_option("--kernel", c_kernel);
     c_call->add_option("--plugin", c_plugin);
-    c_call->add_option("--extra", c_extra);
+    c_call->add_option("--fault", c_fault);
     c_call->add_flag("--unclaimed", c_unclaimed);
     c_describe = cmd->add_subcommand("describe", "");
     c_describe->add_option("--plugin", c_plugin)->required();
@@ -456,7 +459,7 @@ struct ChildCommand {
     if (*c_call) {
       cert::KernelRef k;
       if (!c_kernel.empty()) k.builtin = c_kernel;
-      if (!c_extra.empty()) k.fault = c_extra;
+      if (!c_fault.empty()) k.fault = c_fault;
       if (!c_plugin.empty()) k.plugin = fs::path(c_plugin);
       try {
         return cert::child_call(k, c_plan, !c_unclaimed);

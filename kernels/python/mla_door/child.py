@@ -57,6 +57,8 @@ CONTROL = {
     "call": {"state": 0, "rc": 4, "seconds": 8, "message": 16},
     "message_bytes": 1024, "max_calls": 32,
 }
+# A call's state, numbered as certify/src/arena.hpp's ArenaState (ok, unsupported, error; 0, the
+# cleared block, is a call not made).
 STATE_OK, STATE_UNSUPPORTED, STATE_ERROR = 1, 2, 3
 # Where a backend "cuda" kernel's tensors are copied: the current CUDA device. MLA_DOOR_DEVICE=cpu
 # makes the door take the same copy-in / copy-out path into separate CPU tensors, so the path a

@@ -2,7 +2,9 @@
 
 Read from `fixtures/catalog.json`, the one description that the C++ side (mla/golden/families.hpp,
 which embeds the same file at build time) reads too; this module only parses it. A family exists
-when it is listed there and the writer (goldens.py) knows how to write its cases.
+when it is listed there and the writer (goldens.py) knows how to write its cases. A family marked
+`generated` is drawn at run time by `mla certify` and has no stored file: it is described so that
+both languages know its name, but the writer neither writes nor checks it (FAMILIES leaves it out).
 """
 from __future__ import annotations
 
@@ -20,12 +22,13 @@ _NAME = re.compile(r"^[a-z0-9_]+$")
 @dataclass(frozen=True)
 class Family:
     name: str
-    seed: int
+    seed: int | None   # None for a generated family: its cases come from the run's seed
     kind: str          # "attention" or "layer"
     case_kind: str     # the `kind` attribute every case carries
     certify: str       # "none", "attention" or "append"
     certified_as: str  # the family name of its certificate rows
     about: str
+    generated: bool = False  # drawn at run time, no stored file
 
     @property
     def file(self) -> str:
@@ -47,8 +50,15 @@ def parse(text: str) -> tuple[Family, ...]:
             raise ValueError(f"family {name!r}: kind {f['kind']!r} is neither attention nor layer")
         if f["certify"] not in ("none", "attention", "append"):
             raise ValueError(f"family {name!r}: certify {f['certify']!r} is none of none, attention, append")
-        out.append(Family(name=name, seed=int(f["seed"]), kind=f["kind"], case_kind=f["case_kind"],
-                          certify=f["certify"], certified_as=f.get("certified_as", name), about=f["about"]))
+        generated = f.get("generated", False)
+        if not isinstance(generated, bool):
+            raise ValueError(f"family {name!r}: generated must be true or false")
+        if generated == ("seed" in f):
+            raise ValueError(f"family {name!r}: " + ("a generated family has no seed of its own (its cases come "
+                                                     "from the run's seed)" if generated else "no seed"))
+        out.append(Family(name=name, seed=None if generated else int(f["seed"]), kind=f["kind"],
+                          case_kind=f["case_kind"], certify=f["certify"], certified_as=f.get("certified_as", name),
+                          about=f["about"], generated=generated))
     if not out:
         raise ValueError("the catalog description lists no family")
     return tuple(out)
@@ -59,11 +69,15 @@ def load(path: str = CATALOG_JSON) -> tuple[Family, ...]:
         return parse(f.read())
 
 
-FAMILIES = load()
+# The stored families (a file each, written and checked by goldens.py) and those drawn at run time.
+_ALL = load()
+FAMILIES = tuple(f for f in _ALL if not f.generated)
 NAMES = tuple(f.name for f in FAMILIES)
+GENERATED = tuple(f for f in _ALL if f.generated)
 
 
 def family(name: str) -> Family:
+    """A stored family (KeyError for a generated one: it has no file to write or read)."""
     for f in FAMILIES:
         if f.name == name:
             return f

@@ -41,7 +41,7 @@ struct Options {
   std::vector<std::string> pythons;
   std::filesystem::path python_exe;
   std::vector<std::string> families;  // certified families (as the certificate names them); empty: all
-  std::vector<std::string> extras;    // fault kernels (mla/faults/faults.hpp) by name
+  std::vector<std::string> faults;    // fault kernels (mla/faults/faults.hpp) by name (--fault)
   std::optional<std::string> case_regex;  // ECMAScript, searched in "<family>/<case>"
   std::optional<int64_t> max_tokens;      // skip cases whose cache holds more tokens
   int repeats = 2;  // runs per case of a registered kernel; bitwise identical across them (plug-ins: drawn, >= 3)

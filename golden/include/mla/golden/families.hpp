@@ -9,8 +9,9 @@
 // parse natively serves both, and the build embeds it in mla_golden (golden/CMakeLists.txt), so
 // no C++ binary depends on finding the source tree at run time.
 //
-// A family generated at run time (rather than stored in a file) would be described by the same
-// struct, with no file: the certifier plans over a list of families, not over file names.
+// A family generated at run time (rather than stored in a file) is described by the same struct,
+// marked `generated`: it has no file and no seed of its own. families() lists the stored families
+// only (every reader of files wants those); generated_families() the others.
 #pragma once
 
 #include <cstdint>
@@ -35,19 +36,30 @@ enum class Certified {
 
 struct Family {
   std::string name;        // [a-z0-9_]+, also the file: <name>.h5 and the `family` attribute
-  uint64_t seed = 0;       // the writer's base seed for the family's cases
+  uint64_t seed = 0;       // the writer's base seed for the family's cases (0 for a generated one)
   FamilyKind kind = FamilyKind::attention;
   std::string case_kind;   // the `kind` attribute every case of the family carries
   Certified certify = Certified::none;
   std::string certified_as;  // the family name of its certificate rows (its own unless said)
   std::string about;         // one line: what it is for
-  std::string file() const { return name + ".h5"; }
+  bool generated = false;    // drawn at run time: no stored file, no seed of its own
+  std::string file() const { return name + ".h5"; }  // stored families only
 };
 
-// Every family, in catalog order (also the order of certification). Parsed once; a malformed
-// description throws mla::Error naming the field.
+// The cases `mla certify` draws at run time from the run's seed: the family name of their rows
+// (and the file name of its attention rows). Declared in the catalog as a generated family;
+// fresh_family() is the check that it is.
+inline constexpr std::string_view kFreshFamily = "fresh";
+
+// Every stored family, in catalog order (also the order of certification). Parsed once; a
+// malformed description throws mla::Error naming the field.
 const std::vector<Family>& families();
-// nullptr when unknown.
+// The generated families, in catalog order.
+const std::vector<Family>& generated_families();
+// The catalog's entry for kFreshFamily; throws mla::Error when the catalog does not declare it,
+// or declares it as anything but a generated family.
+const Family& fresh_family();
+// A stored family; nullptr when unknown (or generated).
 const Family* find_family(std::string_view name);
 // Throws mla::Error naming the known families.
 const Family& family(std::string_view name);
@@ -57,8 +69,9 @@ std::vector<std::string> family_names(FamilyKind kind);
 std::vector<std::string> family_names(Certified certify);
 std::vector<std::string> family_names();
 
-// The description as parsed from `text` (the JSON of fixtures/catalog.json); for tests of the
-// parser. Throws mla::Error naming what is wrong.
+// The description as parsed from `text` (the JSON of fixtures/catalog.json), stored and
+// generated families in catalog order; for tests of the parser. Throws mla::Error naming what is
+// wrong.
 std::vector<Family> parse_families(std::string_view text);
 
 }  // namespace mla::golden

@@ -73,7 +73,10 @@ struct CaseResult {
   // Every reason the verdict is not PASS: failed rules ("out: ..."), the skip or unsupported
   // reason, or an error message.
   std::vector<std::string> reasons;
+  // Attention rows: the output and the LSE against the truth.
   std::optional<tol::Comparison> out, lse;
+  // Cache-append rows: the stored latent (kv_norm) and k_pe (RoPE) against their fp64 values.
+  std::optional<tol::Comparison> latent, k_pe;
   // FP8 cases: the result against the fp64 result on the unquantized cache (information only,
   // never part of the verdict).
   std::optional<tol::Comparison> out_vs_unquantized, lse_vs_unquantized;
@@ -85,6 +88,10 @@ struct CaseResult {
   // part of any verdict; the kernel's notes count it). Its words are the row's last reason.
   std::optional<tol::Verdict> probe;
 };
+
+// The comparisons a row's verdict rests on (out, lse, latent, k_pe: whichever it has), in that
+// order; never the information-only ones against the unquantized cache.
+std::vector<const tol::Comparison*> judged_comparisons(const CaseResult& r);
 
 struct KernelReport {
   std::string name, backend, description, out_dtype;

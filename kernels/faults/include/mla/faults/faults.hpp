@@ -1,5 +1,5 @@
 // Deliberately broken implementations, run in this process: the certifier's tests run them
-// (`mla certify --kernel-extra NAME`) to prove that the suite catches the bug each one carries
+// (`mla certify --fault NAME`) to prove that the suite catches the bug each one carries
 // and that every path of the certifier (FAIL, ERROR, a repeatability FAIL, UNSUPPORTED) is taken
 // when it should be. Never registered. Each wraps the registered oracle (cpu_mla_fp64) and
 // applies its fault outside it, so no oracle has a fault switch.

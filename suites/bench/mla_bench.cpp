@@ -334,6 +334,100 @@ void print_table() {
   }
 }
 
+// The kernels and the points of this run, as --mla_kernel / --mla_point / --mla_tier chose them;
+// false (said on stderr) for a name that does not exist.
+bool select_kernels_and_points(const Options& o, std::vector<const mla::AttentionImpl*>& impls,
+                               std::vector<const mla::axes::AxisPoint*>& points) {
+  // The production shapes are for device kernels: the fp64 CPU reference would take minutes per
+  // call there, so tier gpu leaves the CPU implementations out unless they are asked for.
+  const bool device_only = o.points.empty() && o.tier == mla::axes::gpu && o.kernels.empty();
+  for (const auto& k : mla::Registry::instance().attention())
+    if (o.kernels.empty() ? !(device_only && k->info().backend == "cpu")
+                          : std::find(o.kernels.begin(), o.kernels.end(), k->info().name) != o.kernels.end())
+      impls.push_back(k.get());
+  for (const auto& name : o.kernels)
+    if (!mla::Registry::instance().find(name)) {
+      std::cerr << "mla-bench: no implementation named '" << name << "'\n";
+      return false;
+    }
+
+  if (!o.points.empty()) {
+    for (const auto& name : o.points) {
+      const auto* p = mla::axes::find(name);
+      if (!p) {
+        std::cerr << "mla-bench: no axis point named '" << name << "' (see --mla_list)\n";
+        return false;
+      }
+      points.push_back(p);
+    }
+  } else {
+    points = mla::axes::select(o.tier);
+  }
+  return true;
+}
+
+// The run's host context, everything a report or a regression gate needs to interpret the rows
+// (machine, threads, ISA, cache flush, ceilings, the load during the FMA probes); returns the
+// ceilings' table, which the device half extends before it is written.
+nlohmann::ordered_json add_run_context(const Options& o, const CeilingSet& ceilings, std::size_t llc,
+                                       std::size_t flush_bytes, std::size_t flush_min_bytes) {
+  benchmark::AddCustomContext("mla_bench_format", "1");
+  benchmark::AddCustomContext("mla_cpu_model", mla::bench::cpu_model());
+  benchmark::AddCustomContext("mla_threads", std::to_string(o.threads));
+  benchmark::AddCustomContext("mla_hardware_threads", std::to_string(std::thread::hardware_concurrency()));
+  benchmark::AddCustomContext("mla_tier", o.points.empty() ? mla::axes::to_string(o.tier) : "explicit points");
+  benchmark::AddCustomContext("mla_isa_runtime", mla::bench::to_string(mla::bench::runtime_isa()));
+  benchmark::AddCustomContext("mla_isa_build", mla::bench::to_string(mla::bench::build_isa()));
+  // What the host implementations' products dispatch to at run time (mla/ref/gemm.hpp).
+  benchmark::AddCustomContext("mla_isa_kernels", mla::to_string(mla::simd_isa()));
+  benchmark::AddCustomContext("mla_llc_bytes", std::to_string(llc));
+  benchmark::AddCustomContext("mla_cache_flush_bytes", std::to_string(flush_bytes));
+  benchmark::AddCustomContext("mla_cache_flush_min_input_bytes", std::to_string(flush_min_bytes));
+  benchmark::AddCustomContext("mla_timing",
+                              "manual time of run()+synchronize() only; inputs, prepare and the cache flush are untimed");
+  benchmark::AddCustomContext(
+      "mla_axes_note",
+      "CPU tiers reduce batch (and some contexts) so the fp64 CPU reference fits a CI run; each point's scaled_from "
+      "names its production shape");
+  // ordered_json: the table's order is the report's order (a plain json object sorts its keys).
+  nlohmann::ordered_json cj = nlohmann::ordered_json::object();
+  for (const auto& c : ceilings.all) {
+    benchmark::AddCustomContext("mla_ceiling_" + c.key, fmt_si(c.value));
+    cj[c.key] = {{"value", c.value}, {"unit", c.unit}, {"method", c.method}};
+  }
+  cj["threads"] = ceilings.threads;
+  // What the FMA probes got and what else ran meanwhile (bench_host.hpp, machine_load): a wall
+  // ceiling below threads x the per-CPU-second one with others_cpus > 0 was measured on a
+  // machine others shared; with others_cpus near 0 it is the cores' own scaling.
+  nlohmann::ordered_json lj = nlohmann::ordered_json::object();
+  for (const auto& pl : ceilings.probe_loads) {
+    nlohmann::ordered_json e = {{"process_cpus", pl.own_cpus},
+                                {"others_cpus", pl.load.others_cpus},
+                                {"steal_cpus", pl.load.steal_cpus}};
+    if (pl.load.psi) e["cpu_wait"] = pl.load.cpu_wait;
+    if (pl.load.ok) lj[pl.key] = e;
+  }
+  benchmark::AddCustomContext("mla_ceilings_machine_load", lj.dump());
+  cj["best_of"] = o.ceiling_reps;
+  return cj;
+}
+
+// The ceiling probes as benchmarks, with the kernels' thread count.
+void register_ceiling_benchmarks(int T, std::size_t stream_bytes) {
+  const std::size_t per_thread = stream_bytes / static_cast<std::size_t>(T);
+  // A fixed minimum time: a short --benchmark_min_time for the kernels must not make the
+  // ceilings a single noisy iteration.
+  constexpr double kCeilingMinTime = 0.2;
+  benchmark::RegisterBenchmark("ceiling/read_bw", bench_read_bw, per_thread)->Threads(T)->UseRealTime()->MinTime(kCeilingMinTime);
+  benchmark::RegisterBenchmark("ceiling/triad_bw", bench_triad, per_thread)->Threads(T)->UseRealTime()->MinTime(kCeilingMinTime);
+  const auto isa = mla::bench::runtime_isa();
+  benchmark::RegisterBenchmark(fmt::format("ceiling/fma_f64/{}", mla::bench::to_string(isa)).c_str(), bench_fma, isa, true)
+      ->Threads(T)->UseRealTime()->MinTime(kCeilingMinTime);
+  benchmark::RegisterBenchmark(fmt::format("ceiling/fma_f32/{}", mla::bench::to_string(isa)).c_str(), bench_fma, isa, false)
+      ->Threads(T)->UseRealTime()->MinTime(kCeilingMinTime);
+  benchmark::RegisterBenchmark("ceiling/gemm_f64_eigen/512", bench_gemm, 512)->Threads(T)->UseRealTime()->MinTime(kCeilingMinTime);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -367,32 +461,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::vector<const mla::AttentionImpl*> impls;
-  // The production shapes are for device kernels: the fp64 CPU reference would take minutes per
-  // call there, so tier gpu leaves the CPU implementations out unless they are asked for.
-  const bool device_only = o.points.empty() && o.tier == mla::axes::gpu && o.kernels.empty();
-  for (const auto& k : mla::Registry::instance().attention())
-    if (o.kernels.empty() ? !(device_only && k->info().backend == "cpu")
-                          : std::find(o.kernels.begin(), o.kernels.end(), k->info().name) != o.kernels.end())
-      impls.push_back(k.get());
-  for (const auto& name : o.kernels)
-    if (!mla::Registry::instance().find(name)) {
-      std::cerr << "mla-bench: no implementation named '" << name << "'\n";
-      return 2;
-    }
-
   std::vector<const mla::axes::AxisPoint*> points;
-  if (!o.points.empty()) {
-    for (const auto& name : o.points) {
-      const auto* p = mla::axes::find(name);
-      if (!p) {
-        std::cerr << "mla-bench: no axis point named '" << name << "' (see --mla_list)\n";
-        return 2;
-      }
-      points.push_back(p);
-    }
-  } else {
-    points = mla::axes::select(o.tier);
-  }
+  if (!select_kernels_and_points(o, impls, points)) return 2;
 
   const std::size_t llc = mla::bench::last_level_cache_bytes();
   const std::size_t stream_bytes = o.stream_mib << 20;
@@ -429,48 +499,10 @@ int main(int argc, char** argv) {
     return std::find(device_impls.begin(), device_impls.end(), k) != device_impls.end();
   };
 
-  // Context: everything a report or a regression gate needs to interpret the rows.
-  benchmark::AddCustomContext("mla_bench_format", "1");
-  benchmark::AddCustomContext("mla_cpu_model", mla::bench::cpu_model());
-  benchmark::AddCustomContext("mla_threads", std::to_string(o.threads));
-  benchmark::AddCustomContext("mla_hardware_threads", std::to_string(std::thread::hardware_concurrency()));
-  benchmark::AddCustomContext("mla_tier", o.points.empty() ? mla::axes::to_string(o.tier) : "explicit points");
-  benchmark::AddCustomContext("mla_isa_runtime", mla::bench::to_string(mla::bench::runtime_isa()));
-  benchmark::AddCustomContext("mla_isa_build", mla::bench::to_string(mla::bench::build_isa()));
-  // What the host implementations' products dispatch to at run time (mla/ref/gemm.hpp).
-  benchmark::AddCustomContext("mla_isa_kernels", mla::to_string(mla::simd_isa()));
-  benchmark::AddCustomContext("mla_llc_bytes", std::to_string(llc));
   // Below this the points are the edges (sub-millisecond calls on < 1 MiB of inputs), where a
   // per-call eviction costs 10-100x the call and the roofline has nothing to learn.
   constexpr std::size_t flush_min_bytes = std::size_t{2} << 20;
-  benchmark::AddCustomContext("mla_cache_flush_bytes", flusher ? std::to_string(flusher->bytes()) : "0");
-  benchmark::AddCustomContext("mla_cache_flush_min_input_bytes", std::to_string(flush_min_bytes));
-  benchmark::AddCustomContext("mla_timing",
-                              "manual time of run()+synchronize() only; inputs, prepare and the cache flush are untimed");
-  benchmark::AddCustomContext(
-      "mla_axes_note",
-      "CPU tiers reduce batch (and some contexts) so the fp64 CPU reference fits a CI run; each point's scaled_from "
-      "names its production shape");
-  // ordered_json: the table's order is the report's order (a plain json object sorts its keys).
-  nlohmann::ordered_json cj = nlohmann::ordered_json::object();
-  for (const auto& c : ceilings.all) {
-    benchmark::AddCustomContext("mla_ceiling_" + c.key, fmt_si(c.value));
-    cj[c.key] = {{"value", c.value}, {"unit", c.unit}, {"method", c.method}};
-  }
-  cj["threads"] = ceilings.threads;
-  // What the FMA probes got and what else ran meanwhile (bench_host.hpp, machine_load): a wall
-  // ceiling below threads x the per-CPU-second one with others_cpus > 0 was measured on a
-  // machine others shared; with others_cpus near 0 it is the cores' own scaling.
-  nlohmann::ordered_json lj = nlohmann::ordered_json::object();
-  for (const auto& pl : ceilings.probe_loads) {
-    nlohmann::ordered_json e = {{"process_cpus", pl.own_cpus},
-                                {"others_cpus", pl.load.others_cpus},
-                                {"steal_cpus", pl.load.steal_cpus}};
-    if (pl.load.psi) e["cpu_wait"] = pl.load.cpu_wait;
-    if (pl.load.ok) lj[pl.key] = e;
-  }
-  benchmark::AddCustomContext("mla_ceilings_machine_load", lj.dump());
-  cj["best_of"] = o.ceiling_reps;
+  nlohmann::ordered_json cj = add_run_context(o, ceilings, llc, flusher ? flusher->bytes() : 0, flush_min_bytes);
 #if MLA_BENCH_WITH_GPU
   if (gpu) {
     const nlohmann::ordered_json gj = mla::device::ceilings_json(*gpu);  // named: items() views it
@@ -496,20 +528,7 @@ int main(int argc, char** argv) {
   }
   benchmark::AddCustomContext("mla_kernels", kj.dump());
 
-  // Ceiling probes as benchmarks.
-  const int T = o.threads;
-  const std::size_t per_thread = stream_bytes / static_cast<std::size_t>(T);
-  // A fixed minimum time: a short --benchmark_min_time for the kernels must not make the
-  // ceilings a single noisy iteration.
-  constexpr double kCeilingMinTime = 0.2;
-  benchmark::RegisterBenchmark("ceiling/read_bw", bench_read_bw, per_thread)->Threads(T)->UseRealTime()->MinTime(kCeilingMinTime);
-  benchmark::RegisterBenchmark("ceiling/triad_bw", bench_triad, per_thread)->Threads(T)->UseRealTime()->MinTime(kCeilingMinTime);
-  const auto isa = mla::bench::runtime_isa();
-  benchmark::RegisterBenchmark(fmt::format("ceiling/fma_f64/{}", mla::bench::to_string(isa)).c_str(), bench_fma, isa, true)
-      ->Threads(T)->UseRealTime()->MinTime(kCeilingMinTime);
-  benchmark::RegisterBenchmark(fmt::format("ceiling/fma_f32/{}", mla::bench::to_string(isa)).c_str(), bench_fma, isa, false)
-      ->Threads(T)->UseRealTime()->MinTime(kCeilingMinTime);
-  benchmark::RegisterBenchmark("ceiling/gemm_f64_eigen/512", bench_gemm, 512)->Threads(T)->UseRealTime()->MinTime(kCeilingMinTime);
+  register_ceiling_benchmarks(o.threads, stream_bytes);
 
   // Kernels x points, point-major so each point's inputs are built once for all kernels.
   for (const auto* p : points)

@@ -235,8 +235,7 @@ ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, c
   if (hooks.server && hooks.server->serving()) {
     // A server that fails has stopped serving (its stop_reason says why, for the run's progress
     // line); this child then starts the usual way, below.
-    std::string why;
-    pid = hooks.server->spawn(hooks.server_args, log, hooks.pass_fd, why);
+    pid = hooks.server->spawn(hooks.server_args, log, hooks.pass_fd);
   }
   if (pid < 0) pid = fork();
   if (pid < 0) {
@@ -426,11 +425,8 @@ std::unique_ptr<ForkServer> ForkServer::start(std::vector<std::string> argv, dou
   return nullptr;
 }
 
-pid_t ForkServer::spawn(const std::vector<std::string>& args, int log_fd, int pass_fd, std::string& error) {
-  if (sock_ < 0) {
-    error = "the fork server has stopped";
-    return -1;
-  }
+pid_t ForkServer::spawn(const std::vector<std::string>& args, int log_fd, int pass_fd) {
+  if (sock_ < 0) return -1;  // stopped before: stop_reason_ holds why
   const std::string request = nlohmann::json{{"argv", args}, {"pass_fd", pass_fd}}.dump();
   int fds[2] = {log_fd, pass_fd};
   const std::size_t nfds = pass_fd >= 0 ? 2 : 1;
@@ -450,7 +446,6 @@ pid_t ForkServer::spawn(const std::vector<std::string>& args, int log_fd, int pa
   // case) can see it between its re-parenting and its registration.
   std::lock_guard<std::mutex> lock(g_live_mutex);
   auto fail = [&](std::string why) {
-    error = why;
     stop_reason_ = std::move(why);
     stop_locked();
     return pid_t{-1};

@@ -73,9 +73,9 @@ class ForkServer {
 
   bool serving() const { return sock_ >= 0; }
   // A new child running `args`, stdout and stderr on `log_fd`, `pass_fd` under its own number;
-  // its pid, a child of this process in its own process group. -1 and `error` when the server
-  // failed (it is then stopped: later children fall back to exec).
-  pid_t spawn(const std::vector<std::string>& args, int log_fd, int pass_fd, std::string& error);
+  // its pid, a child of this process in its own process group. -1 when the server has stopped
+  // or failed now (it is then stopped, stop_reason says why: later children fall back to exec).
+  pid_t spawn(const std::vector<std::string>& args, int log_fd, int pass_fd);
   pid_t pid() const { return pid_; }
   // Why it stopped serving (the error of the request that failed); empty while it serves.
   const std::string& stop_reason() const { return stop_reason_; }

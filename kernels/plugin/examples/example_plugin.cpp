@@ -58,8 +58,8 @@ uint8_t e4m3_from_float(float x) {
 }
 
 // q·k over the 576 values in float64. Four partial sums: one running sum makes every add wait
-// for the one before it, four independent ones let the compiler keep the vector lanes busy (4x
-// faster here); the result differs from one running sum by float64 roundoff only.
+// for the one before it, four independent ones let the compiler keep the vector lanes busy; the
+// result differs from one running sum by float64 roundoff only.
 double dot_qk(const double* q, const double* k) {
   double part[4] = {0, 0, 0, 0};
   for (int d = 0; d < kDqk; d += 4) {

@@ -53,7 +53,7 @@ AttnResult attention_same_dtype(const AttnInputs& in, OutDType output) {
         for (int d = 0; d < kDqk; ++d) q[static_cast<std::size_t>(d)] = bf16_to_float(qb[d]);
         // Each score sums its 576 products in order, one float32 rounding each. Eight keys at a
         // time: eight independent sums, where one alone waits on its previous add at every step
-        // (the same sums in the same order, four times faster).
+        // (the same sums in the same order).
         int64_t j0 = 0;
         for (; j0 + kKeysAtOnce <= n; j0 += kKeysAtOnce) {
           float dots[kKeysAtOnce] = {};

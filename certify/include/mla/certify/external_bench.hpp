@@ -1,0 +1,53 @@
+// Kernels from outside the suite, opened for timing (`mla-bench --mla_plugin=LIB.so`,
+// `--mla_python=SPEC`), not for certification. Certification runs an external kernel in fresh
+// child processes with a drawn number of calls and audits every buffer; a benchmark needs the
+// opposite: the same prepared inputs called thousands of times with nothing else on the timed
+// path. So here a C plug-in runs in the benchmark's own process through the C ABI, and a Python
+// kernel in one long-lived child of the Python door that keeps its inputs mapped and makes one
+// call per request. Neither is trusted for anything a verdict rests on: the benchmark judges each
+// kernel's output at each point with the one judge before it times that point, from the outputs
+// alone, exactly as `results()` returns them in the canonical layout.
+//
+// Every external kernel comes with its calling path's own cost: the same path with a kernel that
+// does nothing (`overhead`), timed in the same run, so a report can show how much of a short
+// call is the door rather than the kernel.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "mla/core/kernel.hpp"
+
+namespace mla::certify {
+
+struct ExternalBenchKernel {
+  // The kernel as an implementation: info() is its declaration (validated with the rules
+  // `mla certify` applies), check() asks its own can_implement as well as its capabilities, and
+  // results() returns out/lse already normalized to the suite's conventions (lse base e,
+  // [b, h, s_q], the empty-row value), widened to double.
+  std::unique_ptr<AttentionImpl> impl;
+  // The calling path with an empty kernel (returns at once, writes nothing): its run() costs
+  // what the path costs. Its outputs are meaningless and never judged. Named "<name>~overhead".
+  std::unique_ptr<AttentionImpl> overhead;
+  // Where it came from, for the report: {"kind": "plugin", "path", "sha256", "version", "abi"}
+  // or {"kind": "python", "spec", "module_digest", "python", "torch", "executable"}.
+  nlohmann::json origin;
+};
+
+// dlopen()s the plug-in in this process (its initializers run here: benchmark only what you would
+// load into your own server). Throws mla::UsageError naming the path and what was wrong (not a
+// file, not a plug-in, a descriptor that breaks a rule).
+ExternalBenchKernel open_plugin_for_bench(const std::filesystem::path& library);
+
+// Describes the kernel in a child of the door (this process never imports the user's code) and
+// returns an implementation whose prepare() starts the long-lived child over the point's inputs.
+// `self` is this executable's path (the door is found beside it or in the source tree, as for
+// `mla certify --python`); `python_exe` empty: python3 on PATH. Throws mla::UsageError for a
+// malformed SPEC or a module that does not import; no Python with torch: impl->unavailable().
+ExternalBenchKernel open_python_for_bench(const std::string& spec, const std::filesystem::path& self,
+                                          const std::filesystem::path& python_exe = {});
+
+}  // namespace mla::certify

@@ -14,8 +14,6 @@
 #include "mla/core/conventions.hpp"
 #include "mla/judge/attention.hpp"
 #include "mla/core/generator.hpp"
-#include "mla/ref/attention.hpp"
-#include "mla/ref/same_dtype.hpp"
 
 #include "arena.hpp"
 #include "mla/certify/host_error.hpp"
@@ -169,6 +167,8 @@ std::optional<std::pair<RunResult::Status, std::string>> failure(const ProcessRu
   return std::nullopt;
 }
 
+}  // namespace
+
 std::vector<double> widen(const std::vector<uint8_t>& b, int value_bytes) {
   std::vector<double> v(b.size() / static_cast<std::size_t>(value_bytes));
   for (std::size_t i = 0; i < v.size(); ++i) {
@@ -185,23 +185,6 @@ std::vector<double> widen(const std::vector<uint8_t>& b, int value_bytes) {
     }
   }
   return v;
-}
-
-}  // namespace
-
-AttentionTruth ComputedTruth::view() const {
-  AttentionTruth t;
-  t.out = out;
-  t.lse = lse;
-  t.same_dtype_out = same_out;
-  t.same_dtype_lse = same_lse;
-  return t;
-}
-
-ComputedTruth compute_truth(const AttnInputs& in) {
-  auto fp64 = ref::attention_fp64(in);
-  auto same = ref::attention_same_dtype(in);
-  return {std::move(fp64.out), std::move(fp64.lse), std::move(same.out), std::move(same.lse)};
 }
 
 AttnBuffers negated_q(const AttnInputs& in) {

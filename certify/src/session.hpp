@@ -24,6 +24,7 @@
 #include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
 #include "mla/judge/attention.hpp"
+#include "mla/judge/computed.hpp"
 #include "mla/reports/certificate.hpp"
 
 namespace mla::certify {
@@ -194,6 +195,9 @@ RunResult run_in_children(Session& s, const Implementation& k, const AttnInputs&
 RunResult run_declared(Session& s, const Implementation& k, const AttnInputs& canonical, const CallSchedule& plan,
                        const std::string& tag);
 
+// Raw output values as a kernel wrote them (bf16: 2 bytes, float: 4, double: 8) widened to double.
+std::vector<double> widen(const std::vector<uint8_t>& b, int value_bytes);
+
 // run_case.cpp: how every attention row is decided, catalog or fresh: the run's own failure
 // (HOST_ERROR, ERROR; a refusal is FAIL for a `claimed` shape, UNSUPPORTED for an informational
 // run) or the judge's PASS/FAIL under the kernel's declaration, with the run's figures, into
@@ -202,14 +206,6 @@ RunResult run_declared(Session& s, const Implementation& k, const AttnInputs& ca
 void judge_run(reports::CaseResult& r, const Implementation& k, const AttnShape& shape, const RunResult& run,
                const AttentionTruth& truth, const AttentionTruth* between_truth, bool claimed = true);
 
-// The C++ oracles' truth for inputs no golden file holds (fresh cases, the fresh twins of stored
-// cases, the case called between a case's calls): the fp64 oracle (mla/ref/attention.hpp) and
-// the deployed-precision reference the ratio rule needs (mla/ref/same_dtype.hpp).
-struct ComputedTruth {
-  std::vector<double> out, lse, same_out, same_lse;
-  AttentionTruth view() const;
-};
-ComputedTruth compute_truth(const AttnInputs& in);
 
 // The case called between a case's calls: the same inputs with every q value negated (one
 // bit each, so exactly representable), of a shape the kernel claims. Its logits are the case's

@@ -308,7 +308,8 @@ uint8_t canary_byte(std::size_t i) {
 // ---- calls on the caller's buffers --------------------------------------------------------
 
 int32_t call_decode(const Library& lib, const AttnInputs& in, void* out, std::size_t out_bytes, void* lse,
-                    std::size_t lse_bytes, char* error, std::size_t error_size, std::vector<std::string>* device_findings) {
+                    std::size_t lse_bytes, char* error, std::size_t error_size, std::vector<std::string>* device_findings,
+                    mla_plugin_decode_fn decode) {
   const AttnShape& shape = in.shape;
   // Device-memory plug-ins get device copies of everything; `dev` holds them, and the host
   // buffers receive the outputs afterwards, so whoever audits them audits host memory.
@@ -342,7 +343,7 @@ int32_t call_decode(const Library& lib, const AttnInputs& in, void* out, std::si
     a.stream = dev->stream();
   }
   if (error_size > 0) error[0] = '\0';
-  const int32_t rc = lib.descriptor().decode(&a, error, error_size);
+  const int32_t rc = (decode ? decode : lib.descriptor().decode)(&a, error, error_size);
   if (error_size > 0) error[error_size - 1] = '\0';
   if (dev) {
     auto findings = dev->finish();

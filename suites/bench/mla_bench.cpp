@@ -10,6 +10,15 @@
 //                                       (tier cpu_quick: a CPU report in about a minute on 2
 //                                       cores; with --mla_tier=cpu_full about 3 minutes)
 //   --mla_kernels=a,b                   only these implementations (default: all registered)
+//   --mla_plugin=LIB.so                 also a C plug-in (repeatable), called in this process
+//   --mla_python=SPEC                   also a Python kernel (repeatable; SPEC as `mla certify
+//                                       --python`), called in one long-lived child of the door
+//   --mla_python_exe=PATH               the Python that runs --mla_python kernels (default python3)
+//
+// Speed only where correct: every kernel's output at a point is judged by the certifier's judge
+// before the point is timed (point_judge.hpp); a point it does not pass is a "not timed: FAIL"
+// row. Each external kernel also gets a "<name>~overhead" row per point: its calling path with a
+// kernel that does nothing (mla/certify/external_bench.hpp), timed the same way.
 //
 // In a CUDA build with a usable device, the `cuda` implementations are timed by the GPU half
 // (suites/device/gpu_bench.hpp: CUDA events, L2 flush, device ceilings in the same JSON);
@@ -38,6 +47,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -52,6 +62,8 @@
 #include "bench_host.hpp"
 #include "ceilings.hpp"
 #include "harness.hpp"
+#include "point_judge.hpp"
+#include "mla/certify/external_bench.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/isa.hpp"
 #include "mla/core/threads.hpp"
@@ -75,6 +87,8 @@ struct Options {
   bool quick = false;
   std::vector<std::string> kernels;
   std::vector<std::string> points;
+  std::vector<std::string> plugins, pythons;  // external kernels, in the order given
+  std::string python_exe;
   int threads = 0;  // 0: mla::threads()
   std::size_t stream_mib = 256;
   int ceiling_reps = 5;
@@ -92,6 +106,9 @@ Options take_options(int& argc, char** argv) {
     else if (k == "--mla_quick") o.quick = true;
     else if (k == "--mla_kernels") f.need(), o.kernels = mla::bench::split_csv(f.val);
     else if (k == "--mla_points") f.need(), o.points = mla::bench::split_csv(f.val);
+    else if (k == "--mla_plugin") f.need(), o.plugins.push_back(f.val);
+    else if (k == "--mla_python") f.need(), o.pythons.push_back(f.val);
+    else if (k == "--mla_python_exe") f.need(), o.python_exe = f.val;
     else if (k == "--mla_threads") o.threads = static_cast<int>(f.num(1));
     else if (k == "--mla_stream_mib") o.stream_mib = static_cast<std::size_t>(f.num(1));
     else if (k == "--mla_ceiling_reps") o.ceiling_reps = static_cast<int>(f.num(1));
@@ -161,6 +178,7 @@ struct CaseCache {
 };
 
 CaseCache g_cache;
+mla::bench::PointJudge g_judge;
 
 struct KernelCase {
   const mla::AttentionImpl* impl;
@@ -170,6 +188,9 @@ struct KernelCase {
   std::size_t flush_min_bytes;        // points with smaller inputs are timed with warm caches
   std::size_t mem_budget;
   int threads;                        // threads the CPU implementations use (--mla_threads)
+  // An external kernel's own answer on the point's shape and scale format (nullptr: none).
+  const mla::certify::ExternalBenchKernel* external = nullptr;
+  bool overhead = false;  // a calling path with an empty kernel: timed, never judged
 };
 
 using mla::bench::process_cpu_seconds;
@@ -185,6 +206,13 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
     st.SkipWithError(("unsupported: " + *why).c_str());
     return;
   }
+  if (kc.external && kc.external->claim) {
+    const auto scale = p.shape.cache_format == mla::CacheFormat::fp8 ? std::optional<mla::ScaleFmt>(p.scale_fmt) : std::nullopt;
+    if (auto why = kc.external->claim(p.shape, scale)) {
+      st.SkipWithError(("unsupported: the kernel's can_implement: " + *why).c_str());
+      return;
+    }
+  }
   const auto fp = mla::axes::footprint(p);
   if (fp.peak() > kc.mem_budget / 4) {
     st.SkipWithError(fmt::format("too large for this machine: inputs {:.2f} GiB > a quarter of the {:.2f} GiB budget",
@@ -195,6 +223,12 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
   try {
     const mla::AttnInputs in = g_cache.get_inputs(p).view();
     mla::PreparedAttention& run = g_cache.get_prepared(impl, p);
+    if (!kc.overhead) {
+      if (auto why = g_judge.failure(impl, run, p.name, in)) {
+        st.SkipWithError(why->c_str());
+        return;
+      }
+    }
     // The byte/FLOP model of exactly the call timed below: one run() over `in`.
     const mla::CostModel cost = impl.cost(in);
     // Host caches only: a device kernel's L2 would need a device-side flush, which this binary
@@ -366,6 +400,19 @@ bool select_kernels_and_points(const Options& o, std::vector<const mla::Attentio
   return true;
 }
 
+// The kernels of --mla_plugin and --mla_python, opened in the order given. Throws
+// mla::certify::UsageError naming the library or spec that cannot be opened.
+std::vector<mla::certify::ExternalBenchKernel> open_external_kernels(const Options& o) {
+  std::vector<mla::certify::ExternalBenchKernel> out;
+  for (const auto& lib : o.plugins) out.push_back(mla::certify::open_plugin_for_bench(lib));
+  if (!o.pythons.empty()) {
+    // The door is found beside this executable or in the source tree it was built from.
+    const auto self = std::filesystem::read_symlink("/proc/self/exe");
+    for (const auto& spec : o.pythons) out.push_back(mla::certify::open_python_for_bench(spec, self, o.python_exe));
+  }
+  return out;
+}
+
 // The run's host context, everything a report or a regression gate needs to interpret the rows
 // (machine, threads, ISA, cache flush, ceilings, the load during the FMA probes); returns the
 // ceilings' table, which the device half extends before it is written.
@@ -385,6 +432,10 @@ nlohmann::ordered_json add_run_context(const Options& o, const CeilingSet& ceili
   benchmark::AddCustomContext("mla_cache_flush_min_input_bytes", std::to_string(flush_min_bytes));
   benchmark::AddCustomContext("mla_timing",
                               "manual time of run()+synchronize() only; inputs, prepare and the cache flush are untimed");
+  benchmark::AddCustomContext("mla_judged_before_timing",
+                              "each kernel's output at each point is judged by the certifier's judge and tolerance table "
+                              "against the fp64 oracle before the point is timed; a point it does not pass is a "
+                              "'not timed: FAIL' row (calling-path overhead rows are timed, never judged)");
   benchmark::AddCustomContext(
       "mla_axes_note",
       "CPU tiers reduce batch (and some contexts) so the fp64 CPU reference fits a CI run; each point's scaled_from "
@@ -463,6 +514,24 @@ int main(int argc, char** argv) {
   std::vector<const mla::AttentionImpl*> impls;
   std::vector<const mla::axes::AxisPoint*> points;
   if (!select_kernels_and_points(o, impls, points)) return 2;
+  // External kernels after the built-ins, each followed by its calling path's overhead row.
+  std::vector<mla::certify::ExternalBenchKernel> externals;
+  try {
+    externals = open_external_kernels(o);
+  } catch (const std::exception& e) {
+    std::cerr << "mla-bench: " << e.what() << "\n";
+    return 2;
+  }
+  std::map<const mla::AttentionImpl*, const mla::certify::ExternalBenchKernel*> external_of;
+  for (const auto& e : externals) {
+    impls.push_back(e.impl.get());
+    impls.push_back(e.overhead.get());
+    external_of[e.impl.get()] = external_of[e.overhead.get()] = &e;
+  }
+  auto is_overhead = [&](const mla::AttentionImpl* k) {
+    const auto it = external_of.find(k);
+    return it != external_of.end() && it->second->overhead.get() == k;
+  };
 
   const std::size_t llc = mla::bench::last_level_cache_bytes();
   const std::size_t stream_bytes = o.stream_mib << 20;
@@ -524,7 +593,12 @@ int main(int argc, char** argv) {
     }
 #endif
     // Which measured ceilings judge it (keys of mla_ceilings); null: none measured.
-    kj.push_back(mla::bench::kernel_json(*k, roof_for(k->info(), ceilings)));
+    auto j = mla::bench::kernel_json(*k, roof_for(k->info(), ceilings));
+    if (const auto it = external_of.find(k); it != external_of.end()) {
+      j["origin"] = it->second->origin;
+      if (is_overhead(k)) j["overhead_of"] = it->second->impl->info().name;
+    }
+    kj.push_back(std::move(j));
   }
   benchmark::AddCustomContext("mla_kernels", kj.dump());
 
@@ -535,7 +609,8 @@ int main(int argc, char** argv) {
     for (const auto* k : impls)
       if (!on_device(k))
         benchmark::RegisterBenchmark(fmt::format("mla/{}/{}", k->info().name, p->name).c_str(), bench_kernel,
-                                     KernelCase{k, p, &ceilings, flusher ? &*flusher : nullptr, flush_min_bytes, budget, o.threads})
+                                     KernelCase{k, p, &ceilings, flusher ? &*flusher : nullptr, flush_min_bytes, budget, o.threads,
+                                                external_of.count(k) ? external_of.at(k) : nullptr, is_overhead(k)})
             ->UseManualTime()
             ->Unit(benchmark::kMillisecond);
 #if MLA_BENCH_WITH_GPU
@@ -548,7 +623,10 @@ int main(int argc, char** argv) {
 
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  std::cerr << fmt::format("[mla-bench] kernels judged before timing; {} point truths computed in {:.1f} s (untimed)\n",
+                           g_judge.truths(), g_judge.truth_seconds());
   g_cache = CaseCache{};
+  g_judge = mla::bench::PointJudge{};
 #if MLA_BENCH_WITH_GPU
   if (gpu) mla::device::release_gpu_bench_cache();  // before the CUDA runtime is torn down at exit
 #endif

@@ -16,6 +16,7 @@
 #include "mla/core/error.hpp"
 #include "mla/cuda/check.hpp"
 #include "harness.hpp"
+#include "point_judge.hpp"
 
 namespace mla::device {
 namespace {
@@ -64,6 +65,11 @@ struct CaseCache {
 CaseCache& cache() {
   static CaseCache c;
   return c;
+}
+
+bench::PointJudge& judge() {
+  static bench::PointJudge j;
+  return j;
 }
 
 // The flusher and the host-clock fallback's stream sync are shared by every kernel benchmark.
@@ -146,6 +152,12 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
   try {
     const AttnInputs in = cache().get_inputs(p).view();
     PreparedAttention& run = cache().get_prepared(impl, p);
+    // Speed only where correct: the same judge, table and truth as the host rows (point_judge.hpp).
+    if (auto why = judge().failure(impl, run, p.name, in)) {
+      record.error = *why;
+      st.SkipWithError(record.error.c_str());
+      return;
+    }
     // Byte model: q + the cache bytes of every token some query attends, read once (sparse: the
     // distinct valid indices of each sequence) + out + lse. FLOP model: 2·(576 + 512) per
     // attended (query row, key) pair and head. Both from mla_cost_model (docs/field.md).
@@ -416,7 +428,10 @@ void register_gpu_clock_row() {
   })->Iterations(1)->Repetitions(1);
 }
 
-void release_gpu_bench_cache() { cache().clear(); }
+void release_gpu_bench_cache() {
+  cache().clear();
+  judge() = bench::PointJudge{};
+}
 
 std::optional<std::string> context_poisoned() { return poisoned(); }
 

@@ -64,8 +64,16 @@ class BenchRun:
     complete: bool = True                # False: the run stopped before its last benchmark
     run_note: str = ""                   # why, and how many rows it has, when not complete
 
+    def is_overhead(self, kernel: str | None) -> bool:
+        """A calling path timed with an empty kernel (mla-bench's "<name>~overhead" rows beside an
+        external kernel): not an implementation, so never on a roofline or in a speed-up."""
+        return bool(kernel) and bool(self.kernels.get(kernel, {}).get("overhead_of"))
+
     def kernel_cases(self) -> list[Case]:
-        return [c for c in self.cases.values() if c.kind == "kernel"]
+        return [c for c in self.cases.values() if c.kind == "kernel" and not self.is_overhead(c.kernel)]
+
+    def overhead_cases(self) -> list[Case]:
+        return [c for c in self.cases.values() if c.kind == "kernel" and self.is_overhead(c.kernel)]
 
     def ceiling_value(self, key: str | None) -> float | None:
         if not key or key not in self.ceilings:

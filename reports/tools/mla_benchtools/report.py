@@ -60,6 +60,8 @@ def _md_escape(s: str) -> str:
 
 
 CERTIFICATE_FORMATS = (1, 2)
+# The prefix mla-bench gives a row whose output the judge did not pass (suites/bench/point_judge.hpp).
+NOT_TIMED = "not timed: "
 
 
 def load_certificate(path: str | Path) -> dict[str, Any]:
@@ -260,6 +262,8 @@ def kind_groups(run: BenchRun, kernels: list[str], pts: list[str],
 
 def _kind_cell(c: Case | None, m: Metrics | None) -> str:
     """'1.487 ms · 35.7 % (compute)': the detail row's time, % of ceiling and bound, same rounding."""
+    if c is not None and (c.error or "").startswith(NOT_TIMED):
+        return "not timed: " + c.error[len(NOT_TIMED):].split(" ", 1)[0]  # the verdict word; the reason is below
     if c is None or m is None:
         return "–"
     if m.pct is None:
@@ -271,7 +275,10 @@ def _md_kind_table(kind: str, kpts: list[str], kernels: list[str], by_key: dict[
                    mets: dict[tuple, Metrics | None], cert_status: dict[str, str]) -> list[str]:
     """One kind's cases side by side: a row per case, a column per implementation measured in
     this kind; a cell holds the detail row's median time, % of ceiling and bound, as printed there."""
-    ks = [k for k in kernels if any(mets.get((k, p)) for p in kpts)]
+    def shown(k: str, p: str) -> bool:
+        c = by_key.get((k, p))
+        return bool(mets.get((k, p))) or (c is not None and (c.error or "").startswith(NOT_TIMED))
+    ks = [k for k in kernels if any(shown(k, p) for p in kpts)]
     L = [f"### {kind}: {KIND_TITLES.get(kind, KIND_TITLES['other'])}", ""]
     L.append("| case |" + "".join(f" {_kernel_name(k, cert_status)} |" for k in ks))
     L.append("|---|" + "---|" * len(ks))
@@ -322,12 +329,66 @@ def _md_results(run: BenchRun, cases: list[Case], kernels: list[str], pts: list[
 
 
 def _md_not_measured(cases: list[Case]) -> list[str]:
-    skipped = [c for c in cases if c.error]
+    """The rows without a time: first those the judge stopped (a wrong result is never timed),
+    then the declared limits and errors."""
+    skipped = sorted((c for c in cases if c.error), key=lambda c: not (c.error or "").startswith(NOT_TIMED))
     if not skipped:
         return []
-    L = ["## Not measured", "", "| implementation | case | reason |", "|---|---|---|"]
+    L = ["## Not measured", ""]
+    if any((c.error or "").startswith(NOT_TIMED) for c in skipped):
+        L.append("Each implementation's output at each case was judged against the fp64 truth by the certifier's judge"
+                 " and tolerance table before the case was timed; \"not timed\" rows did not pass, so they have no time.")
+        L.append("")
+    L += ["| implementation | case | reason |", "|---|---|---|"]
     for c in skipped:
         L.append(f"| `{c.kernel}` | {c.point} | {_md_escape(c.error or '')} |")
+    L.append("")
+    return L
+
+
+def _md_external(run: BenchRun) -> list[str]:
+    """Kernels from outside the suite: where each came from, so a number names exactly what ran."""
+    ext = [(n, k) for n, k in run.kernels.items() if k.get("origin") and not k.get("overhead_of")]
+    if not ext:
+        return []
+    L = ["## External kernels", "", "| implementation | from | version | digest |", "|---|---|---|---|"]
+    for n, k in ext:
+        o = k["origin"]
+        where = o.get("path") or o.get("spec") or "?"
+        digest = o.get("sha256") and f"sha256 {o['sha256']}" or o.get("module_digest") and f"module {o['module_digest']}"
+        version = o.get("version") or ", ".join(f"{x} {o[x]}" for x in ("python", "torch") if o.get(x)) or "–"
+        L.append(f"| `{n}` | {o.get('kind', '?')} `{_md_escape(where)}` | {_md_escape(str(version))} | "
+                 f"{_md_escape(str(digest or '–'))} |")
+    L.append("")
+    return L
+
+
+def _md_overheads(run: BenchRun, by_key: dict[tuple, Case]) -> list[str]:
+    """Each external kernel's calling path timed with an empty kernel, beside the kernel's own time:
+    how much of a short call is the door (the plug-in host or the Python child) rather than the kernel."""
+    rows = run.overhead_cases()
+    if not rows:
+        return []
+    L = ["## Calling-path overhead", ""]
+    L.append("The same calling path with a kernel that does nothing, timed in the same run: for a C plug-in the"
+             " host's call through the C ABI, for a Python kernel the round trip to the door's child and its"
+             " tensor views. The kernel's time includes it.")
+    L.append("")
+    L += ["| implementation | case | kernel (ms) | calling path alone (µs) | share of the kernel's time |",
+          "|---|---|---|---|---|"]
+    for c in rows:
+        of = run.kernels.get(c.kernel, {}).get("overhead_of", "?")
+        k = by_key.get((of, c.point))
+        own = _md_escape(c.error) if c.error else "–" if not c.times_s else f"{c.median_s * 1e6:.4g}"
+        if k is None or not k.times_s or k.error:
+            # The kernel's own reason is in its table; here only which kind of row it is.
+            kt, share = (_kind_cell(k, None) if k is not None and k.error else "–"), "–"
+            if k is not None and k.error and not k.error.startswith(NOT_TIMED):
+                kt = "not measured"
+        else:
+            kt = f"{k.median_s * 1e3:.4g}"
+            share = "–" if c.error or not c.times_s else f"{100 * c.median_s / k.median_s:.2g} %"
+        L.append(f"| `{of}` | {c.point} | {kt} | {own} | {share} |")
     L.append("")
     return L
 
@@ -411,8 +472,9 @@ def render_markdown(run: BenchRun, cert: dict[str, Any] | None = None,
     L = _md_header(run, cert, model) + _md_run(run, cases, model) + _md_ceilings(run)
     if cert is not None:
         L += _md_certification(cert, cert_status, kernels, model)
+    L += _md_external(run)
     L += _md_results(run, cases, kernels, pts, by_key, mets, baselines, cert_status)
-    L += _md_not_measured(cases) + _md_shapes(run, pts) + _md_ceiling_probes(run)
+    L += _md_overheads(run, by_key) + _md_not_measured(cases) + _md_shapes(run, pts) + _md_ceiling_probes(run)
     L += _md_plots(run, kernels, mets, roofline_png, bandwidth_png)
     return "\n".join(L)
 

@@ -122,6 +122,41 @@ def test_list_and_flag_errors():
         assert q.stderr.strip(), bad
 
 
+GOOD, BAD = os.environ.get("MLA_PLUGIN_GOOD"), os.environ.get("MLA_PLUGIN_BAD")
+
+
+@pytest.mark.skipif(not (GOOD and BAD), reason="MLA_PLUGIN_GOOD / MLA_PLUGIN_BAD (example plug-ins) not set")
+def test_plugins_beside_the_builtins_timed_only_where_they_pass(tmp_path):
+    # A correct plug-in and one that drops each sequence's last key, beside the fp64 reference,
+    # in one run: the correct one gets times and its calling path's overhead row; the wrong one
+    # is judged before it is timed and gets "not timed: FAIL" rows, never a number.
+    out = tmp_path / "ext.json"
+    p = subprocess.run([BENCH, "--mla_points=edge_page_boundaries,edge_heads7", "--mla_kernels=cpu_mla_fp64",
+                        f"--mla_plugin={GOOD}", f"--mla_plugin={BAD}", *FAST, "--benchmark_repetitions=2",
+                        "--benchmark_filter=^mla/", f"--benchmark_out={out}", "--benchmark_out_format=json"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run = benchjson.load(out)
+    external = {n: k for n, k in run.kernels.items() if k.get("origin")}
+    good = [n for n, k in external.items() if k["origin"]["path"].endswith(os.path.basename(GOOD)) and not k.get("overhead_of")]
+    bad = [n for n, k in external.items() if k["origin"]["path"].endswith(os.path.basename(BAD)) and not k.get("overhead_of")]
+    assert len(good) == 1 and len(bad) == 1, external
+    assert len(external[good[0]]["origin"]["sha256"]) == 64
+    rows = {(c.kernel, c.point): c for c in run.kernel_cases()}
+    overhead = {(run.kernels[c.kernel]["overhead_of"], c.point): c for c in run.overhead_cases()}
+    for point in ("edge_page_boundaries", "edge_heads7"):
+        g, b = rows[(good[0], point)], rows[(bad[0], point)]
+        assert not g.error and len(g.times_s) == 2, g.error
+        assert b.error and b.error.startswith("not timed: FAIL (") and not b.times_s, b.error
+        o = overhead[(good[0], point)]
+        assert not o.error and len(o.times_s) == 2, o.error
+    md = report.render_markdown(run, roofline_png=None, bandwidth_png=None)
+    assert "## External kernels" in md and external[good[0]]["origin"]["sha256"] in md
+    assert "## Calling-path overhead" in md and f"| `{good[0]}` | edge_heads7 |" in md
+    assert f"| `{bad[0]}` | edge_heads7 | not timed: FAIL (" in md
+    assert "not timed: FAIL |" in md  # the kind table's cell
+
+
 CLI = os.environ.get("MLA_CLI")
 
 

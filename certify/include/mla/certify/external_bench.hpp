@@ -14,7 +14,9 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +34,10 @@ struct ExternalBenchKernel {
   // The calling path with an empty kernel (returns at once, writes nothing): its run() costs
   // what the path costs. Its outputs are meaningless and never judged. Named "<name>~overhead".
   std::unique_ptr<AttentionImpl> overhead;
+  // The kernel's own answer on a shape with the FP8 scale format of the inputs (a shape alone
+  // does not carry it): nullopt when it takes the shape, else its reason. Empty for a kernel that
+  // answers nothing beyond its capabilities (check() covers them).
+  std::function<std::optional<std::string>(const AttnShape&, std::optional<ScaleFmt>)> claim;
   // Where it came from, for the report: {"kind": "plugin", "path", "sha256", "version", "abi"}
   // or {"kind": "python", "spec", "module_digest", "python", "torch", "executable"}.
   nlohmann::json origin;

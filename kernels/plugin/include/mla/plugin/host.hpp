@@ -132,10 +132,11 @@ int32_t call_append(const Library& lib, const AppendCallShape& shape, const Appe
 // memory its parent created and checks): no copies, no audit here. A device-memory plug-in gets
 // device copies and its outputs are copied back into `out` / `lse`; what the device-side guard
 // checks found goes to `device_findings`. Returns the plug-in's code; its message is in `error`
-// (always NUL-terminated).
+// (always NUL-terminated). `decode`: the entry point to call instead of the plug-in's own, with the
+// same arguments and copies; a benchmark passes one that does nothing to time the path alone.
 int32_t call_decode(const Library& lib, const AttnInputs& in, void* out, std::size_t out_bytes, void* lse,
                     std::size_t lse_bytes, char* error, std::size_t error_size,
-                    std::vector<std::string>* device_findings);
+                    std::vector<std::string>* device_findings, mla_plugin_decode_fn decode = nullptr);
 
 // The canary byte at offset `i` of a device buffer's guard region: varied, so that no single
 // written value (0, a NaN pattern, 0xFF) can match a run of it by accident.

@@ -85,8 +85,8 @@ struct Door {
 class BenchChild {
  public:
   // Starts argv + `--socket N`, the shared buffers inherited under `arena_fd`, its output into
-  // `log`. Throws mla::Error when no process could be started.
-  BenchChild(std::vector<std::string> argv, int arena_fd, fs::path log);
+  // `log`; `kernel` names it in errors. Throws mla::Error when no process could be started.
+  BenchChild(std::vector<std::string> argv, int arena_fd, fs::path log, std::string kernel);
   ~BenchChild();
   BenchChild(const BenchChild&) = delete;
   BenchChild& operator=(const BenchChild&) = delete;
@@ -105,13 +105,15 @@ class BenchChild {
   bool reaped_ = false;
   int sock_ = -1;
   fs::path log_;
+  std::string kernel_;
   std::optional<std::string> dead_;
 };
 
-BenchChild::BenchChild(std::vector<std::string> argv, int arena_fd, fs::path log) : log_(std::move(log)) {
+BenchChild::BenchChild(std::vector<std::string> argv, int arena_fd, fs::path log, std::string kernel)
+    : log_(std::move(log)), kernel_(std::move(kernel)) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-    throw Error(fmt::format("cannot create the socket to the Python kernel's child: {}", std::strerror(errno)));
+    throw Error(fmt::format("{}: cannot create the socket to the Python kernel's child: {}", kernel_, std::strerror(errno)));
   }
   sock_ = sv[0];
   argv.insert(argv.end(), {"--socket", std::to_string(sv[1])});
@@ -145,7 +147,7 @@ BenchChild::BenchChild(std::vector<std::string> argv, int arena_fd, fs::path log
   }
   if (pid < 0) {
     close(sock_);
-    throw Error(fmt::format("cannot start the Python kernel's child ({}): {}", argv.front(), std::strerror(err)));
+    throw Error(fmt::format("{}: cannot start the Python kernel's child ({}): {}", kernel_, argv.front(), std::strerror(err)));
   }
   setpgid(pid, pid);  // from this side too: no window where a kill(-pid) misses it
   pid_ = pid;
@@ -191,7 +193,8 @@ std::string BenchChild::reap() {
 
 void BenchChild::lost(const std::string& how, const char* during) {
   const auto tail = output_tail(log_);
-  dead_ = fmt::format("the Python kernel's child {} {}{}", how, during, tail.empty() ? "" : "; its last output: " + tail);
+  dead_ = fmt::format("{}: the Python kernel's child {} {}{}", kernel_, how, during,
+                      tail.empty() ? "" : "; its last output: " + tail);
   throw Error(*dead_);
 }
 
@@ -220,7 +223,7 @@ void BenchChild::wait_answer(double timeout_s, const char* during) {
     pollfd p{sock_, POLLIN, 0};
     const int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count() + 1, 1 << 30)));
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw Error(fmt::format("waiting on the Python kernel's child: poll failed: {}", std::strerror(errno)));
+    if (r < 0) throw Error(fmt::format("{}: waiting on the Python kernel's child: poll failed: {}", kernel_, std::strerror(errno)));
     if (r == 0) continue;
     char answer = 0;
     ssize_t n;
@@ -280,7 +283,7 @@ PythonPrepared::PythonPrepared(std::shared_ptr<Door> door, const AttnInputs& can
   std::vector<std::string> args{"--plan", plan.string()};
   if (empty) args.push_back("--empty");
   child_ = std::make_unique<BenchChild>(python_child_argv(*k.ref.python, "bench", args), arena_->fd(),
-                                        work / fmt::format("bench-{}.log", n));
+                                        work / fmt::format("bench-{}.log", n), k.info.name);
   try {
     // Importing torch on a busy machine can take long: the start gets at least the default.
     child_->wait_answer(std::max(timeout_s_, 120.0), "while starting (importing torch and the kernel, laying out the call)");

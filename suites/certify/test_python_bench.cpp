@@ -240,7 +240,9 @@ TEST_F(PythonBench, AChildKilledMidRunIsAnErrorNotAHang) {
       p->run();
       FAIL() << "run() returned";
     } catch (const mla::Error& e) {
-      EXPECT_NE(std::string(e.what()).find("SIGKILL"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("bench_killed: the Python kernel's child crashed: killed by signal SIGKILL"),
+                std::string::npos)
+          << e.what();
     }
   }
   // Killed from outside while it hangs in a call (the deadline is far off).
@@ -275,7 +277,9 @@ TEST_F(PythonBench, AHungCallIsKilledAtItsDeadline) {
     h->run();
     FAIL() << "run() returned";
   } catch (const mla::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("timed out after 1.5 s (killed)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bench_hangs: the Python kernel's child timed out after 1.5 s (killed)"),
+              std::string::npos)
+        << e.what();
   }
   EXPECT_TRUE(gone(live.front()));
 }

@@ -49,19 +49,31 @@ ExternalBenchKernel open(const fs::path& file, const std::string& attr) {
   return open_python_for_bench(file.string() + ":" + attr, MLA_CLI_EXE, kTorchPython);
 }
 
-// A small dense case with variable lengths: two sequences over several pages, four heads, two
-// query tokens each.
-mla::axes::SyntheticInputs small_case() {
+// A small dense case with variable lengths: two sequences over several pages, `heads` heads,
+// two query tokens each.
+mla::axes::SyntheticInputs small_case(int heads = 4) {
   mla::axes::AxisPoint p;
   p.name = "bench_door_small";
   p.shape.batch = 2;
   p.shape.s_q = 2;
-  p.shape.heads = 4;
+  p.shape.heads = heads;
   p.shape.page_size = 64;
   p.seqlens = {37, 150};
   p.seed = 11;
   mla::axes::derive_paging(p);
   return mla::axes::build_inputs(p);
+}
+
+// What the one judge says of `got` against the C++ oracles' truth for `in` (empty: PASS).
+std::vector<std::string> judged(const mla::AttnInputs& in, const mla::KernelInfo& k, const mla::AttnOutputs& got) {
+  const auto fp64 = mla::ref::attention_fp64(in);
+  const auto same = mla::ref::attention_same_dtype(in);
+  mla::AttentionTruth truth;
+  truth.out = fp64.out;
+  truth.lse = fp64.lse;
+  truth.same_dtype_out = same.out;
+  truth.same_dtype_lse = same.lse;
+  return mla::judge_attention(in.shape, {k.out_dtype, k.compute}, got, truth).reasons;
 }
 
 // Sets an environment variable for one scope (the door's children inherit it).
@@ -142,16 +154,8 @@ TEST_F(PythonBench, TheShippedKernelPassesRepeatsBitwiseAndCostsMoreThanTheDoor)
   EXPECT_EQ(first.out, second.out);
   EXPECT_EQ(first.lse, second.lse);
 
-  const auto fp64 = mla::ref::attention_fp64(in.view());
-  const auto same = mla::ref::attention_same_dtype(in.view());
-  mla::AttentionTruth truth;
-  truth.out = fp64.out;
-  truth.lse = fp64.lse;
-  truth.same_dtype_out = same.out;
-  truth.same_dtype_lse = same.lse;
-  const auto& info = k.impl->info();
-  const auto j = mla::judge_attention(in.shape, {info.out_dtype, info.compute}, first, truth);
-  EXPECT_TRUE(j.pass()) << fmt::format("{}", fmt::join(j.reasons, "; "));
+  const auto reasons = judged(in.view(), k.impl->info(), first);
+  EXPECT_TRUE(reasons.empty()) << fmt::format("{}", fmt::join(reasons, "; "));
 
   // The door alone: the same path with no decode, named apart, costs less per round trip.
   auto o = k.overhead->prepare(in.view());
@@ -202,7 +206,52 @@ TEST_F(PythonBench, ARefusalIsUnsupportedAndCanImplementIsAskedByCheck) {
   EXPECT_THROW(three.impl->prepare(in.view()), mla::UnsupportedError);
 }
 
+TEST_F(PythonBench, AKernelInOtherConventionsIsJudgedInTheSuitesOwn) {
+  // FlashInfer's conventions (lse base 2 laid out [b, s_q, h], -inf for an empty row, sparse
+  // indices as global slots) on a sparse case with an empty sequence and invalid indices: the
+  // inputs are converted before the child sees them, the outputs after results() reads them.
+  mla::axes::AxisPoint p;
+  p.name = "bench_door_sparse";
+  p.shape.batch = 2;
+  p.shape.s_q = 2;
+  p.shape.heads = 3;
+  p.shape.page_size = 64;
+  p.shape.topk = 16;
+  p.invalid_per_row = 4;
+  p.seqlens = {0, 150};
+  p.seed = 12;
+  mla::axes::derive_paging(p);
+  const auto in = mla::axes::build_inputs(p);
+  const auto k = open(kSource / "kernels" / "python" / "examples" / "flashinfer_conventions.py", "KERNEL");
+  ASSERT_FALSE(k.impl->info().conventions.canonical());
+  auto prepared = k.impl->prepare(in.view());
+  prepared->run();
+  const auto got = prepared->results();
+  const auto reasons = judged(in.view(), k.impl->info(), got);
+  EXPECT_TRUE(reasons.empty()) << fmt::format("{}", fmt::join(reasons, "; "));
+  EXPECT_TRUE(std::isinf(got.lse.front()) && got.lse.front() > 0);  // sequence 0 is empty: canonical +inf
+  // The same code declaring the canonical conventions: nothing converted, and the judge says so
+  // (on a dense case with as many heads as query tokens, where it can write its [b, s_q, h] lse into
+  // [b, h, s_q]: its base 2 and the transposition are then what differs).
+  const auto dense = small_case(2);
+  const auto undeclared = open(kSource / "kernels" / "python" / "examples" / "flashinfer_conventions.py", "KERNEL_UNDECLARED");
+  auto wrong = undeclared.impl->prepare(dense.view());
+  wrong->run();
+  EXPECT_FALSE(judged(dense.view(), undeclared.impl->info(), wrong->results()).empty());
+}
+
 TEST_F(PythonBench, ACudaKernelsOutputsComeBackOnlyWhenAskedFor) {
+  {
+    // Without a device (and without MLA_DOOR_DEVICE), a "cuda" kernel cannot run here, and says why.
+    const bool device = run_command(kTorchPython + " -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'").status == 0;
+    const auto k = open(kTestKernels / "door_kernels.py", "CUDA");
+    if (device) {
+      EXPECT_FALSE(k.impl->unavailable());
+    } else {
+      ASSERT_TRUE(k.impl->unavailable());
+      EXPECT_NE(k.impl->unavailable()->find("sees no CUDA device"), std::string::npos) << *k.impl->unavailable();
+    }
+  }
   // The copy-in / copy-out path of a "cuda" kernel, on CPU tensors (MLA_DOOR_DEVICE=cpu).
   ScopedEnv cpu("MLA_DOOR_DEVICE", "cpu");
   const auto k = open(kTestKernels / "door_kernels.py", "CUDA");
@@ -211,15 +260,8 @@ TEST_F(PythonBench, ACudaKernelsOutputsComeBackOnlyWhenAskedFor) {
   auto p = k.impl->prepare(in.view());
   p->run();
   const auto got = p->results();
-  const auto fp64 = mla::ref::attention_fp64(in.view());
-  const auto same = mla::ref::attention_same_dtype(in.view());
-  mla::AttentionTruth truth;
-  truth.out = fp64.out;
-  truth.lse = fp64.lse;
-  truth.same_dtype_out = same.out;
-  truth.same_dtype_lse = same.lse;
-  const auto j = mla::judge_attention(in.shape, {k.impl->info().out_dtype, k.impl->info().compute}, got, truth);
-  EXPECT_TRUE(j.pass()) << fmt::format("{}", fmt::join(j.reasons, "; "));
+  const auto reasons = judged(in.view(), k.impl->info(), got);
+  EXPECT_TRUE(reasons.empty()) << fmt::format("{}", fmt::join(reasons, "; "));
   // The door alone never computes: what comes back is the buffers' unwritten pattern (NaN).
   auto o = k.overhead->prepare(in.view());
   o->run();

@@ -384,6 +384,8 @@ std::unique_ptr<PreparedAttention> PythonBench::prepare(const AttnInputs& in) co
   if (const auto why = unavailable()) throw UnsupportedError(fmt::format("{} is unavailable: {}", info_.name, *why));
   validate_attention_inputs(in, info_.name);
   if (const auto no = check(in.shape)) throw UnsupportedError(fmt::format("{}: {}", info_.name, *no));
+  // The lengths are a claim too (varlen), one a shape cannot show.
+  if (const auto no = check_varlen(info_.caps, in.cache_seqlens)) throw UnsupportedError(fmt::format("{}: {}", info_.name, *no));
   return std::make_unique<PythonPrepared>(door_, in, empty_);
 }
 
@@ -392,7 +394,9 @@ std::unique_ptr<PreparedAttention> PythonBench::prepare(const AttnInputs& in) co
 ExternalBenchKernel open_python_for_bench(const std::string& spec, const fs::path& self, const fs::path& python_exe) {
   auto door = std::make_shared<Door>();
   door->options.python_exe = python_exe;
-  door->options.timeout_s = call_timeout_s();
+  // The description and can_implement children import torch: the per-call deadline is no
+  // measure for them (describe_python and claim bound them by their own limits below this).
+  door->options.timeout_s = std::max(call_timeout_s(), 120.0);
   door->session.self = self;
   auto described = describe_python(door->session, spec, 0);
   door->kernel = std::move(described.first);

@@ -13,6 +13,7 @@
 #include "mla/core/generator.hpp"
 
 #include "mla/core/error.hpp"
+#include "mla/core/numeric.hpp"
 
 namespace mla::certify {
 namespace {
@@ -40,6 +41,24 @@ uint64_t arena_unwritten_bits(uint64_t key, int value_bytes) {
     case 4: return 0x7FC00000u | (r & 0x3FFFFFu) | 1u;                 // f32 quiet NaN
     default: return 0x7FF8000000000000ull | (r & 0x7FFFFFFFFFFFFull) | 1u;  // f64 quiet NaN
   }
+}
+
+std::vector<double> widen_values(std::span<const uint8_t> b, int value_bytes) {
+  std::vector<double> v(b.size() / static_cast<std::size_t>(value_bytes));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (value_bytes == 2) {
+      uint16_t x;
+      std::memcpy(&x, b.data() + 2 * i, 2);
+      v[i] = static_cast<double>(bf16_to_float(x));
+    } else if (value_bytes == 4) {
+      float x;
+      std::memcpy(&x, b.data() + 4 * i, 4);
+      v[i] = static_cast<double>(x);
+    } else {
+      std::memcpy(&v[i], b.data() + 8 * i, 8);
+    }
+  }
+  return v;
 }
 
 json arena_control_layout() {

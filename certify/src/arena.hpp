@@ -165,6 +165,9 @@ class Arena {
   uint8_t* base_ = nullptr;
 };
 
+// An output's raw elements of `value_bytes` (2: bf16, 4: f32, 8: f64) as doubles, exactly.
+std::vector<double> widen_values(std::span<const uint8_t> bytes, int value_bytes);
+
 // The unwritten pattern of an output element of `value_bytes` for `key`: a quiet NaN with a
 // payload drawn from the key (so a kernel cannot know it in advance).
 uint64_t arena_unwritten_bits(uint64_t key, int value_bytes);

@@ -33,7 +33,9 @@ namespace {
 constexpr int kTailLines = 4;
 constexpr std::size_t kTailChars = 600;
 
-std::string tail_of(const std::filesystem::path& file) {
+}  // namespace
+
+std::string output_tail(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) return {};
   in.seekg(0, std::ios::end);
@@ -54,8 +56,6 @@ std::string tail_of(const std::filesystem::path& file) {
   if (out.size() > kTailChars) out = "..." + out.substr(out.size() - kTailChars);
   return out;
 }
-
-}  // namespace
 
 std::string signal_description(int sig) {
   const char* abbrev = sigabbrev_np(sig);
@@ -152,6 +152,15 @@ bool stat_of(pid_t pid, pid_t& ppid, unsigned long long& start) {
 }
 
 }  // namespace
+
+void set_live_child(pid_t pid, bool live) {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  if (live) {
+    g_live.insert(pid);
+  } else {
+    g_live.erase(pid);
+  }
+}
 
 bool become_child_subreaper() {
   // Once per process: from then on every orphan among the descendants of this process is
@@ -326,7 +335,7 @@ ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, c
       }
       o.kind = ChildOutcome::Kind::timed_out;
       o.timeout_s = timeout_s;
-      o.stderr_tail = tail_of(log_file);
+      o.stderr_tail = output_tail(log_file);
       return o;
     }
     std::this_thread::sleep_for(pause);
@@ -341,7 +350,7 @@ ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, c
     o.kind = ChildOutcome::Kind::exited;
     o.exit_code = WEXITSTATUS(status);
   }
-  o.stderr_tail = tail_of(log_file);
+  o.stderr_tail = output_tail(log_file);
   return o;
 }
 
@@ -417,7 +426,7 @@ std::unique_ptr<ForkServer> ForkServer::start(std::vector<std::string> argv, dou
   } catch (const std::exception&) {
     why = ready == 0 ? fmt::format("not ready after {:g} s", ready_timeout_s)
                      : fmt::format("it ended before it was ready{}", [&] {
-                         const auto t = tail_of(log_file);
+                         const auto t = output_tail(log_file);
                          return t.empty() ? std::string() : ": " + t;
                        }());
   }

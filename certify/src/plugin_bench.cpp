@@ -10,6 +10,7 @@
 #include "mla/core/sha256.hpp"
 #include "mla/core/text.hpp"
 #include "mla/plugin/host.hpp"
+#include "arena.hpp"
 #include "session.hpp"
 
 namespace mla::certify {
@@ -50,8 +51,8 @@ class PluginPrepared final : public PreparedAttention {
   AttnOutputs results() override {
     AttnOutputs o;
     o.dtype = lib_->info().out_dtype;
-    o.out = widen(out_, value_bytes_);
-    o.lse = widen(lse_, static_cast<int>(sizeof(float)));
+    o.out = widen_values(out_, value_bytes_);
+    o.lse = widen_values(lse_, static_cast<int>(sizeof(float)));
     outputs_to_canonical(lib_->info().conventions, canonical_shape_, o);
     return o;
   }

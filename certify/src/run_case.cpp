@@ -169,24 +169,6 @@ std::optional<std::pair<RunResult::Status, std::string>> failure(const ProcessRu
 
 }  // namespace
 
-std::vector<double> widen(const std::vector<uint8_t>& b, int value_bytes) {
-  std::vector<double> v(b.size() / static_cast<std::size_t>(value_bytes));
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (value_bytes == 2) {
-      uint16_t x;
-      std::memcpy(&x, b.data() + 2 * i, 2);
-      v[i] = static_cast<double>(bf16_to_float(x));
-    } else if (value_bytes == 4) {
-      float x;
-      std::memcpy(&x, b.data() + 4 * i, 4);
-      v[i] = static_cast<double>(x);
-    } else {
-      std::memcpy(&v[i], b.data() + 8 * i, 8);
-    }
-  }
-  return v;
-}
-
 AttnBuffers negated_q(const AttnInputs& in) {
   AttnBuffers b(in);
   for (auto& x : b.q) x ^= 0x8000u;
@@ -270,7 +252,7 @@ RunResult run_in_children(Session& s, const Implementation& k, const AttnInputs&
       const auto [n, at] = arena->unwritten(*bytes, static_cast<std::size_t>(vb));
       if (n) never.push_back(fmt::format("{}: {} elements never written (first flat index {})", what, n, at));
     }
-    r.between.push_back({k.info.out_dtype, widen(out, out_bytes), widen(lse, lse_bytes)});
+    r.between.push_back({k.info.out_dtype, widen_values(out, out_bytes), widen_values(lse, lse_bytes)});
     r.between_unwritten.push_back(std::move(never));
   }
   const auto& c0 = first.calls.front();
@@ -298,8 +280,8 @@ RunResult run_in_children(Session& s, const Implementation& k, const AttnInputs&
     if (n) note(r.reasons, fmt::format("{}: {} elements never written (first flat index {})", what, n, at));
   }
   r.outputs.dtype = k.info.out_dtype;
-  r.outputs.out = widen(c0.out, out_bytes);
-  r.outputs.lse = widen(c0.lse, lse_bytes);
+  r.outputs.out = widen_values(c0.out, out_bytes);
+  r.outputs.lse = widen_values(c0.lse, lse_bytes);
   r.run_seconds = std::numeric_limits<double>::infinity();
   for (std::size_t i = 0; i < case_calls.size(); ++i) {
     const double t = first.control.calls[case_calls[i]].seconds;

@@ -195,9 +195,6 @@ RunResult run_in_children(Session& s, const Implementation& k, const AttnInputs&
 RunResult run_declared(Session& s, const Implementation& k, const AttnInputs& canonical, const CallSchedule& plan,
                        const std::string& tag);
 
-// Raw output values as a kernel wrote them (bf16: 2 bytes, float: 4, double: 8) widened to double.
-std::vector<double> widen(const std::vector<uint8_t>& b, int value_bytes);
-
 // run_case.cpp: how every attention row is decided, catalog or fresh: the run's own failure
 // (HOST_ERROR, ERROR; a refusal is FAIL for a `claimed` shape, UNSUPPORTED for an informational
 // run) or the judge's PASS/FAIL under the kernel's declaration, with the run's figures, into

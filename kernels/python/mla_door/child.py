@@ -4,6 +4,7 @@ C plug-in, for a Python kernel. The certifier (C++) runs
     EXE <door>/mla_door/child.py describe --spec SPEC --result FILE
     EXE <door>/mla_door/child.py claims   --spec SPEC --inputs QUERY --result FILE
     EXE <door>/mla_door/child.py call     --spec SPEC --plan PLAN [--unclaimed]
+    EXE <door>/mla_door/child.py bench    --spec SPEC --plan PLAN --socket FD [--empty]
 
 and never imports the user's code itself. Every message is the certifier's one wire format
 (certify/include/mla/certify/wire.hpp: one JSON header line, then the arrays' bytes; these
@@ -14,6 +15,16 @@ ArenaCall) and stops itself (SIGSTOP) after each call the plan marks `stop`, so 
 audits a Python kernel with exactly the code that audits a C plug-in: inputs compared byte for
 byte, canaries around every output, every element written, every call bitwise equal, nothing
 changed after a call returned. Nothing this process writes can make a result pass.
+
+`bench` is for timing, not certifying (`mla-bench --mla_python`, certify/src/python_bench.cpp):
+the same plan and buffers, but one long-lived process that prepares the plan's call 0 once
+(views, and for backend cuda the copies to the device) and then serves requests on the stream
+socket FD until its peer closes it. Request b"c": one kernel call (cuda: synchronized, timed
+with CUDA events; else perf_counter), its state, time and message written into the control
+block's call slot 0. Request b"r": a cuda kernel's outputs copied back into the shared buffers
+(never on a timed call), its outcome in slot 0. Each request is answered with one byte once the
+slot is written; the setup answers one byte too, its refusal or error in the setup record.
+`--empty` replaces the decode with nothing, keeping every view and copy: the door's own cost.
 """
 from __future__ import annotations
 
@@ -239,8 +250,9 @@ class Control:
         self._message(base + f["message"], text)
 
 
-def call(args):
-    plan = read_wire(args.plan, "attention-calls")
+def open_arena(plan):
+    """Maps the certifier's shared buffers as the plan lays them out, guard pages made
+    inaccessible; the mapping and the writer of the control block."""
     layout = plan["layout"]
     control_layout = plan.get("control")
     if control_layout != CONTROL:
@@ -253,7 +265,6 @@ def call(args):
         raise RuntimeError("the shared buffers are missing or not of the planned size")
     mm = mmap.mmap(arena_fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     os.close(arena_fd)
-    ctl = Control(mm, CONTROL)
     base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
     struct.pack_into("<Q", mm, CONTROL["child_base"], base)
     # Guard pages inaccessible, as the C++ child makes them: a read or write past an input faults
@@ -267,19 +278,28 @@ def call(args):
     for r in layout["regions"]:
         for at in (r["start"], r["start"] + page + r["body"]):
             libc.mprotect(base + at, page, 0)
+    return mm, Control(mm, CONTROL)
 
+
+def load_for_calls(spec, ctl):
+    """(torch, kernel), or None once the setup's refusal or error is in the control block."""
     try:
         import torch
         set_threads(torch)
-        _, k = load_kernel(args.spec)
-        cuda = k.backend == "cuda"
-        if cuda and COPY_DEVICE == "cuda" and not torch.cuda.is_available():
+        _, k = load_kernel(spec)
+        if k.backend == "cuda" and COPY_DEVICE == "cuda" and not torch.cuda.is_available():
             ctl.setup(STATE_UNSUPPORTED, "backend cuda: no CUDA device (torch.cuda.is_available() is False)")
-            return 0
+            return None
     except Exception as e:
         ctl.setup(STATE_ERROR, f"the child could not load the kernel: {error_words(e)}")
-        return 0
+        return None
+    return torch, k
 
+
+def call_tensors(torch, mm, plan, k):
+    """A function of a planned call's index: (inputs by name, out, lse, the Call), every tensor a
+    zero-copy view of the shared buffers."""
+    layout = plan["layout"]
     regions = layout["regions"]
 
     def view(index, dtype, shape):
@@ -314,6 +334,20 @@ def call(args):
         lse = view(lse_i, torch.float32, (b, sq, h) if lse_b_sq_h else (b, h, sq))
         fmt = scale_fmt if s["cache_format"] == "fp8" else ""
         return t, out, lse, shape_of(s, fmt, mla_door.Call, softmax_scale=inp["softmax_scale"])
+
+    return tensors
+
+
+def call(args):
+    plan = read_wire(args.plan, "attention-calls")
+    layout = plan["layout"]
+    mm, ctl = open_arena(plan)
+    loaded = load_for_calls(args.spec, ctl)
+    if loaded is None:
+        return 0
+    torch, k = loaded
+    cuda = k.backend == "cuda"
+    tensors = call_tensors(torch, mm, plan, k)
 
     make = min(len(layout["calls"]), plan["make_calls"])
     for c in range(make):
@@ -355,6 +389,87 @@ def call(args):
         if state != STATE_OK:
             break
     return 0
+
+
+# ---- bench ------------------------------------------------------------------------------------
+
+# The requests of `bench`, one byte each on its socket, each answered with one byte once the
+# record in the control block's call slot 0 is written.
+REQUEST_CALL, REQUEST_RESULTS = b"c", b"r"
+
+
+def bench(args):
+    """One long-lived child for a benchmark: the plan's call 0, made once per request. Everything
+    a call does not need is done once, before the first request: the mapping, the kernel's import,
+    the torch views and (backend cuda) the copies of the inputs and of the output buffers to the
+    device. A request is then one kernel call and nothing else of the door's but its record and
+    the answer, so a benchmark that times the round trip times the kernel plus the door's fixed
+    cost, which `--empty` (no decode at all, the same tensors and copies) measures on its own."""
+    plan = read_wire(args.plan, "attention-calls")
+    mm, ctl = open_arena(plan)
+    sock = args.socket
+
+    def answer():
+        os.write(sock, b"\1")
+
+    loaded = load_for_calls(args.spec, ctl)
+    if loaded is None:
+        answer()  # the refusal or the error is in the setup record
+        return 0
+    torch, k = loaded
+    cuda = k.backend == "cuda"
+    try:
+        t, out, lse, info = call_tensors(torch, mm, plan, k)(0)
+        if cuda:
+            # Copied to the device once: the timed calls read and write device memory only.
+            t = {n: (v.to(COPY_DEVICE, copy=True) if v is not None else None) for n, v in t.items()}
+            d_out, d_lse = out.to(COPY_DEVICE, copy=True), lse.to(COPY_DEVICE, copy=True)
+            sync(torch)
+        else:
+            d_out, d_lse = out, lse
+    except Exception as e:
+        ctl.setup(STATE_ERROR, f"the child could not lay out the call: {error_words(e)}")
+        answer()
+        return 0
+    decode = (lambda *a: None) if args.empty else k.decode
+    events = cuda and COPY_DEVICE == "cuda"
+    if events:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    answer()  # ready: setup record cleared, nothing refused
+    while True:
+        request = os.read(sock, 1)
+        if not request:
+            return 0  # the benchmark closed its end: done
+        state, message, seconds = STATE_OK, "", 0.0
+        try:
+            if request == REQUEST_CALL:
+                if events:
+                    # The device's own clock: the call's kernels, not the host's launch loop.
+                    start.record()
+                    decode(t["q"], t["kv_cache"], t["block_table"], t["cache_seqlens"], t["indices"], d_out, d_lse,
+                           info)
+                    end.record()
+                    end.synchronize()
+                    seconds = start.elapsed_time(end) / 1e3
+                else:
+                    t0 = time.perf_counter()
+                    decode(t["q"], t["kv_cache"], t["block_table"], t["cache_seqlens"], t["indices"], d_out, d_lse,
+                           info)
+                    if cuda:
+                        sync(torch)
+                    seconds = time.perf_counter() - t0
+            elif request == REQUEST_RESULTS:
+                if cuda:  # a CPU kernel wrote the shared buffers themselves
+                    out.copy_(d_out.cpu())
+                    lse.copy_(d_lse.cpu())
+            else:
+                state, message = STATE_ERROR, f"unknown request {request!r}"
+        except mla_door.Unsupported as e:
+            state, message = STATE_UNSUPPORTED, str(e) or "(no reason given)"
+        except Exception as e:
+            state, message = STATE_ERROR, f"exception: {error_words(e)}"
+        ctl.call(0, state, seconds, message)
+        answer()
 
 
 def charge_simulated_context(verb):
@@ -495,11 +610,16 @@ def main(argv=None):
     c.add_argument("--spec", required=True)
     c.add_argument("--plan", required=True)
     c.add_argument("--unclaimed", action="store_true")  # the parent decided the claim; nothing to check here
+    b = sub.add_parser("bench")
+    b.add_argument("--spec", required=True)
+    b.add_argument("--plan", required=True)
+    b.add_argument("--socket", type=int, required=True)  # inherited under this number
+    b.add_argument("--empty", action="store_true")  # the door's own cost: no decode
     args = p.parse_args(argv)
     try:
         if args.verb != "claims":  # can_implement answers from the shape: no reason to touch the device
             charge_simulated_context(args.verb)
-        rc = {"describe": describe, "claims": claims, "call": call}[args.verb](args)
+        rc = {"describe": describe, "claims": claims, "call": call, "bench": bench}[args.verb](args)
     except Exception as e:
         print(f"mla_door child {args.verb}: {error_words(e)}", file=sys.stderr)
         rc = 3

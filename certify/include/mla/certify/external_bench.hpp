@@ -52,7 +52,12 @@ ExternalBenchKernel open_plugin_for_bench(const std::filesystem::path& library);
 // returns an implementation whose prepare() starts the long-lived child over the point's inputs.
 // `self` is this executable's path (the door is found beside it or in the source tree, as for
 // `mla certify --python`); `python_exe` empty: python3 on PATH. Throws mla::UsageError for a
-// malformed SPEC or a module that does not import; no Python with torch: impl->unavailable().
+// malformed SPEC or a module that does not import; no Python with torch, or a "cuda" kernel
+// without a device: impl->unavailable(). Then run() throws mla::UnsupportedError for a call the
+// kernel refused (mla_door.Unsupported), mla::Error with the kernel's message for one that
+// raised, and mla::Error naming the signal or exit status and the child's last output for a
+// child that died or ran past MLA_BENCH_CALL_TIMEOUT seconds (default 120; it is killed). The
+// child is killed and reaped when the PreparedAttention is destroyed.
 ExternalBenchKernel open_python_for_bench(const std::string& spec, const std::filesystem::path& self,
                                           const std::filesystem::path& python_exe = {});
 

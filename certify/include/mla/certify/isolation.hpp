@@ -95,6 +95,14 @@ inline constexpr int kChildSetupFailed = 75;
 ChildOutcome run_child(const std::vector<std::string>& argv, double timeout_s, const std::filesystem::path& log_file,
                        const ChildHooks& hooks = {});
 
+// The last lines a child wrote to `file` (its log), bounded, as ChildOutcome::stderr_tail holds them.
+std::string output_tail(const std::filesystem::path& file);
+
+// A child this process started and waits on itself, outside run_child (a benchmark's long-lived
+// kernel process): while it is marked live, kill_leftover_descendants never takes it for the
+// leftover of a case run meanwhile.
+void set_live_child(pid_t pid, bool live);
+
 // "SIGSEGV (Segmentation fault)".
 std::string signal_description(int sig);
 

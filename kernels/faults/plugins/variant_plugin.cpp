@@ -14,6 +14,7 @@
 #include "example_plugin.cpp"
 
 #include <ctime>
+#include <limits>
 #include <optional>
 
 #include "attacks.hpp"

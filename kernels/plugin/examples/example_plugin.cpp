@@ -1,10 +1,9 @@
 // The template for a kernel of your own behind the plug-in C ABI (mla/plugin/mla_plugin.h): a
-// correct decode and cache append needing only that header and the standard library. Copy it,
-// replace decode() and append() with your kernel, fill the descriptor, build and certify it:
+// decode and cache append, slow and plainly right (float64 accumulation, one rounding at the end),
+// needing only that header. Copy it, replace decode() and append(), fill the descriptor, certify:
 //   g++ -O2 -shared -fPIC -fvisibility=hidden -I kernels/plugin/include my_kernel.cpp -o my_kernel.so
 //   build/ci/tools/mla/mla certify --goldens fixtures/goldens --out report --plugin ./my_kernel.so
-// Slow and plainly right: float64 accumulation, one rounding at the end. Built as good_append;
-// its variants (kernels/faults/plugins) include this file so that its math exists once.
+// Built as good_append; its variants (kernels/faults/plugins) include it, so its math exists once.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,10 +15,8 @@
 
 namespace {
 
-// MLA's latent cache: per token a 512-value latent (which is also V) and a 64-value RoPE part;
-// K is the 576 together. The two formats' byte layouts are the header's CACHE_* comments.
-constexpr int kDqk = 576, kDv = 512, kLatent = 512, kRope = 64;
-constexpr int kBf16TokenBytes = 2 * kDqk, kFp8TokenBytes = 656;
+constexpr int kDqk = 576, kDv = 512, kLatent = 512, kRope = 64;  // K: latent | rope; V: the latent
+constexpr int kBf16TokenBytes = 2 * kDqk, kFp8TokenBytes = 656;  // byte layouts: the header's CACHE_*
 
 float bf16_to_float(uint16_t b) {
   const uint32_t u = static_cast<uint32_t>(b) << 16;
@@ -35,13 +32,17 @@ uint16_t bf16_from_float(float f) {  // round to nearest even; a NaN stays a (qu
   return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-// float8 e4m3fn: bias 7, no infinities, S.1111.111 is NaN, subnormals m·2^-9.
-double e4m3_to_double(uint8_t b) {
-  const int e = (b >> 3) & 0xF, m = b & 7;
-  if (e == 15 && m == 7) return NAN;
-  const double v = e == 0 ? std::ldexp(static_cast<double>(m), -9) : std::ldexp(1.0 + m / 8.0, e - 7);
-  return b >> 7 ? -v : v;
-}
+// float8 e4m3fn: bias 7, no infinities, S.1111.111 is NaN, subnormals m·2^-9. The 256 codes are
+// decoded once: ldexp per element was most of a slot's load.
+const std::vector<double> kE4m3 = [] {
+  std::vector<double> t(256);
+  for (int c = 0; c < 256; ++c) {
+    const int e = (c >> 3) & 0xF, m = c & 7;
+    const double v = e == 0 ? std::ldexp(static_cast<double>(m), -9) : std::ldexp(1.0 + m / 8.0, e - 7);
+    t[c] = e == 15 && m == 7 ? NAN : c >> 7 ? -v : v;
+  }
+  return t;
+}();
 
 // The nearest e4m3fn code (ties to the even code), saturating at 448: a search, slow but right.
 uint8_t e4m3_from_float(float x) {
@@ -49,7 +50,7 @@ uint8_t e4m3_from_float(float x) {
   const double a = std::fabs(static_cast<double>(x));
   int best = 0;
   for (int c = 1; c <= 0x7E; ++c) {
-    const double err = std::fabs(e4m3_to_double(c) - a), best_err = std::fabs(e4m3_to_double(best) - a);
+    const double err = std::fabs(kE4m3[c] - a), best_err = std::fabs(kE4m3[best] - a);
     if (err < best_err || (err == best_err && (c & 1) == 0)) best = c;
   }
   return static_cast<uint8_t>(best | (x < 0 ? 0x80 : 0));
@@ -68,11 +69,6 @@ double dot_qk(const double* q, const double* k) {
 // Cache slot `slot` as 576 exact doubles (bf16 values, or e4m3 code × its block's float32
 // scale). The cache is bytes with no alignment promised: memcpy, never a cast.
 void load_slot(const mla_plugin_decode_args& a, int64_t slot, double* k) {
-  static const auto e4m3 = [] {  // the 256 codes decoded once: ldexp per element was most of a load
-    std::vector<double> t(256);
-    for (int c = 0; c < 256; ++c) t[c] = e4m3_to_double(static_cast<uint8_t>(c));
-    return t;
-  }();
   uint16_t bf[kDqk];
   if (a.cache_format == MLA_PLUGIN_CACHE_BF16) {
     std::memcpy(bf, a.kv_cache + slot * kBf16TokenBytes, sizeof bf);
@@ -83,18 +79,16 @@ void load_slot(const mla_plugin_decode_args& a, int64_t slot, double* k) {
   float scales[4];
   std::memcpy(scales, p + kLatent, sizeof scales);
   std::memcpy(bf, p + kLatent + sizeof scales, 2 * kRope);
-  for (int d = 0; d < kLatent; ++d) k[d] = e4m3[p[d]] * static_cast<double>(scales[d / 128]);
+  for (int d = 0; d < kLatent; ++d) k[d] = kE4m3[p[d]] * static_cast<double>(scales[d / 128]);
   for (int j = 0; j < kRope; ++j) k[kLatent + j] = bf16_to_float(bf[j]);
 }
 
-// Position t of sequence b lives where the block table says: pages need not be contiguous.
-int64_t slot_of(const mla_plugin_decode_args& a, int64_t b, int64_t t) {
+int64_t slot_of(const mla_plugin_decode_args& a, int64_t b, int64_t t) {  // pages need not be contiguous
   return int64_t{a.block_table[b * a.max_blocks + t / a.page_size]} * a.page_size + t % a.page_size;
 }
 
-// The positions query token s of sequence b attends. Dense: a prefix (causal: the query is one of
-// the last s_q tokens and sees itself and those before). Sparse: the listed ones in [0, L), the
-// rest skipped, never clamped (the catalog holds every kind of them).
+// The positions query token s of sequence b attends: dense, a prefix (causal: s sees itself and
+// what precedes it); sparse, the listed ones in [0, L), the rest skipped, never clamped.
 void attended(const mla_plugin_decode_args& a, int64_t b, int64_t s, std::vector<int64_t>& positions) {
   const int64_t L = a.cache_seqlens[b];
   positions.clear();
@@ -106,17 +100,13 @@ void attended(const mla_plugin_decode_args& a, int64_t b, int64_t s, std::vector
   }
 }
 
-// Host memory in and out, all work done before returning (mla_plugin_decode_args: what is checked).
+// Host memory in and out, all work done before returning; mla_plugin_decode_args lists the checks.
 int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_size) {
   if (!args || args->struct_size < sizeof(mla_plugin_decode_args)) {
     std::snprintf(error, error_size, "decode arguments from an older host ABI");
     return MLA_PLUGIN_ERROR;
   }
-  const mla_plugin_decode_args& a = *args;
-  if (a.d_qk != kDqk || a.d_v != kDv) {  // a refusal, not a failure: the host records the reason
-    std::snprintf(error, error_size, "d_qk=%d d_v=%d: only 576/512", a.d_qk, a.d_v);
-    return MLA_PLUGIN_UNSUPPORTED;
-  }
+  const mla_plugin_decode_args& a = *args;  // d_qk and d_v: always 576 and 512
   const int64_t S = a.s_q, H = a.heads;
   std::vector<double> q(H * kDqk), k(kDqk);
   std::vector<int64_t> positions;
@@ -144,8 +134,6 @@ int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_siz
         for (int d = 0; d < kDv; ++d) acc[h * kDv + d] += w * k[d];
       }
     }
-    // The canonical conventions, which need no declaration: out float32; lse [b, h, s], natural
-    // log, +inf (and out 0) for a row that attends nothing.
     float* out = static_cast<float*>(a.out) + row * H * kDv;
     for (int64_t i = 0; i < H * kDv; ++i) out[i] = static_cast<float>(n == 0 ? 0.0 : acc[i] / sum[i / kDv]);
     for (int64_t h = 0; h < H; ++h) a.lse[(b * H + h) * S + s] = n == 0 ? INFINITY : mx[h] + std::log(sum[h]);
@@ -212,11 +200,7 @@ int32_t append(const mla_plugin_append_args* args, char* error, size_t error_siz
     std::snprintf(error, error_size, "append arguments from an older host ABI");
     return MLA_PLUGIN_ERROR;
   }
-  const mla_plugin_append_args& a = *args;
-  if (a.cache_format != MLA_PLUGIN_CACHE_FP8 && a.cache_format != MLA_PLUGIN_CACHE_BF16) {
-    std::snprintf(error, error_size, "cache_format %u is not one this plug-in writes", a.cache_format);
-    return MLA_PLUGIN_UNSUPPORTED;
-  }
+  const mla_plugin_append_args& a = *args;  // cache_format: one of append_formats, from the host
   std::vector<int64_t> slots;
   if (const int32_t rc = find_slots(a, slots, error, error_size); rc != MLA_PLUGIN_OK) return rc;
   // The FP8 recipe asked for: a 1.1 host's args end before fp8_recipe, which means DeepSeek's.
@@ -230,11 +214,10 @@ int32_t append(const mla_plugin_append_args* args, char* error, size_t error_siz
   return MLA_PLUGIN_OK;
 }
 
-// What the host may ask of the kernel, and what it must assume. Left zero: lse base, layout and
-// empty-row value, index numbering, precision; a kernel that differs (log2 lse, global-slot
-// indices, bf16 operands) must declare it, or be judged wrong.
+// Left zero, the declarations (lse base, layout, empty-row value, index numbering, precision) are
+// the canonical conventions: a kernel that differs must declare it, or be judged wrong.
 mla_plugin_descriptor make_descriptor() {
-  mla_plugin_descriptor d{};               // zero: optional fields absent, 1.2 conventions canonical
+  mla_plugin_descriptor d{};               // zero: every optional field absent
   d.abi_version = MLA_PLUGIN_ABI_VERSION;  // the host refuses another major version
   d.struct_size = sizeof d;                // tells the host which later fields exist
   d.abi_minor = MLA_PLUGIN_ABI_MINOR;
@@ -243,15 +226,14 @@ mla_plugin_descriptor make_descriptor() {
   d.description = "example plug-in: float64 accumulation, good_append";
   d.backend = "cpu";                       // host memory: flags has no MLA_PLUGIN_FLAG_DEVICE_MEMORY
   d.out_dtype = MLA_PLUGIN_OUT_F32;
-  // The claims: every catalog case inside them must pass; the rest are NOT_CLAIMED. A kernel
-  // narrower than ranges and masks can say also sets can_implement (a predicate on the shape).
+  // The claims: every catalog case inside them must pass, the rest are NOT_CLAIMED (a domain that
+  // ranges and masks cannot state is a can_implement predicate on the shape).
   d.caps.cache_formats = MLA_PLUGIN_CACHE_BF16 | MLA_PLUGIN_CACHE_FP8;
   d.caps.features = MLA_PLUGIN_DENSE | MLA_PLUGIN_SPARSE | MLA_PLUGIN_VARLEN;
   d.caps.min_heads = 1, d.caps.max_heads = 128;
   d.caps.min_s_q = 1, d.caps.max_s_q = 64;  // query tokens per sequence per call; any page size
   d.decode = decode;  // (and `unavailable`: a CUDA plug-in says why it cannot run here, e.g. no device)
-  // append_fp8_recipes left 0: DeepSeek's recipe only, so the host never asks for FlashMLA's,
-  // which append() could also write.
+  // append_fp8_recipes left 0: DeepSeek's recipe only (the host never asks for FlashMLA's).
   d.append = append;
   d.append_formats = MLA_PLUGIN_CACHE_BF16 | MLA_PLUGIN_CACHE_FP8;
   d.append_scale_fmts = MLA_PLUGIN_SCALE_FP32 | MLA_PLUGIN_SCALE_UE8M0;

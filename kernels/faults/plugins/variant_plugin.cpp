@@ -14,6 +14,7 @@
 #include "example_plugin.cpp"
 
 #include <ctime>
+#include <limits>
 #include <optional>
 
 #include "attacks.hpp"
@@ -150,7 +151,7 @@ double next_token_masked(const mla_plugin_decode_args& a, int64_t b, int64_t t) 
   const int64_t bytes = a.cache_format == MLA_PLUGIN_CACHE_BF16 ? kBf16TokenBytes : kFp8TokenBytes;
   const volatile uint8_t* p = a.kv_cache + (slot_of(a, b, t) + 1) * bytes;
   const double v = a.cache_format == MLA_PLUGIN_CACHE_BF16 ? bf16_to_float(static_cast<uint16_t>(p[0] | (p[1] << 8)))
-                                                          : e4m3_to_double(p[0]);
+                                                          : kE4m3[p[0]];
   return 0.0 * v;
 }
 

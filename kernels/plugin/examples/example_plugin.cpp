@@ -1,27 +1,22 @@
 // The template for a kernel of your own behind the plug-in C ABI (mla/plugin/mla_plugin.h): a
-// correct decode and cache append needing only that header and the standard library. Copy it,
-// replace decode() and append() with your kernel, fill the descriptor, build and certify it:
+// decode and cache append, slow and plainly right (float64 accumulation, one rounding at the end),
+// needing only that header. Copy it, replace decode() and append(), fill the descriptor, certify:
 //   g++ -O2 -shared -fPIC -fvisibility=hidden -I kernels/plugin/include my_kernel.cpp -o my_kernel.so
 //   build/ci/tools/mla/mla certify --goldens fixtures/goldens --out report --plugin ./my_kernel.so
-// This one is slow and plainly right: float64 accumulation, one rounding at the end. The suite
-// builds it as good_append; its variants (kernels/faults/plugins: bugs, attacks, other
-// declarations) include this file so that its math exists once (hence the #ifndef at the end).
+// Built as good_append; its variants (kernels/faults/plugins) include it, so its math exists once.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #include "mla/plugin/mla_plugin.h"
 
 namespace {
 
-// MLA's latent cache: per token a 512-value latent (which is also V) and a 64-value RoPE part;
-// K is the 576 together. The two formats' byte layouts are the header's CACHE_* comments.
-constexpr int kDqk = 576, kDv = 512, kLatent = 512, kRope = 64;
-constexpr int kBf16TokenBytes = 2 * kDqk, kFp8TokenBytes = 656;
+constexpr int kDqk = 576, kDv = 512, kLatent = 512, kRope = 64;  // K: latent | rope; V: the latent
+constexpr int kBf16TokenBytes = 2 * kDqk, kFp8TokenBytes = 656;  // byte layouts: the header's CACHE_*
 
 float bf16_to_float(uint16_t b) {
   const uint32_t u = static_cast<uint32_t>(b) << 16;
@@ -37,13 +32,17 @@ uint16_t bf16_from_float(float f) {  // round to nearest even; a NaN stays a (qu
   return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-// float8 e4m3fn: bias 7, no infinities, S.1111.111 is NaN, subnormals m·2^-9.
-double e4m3_to_double(uint8_t b) {
-  const int e = (b >> 3) & 0xF, m = b & 7;
-  if (e == 15 && m == 7) return std::numeric_limits<double>::quiet_NaN();
-  const double v = e == 0 ? std::ldexp(static_cast<double>(m), -9) : std::ldexp(1.0 + m / 8.0, e - 7);
-  return b >> 7 ? -v : v;
-}
+// float8 e4m3fn: bias 7, no infinities, S.1111.111 is NaN, subnormals m·2^-9. The 256 codes are
+// decoded once: ldexp per element was most of a slot's load.
+const std::vector<double> kE4m3 = [] {
+  std::vector<double> t(256);
+  for (int c = 0; c < 256; ++c) {
+    const int e = (c >> 3) & 0xF, m = c & 7;
+    const double v = e == 0 ? std::ldexp(static_cast<double>(m), -9) : std::ldexp(1.0 + m / 8.0, e - 7);
+    t[c] = e == 15 && m == 7 ? NAN : c >> 7 ? -v : v;
+  }
+  return t;
+}();
 
 // The nearest e4m3fn code (ties to the even code), saturating at 448: a search, slow but right.
 uint8_t e4m3_from_float(float x) {
@@ -51,15 +50,14 @@ uint8_t e4m3_from_float(float x) {
   const double a = std::fabs(static_cast<double>(x));
   int best = 0;
   for (int c = 1; c <= 0x7E; ++c) {
-    const double err = std::fabs(e4m3_to_double(c) - a), best_err = std::fabs(e4m3_to_double(best) - a);
+    const double err = std::fabs(kE4m3[c] - a), best_err = std::fabs(kE4m3[best] - a);
     if (err < best_err || (err == best_err && (c & 1) == 0)) best = c;
   }
   return static_cast<uint8_t>(best | (x < 0 ? 0x80 : 0));
 }
 
-// q·k over the 576 values in float64. Four partial sums: one running sum makes every add wait
-// for the one before it, four independent ones let the compiler keep the vector lanes busy; the
-// result differs from one running sum by float64 roundoff only.
+// q·k over the 576 values in float64, in four partial sums: with one running sum every add waits
+// for the one before it. The result differs from one running sum by float64 roundoff only.
 double dot_qk(const double* q, const double* k) {
   double part[4] = {0, 0, 0, 0};
   for (int d = 0; d < kDqk; d += 4) {
@@ -71,11 +69,6 @@ double dot_qk(const double* q, const double* k) {
 // Cache slot `slot` as 576 exact doubles (bf16 values, or e4m3 code × its block's float32
 // scale). The cache is bytes with no alignment promised: memcpy, never a cast.
 void load_slot(const mla_plugin_decode_args& a, int64_t slot, double* k) {
-  static const auto e4m3 = [] {  // the 256 codes decoded once: ldexp per element was most of a load
-    std::vector<double> t(256);
-    for (int c = 0; c < 256; ++c) t[c] = e4m3_to_double(static_cast<uint8_t>(c));
-    return t;
-  }();
   uint16_t bf[kDqk];
   if (a.cache_format == MLA_PLUGIN_CACHE_BF16) {
     std::memcpy(bf, a.kv_cache + slot * kBf16TokenBytes, sizeof bf);
@@ -86,18 +79,16 @@ void load_slot(const mla_plugin_decode_args& a, int64_t slot, double* k) {
   float scales[4];
   std::memcpy(scales, p + kLatent, sizeof scales);
   std::memcpy(bf, p + kLatent + sizeof scales, 2 * kRope);
-  for (int d = 0; d < kLatent; ++d) k[d] = e4m3[p[d]] * static_cast<double>(scales[d / 128]);
+  for (int d = 0; d < kLatent; ++d) k[d] = kE4m3[p[d]] * static_cast<double>(scales[d / 128]);
   for (int j = 0; j < kRope; ++j) k[kLatent + j] = bf16_to_float(bf[j]);
 }
 
-// Position t of sequence b lives where the block table says: pages need not be contiguous.
-int64_t slot_of(const mla_plugin_decode_args& a, int64_t b, int64_t t) {
+int64_t slot_of(const mla_plugin_decode_args& a, int64_t b, int64_t t) {  // pages need not be contiguous
   return int64_t{a.block_table[b * a.max_blocks + t / a.page_size]} * a.page_size + t % a.page_size;
 }
 
-// The positions query token s of sequence b attends. Dense: a prefix (causal: the query is one
-// of the last s_q tokens and sees itself and what precedes it). Sparse: the listed positions;
-// one outside [0, L) is skipped, never clamped (the catalog holds every kind of them).
+// The positions query token s of sequence b attends: dense, a prefix (causal: s sees itself and
+// what precedes it); sparse, the listed ones in [0, L), the rest skipped, never clamped.
 void attended(const mla_plugin_decode_args& a, int64_t b, int64_t s, std::vector<int64_t>& positions) {
   const int64_t L = a.cache_seqlens[b];
   positions.clear();
@@ -109,60 +100,48 @@ void attended(const mla_plugin_decode_args& a, int64_t b, int64_t s, std::vector
   }
 }
 
-// Host memory in and out, all work done before returning. Outputs arrive filled with NaN between
-// guard bytes: write every element and nothing else, never the inputs (the host checksums
-// them), and be deterministic (the host calls 3 to 5 times and compares bit for bit).
+// Host memory in and out, all work done before returning; mla_plugin_decode_args lists the checks.
 int32_t decode(const mla_plugin_decode_args* args, char* error, size_t error_size) {
   if (!args || args->struct_size < sizeof(mla_plugin_decode_args)) {
-    std::snprintf(error, error_size, "decode arguments from an older host ABI");  // never read past them
+    std::snprintf(error, error_size, "decode arguments from an older host ABI");
     return MLA_PLUGIN_ERROR;
   }
-  const mla_plugin_decode_args& a = *args;
-  if (a.d_qk != kDqk || a.d_v != kDv) {  // a refusal, not a failure: the host records the reason
-    std::snprintf(error, error_size, "d_qk=%d d_v=%d: only 576/512", a.d_qk, a.d_v);
-    return MLA_PLUGIN_UNSUPPORTED;
-  }
+  const mla_plugin_decode_args& a = *args;  // d_qk and d_v: always 576 and 512
   const int64_t S = a.s_q, H = a.heads;
-  std::vector<double> q(H * kDqk), k(kDqk), acc(H * kDv), sum(H), mx(H), scores;
+  std::vector<double> q(H * kDqk), k(kDqk);
   std::vector<int64_t> positions;
-  for (int64_t b = 0; b < a.batch; ++b) {
-    for (int64_t s = 0; s < S; ++s) {
-      attended(a, b, s, positions);
-      const std::size_t n = positions.size();
-      for (int64_t i = 0; i < H * kDqk; ++i) q[i] = bf16_to_float(a.q[(b * S + s) * H * kDqk + i]);
-      // Pass 1: every score and each head's maximum, so that pass 2's exp() cannot overflow.
-      scores.assign(H * n, 0.0);
-      std::fill(mx.begin(), mx.end(), -std::numeric_limits<double>::infinity());
-      for (std::size_t j = 0; j < n; ++j) {
-        load_slot(a, slot_of(a, b, positions[j]), k.data());
-        for (int64_t h = 0; h < H; ++h) {
-          scores[h * n + j] = a.softmax_scale * dot_qk(&q[h * kDqk], k.data());
-          mx[h] = std::max(mx[h], scores[h * n + j]);
-        }
+  for (int64_t row = 0; row < a.batch * S; ++row) {  // row: query token s of sequence b
+    const int64_t b = row / S, s = row % S;
+    attended(a, b, s, positions);
+    const std::size_t n = positions.size();
+    for (int64_t i = 0; i < H * kDqk; ++i) q[i] = bf16_to_float(a.q[row * H * kDqk + i]);
+    // Pass 1: every score and each head's maximum, so that pass 2's exp() cannot overflow.
+    std::vector<double> scores(H * n), mx(H, -INFINITY);
+    for (std::size_t j = 0; j < n; ++j) {
+      load_slot(a, slot_of(a, b, positions[j]), k.data());
+      for (int64_t h = 0; h < H; ++h) {
+        scores[h * n + j] = a.softmax_scale * dot_qk(&q[h * kDqk], k.data());
+        mx[h] = std::max(mx[h], scores[h * n + j]);
       }
-      // Pass 2: P·V over the latent (V is K's first 512 values), normalized at the end.
-      std::fill(acc.begin(), acc.end(), 0.0);
-      std::fill(sum.begin(), sum.end(), 0.0);
-      for (std::size_t j = 0; j < n; ++j) {
-        load_slot(a, slot_of(a, b, positions[j]), k.data());
-        for (int64_t h = 0; h < H; ++h) {
-          const double w = std::exp(scores[h * n + j] - mx[h]);
-          sum[h] += w;
-          for (int d = 0; d < kDv; ++d) acc[h * kDv + d] += w * k[d];
-        }
-      }
-      // out [b, s, h, 512] in out_dtype; lse [b, h, s] in natural log, +inf (and out 0) for a row
-      // that attends nothing: the canonical conventions, which need no declaration.
-      float* out = static_cast<float*>(a.out) + (b * S + s) * H * kDv;
-      for (int64_t i = 0; i < H * kDv; ++i) out[i] = static_cast<float>(n == 0 ? 0.0 : acc[i] / sum[i / kDv]);
-      for (int64_t h = 0; h < H; ++h) a.lse[(b * H + h) * S + s] = n == 0 ? INFINITY : mx[h] + std::log(sum[h]);
     }
+    // Pass 2: P·V over the latent (V is K's first 512 values), normalized at the end.
+    std::vector<double> acc(H * kDv), sum(H);
+    for (std::size_t j = 0; j < n; ++j) {
+      load_slot(a, slot_of(a, b, positions[j]), k.data());
+      for (int64_t h = 0; h < H; ++h) {
+        const double w = std::exp(scores[h * n + j] - mx[h]);
+        sum[h] += w;
+        for (int d = 0; d < kDv; ++d) acc[h * kDv + d] += w * k[d];
+      }
+    }
+    float* out = static_cast<float*>(a.out) + row * H * kDv;
+    for (int64_t i = 0; i < H * kDv; ++i) out[i] = static_cast<float>(n == 0 ? 0.0 : acc[i] / sum[i / kDv]);
+    for (int64_t h = 0; h < H; ++h) a.lse[(b * H + h) * S + s] = n == 0 ? INFINITY : mx[h] + std::log(sum[h]);
   }
   return MLA_PLUGIN_OK;
 }
 
-// Every token's slot, checked before the first write: a refused call leaves the cache as it was
-// (CAPACITY: past max_seq_len or max_blocks, or a block the table does not map).
+// Every token's slot, found before the first write, so that a refused call leaves the cache as it was.
 int32_t find_slots(const mla_plugin_append_args& a, std::vector<int64_t>& slots, char* error, size_t error_size) {
   slots.assign(static_cast<std::size_t>(std::max(0, a.num_tokens)), 0);
   for (int32_t i = 0; i < a.num_tokens; ++i) {
@@ -172,15 +151,10 @@ int32_t find_slots(const mla_plugin_append_args& a, std::vector<int64_t>& slots,
       return MLA_PLUGIN_ERROR;
     }
     const int64_t page = pos / a.page_size;
-    if (pos >= a.max_seq_len || page >= a.max_blocks) {
-      std::snprintf(error, error_size, "cache capacity exceeded: token %d of sequence %d at position %d (max_seq_len %lld)",
-                    i, seq, pos, static_cast<long long>(a.max_seq_len));
-      return MLA_PLUGIN_CAPACITY;
-    }
-    const int32_t block = a.block_table[int64_t{seq} * a.max_blocks + page];
-    if (block < 0 || block >= a.num_blocks) {
-      std::snprintf(error, error_size, "cache capacity exceeded: token %d of sequence %d at position %d has no page", i,
-                    seq, pos);
+    const int32_t block = page < a.max_blocks ? a.block_table[int64_t{seq} * a.max_blocks + page] : -1;
+    if (pos >= a.max_seq_len || block < 0 || block >= a.num_blocks) {  // CAPACITY, not ERROR: the cache is full
+      std::snprintf(error, error_size, "cache capacity exceeded: token %d of sequence %d at position %d "
+                    "has no slot (max_seq_len %lld)", i, seq, pos, static_cast<long long>(a.max_seq_len));
       return MLA_PLUGIN_CAPACITY;
     }
     slots[static_cast<std::size_t>(i)] = int64_t{block} * a.page_size + pos % a.page_size;
@@ -188,17 +162,15 @@ int32_t find_slots(const mla_plugin_append_args& a, std::vector<int64_t>& slots,
   return MLA_PLUGIN_OK;
 }
 
-// One token's cache bytes: RMSNorm(latent) · weight and RoPE(k_pe) on interleaved pairs (2j,
-// 2j+1) in float64, one rounding to bf16; FP8 quantizes that bf16 latent per 128 values with a
-// float32 scale: DeepSeek's max(amax, 1e-4) / 448 or FlashMLA's max(amax / 448, 1e-4), which
-// UE8M0 rounds up to a power of two.
+// One token's cache bytes: RMSNorm(latent) · weight and RoPE(k_pe) in float64, one rounding to
+// bf16; FP8 then quantizes that bf16 latent per 128 values with the recipe's float32 scale.
 void encode_token(const mla_plugin_append_args& a, const uint16_t* x, const uint16_t* pe, int32_t position,
                   uint32_t recipe, uint8_t* token) {
   double v[kDqk], ss = 0;
   for (int j = 0; j < kLatent; ++j) ss += static_cast<double>(bf16_to_float(x[j])) * bf16_to_float(x[j]);
   const double inv_rms = 1.0 / std::sqrt(ss / kLatent + a.eps);
   for (int j = 0; j < kLatent; ++j) v[j] = bf16_to_float(x[j]) * inv_rms * bf16_to_float(a.kv_norm_weight[j]);
-  for (int j = 0; j < kRope / 2; ++j) {
+  for (int j = 0; j < kRope / 2; ++j) {  // interleaved pairs (2j, 2j+1), DeepSeek's layout
     const double angle = position * a.inv_freq[j], c = std::cos(angle), s = std::sin(angle);
     const double x0 = bf16_to_float(pe[2 * j]), x1 = bf16_to_float(pe[2 * j + 1]);
     v[kLatent + 2 * j] = x0 * c - x1 * s;
@@ -214,7 +186,7 @@ void encode_token(const mla_plugin_append_args& a, const uint16_t* x, const uint
     float amax = 0;
     for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(bf16_to_float(bf[128 * blk + j])));
     float scale = recipe == MLA_PLUGIN_RECIPE_FLASHMLA ? std::max(amax / 448.0f, 1e-4f) : std::max(amax, 1e-4f) / 448.0f;
-    int e = 0;
+    int e = 0;  // UE8M0: the scale rounded up to a power of two
     if (a.scale_fmt == MLA_PLUGIN_SCALE_UE8M0 && std::frexp(scale, &e) != 0.5f) scale = std::ldexp(1.0f, e);
     for (int j = 0; j < 128; ++j) token[128 * blk + j] = e4m3_from_float(bf16_to_float(bf[128 * blk + j]) / scale);
     std::memcpy(token + kLatent + 4 * blk, &scale, 4);
@@ -222,65 +194,55 @@ void encode_token(const mla_plugin_append_args& a, const uint16_t* x, const uint
   std::memcpy(token + kLatent + 16, bf + kLatent, 2 * kRope);
 }
 
-// Writes exactly the slots the tokens map to: the certifier compares every other byte.
+// Writes exactly the slots the tokens map to (every byte of each): the certifier compares the rest.
 int32_t append(const mla_plugin_append_args* args, char* error, size_t error_size) {
   if (!args || !MLA_PLUGIN_HAS_FIELD(mla_plugin_append_args, stream, args->struct_size)) {
     std::snprintf(error, error_size, "append arguments from an older host ABI");
     return MLA_PLUGIN_ERROR;
   }
-  const mla_plugin_append_args& a = *args;
-  if (a.cache_format != MLA_PLUGIN_CACHE_FP8 && a.cache_format != MLA_PLUGIN_CACHE_BF16) {
-    std::snprintf(error, error_size, "cache_format %u is not one this plug-in writes", a.cache_format);
-    return MLA_PLUGIN_UNSUPPORTED;
-  }
+  const mla_plugin_append_args& a = *args;  // cache_format: one of append_formats, from the host
   std::vector<int64_t> slots;
   if (const int32_t rc = find_slots(a, slots, error, error_size); rc != MLA_PLUGIN_OK) return rc;
   // The FP8 recipe asked for: a 1.1 host's args end before fp8_recipe, which means DeepSeek's.
   const bool has_recipe = MLA_PLUGIN_HAS_FIELD(mla_plugin_append_args, fp8_recipe, a.struct_size) && a.fp8_recipe;
   const uint32_t recipe = has_recipe ? a.fp8_recipe : MLA_PLUGIN_RECIPE_DEEPSEEK_V32;
   const int64_t bytes = a.cache_format == MLA_PLUGIN_CACHE_FP8 ? kFp8TokenBytes : kBf16TokenBytes;
-  std::vector<uint8_t> token(static_cast<std::size_t>(bytes));
   for (int32_t i = 0; i < a.num_tokens; ++i) {
-    encode_token(a, a.latent + int64_t{i} * kLatent, a.k_pe + int64_t{i} * kRope, a.positions[i], recipe, token.data());
-    std::memcpy(a.kv_cache + slots[static_cast<std::size_t>(i)] * bytes, token.data(), token.size());
+    uint8_t* token = a.kv_cache + slots[static_cast<std::size_t>(i)] * bytes;
+    encode_token(a, a.latent + int64_t{i} * kLatent, a.k_pe + int64_t{i} * kRope, a.positions[i], recipe, token);
   }
   return MLA_PLUGIN_OK;
 }
 
-// The descriptor: what the host may ask of the kernel, and what it must assume.
+// Left zero, the declarations (lse base, layout, empty-row value, index numbering, precision) are
+// the canonical conventions: a kernel that differs must declare it, or be judged wrong.
 mla_plugin_descriptor make_descriptor() {
-  mla_plugin_descriptor d{};               // zero: optional fields absent, 1.2 conventions canonical
+  mla_plugin_descriptor d{};               // zero: every optional field absent
   d.abi_version = MLA_PLUGIN_ABI_VERSION;  // the host refuses another major version
   d.struct_size = sizeof d;                // tells the host which later fields exist
   d.abi_minor = MLA_PLUGIN_ABI_MINOR;
-  d.name = "good_append";                  // [a-z0-9_]+: the kernel's row in the report
+  d.name = "good_append";                  // the kernel's row in the report
   d.version = "1.0.0";                     // part of --resume's identity: change it with the kernel
   d.description = "example plug-in: float64 accumulation, good_append";
   d.backend = "cpu";                       // host memory: flags has no MLA_PLUGIN_FLAG_DEVICE_MEMORY
   d.out_dtype = MLA_PLUGIN_OUT_F32;
-  // The claims: every catalog case inside them must pass; the rest are NOT_CLAIMED. A kernel
-  // narrower than ranges and masks can say also sets can_implement (a predicate on the shape).
+  // The claims: every catalog case inside them must pass, the rest are NOT_CLAIMED (a domain that
+  // ranges and masks cannot state is a can_implement predicate on the shape).
   d.caps.cache_formats = MLA_PLUGIN_CACHE_BF16 | MLA_PLUGIN_CACHE_FP8;
   d.caps.features = MLA_PLUGIN_DENSE | MLA_PLUGIN_SPARSE | MLA_PLUGIN_VARLEN;
   d.caps.min_heads = 1, d.caps.max_heads = 128;
-  d.caps.min_s_q = 1, d.caps.max_s_q = 64;  // query tokens per sequence per call
-  d.caps.num_page_sizes = 0;                // any page size (else the first n of page_sizes)
+  d.caps.min_s_q = 1, d.caps.max_s_q = 64;  // query tokens per sequence per call; any page size
   d.decode = decode;  // (and `unavailable`: a CUDA plug-in says why it cannot run here, e.g. no device)
-  // The optional append: the formats and FP8 scales it writes. append_fp8_recipes 0 means
-  // DeepSeek's only (the host then never asks for FlashMLA's, which this one could also write).
+  // append_fp8_recipes left 0: DeepSeek's recipe only (the host never asks for FlashMLA's).
   d.append = append;
   d.append_formats = MLA_PLUGIN_CACHE_BF16 | MLA_PLUGIN_CACHE_FP8;
   d.append_scale_fmts = MLA_PLUGIN_SCALE_FP32 | MLA_PLUGIN_SCALE_UE8M0;
-  // Left zero: lse base, layout and empty-row value, index numbering, precision. A kernel that
-  // differs (log2 lse, global-slot indices, bf16 operands) must declare it, or be judged wrong.
   return d;
 }
 
 }  // namespace
 
-#ifndef MLA_PLUGIN_TEMPLATE_NO_EXPORT
-// The one exported symbol: a host of another major version gets NULL and says so, rather than
-// misreading the structs.
+#ifndef MLA_PLUGIN_TEMPLATE_NO_EXPORT  // defined by the variants, which export their own
 extern "C" MLA_PLUGIN_EXPORT const mla_plugin_descriptor* mla_plugin_get_descriptor(uint32_t host_abi_version) {
   static const mla_plugin_descriptor descriptor = make_descriptor();
   return host_abi_version == MLA_PLUGIN_ABI_VERSION ? &descriptor : nullptr;

@@ -191,6 +191,7 @@ struct KernelCase {
   // An external kernel's own answer on the point's shape and scale format (nullptr: none).
   const mla::certify::ExternalBenchKernel* external = nullptr;
   bool overhead = false;  // a calling path with an empty kernel: timed, never judged
+  bool out_of_process = false;  // computes in another process (a Python kernel's door child)
 };
 
 using mla::bench::process_cpu_seconds;
@@ -268,12 +269,15 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
     st.counters["cold_cache"] = C(flusher ? 1.0 : 0.0);
     // CPU time the process got during the timed calls per wall second and thread: below 1 the
     // implementation was descheduled (a busy machine), so its times overstate its cost.
-    if (impl.info().backend == "cpu" && seconds > 0)
+    // A Python kernel computes in the door's child, whose CPU time this process does not see: no
+    // CPU figures for it rather than a share of 0 that would read as "descheduled".
+    const bool own_cpu = impl.info().backend == "cpu" && !kc.out_of_process;
+    if (own_cpu && seconds > 0)
       st.counters["cpu_share"] = C(cpu_seconds / (seconds * kc.threads));
     // Who else had the CPUs while this row ran: other processes' work in CPUs' worth, the
     // hypervisor's steal, and the fraction of the time a runnable task waited for a CPU. A
     // cpu_share below 1 with others_cpus near 0 is ours (a serial section, an imbalance).
-    if (impl.info().backend == "cpu" && load.ok) {
+    if (own_cpu && load.ok) {
       st.counters["others_cpus"] = C(load.others_cpus);
       st.counters["steal_cpus"] = C(load.steal_cpus);
       if (load.psi) st.counters["cpu_wait"] = C(load.cpu_wait);
@@ -283,7 +287,7 @@ void bench_kernel(benchmark::State& st, KernelCase kc) {
     // rate (pct_of_flop_ceiling) also counts the time other processes held the cores; this one
     // does not, so the two together tell a slow kernel from a busy machine. Not a substitute
     // for the wall rate: the report's % of ceiling stays the wall one.
-    if (impl.info().backend == "cpu" && cpu_seconds > 0) {
+    if (own_cpu && cpu_seconds > 0) {
       const bool f64 = impl.info().out_dtype == mla::OutDType::f64;
       const double per_cpu = f64 ? kc.ceilings->fma_f64_per_cpu_second : kc.ceilings->fma_f32_per_cpu_second;
       if (per_cpu > 0)
@@ -610,7 +614,8 @@ int main(int argc, char** argv) {
       if (!on_device(k))
         benchmark::RegisterBenchmark(fmt::format("mla/{}/{}", k->info().name, p->name).c_str(), bench_kernel,
                                      KernelCase{k, p, &ceilings, flusher ? &*flusher : nullptr, flush_min_bytes, budget, o.threads,
-                                                external_of.count(k) ? external_of.at(k) : nullptr, is_overhead(k)})
+                                                external_of.count(k) ? external_of.at(k) : nullptr, is_overhead(k),
+                                                external_of.count(k) && external_of.at(k)->origin.value("kind", "") == "python"})
             ->UseManualTime()
             ->Unit(benchmark::kMillisecond);
 #if MLA_BENCH_WITH_GPU

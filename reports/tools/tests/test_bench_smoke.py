@@ -125,21 +125,32 @@ def test_list_and_flag_errors():
 GOOD, BAD = os.environ.get("MLA_PLUGIN_GOOD"), os.environ.get("MLA_PLUGIN_BAD")
 
 
+# The Python door's example kernel, run by the Python that has torch (the one on PATH may not).
+TORCH_KERNEL = os.path.join(os.path.dirname(__file__), "..", "..", "..", "kernels", "python", "examples", "torch_mla.py")
+
+
+def _python_has_torch() -> bool:
+    return subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode == 0
+
+
 @pytest.mark.skipif(not (GOOD and BAD), reason="MLA_PLUGIN_GOOD / MLA_PLUGIN_BAD (example plug-ins) not set")
-def test_plugins_beside_the_builtins_timed_only_where_they_pass(tmp_path):
-    # A correct plug-in and one that drops each sequence's last key, beside the fp64 reference,
-    # in one run: the correct one gets times and its calling path's overhead row; the wrong one
-    # is judged before it is timed and gets "not timed: FAIL" rows, never a number.
+def test_external_kernels_beside_the_builtins_timed_only_where_they_pass(tmp_path):
+    # A correct plug-in, one that drops each sequence's last key and (where torch imports) the
+    # Python door's example kernel, beside the fp64 reference, in one run: the correct ones get
+    # times and their calling path's overhead rows; the wrong one is judged before it is timed and
+    # gets "not timed: FAIL" rows, never a number.
     out = tmp_path / "ext.json"
+    python = [f"--mla_python={os.path.abspath(TORCH_KERNEL)}:KERNEL", "--mla_python_exe=/usr/bin/python3"] \
+        if _python_has_torch() else []
     p = subprocess.run([BENCH, "--mla_points=edge_page_boundaries,edge_heads7", "--mla_kernels=cpu_mla_fp64",
-                        f"--mla_plugin={GOOD}", f"--mla_plugin={BAD}", *FAST, "--benchmark_repetitions=2",
+                        f"--mla_plugin={GOOD}", f"--mla_plugin={BAD}", *python, *FAST, "--benchmark_repetitions=2",
                         "--benchmark_filter=^mla/", f"--benchmark_out={out}", "--benchmark_out_format=json"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     run = benchjson.load(out)
     external = {n: k for n, k in run.kernels.items() if k.get("origin")}
-    good = [n for n, k in external.items() if k["origin"]["path"].endswith(os.path.basename(GOOD)) and not k.get("overhead_of")]
-    bad = [n for n, k in external.items() if k["origin"]["path"].endswith(os.path.basename(BAD)) and not k.get("overhead_of")]
+    good = [n for n, k in external.items() if k["origin"].get("path", "").endswith(os.path.basename(GOOD)) and not k.get("overhead_of")]
+    bad = [n for n, k in external.items() if k["origin"].get("path", "").endswith(os.path.basename(BAD)) and not k.get("overhead_of")]
     assert len(good) == 1 and len(bad) == 1, external
     assert len(external[good[0]]["origin"]["sha256"]) == 64
     rows = {(c.kernel, c.point): c for c in run.kernel_cases()}
@@ -150,6 +161,14 @@ def test_plugins_beside_the_builtins_timed_only_where_they_pass(tmp_path):
         assert b.error and b.error.startswith("not timed: FAIL (") and not b.times_s, b.error
         o = overhead[(good[0], point)]
         assert not o.error and len(o.times_s) == 2, o.error
+    if python:
+        py = [n for n, k in external.items() if k["origin"]["kind"] == "python" and not k.get("overhead_of")]
+        assert len(py) == 1 and len(external[py[0]]["origin"]["module_digest"]) == 64, external
+        for point in ("edge_page_boundaries", "edge_heads7"):
+            c, o = rows[(py[0], point)], overhead[(py[0], point)]
+            assert not c.error and len(c.times_s) == 2 and not o.error and len(o.times_s) == 2, (c.error, o.error)
+            # Its work is done in the door's child: no CPU share of this process is claimed for it.
+            assert "cpu_share" not in c.counters
     md = report.render_markdown(run, roofline_png=None, bandwidth_png=None)
     assert "## External kernels" in md and external[good[0]]["origin"]["sha256"] in md
     assert "## Calling-path overhead" in md and f"| `{good[0]}` | edge_heads7 |" in md

@@ -37,7 +37,7 @@ import tempfile
 import time
 
 # Calls of one row: a plug-in or Python kernel is called 3 to 5 times in its first process, then
-# once in a second process (certify/src/session.hpp, CallSchedule).
+# once in a second process (certify/src/run/session.hpp, CallSchedule).
 MAX_CALLS = 6
 SMALL = r"attn_core/h3_sq2_short$"
 LARGE = r"attn_core/"

@@ -165,6 +165,18 @@ TEST_F(PythonBench, TheShippedKernelPassesRepeatsBitwiseAndCostsMoreThanTheDoor)
   std::cout << fmt::format("round trip at b=2 s_q=2 h=4 L<=150: door alone {:.1f} us, torch_mla {:.1f} us\n", door_s * 1e6,
                            kernel_s * 1e6);
   EXPECT_LT(door_s, kernel_s);
+  // The kernel's own time as the child clocked it: inside the round trip that carried it; the
+  // door's twin reports none (its round trip is all it is timed for).
+  const auto* own = dynamic_cast<const mla::SelfTimed*>(p.get());
+  ASSERT_NE(own, nullptr);
+  const auto t0 = std::chrono::steady_clock::now();
+  p->run();
+  const double trip = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(own->last_run_seconds());
+  EXPECT_GT(*own->last_run_seconds(), 0.0);
+  EXPECT_LT(*own->last_run_seconds(), trip);
+  ASSERT_NE(dynamic_cast<const mla::SelfTimed*>(o.get()), nullptr);
+  EXPECT_FALSE(dynamic_cast<const mla::SelfTimed*>(o.get())->last_run_seconds());
 
   // One long-lived child per prepared call, reaped when the prepared call goes.
   const auto live = bench_children();

@@ -85,7 +85,7 @@ def _died(rc: int) -> str | None:
 def through_tool(tool: str, artifact: str, timeout: int, deadline: int | None = None) -> tuple[str, str]:
     """A golden file that crashes libhdf5 in the fuzzer, given to the tool as a user would have it:
     in a catalog whose manifest matches it. The tool reads every golden through in a child process
-    first (certify/src/golden_check.cpp), so it must refuse the file and live; if its own process
+    first (certify/src/run/golden_check.cpp), so it must refuse the file and live; if its own process
     dies of a signal, hangs or reports a sanitizer error, the crash is the tool's: a finding."""
     with tempfile.TemporaryDirectory(prefix="mla-triage-") as work:
         catalog = os.path.join(work, "catalog")

@@ -83,7 +83,7 @@ nlohmann::json judge_result(const JudgeRequest& rq) {
     const PrecisionClass pc = precision_class_from_string(fmt::format("{}/{}", *rq.compute, to_string(declared.out_dtype)));
     declared.compute = ComputePrecision{pc.operands, pc.accumulate};
   }
-  // The certifier's judge (certify/src/run_case.cpp, judge_run): the same truth, the same entry
+  // The certifier's judge (certify/src/kinds/decode/run_case.cpp, judge_run): the same truth, the same entry
   // choice, the same rules.
   const GoldenTruth truth(c);
   const AttentionJudgement j = judge_attention(s, declared, got, truth.view());

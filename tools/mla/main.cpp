@@ -104,7 +104,7 @@ std::string certified_families() {
     if (f.certify == mla::golden::Certified::attention) attention += (attention.empty() ? "" : ", ") + f.certified_as;
     if (f.certify == mla::golden::Certified::append) appends += (appends.empty() ? "" : ", ") + f.certified_as + " (plug-in appends)";
   }
-  // The families drawn at run time (the catalog's generated ones: fresh, certify/src/fresh.cpp).
+  // The families drawn at run time (the catalog's generated ones: fresh, certify/src/kinds/fresh.cpp).
   std::string drawn;
   for (const auto& f : mla::golden::generated_families()) drawn += ", " + f.certified_as + " (drawn at run time)";
   return attention + (appends.empty() ? "" : ", " + appends) + drawn;

@@ -10,13 +10,13 @@ and never imports the user's code itself. Every message is the certifier's one w
 (certify/include/mla/certify/wire.hpp: one JSON header line, then the arrays' bytes; these
 messages have none). `call` maps the certifier's shared buffers (a memfd on the descriptor
 the plan names, laid out as the plan says), hands the kernel zero-copy torch views of them, makes the planned calls,
-writes one bounded record per call into the control block (certify/src/arena.hpp ArenaControl /
+writes one bounded record per call into the control block (certify/src/isolation/arena.hpp ArenaControl /
 ArenaCall) and stops itself (SIGSTOP) after each call the plan marks `stop`, so the certifier
 audits a Python kernel with exactly the code that audits a C plug-in: inputs compared byte for
 byte, canaries around every output, every element written, every call bitwise equal, nothing
 changed after a call returned. Nothing this process writes can make a result pass.
 
-`bench` is for timing, not certifying (`mla-bench --mla_python`, certify/src/python_bench.cpp):
+`bench` is for timing, not certifying (`mla-bench --mla_python`, certify/src/bench/python_bench.cpp):
 the same plan and buffers, but one long-lived process that prepares the plan's call 0 once
 (views, and for backend cuda the copies to the device) and then serves requests on the stream
 socket FD until its peer closes it. Request b"c": one kernel call (cuda: synchronized, timed
@@ -59,7 +59,7 @@ import mla_door  # noqa: E402
 
 WIRE_FORMAT, WIRE_VERSION = "mla-certify-wire", 1
 
-# The control block as certify/src/arena.hpp lays it out (its static_asserts pin the same
+# The control block as certify/src/isolation/arena.hpp lays it out (its static_asserts pin the same
 # numbers). The plan carries the certifier's own offsetof values; a plan whose layout differs
 # from these comes from another version of the certifier and is refused, never guessed at.
 CONTROL = {
@@ -68,7 +68,7 @@ CONTROL = {
     "call": {"state": 0, "rc": 4, "seconds": 8, "message": 16},
     "message_bytes": 1024, "max_calls": 32,
 }
-# A call's state, numbered as certify/src/arena.hpp's ArenaState (ok, unsupported, error; 0, the
+# A call's state, numbered as certify/src/isolation/arena.hpp's ArenaState (ok, unsupported, error; 0, the
 # cleared block, is a call not made).
 STATE_OK, STATE_UNSUPPORTED, STATE_ERROR = 1, 2, 3
 # Where a backend "cuda" kernel's tensors are copied: the current CUDA device. MLA_DOOR_DEVICE=cpu

@@ -1,4 +1,4 @@
-// The `fresh` family's cases (certify/src/fresh.cpp), as the certifier draws them: exposed so a
+// The `fresh` family's cases (certify/src/kinds/fresh.cpp), as the certifier draws them: exposed so a
 // test can hold the drawn inputs to what the family promises (needles on long bf16 cases, every
 // kind of invalid sparse index, the catalog's sentinel block id) without a certification run.
 #pragma once

@@ -81,6 +81,18 @@ class PreparedAttention {
   virtual void synchronize() {}
 };
 
+// A prepared call whose work runs where this process cannot clock it alone: a Python kernel runs
+// in the door's child, so a clock here would add the round trip to the child; there the child
+// brackets the call itself (CUDA events around a device kernel's stream work, a host clock around
+// a CPU one). A benchmark takes that figure as the call's time and measures the path apart (the
+// same path with an empty kernel).
+class SelfTimed {
+ public:
+  virtual ~SelfTimed() = default;
+  // Seconds of the last run() as measured where it ran; nullopt: none, time it from outside.
+  virtual std::optional<double> last_run_seconds() const = 0;
+};
+
 class AttentionImpl {
  public:
   virtual ~AttentionImpl() = default;

@@ -113,7 +113,7 @@ struct Counts {
 Counts count(const KernelReport& k);
 
 // A shard's certificate (`mla certify --shard I/N`) holds the cases of the selection whose
-// identity hashes to shard I (certify/src/plan.cpp, shard_of); it is never the catalog's verdict.
+// identity hashes to shard I (certify/src/run/plan.cpp, shard_of); it is never the catalog's verdict.
 // A merged one (`mla merge`) records every shard it was made of, and the missing ones.
 struct ShardInfo {
   int index = 0;  // 1-based; 0 in a merged certificate

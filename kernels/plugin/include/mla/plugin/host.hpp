@@ -4,7 +4,7 @@
 //
 // The audit is not here: the certifier's parent process lays out every buffer a call reads and
 // writes in shared memory between guard regions, its child calls the plug-in on them through
-// this host, and the parent checks the raw bytes (certify/src/arena.hpp). A device-memory
+// this host, and the parent checks the raw bytes (certify/src/isolation/arena.hpp). A device-memory
 // plug-in gets device copies with guard regions of their own (device_call.hpp), whose findings
 // the host hands back.
 #pragma once

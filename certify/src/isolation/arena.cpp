@@ -1,4 +1,4 @@
-#include "arena.hpp"
+#include "isolation/arena.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

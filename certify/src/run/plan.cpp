@@ -16,8 +16,8 @@
 #include "mla/faults/faults.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/registry/registry.hpp"
-#include "python_door.hpp"
-#include "session.hpp"
+#include "isolation/python_door.hpp"
+#include "run/session.hpp"
 
 #ifndef MLA_VERSION
 #define MLA_VERSION "unknown"

@@ -14,8 +14,8 @@
 #include "mla/certify/certify.hpp"
 #include "mla/certify/junit.hpp"
 #include "mla/golden/families.hpp"
-#include "lock.hpp"
-#include "session.hpp"
+#include "run/lock.hpp"
+#include "run/session.hpp"
 
 namespace mla::certify {
 namespace {

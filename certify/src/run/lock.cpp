@@ -1,4 +1,4 @@
-#include "lock.hpp"
+#include "run/lock.hpp"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,6 +1,6 @@
 // The Python front door (python_door.hpp): finding the door and a python3 that imports torch,
 // reading a Python kernel's declaration in a child and validating it here.
-#include "python_door.hpp"
+#include "isolation/python_door.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "mla/certify/append_case.hpp"
-#include "session.hpp"
+#include "run/session.hpp"
 
 namespace mla::certify {
 namespace {

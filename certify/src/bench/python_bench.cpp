@@ -28,8 +28,8 @@
 
 #include <fmt/format.h>
 
-#include "arena.hpp"
-#include "claims.hpp"
+#include "isolation/arena.hpp"
+#include "run/claims.hpp"
 #include "mla/certify/certify.hpp"
 #include "mla/certify/isolation.hpp"
 #include "mla/certify/protocol.hpp"
@@ -37,8 +37,8 @@
 #include "mla/core/conventions.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/text.hpp"
-#include "python_door.hpp"
-#include "session.hpp"
+#include "isolation/python_door.hpp"
+#include "run/session.hpp"
 
 namespace mla::certify {
 namespace {
@@ -240,11 +240,17 @@ std::string bounded(const char* s) { return printable(std::string_view(s, strnle
 
 // One prepared call: the inputs in the kernel's conventions laid out in an Arena, and the child
 // that calls the kernel on them.
-class PythonPrepared final : public PreparedAttention {
+class PythonPrepared final : public PreparedAttention, public SelfTimed {
  public:
   PythonPrepared(std::shared_ptr<Door> door, const AttnInputs& canonical, bool empty);
   void run() override;
   AttnOutputs results() override;
+  // The kernel's own time, as the child measured it; the empty twin has none: its whole cost is
+  // the round trip, which is what it is timed for.
+  std::optional<double> last_run_seconds() const override {
+    if (empty_ || !ran_) return std::nullopt;
+    return arena_->control().calls[0].seconds;
+  }
 
  private:
   // Throws for a record in call slot 0 that is not a returned call.
@@ -255,11 +261,12 @@ class PythonPrepared final : public PreparedAttention {
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<BenchChild> child_;  // declared last: killed before the buffers go
   double timeout_s_;
+  bool empty_;
   bool ran_ = false;
 };
 
 PythonPrepared::PythonPrepared(std::shared_ptr<Door> door, const AttnInputs& canonical, bool empty)
-    : door_(std::move(door)), canonical_shape_(canonical.shape), timeout_s_(call_timeout_s()) {
+    : door_(std::move(door)), canonical_shape_(canonical.shape), timeout_s_(call_timeout_s()), empty_(empty) {
   const Implementation& k = door_->kernel;
   auto converted = inputs_to_kernel(k.info.conventions, canonical);  // canonical -> kernel
   inputs_ = converted ? std::move(*converted) : AttnBuffers(canonical);

@@ -25,8 +25,8 @@
 #include "mla/core/sha256.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/core/tolerance.hpp"
-#include "lock.hpp"
-#include "session.hpp"
+#include "run/lock.hpp"
+#include "run/session.hpp"
 
 #ifndef MLA_VERSION
 #define MLA_VERSION "unknown"

@@ -13,12 +13,12 @@
 
 #include <fmt/format.h>
 
-#include "append_arena.hpp"
-#include "arena.hpp"
+#include "kinds/append/append_arena.hpp"
+#include "isolation/arena.hpp"
 #include "mla/certify/host_error.hpp"
 #include "mla/core/text.hpp"
 #include "mla/plugin/host.hpp"
-#include "session.hpp"
+#include "run/session.hpp"
 
 namespace mla::certify {
 namespace {

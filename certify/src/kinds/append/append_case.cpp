@@ -18,8 +18,8 @@
 #include "mla/judge/append.hpp"
 #include "mla/ref/rope.hpp"
 #include "mla/reports/certificate.hpp"
-#include "append_arena.hpp"
-#include "session.hpp"
+#include "kinds/append/append_arena.hpp"
+#include "run/session.hpp"
 
 namespace mla::certify {
 namespace {

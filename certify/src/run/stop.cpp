@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "session.hpp"
+#include "run/session.hpp"
 
 namespace mla::certify {
 namespace {

@@ -10,8 +10,8 @@
 #include "mla/core/sha256.hpp"
 #include "mla/core/text.hpp"
 #include "mla/plugin/host.hpp"
-#include "arena.hpp"
-#include "session.hpp"
+#include "isolation/arena.hpp"
+#include "run/session.hpp"
 
 namespace mla::certify {
 namespace {

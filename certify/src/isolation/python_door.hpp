@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "mla/certify/python_declaration.hpp"
-#include "session.hpp"
+#include "run/session.hpp"
 
 namespace mla::certify {
 

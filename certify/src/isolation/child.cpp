@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "arena.hpp"
+#include "isolation/arena.hpp"
 #include "mla/certify/wire.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/sha256.hpp"

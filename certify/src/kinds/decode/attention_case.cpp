@@ -6,11 +6,11 @@
 
 #include <fmt/format.h>
 
-#include "claims.hpp"
+#include "run/claims.hpp"
 #include "mla/certify/twin.hpp"
 #include "mla/certify/host_error.hpp"
 #include "mla/judge/golden.hpp"
-#include "session.hpp"
+#include "run/session.hpp"
 
 namespace mla::certify {
 namespace {

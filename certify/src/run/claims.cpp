@@ -1,6 +1,6 @@
 // THE claim decision (claims.hpp): the declared capabilities and lengths, then a plug-in's own
 // can_implement, asked in a child process once per distinct shape.
-#include "claims.hpp"
+#include "run/claims.hpp"
 
 #include <algorithm>
 
@@ -8,8 +8,8 @@
 #include <fmt/ranges.h>
 
 #include "mla/certify/protocol.hpp"
-#include "python_door.hpp"
-#include "session.hpp"
+#include "isolation/python_door.hpp"
+#include "run/session.hpp"
 
 namespace mla::certify {
 namespace {

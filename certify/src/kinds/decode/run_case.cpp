@@ -15,13 +15,13 @@
 #include "mla/judge/attention.hpp"
 #include "mla/core/generator.hpp"
 
-#include "arena.hpp"
+#include "isolation/arena.hpp"
 #include "mla/certify/host_error.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/core/text.hpp"
-#include "python_door.hpp"
-#include "session.hpp"
+#include "isolation/python_door.hpp"
+#include "run/session.hpp"
 
 namespace mla::certify {
 namespace {

@@ -22,10 +22,10 @@
 #include "mla/ref/same_dtype.hpp"
 #include "mla/workloads/axes.hpp"
 #include "mla/certify/fresh.hpp"
-#include "claims.hpp"
+#include "run/claims.hpp"
 #include <fmt/ranges.h>
 #include "mla/certify/host_error.hpp"
-#include "session.hpp"
+#include "run/session.hpp"
 
 namespace mla::certify {
 namespace {

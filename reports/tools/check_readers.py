@@ -116,7 +116,7 @@ def bench_detail(doc, must_claim):
 
     def is_external(b):
         parts = b["name"].split("/")
-        return len(parts) > 2 and parts[0] == "mla" and parts[1] in external
+        return len(parts) > 2 and parts[0] in ("mla", "mla_ratio") and parts[1] in external
 
     def refusal_ok(b):
         return b.get("error_message", "").startswith("unsupported") and not (own and b["name"].startswith(own))

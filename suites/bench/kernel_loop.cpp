@@ -37,7 +37,6 @@ CaseCache& cache() {
 }  // namespace
 
 double HostClockTimer::time_call(PreparedAttention& run) {
-  if (flush_) flush_();
   const auto t0 = Clock::now();
   run.run();
   run.synchronize();
@@ -130,8 +129,10 @@ RowResult time_kernel_row(benchmark::State& st, const RowCase& rc, RowSide& side
     const auto loop_t0 = Clock::now();
     for (auto _ : st) {
       double dt = 0;
-      const double c0 = process_cpu_seconds();
+      double c0 = 0;
       try {
+        timer->flush();
+        c0 = process_cpu_seconds();
         dt = timer->time_call(run);
       } catch (const std::exception& e) {
         // Inside the loop, so Google Benchmark ends the run cleanly (its documented pattern).

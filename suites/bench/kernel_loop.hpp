@@ -30,8 +30,11 @@ namespace mla::bench {
 class CallTimer {
  public:
   virtual ~CallTimer() = default;
-  // Evicts what this timer evicts, then times one call of `run` (its work through completion);
-  // returns the seconds of the timed interval. Throws what run() throws.
+  // Evicts what this timer evicts before a call (untimed, outside the CPU time counted for the
+  // call); nothing for a warm timer.
+  virtual void flush() {}
+  // Times one call of `run` (its work through completion); returns the seconds of the timed
+  // interval. Throws what run() throws.
   virtual double time_call(PreparedAttention& run) = 0;
   // Whether a cache was evicted before each call (the row's cold_cache counter).
   virtual bool flushed() const = 0;
@@ -41,6 +44,9 @@ class CallTimer {
 class HostClockTimer : public CallTimer {
  public:
   explicit HostClockTimer(std::function<void()> flush = {}) : flush_(std::move(flush)) {}
+  void flush() override {
+    if (flush_) flush_();
+  }
   double time_call(PreparedAttention& run) override;
   bool flushed() const override { return static_cast<bool>(flush_); }
 

@@ -165,12 +165,14 @@ def test_bench_detail_external_kernels_not_timed_are_findings_not_failures():
     rows = [row("mla/cuda_mla_decode/p/manual_time"), row("mla/flashmla/p/manual_time"),
             row("mla/flashmla~overhead/p/manual_time"),
             row("mla/flashmla/q/manual_time", "not timed: FAIL (out: 3 elements over tolerance)"),
-            row("mla/flashmla/r/manual_time", "not timed: this run times its external kernels only at --mla_external_points")]
+            row("mla/flashmla/r/manual_time", "not timed: this run times its external kernels only at --mla_external_points"),
+            row("mla_ratio/flashmla/fp8_r_vs_r", "not timed: no timing of flashmla/r (not timed: this run times its external "
+                                                 "kernels only at --mla_external_points)")]
     doc = bench_doc(rows)
     doc["context"] = {"mla_kernels": json.dumps(kernels)}
     st, detail = cr.bench_detail(doc, ["cuda_mla_decode"])
     assert st == "PASS"
-    assert detail == ("3 rows, 0 unsupported; external kernels (flashmla, flashmla~overhead): 2 rows timed, 2 not timed "
+    assert detail == ("3 rows, 0 unsupported; external kernels (flashmla, flashmla~overhead): 2 rows timed, 3 not timed "
                       "(mla/flashmla/q/manual_time: not timed: FAIL (out: 3 elements over tolerance))")
     # The same error of the suite's own kernel fails the step.
     own = bench_doc([row("mla/cuda_mla_decode/q/manual_time", "not timed: FAIL (out)"), row("mla/cuda_mla_decode/p/manual_time")])

@@ -22,12 +22,12 @@ Output: Google Benchmark JSON (context + one row per repetition with real_time, 
 iterations, bytes_per_second, items_per_second = decoded query tokens per second, and the
 counters mla-bench writes: model_bytes, model_flops, flop_per_second, ai_flop_per_byte,
 cold_cache), which reports/tools reads. With --merge-with, the rows and context entries are added
-to an mla-gpu-bench JSON of the same device, so one report shows both.
+to an mla-bench JSON of the same device, so one report shows both.
 
     python3 torch_side_by_side.py --points-tsv points.tsv --out torch.json \
         [--merge-with gpu.json --merged-out combined.json]
 
-points.tsv is `mla-gpu-bench --mla_list --mla_points=...` (the suite's axis table); without it the
+points.tsv is `mla-bench --mla_list_points --mla_points=...` (the suite's axis table); without it the
 seven points of the device check are used. Exit status: 0 done, 77 no CUDA device (the reason on
 stderr: nothing was timed), 2 bad usage, 1 error.
 """
@@ -79,7 +79,7 @@ def _dense(name: str, axis: str, s_q: int, h: int, s_k: int) -> Point:
     return Point(name, axis, 128, s_q, h, 64, 0, "bf16", s_k, float(s_k), True)
 
 
-# The device check's points (suites/device/check.sh), as mla-gpu-bench --mla_list prints them.
+# The device check's points (suites/device/check.sh), as mla-bench --mla_list_points prints them.
 DEFAULT_POINTS = (
     _dense("decode_b128_h16_sq1_sk1024", "decode_memory", 1, 16, 1024),
     _dense("decode_b128_h16_sq1_sk4096", "decode_memory", 1, 16, 4096),
@@ -96,7 +96,7 @@ class UsageError(ValueError):
 
 
 def parse_points_tsv(text: str) -> list[Point]:
-    """Rows of `mla-gpu-bench --mla_list`; the header must be the one it prints."""
+    """Rows of `mla-bench --mla_list_points`; the header must be the one it prints."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines or lines[0].split("\t") != TSV_COLUMNS:
         raise UsageError(f"points TSV: expected the header {' '.join(TSV_COLUMNS)!r}, got "
@@ -254,7 +254,7 @@ def _ctx_json(ctx: dict[str, Any], key: str, default):
 
 
 def merge(gpu_doc: dict[str, Any], torch_doc: dict[str, Any]) -> dict[str, Any]:
-    """The mla-gpu-bench document with the torch rows appended and its context extended: torch
+    """The mla-bench document with the torch rows appended and its context extended: torch
     kernels added to mla_kernels (judged against the GPU bench's ceilings, same device), torch
     ceilings and unknown points added. The GPU bench's own entries win where both have one."""
     gctx, tctx = dict(gpu_doc["context"]), torch_doc["context"]
@@ -540,7 +540,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="Google Benchmark JSON to write")
-    ap.add_argument("--points-tsv", help="`mla-gpu-bench --mla_list` output (default: the device check's points)")
+    ap.add_argument("--points-tsv", help="`mla-bench --mla_list_points` output (default: the device check's points)")
     ap.add_argument("--points", help="only these point names (comma-separated)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of: " + ", ".join(VARIANTS))
     ap.add_argument("--warmup", type=int, default=3)
@@ -548,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-rep-s", type=float, default=0.02, help="seconds of calls per repetition")
     ap.add_argument("--no-flush", action="store_true", help="no L2 flush between calls")
     ap.add_argument("--max-gib", type=float, default=48.0, help="skip cases needing more GPU memory")
-    ap.add_argument("--merge-with", help="mla-gpu-bench JSON of the same device to merge into")
+    ap.add_argument("--merge-with", help="mla-bench JSON of the same device to merge into")
     ap.add_argument("--merged-out", help="where the merged JSON goes (with --merge-with)")
     args = ap.parse_args(argv)
     if bool(args.merge_with) != bool(args.merged_out):

@@ -1,7 +1,7 @@
-// What the two benchmark mains (mla-bench on the CPU, mla-gpu-bench on a device) share: taking
-// their own --mla_* flags out of argv, handing the rest to Google Benchmark, and the host facts
-// they record (CPU model, MemAvailable). Header-only: mla-gpu-bench does not link the CPU
-// ceilings.
+// The host facts of mla-bench and of the tools beside it (mla-input-rates): taking their own
+// --mla_* flags out of argv, handing the rest to Google Benchmark, and what they record about
+// the machine (CPU model, MemAvailable, the CPU time the process and the others got).
+// Header-only: the device side and the input-rate tool do not link the CPU ceilings.
 #pragma once
 
 #include <algorithm>

@@ -1,8 +1,8 @@
-// The one benchmark harness of the CPU and the GPU benchmark (mla-bench here, mla-gpu-bench and
-// the GPU half in suites/device): what a point and an implementation are in the JSON context,
-// and the counters and label words that put a timed kernel row against its roofs. Both write
-// through these functions, so reports/tools reads one format whichever binary produced it.
-// Header-only: the GPU half links neither the CPU ceilings nor mla-bench.
+// The one benchmark harness of mla-bench, host and device side (suites/device): what a point
+// and an implementation are in the JSON context, and the counters and label words that put a
+// timed kernel row against its roofs. Both sides write through these functions, so reports/tools
+// reads one format whichever side timed a row. Header-only: the device side links neither the
+// CPU ceilings nor mla-bench's main.
 #pragma once
 
 #include <algorithm>

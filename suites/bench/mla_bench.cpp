@@ -1,43 +1,69 @@
-// mla-bench: every registered attention implementation that can run here, over the shared axes
-// (mla/workloads/axes.hpp), with the machine's ceilings measured in the same run.
+// mla-bench: the one benchmark driver. Every selected attention implementation over the shared
+// axes (mla/workloads/axes.hpp), each timed where it computes: on the host with the host clock,
+// on a device with CUDA events; the ceilings of whatever is timed are measured in the same run.
 //
-//   mla-bench --mla_quick --benchmark_out=run.json --benchmark_out_format=json
+//   mla-bench --mla_quick --benchmark_out=run.json
+//   mla-bench --mla_tier=gpu --mla_backend=cuda --mla_quick --benchmark_out=gpu.json
 //
-// Own flags (removed before Google Benchmark sees the command line):
+// Own flags (removed before Google Benchmark sees the command line; suites/bench/README.md has
+// the table):
+//   which kernels and points
 //   --mla_tier=cpu_quick|cpu_full|gpu   which axis points (default cpu_quick); tier gpu runs only
 //                                       the non-CPU implementations unless --mla_kernels names some
-//   --mla_quick                         unless given: 5 repetitions, --benchmark_min_time=0.05
-//                                       (tier cpu_quick: a CPU report in about a minute on 2
-//                                       cores; with --mla_tier=cpu_full about 3 minutes)
-//   --mla_kernels=a,b                   only these implementations (default: all registered)
+//   --mla_points=a,b                    only these axis points (any tier)
+//   --mla_kernels=a,b                   only these registered implementations (default: all)
+//   --mla_backend=cpu|cuda              only registered implementations of this backend
 //   --mla_plugin=LIB.so                 also a C plug-in (repeatable), called in this process
 //   --mla_python=SPEC                   also a Python kernel (repeatable; SPEC as `mla certify
 //                                       --python`), called in one long-lived child of the door
 //   --mla_python_exe=PATH               the Python that runs --mla_python kernels (default python3)
+//   --mla_external_points=a,b           time the --mla_plugin/--mla_python kernels only at these of
+//                                       the run's points (default: all); their other rows say so
+//   how
+//   --mla_quick                         unless given: 5 repetitions, --benchmark_min_time=0.05
+//   --mla_no_flush                      no eviction between timed calls (host LLC, device L2)
+//   --mla_threads=N                     threads of the CPU implementations and the host probes
+//   --mla_input_threads=N               threads that build the inputs (default: MLA_THREADS, else
+//                                       every core)
+//   --mla_max_mem_gib=X                 refuse points whose inputs exceed X/4 GiB (default: half
+//                                       of MemAvailable)
+//   host ceilings (measured only when some kernel is timed on the host)
+//   --mla_stream_mib=N                  size of each host STREAM array (default 256)
+//   --mla_ceiling_reps=N                best of N for the host context ceilings (default 5)
+//   device ceilings (measured only when some kernel is timed on a device)
+//   --mla_gpu_stream_mib=N              device read-probe buffer; the copy moves N/2 MiB each way
+//                                       (default 2048)
+//   --mla_gpu_ceiling_reps=N            timed repetitions of each device ceiling (default 10)
+//   --mla_gpu_gemm_n=N                  m = n = k of the device bf16 GEMM ceiling (default 8192)
+//   and exit
+//   --mla_list                          print the axis catalog (TSV, every point, its tiers)
+//   --mla_list_points                   print the selected points (TSV, the columns
+//                                       torch_side_by_side.py reads); needs no GPU
+//   --mla_probe                         print the GPU snapshot (JSON, or why there is no usable
+//                                       GPU) and exit 0, or 77 without one (always in a build
+//                                       without CUDA)
 //
 // Speed only where correct: every kernel's output at a point is judged by the certifier's judge
 // before the point is timed (point_judge.hpp); a point it does not pass is a "not timed: FAIL"
 // row. Each external kernel also gets a "<name>~overhead" row per point: its calling path with a
 // kernel that does nothing (mla/certify/external_bench.hpp), timed the same way.
 //
-// In a CUDA build with a usable device, the `cuda` implementations are timed by the GPU half
-// (suites/device/gpu_bench.hpp: CUDA events, L2 flush, device ceilings in the same JSON);
-// without a device they are listed as unavailable rows.
-//   --mla_points=a,b                    only these axis points (any tier)
-//   --mla_threads=N                     threads of the CPU implementations and of the ceiling
-//                                       probes, one setting for both (default: $MLA_THREADS, else
-//                                       every core; mla/core/threads.hpp)
-//   --mla_stream_mib=N                  size of each STREAM array (default 256)
-//   --mla_ceiling_reps=N                best of N for the context ceilings (default 5)
-//   --mla_no_flush                      do not evict the caches between timed calls (by
-//                                       default they are evicted for points whose inputs are
-//                                       at least 2 MiB, i.e. all but the edges)
-//   --mla_max_mem_gib=X                 refuse points whose inputs exceed X/4 GiB (default:
-//                                       half of MemAvailable)
-//   --mla_list                          print the axis table (TSV) and exit
+// What is timed (kernel_loop.hpp, the one loop): a kernel of backend `cuda` on a usable device
+// (a CUDA build, suites/device/gpu_bench.hpp): CUDA events around run() on its stream when the
+// prepared call exposes it, else the host clock around run()+synchronize(), after a device L2
+// flush; any other kernel: the host clock around run()+synchronize(), after a host LLC eviction
+// for points with at least 2 MiB of inputs. Input generation, prepare, the judging and the
+// flushes are never inside the measured interval.
 //
-// What is timed: only `run()` + `synchronize()` of a prepared implementation (manual time);
-// input generation, `prepare`, and the cache flush are outside the measured interval.
+// --benchmark_out=FILE (JSON, the default format) is written by this program: after the context
+// and after every benchmark FILE is rewritten as a complete document of the rows so far
+// (suites/device/bench_rows.hpp), with "mla_run": {"complete": ...} at the top, so a run stopped
+// by a timeout keeps every finished row and says it did not finish.
+//
+// Exit status: 0 ran; 1 setup failed (registering kernels, measuring a ceiling); 2 bad usage;
+// 3 a row left the CUDA context unusable (the later rows say so; stderr names the row); 77 every
+// selected kernel needs a GPU and none is usable (the reason on stderr; the conventional
+// "skipped" status, so CTest and suites/device/check.sh record a skip).
 #include <benchmark/benchmark.h>
 
 #ifndef MLA_BENCH_WITH_GPU
@@ -60,18 +86,21 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_host.hpp"
+#include "bench_rows.hpp"
 #include "ceilings.hpp"
 #include "harness.hpp"
-#include "point_judge.hpp"
+#include "kernel_loop.hpp"
 #include "mla/certify/external_bench.hpp"
 #include "mla/core/error.hpp"
+#include "mla/core/generator.hpp"
 #include "mla/core/isa.hpp"
 #include "mla/core/threads.hpp"
 #if MLA_BENCH_WITH_GPU
-// The GPU half (suites/device): device ceilings, CUDA-event timing and an L2 flush for the
-// `cuda` implementations, linked when the CUDA build has it (suites/bench/CMakeLists.txt).
+// The device's facts (suites/device): device ceilings, the device side of the timing loop, the
+// ratio and clocks rows, linked when the CUDA build has them (suites/bench/CMakeLists.txt).
 #include "gpu_bench.hpp"
 #include "mla/cuda/device.hpp"
+#include "mla/cuda/timing.hpp"
 #endif
 #include "mla/core/kernel.hpp"
 #include "mla/workloads/axes.hpp"
@@ -80,22 +109,50 @@
 namespace {
 
 using mla::bench::CeilingSet;
-using Clock = std::chrono::steady_clock;
+
+constexpr int kExitSetup = 1, kExitUsage = 2, kExitPoisoned = 3, kExitNoGpu = 77;
 
 struct Options {
   mla::axes::Tier tier = mla::axes::cpu_quick;
   bool quick = false;
   std::vector<std::string> kernels;
   std::vector<std::string> points;
+  std::vector<std::string> external_points;  // --mla_external_points (empty: every point)
+  std::string backend;                        // --mla_backend (empty: any)
   std::vector<std::string> plugins, pythons;  // external kernels, in the order given
   std::string python_exe;
-  int threads = 0;  // 0: mla::threads()
+  int threads = 0;        // 0: mla::threads()
+  int input_threads = 0;  // 0: mla::gen::threads()
   std::size_t stream_mib = 256;
   int ceiling_reps = 5;
+  std::size_t gpu_stream_mib = 2048;
+  int gpu_ceiling_reps = 10;
+  int gpu_gemm_n = 8192;
   bool flush = true;
   double max_mem_gib = 0;
-  bool list = false;
+  bool list = false, list_points = false, probe = false;
+  std::string json_out;  // --benchmark_out, when its format is JSON
 };
+
+// --benchmark_out=FILE with the JSON format (the default) is taken out of argv: the incremental
+// reporter writes FILE. Another format is left to Google Benchmark.
+std::string take_json_out(int& argc, char** argv) {
+  std::string out, format = "json";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--benchmark_out=", 0) == 0) out = a.substr(16);
+    if (a.rfind("--benchmark_out_format=", 0) == 0) format = a.substr(23);
+  }
+  if (out.empty() || format != "json") return "";
+  int w = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--benchmark_out=", 0) != 0 && a.rfind("--benchmark_out_format=", 0) != 0) argv[w++] = argv[i];
+  }
+  argc = w;
+  argv[argc] = nullptr;
+  return out;
+}
 
 // Removes --mla_* flags from argv and parses them; throws mla::Error on a bad value.
 Options take_options(int& argc, char** argv) {
@@ -106,26 +163,58 @@ Options take_options(int& argc, char** argv) {
     else if (k == "--mla_quick") o.quick = true;
     else if (k == "--mla_kernels") f.need(), o.kernels = mla::bench::split_csv(f.val);
     else if (k == "--mla_points") f.need(), o.points = mla::bench::split_csv(f.val);
+    else if (k == "--mla_backend") f.need(), o.backend = f.val;
     else if (k == "--mla_plugin") f.need(), o.plugins.push_back(f.val);
     else if (k == "--mla_python") f.need(), o.pythons.push_back(f.val);
     else if (k == "--mla_python_exe") f.need(), o.python_exe = f.val;
+    else if (k == "--mla_external_points") f.need(), o.external_points = mla::bench::split_csv(f.val);
     else if (k == "--mla_threads") o.threads = static_cast<int>(f.num(1));
+    else if (k == "--mla_input_threads") o.input_threads = static_cast<int>(f.num(1));
     else if (k == "--mla_stream_mib") o.stream_mib = static_cast<std::size_t>(f.num(1));
     else if (k == "--mla_ceiling_reps") o.ceiling_reps = static_cast<int>(f.num(1));
+    else if (k == "--mla_gpu_stream_mib") o.gpu_stream_mib = static_cast<std::size_t>(f.num(1));
+    else if (k == "--mla_gpu_ceiling_reps") o.gpu_ceiling_reps = static_cast<int>(f.num(1));
+    else if (k == "--mla_gpu_gemm_n") o.gpu_gemm_n = static_cast<int>(f.num(8));
     else if (k == "--mla_no_flush") o.flush = false;
     else if (k == "--mla_max_mem_gib") o.max_mem_gib = f.num(0.001);
     else if (k == "--mla_list") o.list = true;
+    else if (k == "--mla_list_points") o.list_points = true;
+    else if (k == "--mla_probe") o.probe = true;
     else return false;
     return true;
   });
+  if (!o.backend.empty() && o.backend != "cpu" && o.backend != "cuda")
+    throw mla::Error("--mla_backend: '" + o.backend + "' is not a backend (cpu or cuda)");
+  o.json_out = take_json_out(argc, argv);
   return o;  // --mla_quick keeps an explicit --mla_tier (default cpu_quick either way)
 }
 
 std::string fmt_si(double v) { return fmt::format("{:.6g}", v); }
 
-// Which host ceilings judge an implementation. Device implementations get none here (the GPU
-// half gives the `cuda` ones their device's roofs) rather than a CPU number that would make a
-// GPU look 100x past its roof.
+// Why no kernel can be timed on a device here (nullopt: a device is usable).
+std::optional<std::string> device_unavailable_reason() {
+#if MLA_BENCH_WITH_GPU
+  return mla::cuda::unavailable_reason();
+#else
+  return std::string("CUDA unavailable: this mla-bench was built without CUDA");
+#endif
+}
+
+// --mla_probe: the GPU snapshot, or why there is none.
+int probe_gpu() {
+#if MLA_BENCH_WITH_GPU
+  const auto snap = mla::cuda::snapshot_gpu();
+  std::cout << mla::cuda::to_json(snap) << "\n";
+  return snap.available ? 0 : kExitNoGpu;
+#else
+  std::cout << nlohmann::json{{"available", false}, {"unavailable", *device_unavailable_reason()}}.dump() << "\n";
+  return kExitNoGpu;
+#endif
+}
+
+// Which host ceilings judge an implementation. Device implementations get none here (the
+// device side gives the `cuda` ones their device's roofs) rather than a CPU number that would
+// make a GPU look 100x past its roof.
 mla::bench::Roof roof_for(const mla::KernelInfo& info, const CeilingSet& c) {
   mla::bench::Roof r;
   if (info.backend != "cpu") return r;
@@ -142,172 +231,73 @@ mla::bench::Roof roof_for(const mla::KernelInfo& info, const CeilingSet& c) {
   return r;
 }
 
-// One axis point's inputs and one implementation's prepared state, kept across Google
-// Benchmark's repeated calls of the same benchmark (it calls the function once per trial and
-// repetition); replaced when the next point or implementation comes.
-struct CaseCache {
-  std::string point;
-  std::optional<mla::axes::SyntheticInputs> inputs;
-  std::string prepared_key;
-  std::unique_ptr<mla::PreparedAttention> prepared;
+// The host's side of the one timing loop (kernel_loop.hpp): the host clock after an LLC
+// eviction, the host roofs, and what the process and the machine's other tenants did with the
+// CPUs meanwhile.
+class HostSide : public mla::bench::RowSide {
+ public:
+  HostSide(const CeilingSet* ceilings, mla::bench::CacheFlusher* flusher, std::size_t flush_min_bytes, int threads)
+      : ceilings_(ceilings), flusher_(flusher), flush_min_bytes_(flush_min_bytes), threads_(threads) {}
 
-  const mla::axes::SyntheticInputs& get_inputs(const mla::axes::AxisPoint& p) {
-    if (point != p.name || !inputs) {
-      prepared.reset();
-      prepared_key.clear();
-      inputs.reset();
-      point.clear();
-      const auto t0 = Clock::now();
-      inputs.emplace(mla::axes::build_inputs(p));
-      point = p.name;
-      std::cerr << fmt::format("[mla-bench] built inputs of {} ({:.1f} MiB) in {:.2f} s\n", p.name,
-                               static_cast<double>(mla::axes::footprint(p).total()) / (1 << 20),
-                               std::chrono::duration<double>(Clock::now() - t0).count());
-    }
-    return *inputs;
+  std::unique_ptr<mla::bench::CallTimer> timer(const mla::bench::RowCase& rc, mla::PreparedAttention&) override {
+    // Host caches only, and only for a host kernel: a device kernel timed here (no usable
+    // device) would need a device-side flush. Tiny points (the edges) are timed warm too:
+    // evicting the LLC costs milliseconds, so a cold measurement of a microsecond call would
+    // spend minutes flushing for no roofline value.
+    const bool cold = flusher_ && rc.impl->info().backend == "cpu" &&
+                      mla::axes::footprint(*rc.point).total() >= flush_min_bytes_;
+    if (!cold) return std::make_unique<mla::bench::HostClockTimer>();
+    return std::make_unique<mla::bench::HostClockTimer>([f = flusher_] { f->flush(); });
   }
-  mla::PreparedAttention& get_prepared(const mla::AttentionImpl& impl, const mla::axes::AxisPoint& p) {
-    const std::string key = impl.info().name + "/" + p.name;
-    if (prepared_key != key || !prepared) {
-      prepared.reset();
-      prepared = impl.prepare(get_inputs(p).view());
-      prepared_key = key;
-    }
-    return *prepared;
-  }
-};
 
-CaseCache g_cache;
-mla::bench::PointJudge g_judge;
-
-struct KernelCase {
-  const mla::AttentionImpl* impl;
-  const mla::axes::AxisPoint* point;
-  const CeilingSet* ceilings;
-  mla::bench::CacheFlusher* flusher;  // nullptr: no flush
-  std::size_t flush_min_bytes;        // points with smaller inputs are timed with warm caches
-  std::size_t mem_budget;
-  int threads;                        // threads the CPU implementations use (--mla_threads)
-  // An external kernel's own answer on the point's shape and scale format (nullptr: none).
-  const mla::certify::ExternalBenchKernel* external = nullptr;
-  bool overhead = false;  // a calling path with an empty kernel: timed, never judged
-  bool out_of_process = false;  // computes in another process (a Python kernel's door child)
-};
-
-using mla::bench::process_cpu_seconds;
-
-void bench_kernel(benchmark::State& st, KernelCase kc) {
-  const mla::AttentionImpl& impl = *kc.impl;
-  const mla::axes::AxisPoint& p = *kc.point;
-  if (auto why = impl.unavailable()) {
-    st.SkipWithError(("unavailable: " + *why).c_str());
-    return;
-  }
-  if (auto why = impl.check(p.shape)) {
-    st.SkipWithError(("unsupported: " + *why).c_str());
-    return;
-  }
-  if (kc.external && kc.external->claim) {
-    const auto scale = p.shape.cache_format == mla::CacheFormat::fp8 ? std::optional<mla::ScaleFmt>(p.scale_fmt) : std::nullopt;
-    if (auto why = kc.external->claim(p.shape, scale)) {
-      st.SkipWithError(("unsupported: the kernel's can_implement: " + *why).c_str());
-      return;
-    }
-  }
-  const auto fp = mla::axes::footprint(p);
-  if (fp.peak() > kc.mem_budget / 4) {
-    st.SkipWithError(fmt::format("too large for this machine: inputs {:.2f} GiB > a quarter of the {:.2f} GiB budget",
-                                 static_cast<double>(fp.peak()) / (1 << 30), static_cast<double>(kc.mem_budget) / (1 << 30))
-                         .c_str());
-    return;
-  }
-  try {
-    const mla::AttnInputs in = g_cache.get_inputs(p).view();
-    mla::PreparedAttention& run = g_cache.get_prepared(impl, p);
-    if (!kc.overhead) {
-      if (auto why = g_judge.failure(impl, run, p.name, in)) {
-        st.SkipWithError(why->c_str());
-        return;
-      }
-    }
-    // The byte/FLOP model of exactly the call timed below: one run() over `in`.
-    const mla::CostModel cost = impl.cost(in);
-    // Host caches only: a device kernel's L2 would need a device-side flush, which this binary
-    // does not have yet, so device timings are warm-L2 (recorded in the label below). Tiny
-    // points (the edges) are timed warm too: evicting the LLC costs milliseconds, so a cold
-    // measurement of a microsecond call would spend minutes flushing for no roofline value.
-    mla::bench::CacheFlusher* flusher =
-        impl.info().backend == "cpu" && fp.total() >= kc.flush_min_bytes ? kc.flusher : nullptr;
-    double seconds = 0, cpu_seconds = 0;
-    // The whole loop, flushes included, against what the machine did meanwhile (machine_load).
-    const mla::bench::MachineCpu m0 = mla::bench::machine_cpu();
-    const double loop_c0 = process_cpu_seconds();
-    const auto loop_t0 = Clock::now();
-    for (auto _ : st) {
-      if (flusher) flusher->flush();
-      const double c0 = process_cpu_seconds();
-      const auto t0 = Clock::now();
-      try {
-        run.run();
-        run.synchronize();
-      } catch (const std::exception& e) {
-        // Inside the loop, so Google Benchmark ends the run cleanly (its documented pattern).
-        st.SkipWithError((std::string("error in run(): ") + e.what()).c_str());
-        break;
-      }
-      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-      cpu_seconds += process_cpu_seconds() - c0;
-      st.SetIterationTime(dt);
-      seconds += dt;
-    }
-    const double loop_wall = std::chrono::duration<double>(Clock::now() - loop_t0).count();
-    const double loop_cpu = process_cpu_seconds() - loop_c0;
-    const mla::bench::MachineLoad load = mla::bench::machine_load(m0, mla::bench::machine_cpu(), loop_cpu, loop_wall);
-    if (st.error_occurred()) return;
+  void finish(benchmark::State& st, const mla::bench::RowCase& rc, const mla::AttnInputs&,
+              const mla::bench::RowResult& r) override {
+    const mla::AttentionImpl& impl = *rc.impl;
     using C = benchmark::Counter;
-    const std::string bound = mla::bench::roofline_counters(st, cost, seconds, roof_for(impl.info(), *kc.ceilings));
-    st.counters["cold_cache"] = C(flusher ? 1.0 : 0.0);
+    const double seconds = r.total();
+    const std::string bound = mla::bench::roofline_counters(st, r.cost, seconds, roof_for(impl.info(), *ceilings_));
+    st.counters["cold_cache"] = C(r.flushed ? 1.0 : 0.0);
     // CPU time the process got during the timed calls per wall second and thread: below 1 the
     // implementation was descheduled (a busy machine), so its times overstate its cost.
     // A Python kernel computes in the door's child, whose CPU time this process does not see: no
     // CPU figures for it rather than a share of 0 that would read as "descheduled".
-    const bool own_cpu = impl.info().backend == "cpu" && !kc.out_of_process;
-    if (own_cpu && seconds > 0)
-      st.counters["cpu_share"] = C(cpu_seconds / (seconds * kc.threads));
+    const bool own_cpu = impl.info().backend == "cpu" && !rc.out_of_process;
+    if (own_cpu && seconds > 0) st.counters["cpu_share"] = C(r.cpu_seconds / (seconds * threads_));
     // Who else had the CPUs while this row ran: other processes' work in CPUs' worth, the
     // hypervisor's steal, and the fraction of the time a runnable task waited for a CPU. A
     // cpu_share below 1 with others_cpus near 0 is ours (a serial section, an imbalance).
-    if (own_cpu && load.ok) {
-      st.counters["others_cpus"] = C(load.others_cpus);
-      st.counters["steal_cpus"] = C(load.steal_cpus);
-      if (load.psi) st.counters["cpu_wait"] = C(load.cpu_wait);
+    if (own_cpu && r.load.ok) {
+      st.counters["others_cpus"] = C(r.load.others_cpus);
+      st.counters["steal_cpus"] = C(r.load.steal_cpus);
+      if (r.load.psi) st.counters["cpu_wait"] = C(r.load.cpu_wait);
     }
     // The FLOP rate per CPU second the process got, against the FMA probe's rate per CPU second
-    // (a core's peak): what the implementation reaches on the cores it was given. On a shared machine the wall
-    // rate (pct_of_flop_ceiling) also counts the time other processes held the cores; this one
-    // does not, so the two together tell a slow kernel from a busy machine. Not a substitute
-    // for the wall rate: the report's % of ceiling stays the wall one.
-    if (own_cpu && cpu_seconds > 0) {
+    // (a core's peak): what the implementation reaches on the cores it was given. On a shared
+    // machine the wall rate (pct_of_flop_ceiling) also counts the time other processes held the
+    // cores; this one does not, so the two together tell a slow kernel from a busy machine.
+    if (own_cpu && r.cpu_seconds > 0) {
       const bool f64 = impl.info().out_dtype == mla::OutDType::f64;
-      const double per_cpu = f64 ? kc.ceilings->fma_f64_per_cpu_second : kc.ceilings->fma_f32_per_cpu_second;
+      const double per_cpu = f64 ? ceilings_->fma_f64_per_cpu_second : ceilings_->fma_f32_per_cpu_second;
       if (per_cpu > 0)
         st.counters["pct_of_flop_ceiling_per_cpu_second"] =
-            C(100.0 * cost.flops * static_cast<double>(st.iterations()) / cpu_seconds / per_cpu);
+            C(100.0 * r.cost.flops * static_cast<double>(st.iterations()) / r.cpu_seconds / per_cpu);
     }
     if (!bound.empty()) {
-      st.SetLabel(fmt::format("{}{}", bound, flusher ? "" : "; warm caches"));
+      st.SetLabel(fmt::format("{}{}", bound, r.flushed ? "" : "; warm caches"));
     } else {
       st.SetLabel(fmt::format("no ceiling: none measured for backend {} in this run; device caches not flushed",
                               impl.info().backend));
     }
-  } catch (const mla::UnsupportedError& e) {
-    st.SkipWithError((std::string("unsupported: ") + e.what()).c_str());
-  } catch (const std::exception& e) {
-    st.SkipWithError((std::string("error: ") + e.what()).c_str());
   }
-}
 
-// --- the ceiling probes as benchmarks (rows in the same JSON) --------------------------------
+ private:
+  const CeilingSet* ceilings_;
+  mla::bench::CacheFlusher* flusher_;  // nullptr: --mla_no_flush
+  std::size_t flush_min_bytes_;        // points with smaller inputs are timed with warm caches
+  int threads_;                        // threads the CPU implementations use (--mla_threads)
+};
+
+// --- the host ceiling probes as benchmarks (rows in the same JSON) ---------------------------
 
 void bench_read_bw(benchmark::State& st, std::size_t bytes_per_thread) {
   const std::size_t n = bytes_per_thread / sizeof(double);
@@ -374,33 +364,48 @@ void print_table() {
 
 // The kernels and the points of this run, as --mla_kernel / --mla_point / --mla_tier chose them;
 // false (said on stderr) for a name that does not exist.
-bool select_kernels_and_points(const Options& o, std::vector<const mla::AttentionImpl*>& impls,
-                               std::vector<const mla::axes::AxisPoint*>& points) {
+
+// --mla_list_points: the selected points, with the columns torch_side_by_side.py reads.
+void print_points_tsv(const std::vector<const mla::axes::AxisPoint*>& points) {
+  std::cout << "name\taxis\tbatch\ts_q\theads\tpage_size\ttopk\tcache\tseqlen_max\tseqlen_mean\tcausal\n";
+  for (const auto* p : points) {
+    const auto j = mla::bench::point_json(*p);
+    std::cout << fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n", p->name, j["axis"].get<std::string>(),
+                             p->shape.batch, p->shape.s_q, p->shape.heads, p->shape.page_size, p->shape.topk,
+                             j["cache_format"].get<std::string>(), j["seqlen_max"].get<int>(),
+                             j["seqlen_mean"].get<double>(), p->shape.causal ? 1 : 0);
+  }
+}
+
+// The points of this run, as --mla_points / --mla_tier chose them; throws mla::Error naming a
+// point that does not exist.
+std::vector<const mla::axes::AxisPoint*> select_points(const Options& o) {
+  if (o.points.empty()) return mla::axes::select(o.tier);
+  std::vector<const mla::axes::AxisPoint*> points;
+  for (const auto& name : o.points) {
+    const auto* p = mla::axes::find(name);
+    if (!p) throw mla::Error("no axis point named '" + name + "' (see --mla_list)");
+    points.push_back(p);
+  }
+  return points;
+}
+
+// The registered kernels of this run, as --mla_kernels / --mla_backend / --mla_tier chose them;
+// false (said on stderr) for a name that does not exist.
+bool select_kernels(const Options& o, std::vector<const mla::AttentionImpl*>& impls) {
   // The production shapes are for device kernels: the fp64 CPU reference would take minutes per
   // call there, so tier gpu leaves the CPU implementations out unless they are asked for.
-  const bool device_only = o.points.empty() && o.tier == mla::axes::gpu && o.kernels.empty();
-  for (const auto& k : mla::Registry::instance().attention())
-    if (o.kernels.empty() ? !(device_only && k->info().backend == "cpu")
-                          : std::find(o.kernels.begin(), o.kernels.end(), k->info().name) != o.kernels.end())
-      impls.push_back(k.get());
+  const bool device_only = o.points.empty() && o.tier == mla::axes::gpu && o.kernels.empty() && o.backend.empty();
+  for (const auto& k : mla::Registry::instance().attention()) {
+    const std::string& b = k->info().backend;
+    const bool named = o.kernels.empty() || std::find(o.kernels.begin(), o.kernels.end(), k->info().name) != o.kernels.end();
+    if (named && (o.backend.empty() || b == o.backend) && !(device_only && b == "cpu")) impls.push_back(k.get());
+  }
   for (const auto& name : o.kernels)
     if (!mla::Registry::instance().find(name)) {
       std::cerr << "mla-bench: no implementation named '" << name << "'\n";
       return false;
     }
-
-  if (!o.points.empty()) {
-    for (const auto& name : o.points) {
-      const auto* p = mla::axes::find(name);
-      if (!p) {
-        std::cerr << "mla-bench: no axis point named '" << name << "' (see --mla_list)\n";
-        return false;
-      }
-      points.push_back(p);
-    }
-  } else {
-    points = mla::axes::select(o.tier);
-  }
   return true;
 }
 
@@ -419,11 +424,17 @@ std::vector<mla::certify::ExternalBenchKernel> open_external_kernels(const Optio
 
 // The run's host context, everything a report or a regression gate needs to interpret the rows
 // (machine, threads, ISA, cache flush, ceilings, the load during the FMA probes); returns the
-// ceilings' table, which the device half extends before it is written.
-nlohmann::ordered_json add_run_context(const Options& o, const CeilingSet& ceilings, std::size_t llc,
+// ceilings' table (empty when `ceilings` is null: nothing is timed on the host), which the
+// device side extends before it is written.
+nlohmann::ordered_json add_run_context(const Options& o, const CeilingSet* ceilings, std::size_t llc,
                                        std::size_t flush_bytes, std::size_t flush_min_bytes) {
   benchmark::AddCustomContext("mla_bench_format", "1");
+  // mla_cpu_model names the host in every run (the regression gate keys machines on it); a
+  // device is named by mla_gpu_name.
   benchmark::AddCustomContext("mla_cpu_model", mla::bench::cpu_model());
+  benchmark::AddCustomContext("mla_input_threads", std::to_string(mla::gen::threads()));
+  benchmark::AddCustomContext("mla_input_generator", std::string("splitmix64-uniform-v1, ") +
+                                                         mla::gen::to_string(mla::gen::best_isa()) + " kernel");
   benchmark::AddCustomContext("mla_threads", std::to_string(o.threads));
   benchmark::AddCustomContext("mla_hardware_threads", std::to_string(std::thread::hardware_concurrency()));
   benchmark::AddCustomContext("mla_tier", o.points.empty() ? mla::axes::to_string(o.tier) : "explicit points");
@@ -435,7 +446,8 @@ nlohmann::ordered_json add_run_context(const Options& o, const CeilingSet& ceili
   benchmark::AddCustomContext("mla_cache_flush_bytes", std::to_string(flush_bytes));
   benchmark::AddCustomContext("mla_cache_flush_min_input_bytes", std::to_string(flush_min_bytes));
   benchmark::AddCustomContext("mla_timing",
-                              "manual time of run()+synchronize() only; inputs, prepare and the cache flush are untimed");
+                              "host-timed rows: manual time of run()+synchronize() only; inputs, prepare and the cache "
+                              "flush are untimed (device-timed rows: mla_gpu_timing)");
   benchmark::AddCustomContext("mla_judged_before_timing",
                               "each kernel's output at each point is judged by the certifier's judge and tolerance table "
                               "against the fp64 oracle before the point is timed; a point it does not pass is a "
@@ -446,16 +458,20 @@ nlohmann::ordered_json add_run_context(const Options& o, const CeilingSet& ceili
       "names its production shape");
   // ordered_json: the table's order is the report's order (a plain json object sorts its keys).
   nlohmann::ordered_json cj = nlohmann::ordered_json::object();
-  for (const auto& c : ceilings.all) {
+  if (!ceilings) {
+    benchmark::AddCustomContext("mla_host_ceilings", "not measured: no kernel of this run is timed on the host");
+    return cj;
+  }
+  for (const auto& c : ceilings->all) {
     benchmark::AddCustomContext("mla_ceiling_" + c.key, fmt_si(c.value));
     cj[c.key] = {{"value", c.value}, {"unit", c.unit}, {"method", c.method}};
   }
-  cj["threads"] = ceilings.threads;
+  cj["threads"] = ceilings->threads;
   // What the FMA probes got and what else ran meanwhile (bench_host.hpp, machine_load): a wall
   // ceiling below threads x the per-CPU-second one with others_cpus > 0 was measured on a
   // machine others shared; with others_cpus near 0 it is the cores' own scaling.
   nlohmann::ordered_json lj = nlohmann::ordered_json::object();
-  for (const auto& pl : ceilings.probe_loads) {
+  for (const auto& pl : ceilings->probe_loads) {
     nlohmann::ordered_json e = {{"process_cpus", pl.own_cpus},
                                 {"others_cpus", pl.load.others_cpus},
                                 {"steal_cpus", pl.load.steal_cpus}};
@@ -467,7 +483,7 @@ nlohmann::ordered_json add_run_context(const Options& o, const CeilingSet& ceili
   return cj;
 }
 
-// The ceiling probes as benchmarks, with the kernels' thread count.
+// The host ceiling probes as benchmarks, with the kernels' thread count.
 void register_ceiling_benchmarks(int T, std::size_t stream_bytes) {
   const std::size_t per_thread = stream_bytes / static_cast<std::size_t>(T);
   // A fixed minimum time: a short --benchmark_min_time for the kernels must not make the
@@ -483,101 +499,208 @@ void register_ceiling_benchmarks(int T, std::size_t stream_bytes) {
   benchmark::RegisterBenchmark("ceiling/gemm_f64_eigen/512", bench_gemm, 512)->Threads(T)->UseRealTime()->MinTime(kCeilingMinTime);
 }
 
-}  // namespace
 
-int main(int argc, char** argv) {
-  Options o;
+// What this run times and where: the kernels (registered, then each external one followed by
+// its calling path's overhead row), the points, and whether a device is usable.
+struct Run {
+  std::vector<const mla::AttentionImpl*> impls;
+  std::vector<const mla::axes::AxisPoint*> points;
+  std::vector<std::string> external_points;  // empty: every point
+  std::vector<mla::certify::ExternalBenchKernel> externals;
+  std::map<const mla::AttentionImpl*, const mla::certify::ExternalBenchKernel*> external_of;
+  std::optional<std::string> device_why;  // nullopt: a device is usable
+  std::size_t budget = 0;                 // host memory budget (--mla_max_mem_gib)
+
+  // A `cuda` kernel is timed on the device when there is one; without one it goes through the
+  // host side, whose first refusal (unavailable) gives the row its reason.
+  bool on_device(const mla::AttentionImpl* k) const { return !device_why && k->info().backend == "cuda"; }
+  bool any(bool device) const {
+    return std::any_of(impls.begin(), impls.end(), [&](const auto* k) { return on_device(k) == device; });
+  }
+  bool is_overhead(const mla::AttentionImpl* k) const {
+    const auto it = external_of.find(k);
+    return it != external_of.end() && it->second->overhead.get() == k;
+  }
+  mla::bench::RowCase row(const mla::AttentionImpl* k, const mla::axes::AxisPoint* p) const {
+    mla::bench::RowCase rc;
+    rc.impl = k;
+    rc.point = p;
+    rc.mem_budget = budget;
+    if (const auto it = external_of.find(k); it != external_of.end()) {
+      rc.claim = it->second->claim;
+      if (!external_points.empty() &&
+          std::find(external_points.begin(), external_points.end(), p->name) == external_points.end())
+        rc.not_timed = "not timed: this run times its external kernels only at --mla_external_points";
+      rc.overhead = is_overhead(k);
+      rc.out_of_process = it->second->origin.value("kind", "") == "python";
+    }
+    return rc;
+  }
+};
+
+// The command line up to Google Benchmark's part: options, thread counts, points, and the
+// flags that print and exit. Returns an exit status when the program ends here.
+std::optional<int> take_command_line(int& argc, char** argv, Options& o, Run& run) {
   try {
     o = take_options(argc, argv);
+    // One thread count for the kernels (they read mla::threads()) and the host ceilings, so a
+    // % of ceiling compares like with like.
+    if (o.threads > 0) mla::set_threads(o.threads);
+    o.threads = mla::threads();
+    if (o.input_threads > 0) mla::gen::set_threads(o.input_threads);
+    (void)mla::gen::threads();  // a malformed MLA_THREADS is a usage error, not a failure mid-run
+    (void)mla::simd_isa();      // a malformed MLA_ISA is a usage error here, not an error row
+    run.points = select_points(o);
+    for (const auto& name : o.external_points)
+      if (std::none_of(run.points.begin(), run.points.end(), [&](const auto* p) { return p->name == name; }))
+        throw mla::Error("--mla_external_points: '" + name + "' is not one of this run's points");
+    run.external_points = o.external_points;
   } catch (const std::exception& e) {
     std::cerr << "mla-bench: " << e.what() << "\n";
-    return 2;
+    return kExitUsage;
   }
   if (o.list) {
     print_table();
     return 0;
   }
-  try {
-    // One thread count for the kernels (they read mla::threads()) and the ceilings below, so a
-    // % of ceiling compares like with like.
-    if (o.threads > 0) mla::set_threads(o.threads);
-    o.threads = mla::threads();
-    (void)mla::simd_isa();  // a malformed MLA_ISA is a usage error here, not an error row
-  } catch (const std::exception& e) {
-    std::cerr << "mla-bench: " << e.what() << "\n";
-    return 2;
+  if (o.list_points) {
+    print_points_tsv(run.points);
+    return 0;
   }
-  if (!mla::bench::init_google_benchmark(argc, argv, o.quick)) return 2;
+  if (o.probe) return probe_gpu();
+  return std::nullopt;
+}
 
+// The kernels: registered ones, then the external ones. Returns an exit status on failure.
+std::optional<int> take_kernels(const Options& o, Run& run) {
   try {
     mla::register_builtin_kernels();
   } catch (const std::exception& e) {
     std::cerr << "mla-bench: registering kernels failed: " << e.what() << "\n";
-    return 1;
+    return kExitSetup;
   }
-  std::vector<const mla::AttentionImpl*> impls;
-  std::vector<const mla::axes::AxisPoint*> points;
-  if (!select_kernels_and_points(o, impls, points)) return 2;
-  // External kernels after the built-ins, each followed by its calling path's overhead row.
-  std::vector<mla::certify::ExternalBenchKernel> externals;
+  if (!select_kernels(o, run.impls)) return kExitUsage;
   try {
-    externals = open_external_kernels(o);
+    run.externals = open_external_kernels(o);
   } catch (const std::exception& e) {
     std::cerr << "mla-bench: " << e.what() << "\n";
-    return 2;
+    return kExitUsage;
   }
-  std::map<const mla::AttentionImpl*, const mla::certify::ExternalBenchKernel*> external_of;
-  for (const auto& e : externals) {
-    impls.push_back(e.impl.get());
-    impls.push_back(e.overhead.get());
-    external_of[e.impl.get()] = external_of[e.overhead.get()] = &e;
+  for (const auto& e : run.externals) {
+    run.impls.push_back(e.impl.get());
+    run.impls.push_back(e.overhead.get());
+    run.external_of[e.impl.get()] = run.external_of[e.overhead.get()] = &e;
   }
-  auto is_overhead = [&](const mla::AttentionImpl* k) {
-    const auto it = external_of.find(k);
-    return it != external_of.end() && it->second->overhead.get() == k;
-  };
+  run.device_why = device_unavailable_reason();
+  // Nothing to time without a device: the conventional "skipped" status with the reason.
+  const bool all_device = !run.impls.empty() && std::all_of(run.impls.begin(), run.impls.end(), [](const auto* k) {
+    return k->info().backend == "cuda";
+  });
+  if (all_device && run.device_why) {
+    std::cerr << "mla-bench: skipped: every selected kernel needs a GPU: " << *run.device_why << "\n";
+    return kExitNoGpu;
+  }
+  const std::size_t avail = mla::bench::available_memory_bytes();
+  run.budget = o.max_mem_gib > 0 ? static_cast<std::size_t>(o.max_mem_gib * (1u << 30))
+                                 : (avail ? avail / 2 : std::size_t{4} << 30);
+  return std::nullopt;
+}
 
+// mla_points and mla_kernels: which ceilings judge each kernel, and where external ones came from.
+void add_points_and_kernels_context(const Run& run, const CeilingSet& ceilings) {
+  nlohmann::ordered_json pj = nlohmann::ordered_json::object();
+  for (const auto* p : run.points) pj[p->name] = mla::bench::point_json(*p);
+  benchmark::AddCustomContext("mla_points", pj.dump());
+  nlohmann::ordered_json kj = nlohmann::ordered_json::array();
+  for (const auto* k : run.impls) {
+    // Which measured ceilings judge it (keys of mla_ceilings); null: none measured.
+    auto j = mla::bench::kernel_json(*k, roof_for(k->info(), ceilings));
+#if MLA_BENCH_WITH_GPU
+    if (run.on_device(k)) j = mla::device::kernel_json(*k);
+#endif
+    if (const auto it = run.external_of.find(k); it != run.external_of.end()) {
+      j["origin"] = it->second->origin;
+      if (run.is_overhead(k)) j["overhead_of"] = it->second->impl->info().name;
+    }
+    kj.push_back(std::move(j));
+  }
+  benchmark::AddCustomContext("mla_kernels", kj.dump());
+}
+
+// Google Benchmark over the registered rows; the JSON file (--benchmark_out) rewritten after
+// every row. Returns the exit status.
+int run_benchmarks(const Options& o) {
+  std::function<std::string()> stopped = [] { return std::string(); };
+#if MLA_BENCH_WITH_GPU
+  stopped = [] {
+    const auto why = mla::device::context_poisoned();
+    return why ? *why : std::string();
+  };
+#endif
+  if (o.json_out.empty()) {
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    benchmark::ConsoleReporter console(benchmark::ConsoleReporter::OO_None);
+    const auto file = mla::device::incremental_json_reporter(o.json_out, stopped);
+    const auto tee = mla::device::tee_reporter({&console, file.get()});
+    benchmark::RunSpecifiedBenchmarks(tee.get());
+  }
+  benchmark::Shutdown();
+  std::cerr << fmt::format("[mla-bench] kernels judged before timing; {} point truths computed in {:.1f} s (untimed)\n",
+                           mla::bench::point_judge().truths(), mla::bench::point_judge().truth_seconds());
+  mla::bench::release_case_cache();  // before the CUDA runtime is torn down at exit
+  if (const std::string why = stopped(); !why.empty()) {
+    std::cerr << "mla-bench: stopped timing at " << why << "\n";
+    return kExitPoisoned;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  Run run;
+  if (const auto rc = take_command_line(argc, argv, o, run)) return *rc;
+  if (!mla::bench::init_google_benchmark(argc, argv, o.quick)) return kExitUsage;
+  if (const auto rc = take_kernels(o, run)) return *rc;
+
+  // The host ceilings, eviction and context only when something is timed on the host: a
+  // device run does not spend its time on probes no row is judged against.
+  const bool host = run.any(false);
   const std::size_t llc = mla::bench::last_level_cache_bytes();
   const std::size_t stream_bytes = o.stream_mib << 20;
-  if (llc && stream_bytes < 4 * llc)
-    std::cerr << fmt::format("[mla-bench] warning: STREAM arrays ({} MiB) are < 4x the last-level cache ({} MiB)\n",
-                             o.stream_mib, llc >> 20);
-  const CeilingSet ceilings = mla::bench::measure_ceilings(o.threads, stream_bytes, o.ceiling_reps);
+  CeilingSet ceilings;
   std::optional<mla::bench::CacheFlusher> flusher;
-  if (o.flush) flusher.emplace(std::max<std::size_t>(2 * llc, std::size_t{32} << 20));
-  const std::size_t avail = mla::bench::available_memory_bytes();
-  const std::size_t budget = o.max_mem_gib > 0 ? static_cast<std::size_t>(o.max_mem_gib * (1u << 30))
-                                               : (avail ? avail / 2 : std::size_t{4} << 30);
+  if (host) {
+    if (llc && stream_bytes < 4 * llc)
+      std::cerr << fmt::format("[mla-bench] warning: STREAM arrays ({} MiB) are < 4x the last-level cache ({} MiB)\n",
+                               o.stream_mib, llc >> 20);
+    ceilings = mla::bench::measure_ceilings(o.threads, stream_bytes, o.ceiling_reps);
+    if (o.flush) flusher.emplace(std::max<std::size_t>(2 * llc, std::size_t{32} << 20));
+  }
+  // Below this the points are the edges (sub-millisecond calls on < 1 MiB of inputs), where a
+  // per-call eviction costs 10-100x the call and the roofline has nothing to learn.
+  constexpr std::size_t flush_min_bytes = std::size_t{2} << 20;
+  HostSide host_side(&ceilings, flusher ? &*flusher : nullptr, flush_min_bytes, o.threads);
+  nlohmann::ordered_json cj =
+      add_run_context(o, host ? &ceilings : nullptr, llc, flusher ? flusher->bytes() : 0, flush_min_bytes);
 
-  std::vector<const mla::AttentionImpl*> device_impls;  // timed by the GPU half, not bench_kernel
 #if MLA_BENCH_WITH_GPU
   std::optional<mla::device::GpuBenchSetup> gpu;
-  const bool wants_device =
-      std::any_of(impls.begin(), impls.end(), [](const auto* k) { return k->info().backend == "cuda"; });
-  if (wants_device && !mla::cuda::unavailable_reason()) {
+  if (run.any(true)) {
     mla::device::GpuBenchOptions go;
     go.flush_l2 = o.flush;
-    go.host_budget_bytes = budget;
+    go.host_budget_bytes = run.budget;
+    go.ceilings.reps = o.gpu_ceiling_reps;
+    go.ceilings.stream_bytes = o.gpu_stream_mib << 20;
+    go.ceilings.gemm_n = o.gpu_gemm_n;
     try {
       gpu.emplace(mla::device::prepare_gpu_bench(go));
     } catch (const std::exception& e) {
       std::cerr << "mla-bench: measuring the device ceilings failed: " << e.what() << "\n";
-      return 1;
+      return kExitSetup;
     }
-    for (const auto* k : impls)
-      if (k->info().backend == "cuda") device_impls.push_back(k);
-  }
-#endif
-  auto on_device = [&](const mla::AttentionImpl* k) {
-    return std::find(device_impls.begin(), device_impls.end(), k) != device_impls.end();
-  };
-
-  // Below this the points are the edges (sub-millisecond calls on < 1 MiB of inputs), where a
-  // per-call eviction costs 10-100x the call and the roofline has nothing to learn.
-  constexpr std::size_t flush_min_bytes = std::size_t{2} << 20;
-  nlohmann::ordered_json cj = add_run_context(o, ceilings, llc, flusher ? flusher->bytes() : 0, flush_min_bytes);
-#if MLA_BENCH_WITH_GPU
-  if (gpu) {
     const nlohmann::ordered_json gj = mla::device::ceilings_json(*gpu);  // named: items() views it
     for (const auto& el : gj.items()) cj[el.key()] = el.value();
     mla::device::add_gpu_context(*gpu);
@@ -585,55 +708,36 @@ int main(int argc, char** argv) {
 #endif
   benchmark::AddCustomContext("mla_device_half", MLA_BENCH_WITH_GPU ? "linked (suites/device)" : "not built (no CUDA)");
   benchmark::AddCustomContext("mla_ceilings", cj.dump());
-  nlohmann::ordered_json pj = nlohmann::ordered_json::object();
-  for (const auto* p : points) pj[p->name] = mla::bench::point_json(*p);
-  benchmark::AddCustomContext("mla_points", pj.dump());
-  nlohmann::ordered_json kj = nlohmann::ordered_json::array();
-  for (const auto* k : impls) {
+  add_points_and_kernels_context(run, ceilings);
+
+  if (host) register_ceiling_benchmarks(o.threads, stream_bytes);
 #if MLA_BENCH_WITH_GPU
-    if (on_device(k)) {
-      kj.push_back(mla::device::kernel_json(*k));
-      continue;
-    }
+  if (gpu) mla::device::register_gpu_ceiling_benchmarks(*gpu);
 #endif
-    // Which measured ceilings judge it (keys of mla_ceilings); null: none measured.
-    auto j = mla::bench::kernel_json(*k, roof_for(k->info(), ceilings));
-    if (const auto it = external_of.find(k); it != external_of.end()) {
-      j["origin"] = it->second->origin;
-      if (is_overhead(k)) j["overhead_of"] = it->second->impl->info().name;
-    }
-    kj.push_back(std::move(j));
-  }
-  benchmark::AddCustomContext("mla_kernels", kj.dump());
-
-  register_ceiling_benchmarks(o.threads, stream_bytes);
-
   // Kernels x points, point-major so each point's inputs are built once for all kernels.
-  for (const auto* p : points)
-    for (const auto* k : impls)
-      if (!on_device(k))
-        benchmark::RegisterBenchmark(fmt::format("mla/{}/{}", k->info().name, p->name).c_str(), bench_kernel,
-                                     KernelCase{k, p, &ceilings, flusher ? &*flusher : nullptr, flush_min_bytes, budget, o.threads,
-                                                external_of.count(k) ? external_of.at(k) : nullptr, is_overhead(k),
-                                                external_of.count(k) && external_of.at(k)->origin.value("kind", "") == "python"})
-            ->UseManualTime()
-            ->Unit(benchmark::kMillisecond);
+  for (const auto* p : run.points)
+    for (const auto* k : run.impls) {
+#if MLA_BENCH_WITH_GPU
+      if (gpu && run.on_device(k)) {
+        mla::device::register_gpu_kernel_row(*gpu, run.row(k, p));
+        continue;
+      }
+#endif
+      benchmark::RegisterBenchmark(fmt::format("mla/{}/{}", k->info().name, p->name).c_str(),
+                                   [&host_side, rc = run.row(k, p)](benchmark::State& st) {
+                                     (void)mla::bench::time_kernel_row(st, rc, host_side);
+                                   })
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
 #if MLA_BENCH_WITH_GPU
   if (gpu) {
-    mla::device::register_gpu_ceiling_benchmarks(*gpu);
-    mla::device::register_gpu_kernel_benchmarks(*gpu, device_impls, points);
+    std::vector<const mla::AttentionImpl*> device_impls;
+    for (const auto* k : run.impls)  // a calling path's overhead has no FP8-over-bf16 speedup to show
+      if (run.on_device(k) && !run.is_overhead(k)) device_impls.push_back(k);
+    mla::device::register_gpu_format_ratio_rows(device_impls, run.points);
     mla::device::register_gpu_clock_row();  // last: the clocks after the run
   }
 #endif
-
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  std::cerr << fmt::format("[mla-bench] kernels judged before timing; {} point truths computed in {:.1f} s (untimed)\n",
-                           g_judge.truths(), g_judge.truth_seconds());
-  g_cache = CaseCache{};
-  g_judge = mla::bench::PointJudge{};
-#if MLA_BENCH_WITH_GPU
-  if (gpu) mla::device::release_gpu_bench_cache();  // before the CUDA runtime is torn down at exit
-#endif
-  return 0;
+  return run_benchmarks(o);
 }

@@ -9,10 +9,10 @@ Every step runs in its own process group under its own timeout, inside one budge
 s, env MLA_CHECK_BUDGET_S, counted from MLA_CHECK_T0 when run_on_device.sh set it before
 unpacking), probes included. The steps, in order, with their caps (the time plan; README.md,
 "Time plan", says how the caps were sized), most valuable result first:
-  probe             20  nvidia-smi, mla-gpu-bench --mla_probe, the libraries each binary
+  probe             20  nvidia-smi, mla-bench --mla_probe, the libraries each binary
                         resolves, compute-sanitizer; python/torch/matplotlib are probed in the
                         background for the later steps                      -> OUTDIR/device.txt
-  certify          160  in parallel: `certify` (every CUDA kernel of the registry, as
+  certify          130  in parallel: `certify` (every CUDA kernel of the registry, as
                         `mla kernels --json` lists them, over the golden catalog, --in-process:
                         the built-in kernels are trusted, so one process and one CUDA context for
                         the whole certificate instead of one per case), `certify_plugin`
@@ -23,8 +23,12 @@ unpacking), probes included. The steps, in order, with their caps (the time plan
                         the smoke test (mla_gpu_smoke_tests: one small problem per decode kernel
                         instance with the combine, both cache appends) and every other gpu test
                         binary: CPU-bound references, the GPU is not being timed
-  bench            100  mla-gpu-bench: ceilings + the CUDA kernels on the device check's points,
-                        alone on the GPU; rows reach bench/gpu.json as each completes
+  bench            130  mla-bench --mla_backend=cuda: device ceilings + the CUDA kernels on the
+                        device check's points, alone on the GPU, and beside them FlashMLA's and
+                        FlashInfer's decode through the Python door (each where its adapter and
+                        library import with the python that imports torch; the step's detail
+                        says why one is absent) on two of the points, each judged before it is
+                        timed; rows reach bench/gpu.json as each completes
   torch             35  reports/tools/torch_side_by_side.py on the same points, merged into the
                         bench JSON (a partial bench is merged as such)
   report            15  reports/tools/bench_report.py over the merged JSON + certificate

@@ -12,7 +12,7 @@ import time
 
 # The time plan (seconds); README.md "Time plan". In the order the steps run: the certificate
 # first, then the benchmark rows, then the sanitizers.
-PLAN = [("setup", 10), ("probe", 20), ("certify", 160), ("bench", 100), ("torch", 35), ("report", 15),
+PLAN = [("setup", 10), ("probe", 20), ("certify", 130), ("bench", 130), ("torch", 35), ("report", 15),
         ("sanitize_memcheck", 20), ("sanitize_racecheck", 30), ("sanitize_synccheck", 20), ("package", 10)]
 COMMAND_LIMIT = 600  # the most one command may run on the GPU machine
 COMMAND_MARGIN = 60  # what the command's timeout adds to the budget: start-up, the transfers back
@@ -143,7 +143,7 @@ class Setup:
             self.tools = os.path.join(b, "tools/reports")
             with open(os.path.join(bin_, "gpu_tests.txt")) as f:
                 self.gpu_tests = [os.path.join(bin_, line.rstrip("\n")) for line in f]
-            self.mla, self.gpu_bench = os.path.join(bin_, "mla"), os.path.join(bin_, "mla-gpu-bench")
+            self.mla, self.bench_exe = os.path.join(bin_, "mla"), os.path.join(bin_, "mla-bench")
             self.smoke, self.input_rates = os.path.join(bin_, "mla_gpu_smoke_tests"), os.path.join(bin_, "mla-input-rates")
             self.cuda_plugin, self.standin_plugin = os.path.join(bin_, "cuda_plugin.so"), os.path.join(bin_, "good_append.so")
             self.door = os.path.join(b, "python")  # kernels/python (the Python door and its adapters)
@@ -157,7 +157,7 @@ class Setup:
                         src = line.rstrip("\n").split("=", 1)[1]
             self.tools = os.path.join(src, "reports/tools")
             self.gpu_tests = None  # from CTest, once the readers are importable (below)
-            self.mla, self.gpu_bench = os.path.join(b, "tools/mla/mla"), os.path.join(b, "suites/device/mla-gpu-bench")
+            self.mla, self.bench_exe = os.path.join(b, "tools/mla/mla"), os.path.join(b, "suites/bench/mla-bench")
             self.smoke = os.path.join(b, "suites/device/mla_gpu_smoke_tests")
             self.input_rates = os.path.join(b, "suites/device/mla-input-rates")
             self.cuda_plugin = os.path.join(b, "kernels/plugin/examples/cuda_plugin.so")

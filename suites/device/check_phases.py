@@ -9,8 +9,8 @@ import threading
 import time
 
 from check_env import CERTIFY_MARGIN, COMMAND_LIMIT, COMMAND_MARGIN, PLAN
-from check_steps import (BENCH_POINTS, NOT_STARTED, PLUGIN_CASES, PY_DOOR_CASES, SANITIZE_FILTER, TIMED_OUT, lines_of,
-                         read_text)
+from check_steps import (BENCH_POINTS, NOT_STARTED, PLUGIN_CASES, PY_BENCH_KERNELS, PY_BENCH_POINTS, PY_DOOR_CASES,
+                         SANITIZE_FILTER, TIMED_OUT, lines_of, read_text)
 
 
 class Phases:
@@ -23,7 +23,7 @@ class Phases:
     def probe(self):
         c, s, a = self.c, self.s, self.a
         c.log(f"bundle {s.bundle} ({s.layout}), goldens {s.goldens or 'none'}, budget {a.budget}s, output {s.out}")
-        params = {"bundle": s.bundle, "layout": s.layout, "libnote": c.libnote, "gpu_bench": s.gpu_bench,
+        params = {"bundle": s.bundle, "layout": s.layout, "libnote": c.libnote, "bench_exe": s.bench_exe,
                   "smoke": s.smoke, "cs": c.cs, "rehearse": a.rehearse, "work": s.work}
         env = dict(os.environ, MLA_CHECK_PROBE=json.dumps(params))
         rc, secs = c.run_step("probe", [sys.executable, os.path.realpath(__file__), "--probe-body"], env=env)
@@ -34,9 +34,9 @@ class Phases:
         if probe_rc == "0":
             c.have_gpu = True
         else:
-            section = re.search(r"^## mla-gpu-bench.*?^exit:", device, re.S | re.M)
+            section = re.search(r"^## mla-bench --mla_probe.*?^exit:", device, re.S | re.M)
             m = re.search(r'"unavailable":"([^"]*)"', section.group(0)) if section else None
-            c.no_gpu_why = (m.group(1) if m else "") or f"mla-gpu-bench --mla_probe exited {probe_rc or '?'} (see device.txt)"
+            c.no_gpu_why = (m.group(1) if m else "") or f"mla-bench --mla_probe exited {probe_rc or '?'} (see device.txt)"
         if rc in TIMED_OUT:
             c.record("probe", "TIMEOUT", secs, c.tail_of("probe", 200))
         elif not c.cublas_dir and s.layout == "bundle":
@@ -241,13 +241,18 @@ class Phases:
         self.points = os.environ.get("MLA_CHECK_POINTS", "") or BENCH_POINTS
         with open(f"{s.r}/bench/points.tsv", "w") as out, open(c.logfile("points"), "w") as err:
             try:
-                subprocess.run([s.gpu_bench, "--mla_list", f"--mla_points={self.points}"], stdout=out, stderr=err, timeout=60)
+                subprocess.run([s.bench_exe, "--mla_list_points", f"--mla_points={self.points}"], stdout=out, stderr=err, timeout=60)
             except (OSError, subprocess.SubprocessError) as e:
                 err.write(f"{e}\n")
         if not c.have_gpu:
             return c.record("bench", "SKIP", 0, f"no usable GPU: {c.no_gpu_why}")
         gpu_json = f"{s.r}/bench/gpu.json"
-        rc, secs = c.run_step("bench", [s.gpu_bench, f"--mla_points={self.points}", "--mla_quick", f"--benchmark_out={gpu_json}"])
+        py_args, py_note = self.python_bench_kernels()
+        # --mla_backend=cuda: the registry's CUDA kernels only (the CPU ones would take minutes per
+        # call on these production shapes); the Python door's kernels are added by name.
+        rc, secs = c.run_step("bench", [s.bench_exe, "--mla_backend=cuda", f"--mla_points={self.points}", "--mla_quick",
+                                        f"--benchmark_out={gpu_json}"] + py_args,
+                              env=dict(os.environ, MLA_DOOR_PATH=s.door))
         try:
             with open(gpu_json) as f:
                 st, detail = c.readers.bench_detail(json.load(f), self.must_claim)
@@ -255,6 +260,7 @@ class Phases:
             st, detail = "FAIL", "no bench JSON written"
         except (OSError, ValueError, KeyError, TypeError) as e:
             st, detail = "FAIL", f"unreadable benchmark JSON: {e}"
+        detail += f"; {py_note}" if py_note else ""
         if rc == NOT_STARTED:
             c.record("bench", "SKIP", 0, "budget exhausted")
         elif rc in TIMED_OUT:
@@ -266,6 +272,44 @@ class Phases:
             c.record("bench", "FAIL", secs, f"exit {rc}: {detail} {c.tail_of('bench', 200)}")
         else:
             c.record("bench", st or "FAIL", secs, detail)
+
+    def python_bench_kernels(self):
+        """(mla-bench arguments, a note for the step's detail): FlashMLA's and FlashInfer's decode
+        through the Python door, with the python that imports torch, each only when its adapter
+        module and the library it wraps import there (one probe process: a torch import); the
+        note names each one left out and why."""
+        c, s = self.c, self.s
+        py, torch, _, _ = c.python_info()
+        if not os.path.isdir(os.path.join(s.door, "mla_door")):
+            return [], f"FlashMLA/FlashInfer not benchmarked: no Python door package at {s.door}"
+        if not torch or torch.startswith(("no torch", "not probed")):
+            return [], f"FlashMLA/FlashInfer not benchmarked: {py} does not import torch ({torch})"
+        probe = ("import importlib, sys\nsys.path.insert(0, sys.argv[1])\nimport torch\n"
+                 "for spec, lib in zip(sys.argv[2::2], sys.argv[3::2]):\n"
+                 "    for m in (spec.split(':')[0], lib):\n"
+                 "        try:\n            importlib.import_module(m)\n"
+                 "        except Exception as e:\n"
+                 "            print(spec, f'{m} does not import: {type(e).__name__}: {e}'.replace(chr(10), ' ')); break\n"
+                 "    else:\n        print(spec, 'ok')\n")
+        out, rc = c.capture([py, "-c", probe, s.door] + [x for pair in PY_BENCH_KERNELS for x in pair], 60)
+        said = dict(ln.split(" ", 1) for ln in lines_of(out) if " " in ln)
+        args, absent = [], []
+        for spec, _ in PY_BENCH_KERNELS:
+            why = said.get(spec, f"the import probe exited {rc}")
+            if why == "ok":
+                args.append(f"--mla_python={spec}")
+            else:
+                absent.append(f"{spec.split('.')[-1].split(':')[0]}: {why}")
+        if args:
+            args += [f"--mla_python_exe={py}", f"--mla_external_points={PY_BENCH_POINTS}"]
+        note = f"not benchmarked: {'; '.join(absent)}" if absent else ""
+        return args, note
+
+    @staticmethod
+    def door_rows():
+        """The bench's Python-door rows when both libraries import (what the plan must fit): each
+        kernel and its overhead row at each of PY_BENCH_POINTS."""
+        return 2 * len(PY_BENCH_KERNELS) * len(PY_BENCH_POINTS.split(","))
 
     def bench_inputs(self):
         """Rehearsal: the bench's host half, measured here."""
@@ -387,7 +431,8 @@ class Phases:
         charged = {st: self.contexts_of(st) for st in ("certify", "certify_plugin", "certify_python")}
         lines, fits = c.readers.time_plan(took, status, rows, a.budget, {n: a.cap[n] for n, _ in PLAN},
                                           float(getattr(self, "py_ms", "") or 0), float(s.sim_ctx), charged,
-                                          CERTIFY_MARGIN, COMMAND_LIMIT, COMMAND_MARGIN)
+                                          CERTIFY_MARGIN, COMMAND_LIMIT, COMMAND_MARGIN,
+                                          door_rows=self.door_rows())
         text = "\n".join(lines) + "\n"
         with open(c.plan_md, "w") as f:
             f.write(text)
@@ -431,7 +476,7 @@ def probe_body(p):
         got["smi"] = q + "\n" + ("\n".join(parts[:80]) + "\n" if len(parts) > 81 else d)
 
     def bench():
-        out, rc = _run([p["gpu_bench"], "--mla_probe"], 15)
+        out, rc = _run([p["bench_exe"], "--mla_probe"], 15)
         got["bench"] = out + f"exit: {rc}\n"
 
     def cs():
@@ -459,9 +504,9 @@ def probe_body(p):
            f"libraries: {p['libnote']}",
            f"LD_LIBRARY_PATH (inherited, not set by the check): {os.environ.get('LD_LIBRARY_PATH') or 'unset'}",
            "", "## nvidia-smi"]
-    text = "\n".join(out) + "\n" + got["smi"] + "\n## mla-gpu-bench --mla_probe (the CUDA runtime's and NVML's view from the bundled binary)\n"
+    text = "\n".join(out) + "\n" + got["smi"] + "\n## mla-bench --mla_probe (the CUDA runtime's and NVML's view from the bundled binary)\n"
     text += got["bench"] + "\n"
-    for b in (p["gpu_bench"], p["smoke"]):
+    for b in (p["bench_exe"], p["smoke"]):
         ldd, _ = _run(["ldd", b], 30)
         text += f"## ldd {os.path.basename(b)}\n" + "".join(ln for ln in ldd.splitlines(True) if not re.match(r"^\s*linux-vdso", ln)) + "\n"
     text += "## tools\n" + got["cs"]

@@ -19,12 +19,21 @@ from check_env import PLAN, find_cublas, find_sanitizer
 SANITIZE_FILTER = ("Instance/Decode.OneProblemThroughDecodeAndCombine/rows16_bf16_dense:"
                    "Instance/Decode.OneProblemThroughDecodeAndCombine/rows16_fp8_dense:"
                    "Instance/Decode.OneProblemThroughDecodeAndCombine/rows16_fp8_sparse:Append.*")
-# decode_b128_h16_sq1_sk8192 and its FP8 twin: the bf16-vs-FP8 comparison (mla-gpu-bench adds an
+# decode_b128_h16_sq1_sk8192 and its FP8 twin: the bf16-vs-FP8 comparison (mla-bench adds an
 # mla_ratio row with the measured speedup); the sk8192 top-2048 pair is sparse decode.
 BENCH_POINTS = ("decode_b128_h16_sq1_sk1024,decode_b128_h16_sq1_sk4096,decode_b128_h16_sq1_sk8192,fp8_b128_h16_sq1_sk8192,"
                 "decode_b128_h16_sq1_sk16384,compute_b128_h64_sq1_sk4096,compute_b128_h64_sq2_sk4096,"
                 "compute_b128_h128_sq1_sk4096,compute_b128_h128_sq2_sk4096,sparse_b64_h128_sq1_sk8192_top2048_bf16,"
                 "sparse_b64_h128_sq1_sk8192_top2048_fp8")
+# The field's decode kernels beside the suite's in the bench (FlashMLA, FlashInfer through the Python
+# door's adapters: the module of each spec and the library it wraps). Each prepared point costs a
+# door child (a torch import, ~3 s, and a CUDA context) for the kernel and another for its
+# calling-path overhead row, so they are timed on two of the bench points only, the memory-bound
+# serving decode and the compute-bound h=128 s_q=2 one; elsewhere their rows say why they were
+# not timed.
+PY_BENCH_KERNELS = (("mla_door.adapters.flashmla:kernel", "flash_mla"),
+                    ("mla_door.adapters.flashinfer:kernel", "flashinfer.mla"))
+PY_BENCH_POINTS = "decode_b128_h16_sq1_sk4096,compute_b128_h128_sq2_sk4096"
 # The plug-in's C ABI with device pointers and the host's stream is what its step is for (the
 # kernel it wraps is certified by `certify`): a child costs a context, so it gets the attn_core
 # cases with the most to say about the ABI (paged cache, varlen, s_q > 1, an empty batch, wide

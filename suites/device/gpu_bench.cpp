@@ -16,61 +16,12 @@
 #include "mla/core/error.hpp"
 #include "mla/cuda/check.hpp"
 #include "harness.hpp"
-#include "point_judge.hpp"
+#include "kernel_loop.hpp"
 
 namespace mla::device {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// One axis point's inputs and one implementation's prepared state, kept across Google Benchmark's
-// calls of the same benchmark (once per trial and repetition); replaced when the point or the
-// implementation changes, so at most one point's inputs live on the host and the device.
-struct CaseCache {
-  std::string point;
-  std::optional<axes::SyntheticInputs> inputs;
-  std::string prepared_key;
-  std::unique_ptr<PreparedAttention> prepared;
-
-  void clear() {
-    prepared.reset();  // device buffers first: they are the scarce ones
-    prepared_key.clear();
-    inputs.reset();
-    point.clear();
-  }
-  const axes::SyntheticInputs& get_inputs(const axes::AxisPoint& p) {
-    if (point != p.name || !inputs) {
-      clear();
-      const auto t0 = Clock::now();
-      inputs.emplace(axes::build_inputs(p));
-      point = p.name;
-      std::cerr << fmt::format("[mla-gpu-bench] built inputs of {} ({:.1f} MiB) in {:.2f} s\n", p.name,
-                               static_cast<double>(axes::footprint(p).total()) / (1 << 20),
-                               std::chrono::duration<double>(Clock::now() - t0).count());
-    }
-    return *inputs;
-  }
-  PreparedAttention& get_prepared(const AttentionImpl& impl, const axes::AxisPoint& p) {
-    const std::string key = impl.info().name + "/" + p.name;
-    if (prepared_key != key || !prepared) {
-      prepared.reset();
-      prepared_key.clear();
-      prepared = impl.prepare(get_inputs(p).view());
-      prepared_key = key;
-    }
-    return *prepared;
-  }
-};
-
-CaseCache& cache() {
-  static CaseCache c;
-  return c;
-}
-
-bench::PointJudge& judge() {
-  static bench::PointJudge j;
-  return j;
-}
 
 // The flusher and the host-clock fallback's stream sync are shared by every kernel benchmark.
 cuda::L2Flusher& flusher() {
@@ -115,118 +66,98 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-struct KernelCase {
-  const GpuBenchSetup* setup;
-  const AttentionImpl* impl;
-  const axes::AxisPoint* point;
-};
-
-void bench_kernel(benchmark::State& st, KernelCase kc) {
-  const AttentionImpl& impl = *kc.impl;
-  const axes::AxisPoint& p = *kc.point;
-  const GpuBenchOptions& o = kc.setup->options;
-  Timed& record = timings()[impl.info().name + "/" + p.name];
-  if (const auto& why = poisoned()) {
-    record.error = "not run: an earlier row left the CUDA context unusable: " + *why;
-    st.SkipWithError(record.error.c_str());
-    return;
+// CUDA events bracketing exactly the implementation's work when the prepared call tells its
+// stream (cuda::StreamBound); otherwise the only honest measurement is a host clock around
+// run() + synchronize(). The L2 flush is enqueued before the timed interval either way.
+class DeviceTimer : public bench::CallTimer {
+ public:
+  DeviceTimer(const cuda::StreamBound* bound, cuda::L2Flusher* fl) : bound_(bound), fl_(fl) {
+    if (bound_) events_.emplace();
   }
-  if (auto why = impl.unavailable()) {
-    record.error = "unavailable: " + *why;
-    st.SkipWithError(record.error.c_str());
-    return;
-  }
-  if (auto why = impl.check(p.shape)) {
-    record.error = "unsupported: " + *why;
-    st.SkipWithError(record.error.c_str());
-    return;
-  }
-  const auto fp = axes::footprint(p);
-  if (o.host_budget_bytes && fp.peak() > o.host_budget_bytes / 4) {
-    st.SkipWithError(fmt::format("too large for this machine: inputs {:.2f} GiB > a quarter of the {:.2f} GiB host budget",
-                                 static_cast<double>(fp.peak()) / (1 << 30),
-                                 static_cast<double>(o.host_budget_bytes) / (1 << 30))
-                         .c_str());
-    return;
-  }
-  try {
-    const AttnInputs in = cache().get_inputs(p).view();
-    PreparedAttention& run = cache().get_prepared(impl, p);
-    // Speed only where correct: the same judge, table and truth as the host rows (point_judge.hpp).
-    if (auto why = judge().failure(impl, run, p.name, in)) {
-      record.error = *why;
-      st.SkipWithError(record.error.c_str());
+  void flush() override {
+    if (!fl_) return;
+    if (bound_) {
+      fl_->flush(bound_->stream());  // enqueued: ordered before the call's work on its stream
       return;
     }
+    fl_->flush(nullptr);
+    MLA_CUDA_CHECK(cudaDeviceSynchronize());  // the implementation's stream is not ordered after ours
+  }
+  double time_call(PreparedAttention& run) override {
+    if (bound_) {
+      const cudaStream_t s = bound_->stream();
+      events_->start(s);
+      run.run();
+      events_->stop(s);
+      return 1e-3 * events_->elapsed_ms();
+    }
+    const auto t0 = Clock::now();
+    run.run();
+    run.synchronize();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  bool flushed() const override { return fl_ != nullptr; }
+  bool event_timed() const { return bound_ != nullptr; }
+
+ private:
+  const cuda::StreamBound* bound_;
+  cuda::L2Flusher* fl_;
+  std::optional<cuda::EventTimer> events_;
+};
+
+// The device's side of the one timing loop (suites/bench/kernel_loop.hpp): its timer, its roofs
+// and tokens-per-second counters, and the poisoned-context handling.
+class DeviceSide : public bench::RowSide {
+ public:
+  explicit DeviceSide(const GpuBenchSetup& s) : s_(s) {}
+  std::optional<std::string> refuse() override {
+    if (const auto& why = poisoned()) return "not run: an earlier row left the CUDA context unusable: " + *why;
+    return std::nullopt;
+  }
+  std::unique_ptr<bench::CallTimer> timer(const bench::RowCase&, PreparedAttention& run) override {
+    auto t = std::make_unique<DeviceTimer>(dynamic_cast<const cuda::StreamBound*>(&run),
+                                           s_.options.flush_l2 ? &flusher() : nullptr);
+    event_timed_ = t->event_timed();
+    return t;
+  }
+  void after_failure(const std::string& row) override { note_if_poisoned(row); }
+  void finish(benchmark::State& st, const bench::RowCase& rc, const AttnInputs& in, const bench::RowResult& r) override {
     // Byte model: q + the cache bytes of every token some query attends, read once (sparse: the
     // distinct valid indices of each sequence) + out + lse. FLOP model: 2·(576 + 512) per
     // attended (query row, key) pair and head. Both from mla_cost_model (docs/field.md).
-    const CostModel cost = impl.cost(in);
     const AttnTraffic traffic = attention_traffic(in);
-    // Events bracket exactly the implementation's work when it tells us its stream; otherwise
-    // the only honest measurement is a host clock around run() + synchronize().
-    const auto* bound = dynamic_cast<const cuda::StreamBound*>(&run);
-    cuda::L2Flusher* fl = o.flush_l2 ? &flusher() : nullptr;
-    std::optional<cuda::EventTimer> timer;
-    if (bound) timer.emplace();
-    double seconds = 0;
-    for (auto _ : st) {
-      double dt = 0;
-      try {
-        if (bound) {
-          const cudaStream_t s = bound->stream();
-          if (fl) fl->flush(s);
-          timer->start(s);
-          run.run();
-          timer->stop(s);
-          dt = 1e-3 * timer->elapsed_ms();
-        } else {
-          if (fl) {
-            fl->flush(nullptr);
-            MLA_CUDA_CHECK(cudaDeviceSynchronize());  // the implementation's stream is not ordered after ours
-          }
-          const auto t0 = Clock::now();
-          run.run();
-          run.synchronize();
-          dt = std::chrono::duration<double>(Clock::now() - t0).count();
-        }
-      } catch (const std::exception& e) {
-        record.error = std::string("error in run(): ") + e.what();
-        st.SkipWithError(record.error.c_str());
-        note_if_poisoned(fmt::format("mla/{}/{}", impl.info().name, p.name));
-        break;
-      }
-      st.SetIterationTime(dt);
-      seconds += dt;
-      record.seconds.push_back(dt);
-    }
-    if (st.error_occurred()) return;
-    record.cache_tokens = static_cast<double>(traffic.tokens);
-    record.cache_bytes_per_token = static_cast<double>(cache_bytes_per_token(p.shape.cache_format));
-    record.model_bytes = cost.bytes;
-    record.model_flops = cost.flops;
+    const AttnShape& sh = rc.point->shape;
     using C = benchmark::Counter;
-    mla::bench::Roof roof{kRoofBw, kRoofPeak, kc.setup->ceiling(kRoofBw), kc.setup->ceiling(kRoofPeak)};
-    std::string label = mla::bench::roofline_counters(st, cost, seconds, roof);
+    mla::bench::Roof roof{kRoofBw, kRoofPeak, s_.ceiling(kRoofBw), s_.ceiling(kRoofPeak)};
+    std::string label = mla::bench::roofline_counters(st, r.cost, r.total(), roof);
     if (label.empty()) label = "no ceiling measured";
     // Tokens per second: cache tokens read (the memory-bound work) and query tokens decoded
     // (b·s_q per call, what a serving system counts).
     st.counters["cache_tokens_per_second"] = C(static_cast<double>(traffic.tokens), C::kIsIterationInvariantRate);
-    st.counters["query_tokens_per_second"] =
-        C(static_cast<double>(int64_t{p.shape.batch} * p.shape.s_q), C::kIsIterationInvariantRate);
-    st.counters["cold_cache"] = C(fl ? 1.0 : 0.0);
-    st.counters["event_timed"] = C(bound ? 1.0 : 0.0);
-    label += bound ? "; CUDA events" : "; host clock incl. launch (implementation does not expose its stream)";
-    label += fl ? "; L2 flushed" : "; warm L2";
+    st.counters["query_tokens_per_second"] = C(static_cast<double>(int64_t{sh.batch} * sh.s_q), C::kIsIterationInvariantRate);
+    st.counters["cold_cache"] = C(r.flushed ? 1.0 : 0.0);
+    st.counters["event_timed"] = C(event_timed_ ? 1.0 : 0.0);
+    label += event_timed_ ? "; CUDA events" : "; host clock incl. launch (implementation does not expose its stream)";
+    label += r.flushed ? "; L2 flushed" : "; warm L2";
     st.SetLabel(label);
-  } catch (const UnsupportedError& e) {
-    record.error = std::string("unsupported: ") + e.what();
-    st.SkipWithError(record.error.c_str());
-  } catch (const std::exception& e) {
-    record.error = std::string("error: ") + e.what();
-    st.SkipWithError(record.error.c_str());
-    note_if_poisoned(fmt::format("mla/{}/{}", impl.info().name, p.name));
+    Timed& t = timings()[rc.impl->info().name + "/" + rc.point->name];
+    t.cache_tokens = static_cast<double>(traffic.tokens);
+    t.cache_bytes_per_token = static_cast<double>(cache_bytes_per_token(sh.cache_format));
+    t.model_bytes = r.cost.bytes;
+    t.model_flops = r.cost.flops;
   }
+
+ private:
+  const GpuBenchSetup& s_;
+  bool event_timed_ = false;
+};
+
+void bench_kernel(benchmark::State& st, const GpuBenchSetup* s, const bench::RowCase& rc) {
+  DeviceSide side(*s);
+  const bench::RowResult r = bench::time_kernel_row(st, rc, side);
+  Timed& t = timings()[rc.impl->info().name + "/" + rc.point->name];
+  t.seconds.insert(t.seconds.end(), r.seconds.begin(), r.seconds.end());
+  if (!r.error.empty()) t.error = r.error;
 }
 
 // The measured speed ratio of an FP8 point over its bf16 twin (same shape, lengths, seed) for
@@ -243,8 +174,10 @@ void bench_ratio(benchmark::State& st, const AttentionImpl* impl, const axes::Ax
   for (const auto& [it, pt] : {std::pair{a, bf16}, std::pair{b, fp8}}) {
     if (it == t.end() || it->second.seconds.empty()) {
       const std::string why = it == t.end() ? std::string("not run") : it->second.error;
-      // A refused twin makes the ratio unsupported too; anything else is an error.
-      const std::string msg = (why.rfind("unsupported", 0) == 0 || why.rfind("unavailable", 0) == 0 ? "unsupported: " : "error: ") +
+      // A refused twin makes the ratio unsupported too, a twin left untimed (the judge's FAIL, an
+      // external kernel outside its points) makes it untimed; anything else is an error.
+      const bool refused = why.rfind("unsupported", 0) == 0 || why.rfind("unavailable", 0) == 0;
+      const std::string msg = (refused ? "unsupported: " : why.rfind("not timed", 0) == 0 ? "not timed: " : "error: ") +
                               fmt::format("no timing of {}/{} ({})", name, pt->name, why);
       st.SkipWithError(msg.c_str());
       return;
@@ -327,13 +260,13 @@ double GpuBenchSetup::ceiling(const std::string& key) const {
 
 GpuBenchSetup prepare_gpu_bench(const GpuBenchOptions& o) {
   cuda::validate(o.ceilings);
-  cuda::require_device("mla-gpu-bench");
+  cuda::require_device("mla-bench");
   GpuBenchSetup s;
   s.options = o;
   s.gpu = cuda::snapshot_gpu();
   const auto t0 = Clock::now();
   s.ceilings = cuda::measure_gpu_ceilings(o.ceilings);
-  std::cerr << fmt::format("[mla-gpu-bench] {}: ceilings in {:.2f} s:", s.gpu.name,
+  std::cerr << fmt::format("[mla-bench] {}: ceilings in {:.2f} s:", s.gpu.name,
                            std::chrono::duration<double>(Clock::now() - t0).count());
   for (const auto& c : s.ceilings) std::cerr << fmt::format(" {} {:.4g} {}", c.key, c.value, c.unit);
   std::cerr << "\n";
@@ -383,15 +316,11 @@ void register_gpu_ceiling_benchmarks(const GpuBenchSetup& s) {
   })->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.1);
 }
 
-void register_gpu_kernel_benchmarks(const GpuBenchSetup& s, const std::vector<const AttentionImpl*>& impls,
-                                    const std::vector<const axes::AxisPoint*>& points) {
-  // Point-major, so each point's inputs are built once for all implementations.
-  for (const auto* p : points)
-    for (const auto* k : impls)
-      benchmark::RegisterBenchmark(fmt::format("mla/{}/{}", k->info().name, p->name).c_str(), bench_kernel,
-                                   KernelCase{&s, k, p})
-          ->UseManualTime()
-          ->Unit(benchmark::kMillisecond);
+void register_gpu_kernel_row(const GpuBenchSetup& s, const bench::RowCase& rc) {
+  benchmark::RegisterBenchmark(fmt::format("mla/{}/{}", rc.impl->info().name, rc.point->name).c_str(),
+                               [&s, rc](benchmark::State& st) { bench_kernel(st, &s, rc); })
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
 }
 
 void register_gpu_format_ratio_rows(const std::vector<const AttentionImpl*>& impls,
@@ -426,11 +355,6 @@ void register_gpu_clock_row() {
     st.counters["temperature_c"] = C(g.temperature_c);
     st.SetLabel("NVML: " + g.nvml_status);
   })->Iterations(1)->Repetitions(1);
-}
-
-void release_gpu_bench_cache() {
-  cache().clear();
-  judge() = bench::PointJudge{};
 }
 
 std::optional<std::string> context_poisoned() { return poisoned(); }

@@ -1,10 +1,11 @@
-// GPU half of the benchmarks: device ceilings and the CUDA implementations over the shared axes,
-// timed with CUDA events and an L2 flush between calls, registered into Google Benchmark.
+// The device's facts for mla-bench: device ceilings, the device side of the one timing loop
+// (suites/bench/kernel_loop.hpp: CUDA events on the implementation's stream, an L2 flush before
+// each call, the device roofs and tokens-per-second counters, a CUDA context left unusable by a
+// row), the FP8-over-bf16 ratio rows and the clocks row, registered into Google Benchmark.
 //
-// A library apart from mla-bench because it needs CUDA: the standalone `mla-gpu-bench`
-// (mla_gpu_bench.cpp) and, in a CUDA build, mla-bench itself link it; what both write about
-// points, implementations and rooflines is suites/bench/harness.hpp (suites/device/README.md,
-// "One harness with mla-bench").
+// A library apart from mla-bench's main because it needs CUDA: mla-bench links it in a CUDA
+// build (suites/bench/CMakeLists.txt); what it writes about points, implementations and
+// rooflines is suites/bench/harness.hpp (suites/device/README.md, "mla-bench on a device").
 #pragma once
 
 #include <optional>
@@ -18,6 +19,7 @@
 #include "mla/cuda/timing.hpp"
 #include "mla/core/kernel.hpp"
 #include "mla/workloads/axes.hpp"
+#include "kernel_loop.hpp"
 
 namespace mla::device {
 
@@ -56,10 +58,9 @@ nlohmann::ordered_json kernel_json(const AttentionImpl& impl);
 // `ceiling/gpu_read_bw`, `ceiling/gpu_copy_bw`, `ceiling/gpu_gemm_bf16/<n>` as manual-time
 // benchmarks (CUDA events), so the ceilings sit in the same JSON and are tracked run to run.
 void register_gpu_ceiling_benchmarks(const GpuBenchSetup& s);
-// `mla/<kernel>/<point>` for each pair, manual time. Unavailable or unsupported pairs become
-// SkipWithError rows with the reason. The setup must outlive the benchmark run.
-void register_gpu_kernel_benchmarks(const GpuBenchSetup& s, const std::vector<const AttentionImpl*>& impls,
-                                    const std::vector<const axes::AxisPoint*>& points);
+// `mla/<kernel>/<point>`, manual time, through the one timing loop with the device side. A row
+// that is not timed is a SkipWithError with the reason. The setup must outlive the benchmark run.
+void register_gpu_kernel_row(const GpuBenchSetup& s, const bench::RowCase& rc);
 // `mla_ratio/<kernel>/<fp8 point>_vs_<bf16 point>` for every selected FP8 point whose bf16 twin
 // (same shape, lengths and seed) is selected too: the measured median-time ratio of the two
 // kernel rows, their tokens/s and byte models (register after the kernel rows).
@@ -68,10 +69,6 @@ void register_gpu_format_ratio_rows(const std::vector<const AttentionImpl*>& imp
 // `gpu/clocks_after`: one iteration recording the clocks, power and temperature after the run
 // (register it last; a clock that dropped during the run explains slow rows).
 void register_gpu_clock_row();
-
-// Frees the cached inputs and prepared implementation (call after RunSpecifiedBenchmarks, before
-// the CUDA runtime is torn down at exit).
-void release_gpu_bench_cache();
 
 // Set once a kernel row left the CUDA context unusable (a sticky error: an illegal address, a
 // kernel trap): which row and the error. Every later row is then skipped with that reason

@@ -3,8 +3,8 @@
 # installed beyond the driver and that machine's image (suites/device/README.md):
 #
 #   bin/    every test binary CTest labels `gpu` (read from CTest, so a new GPU test is bundled
-#           without editing this script), the certifier `mla` (+ `mla-certify`), mla-gpu-bench and
-#           mla-bench when built, cuda_plugin.so and the rehearsal's CPU stand-in for it,
+#           without editing this script), the certifier `mla` (+ `mla-certify`), the benchmark
+#           driver mla-bench, cuda_plugin.so and the rehearsal's CPU stand-in for it,
 #           good_append.so; bin/gpu_tests.txt lists the GPU test binaries
 #   lib/    every shared library those binaries load that is not part of the system (ldd), so the
 #           Debian 12 build runs on the device image. Left out: the glibc family (the loader must
@@ -64,8 +64,8 @@ OUT=$(readlink -f "$OUT")
 
 # ---- binaries ---------------------------------------------------------------------------------
 # The GPU tests, as CTest knows them: the executable of every gtest-discovered test labelled gpu
-# (its command carries --gtest_filter) that lives in the build tree. Other gpu tests (the
-# mla-gpu-bench smoke run) are covered by check.sh's own steps.
+# (its command carries --gtest_filter) that lives in the build tree. Other gpu tests (mla-bench's
+# device smoke run) are covered by check.sh's own steps.
 mapfile -t gpu_tests < <(cd "$BUILD" && ctest --show-only=json-v1 -L gpu | python3 -c '
 import json, os, sys
 build = sys.argv[1]
@@ -90,13 +90,12 @@ copy_bin() {  # path, required(1/0)
 }
 copy_bin "$BUILD/tools/mla/mla" 1
 ln -sf mla "$OUT/bin/mla-certify"
-copy_bin "$BUILD/suites/device/mla-gpu-bench" 1
+copy_bin "$BUILD/suites/bench/mla-bench" 1  # the bench step, the probe and the points table
 copy_bin "$BUILD/kernels/plugin/examples/cuda_plugin.so" 1  # the CUDA example plug-in check.sh certifies
 # check.sh --rehearse: the CPU example plug-in with an append entry, certified in cuda_plugin's
 # place so that the rehearsal measures the plug-in step's children (28 KiB)
 copy_bin "$BUILD/kernels/plugin/examples/good_append.so" 1
 copy_bin "$BUILD/suites/device/mla-input-rates" 1  # check.sh --rehearse: the bench's host half
-copy_bin "$BUILD/suites/bench/mla-bench" 0
 
 # ---- libraries ----------------------------------------------------------------------------------
 # The glibc family and the loader, the driver's libraries, and cuBLAS are not copied (see header).

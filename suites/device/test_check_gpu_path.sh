@@ -17,6 +17,9 @@
 #     generator accept the partial run and say it is partial;
 #   * the Python door's step (certify_python) runs with the bundle's python/ as MLA_DOOR_PATH and
 #     names the kernel that could not import;
+#   * the bench runs mla-bench on the registry's CUDA kernels with the Python door's adapter whose
+#     library imports (--mla_python, --mla_python_exe, --mla_external_points, MLA_DOOR_PATH) and
+#     says why the other one is absent;
 #   * OUTDIR holds what the device run returns (<= 8 files).
 #   test_check_gpu_path.sh CHECK_SH REPO_ROOT WORK_DIR
 set -uo pipefail
@@ -82,18 +85,23 @@ fi
 echo '{"format": 1, "complete": true, "verdict": "PASS", "kernels": [{"name": "cuda_mla_decode", "origin": {"kind": "builtin", "isolation": "in_process"}, "unavailable": null, "counts": {"ERROR": 0, "FAIL": 0, "PASS": 2, "SKIPPED": 0, "UNSUPPORTED": 1}, "cases": []}]}' >"\$out/certificate.json"
 echo "# certificate" >"\$out/certificate.md"
 EOS
-mkdir -p "$b/python/mla_door" && : >"$b/python/mla_door/__init__.py"  # as make_bundle.sh copies kernels/python
+mkdir -p "$b/python/mla_door/adapters" && : >"$b/python/mla_door/__init__.py"  # as make_bundle.sh copies kernels/python
+: >"$b/python/mla_door/adapters/__init__.py"; : >"$b/python/mla_door/adapters/flashmla.py"; : >"$b/python/mla_door/adapters/flashinfer.py"
+# FlashMLA's library imports (a stand-in on the door's path); FlashInfer's does not.
+: >"$b/python/flash_mla.py"
 : >"$b/bin/cuda_plugin.so"  # only passed to the fake mla
 # The bench: --mla_probe finds a GPU; the smoke run (one point, one repetition) completes; the
-# main run (--mla_quick) writes two rows as mla-gpu-bench's incremental reporter does, then hangs.
-cat >"$b/bin/mla-gpu-bench" <<EOS
+# main run (--mla_quick) writes two rows as mla-bench's incremental reporter does, then hangs.
+cat >"$b/bin/mla-bench" <<EOS
 #!/usr/bin/env bash
 $guard
+echo "args: \$*" >&2
+echo "MLA_DOOR_PATH=\${MLA_DOOR_PATH:-}" >&2
 quick=0
 for a in "\$@"; do
   case \$a in
     --mla_probe) echo '{"available":true,"name":"Fake GPU","driver_version":"1.0"}'; exit 0 ;;
-    --mla_list) printf 'name\taxis\tbatch\ts_q\theads\tpage_size\ttopk\tcache\tseqlen_max\tseqlen_mean\tcausal\n'
+    --mla_list_points) printf 'name\taxis\tbatch\ts_q\theads\tpage_size\ttopk\tcache\tseqlen_max\tseqlen_mean\tcausal\n'
                 printf 'decode_b128_h16_sq1_sk1024\tdecode_memory\t128\t1\t16\t64\t0\tbf16\t1024\t1024\t1\n'; exit 0 ;;
     --mla_quick) quick=1 ;;
     --benchmark_out=*) f=\${a#--benchmark_out=} ;;
@@ -177,6 +185,11 @@ expect '^\| certify_python \| PASS \| [0-9]+ \| 5 \| flashmla 1.0.0: 3 NOT_CLAIM
 tar -xzOf "$out/results.tar.gz" results/logs/certify_python.log | grep -qx "MLA_DOOR_PATH=$b/python" ||
   fail "certify_python did not run with MLA_DOOR_PATH at the bundle's python/"
 expect '^\| bench \| TIMEOUT \| [0-9]+ \| 6 \| killed after [0-9]+s; rows kept: 2 rows, 1 unsupported; PARTIAL: 2 benchmarks done'
+expect '^\| bench \| .*; not benchmarked: flashinfer: flashinfer.mla does not import: ModuleNotFoundError'
+bench_log=$(tar -xzOf "$out/results.tar.gz" results/logs/bench.log)
+grep -qE -- "^args: --mla_backend=cuda --mla_points=[^ ]+ --mla_quick --benchmark_out=[^ ]+ --mla_python=mla_door.adapters.flashmla:kernel --mla_python_exe=[^ ]+ --mla_external_points=decode_b128_h16_sq1_sk4096,compute_b128_h128_sq2_sk4096$" <<<"$bench_log" ||
+  fail "the bench did not run mla-bench on the CUDA kernels with FlashMLA's adapter beside them: $bench_log"
+grep -qx "MLA_DOOR_PATH=$b/python" <<<"$bench_log" || fail "the bench did not run with MLA_DOOR_PATH at the bundle's python/"
 expect '^\| torch \| (SKIP|PASS) \|'
 expect '^\| report \| PASS \|'
 # The first failure, with its log tail.

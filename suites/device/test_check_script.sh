@@ -22,7 +22,7 @@ listing=$(tar -tzf "$out/results.tar.gz") || fail "results.tar.gz is not a reada
 grep -q '^results/summary.md$' <<<"$listing" || fail "results.tar.gz lacks results/summary.md"
 grep -q '^results/logs/' <<<"$listing" || fail "results.tar.gz lacks results/logs/"
 
-probe=$("$build/suites/device/mla-gpu-bench" --mla_probe >/dev/null 2>&1; echo $?)
+probe=$("$build/suites/bench/mla-bench" --mla_probe >/dev/null 2>&1; echo $?)
 if [[ $probe == 77 ]]; then
   ((rc == 2)) || fail "without a GPU check.sh must exit 2 (skipped, nothing failed), got $rc"
   ! grep -E '\| (FAIL|TIMEOUT) \|' "$out/summary.md" || fail "a step failed without a GPU"

@@ -1,7 +1,12 @@
-# cpu;L0: mla-gpu-bench's command line on any machine. -DBENCH=<path of mla-gpu-bench>.
-#  * --mla_list prints the selected points as TSV (torch_side_by_side.py reads it), without a GPU;
-#  * an unknown --mla_ flag and an unknown point are usage errors (exit 2), before any GPU work;
-#  * --mla_probe exits 0 with a GPU, 77 without one, and prints a JSON snapshot either way.
+# cpu;L0: mla-bench's command line on any machine, with or without CUDA.
+# -DBENCH=<path of mla-bench>.
+#  * --mla_list_points prints the selected points as TSV (torch_side_by_side.py reads it), without
+#    a GPU; --mla_list still prints the whole catalog with each point's tiers;
+#  * an unknown --mla_ flag, an unknown point and an unknown backend are usage errors (exit 2),
+#    before any GPU work;
+#  * --mla_probe exits 0 with a GPU, 77 without one (always in a build without CUDA), and prints a
+#    JSON snapshot either way;
+#  * a run whose every kernel needs a GPU exits 77 without one, naming why, and writes no rows.
 function(expect_run expected_rc)
   execute_process(COMMAND ${BENCH} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   set(ok FALSE)
@@ -11,26 +16,30 @@ function(expect_run expected_rc)
     endif()
   endforeach()
   if(NOT ok)
-    message(FATAL_ERROR "mla-gpu-bench ${ARGN}: exit ${rc}, expected ${expected_rc}\nstdout:\n${out}\nstderr:\n${err}")
+    message(FATAL_ERROR "mla-bench ${ARGN}: exit ${rc}, expected ${expected_rc}\nstdout:\n${out}\nstderr:\n${err}")
   endif()
   set(out "${out}" PARENT_SCOPE)
   set(err "${err}" PARENT_SCOPE)
   set(rc "${rc}" PARENT_SCOPE)
 endfunction()
 
-expect_run(0 --mla_list --mla_points=decode_b128_h16_sq1_sk1024,compute_b128_h128_sq2_sk4096)
+expect_run(0 --mla_list_points --mla_points=decode_b128_h16_sq1_sk1024,compute_b128_h128_sq2_sk4096)
 if(NOT out MATCHES "^name\taxis\tbatch\ts_q\theads\tpage_size\ttopk\tcache\tseqlen_max\tseqlen_mean\tcausal\n")
-  message(FATAL_ERROR "--mla_list header changed (torch_side_by_side.py parses it):\n${out}")
+  message(FATAL_ERROR "--mla_list_points header changed (torch_side_by_side.py parses it):\n${out}")
 endif()
 if(NOT out MATCHES "\ndecode_b128_h16_sq1_sk1024\tdecode_memory\t128\t1\t16\t64\t0\tbf16\t1024\t1024\t1\n")
-  message(FATAL_ERROR "--mla_list row of decode_b128_h16_sq1_sk1024 unexpected:\n${out}")
+  message(FATAL_ERROR "--mla_list_points row of decode_b128_h16_sq1_sk1024 unexpected:\n${out}")
 endif()
 if(NOT out MATCHES "\ncompute_b128_h128_sq2_sk4096\tdecode_compute\t128\t2\t128\t")
-  message(FATAL_ERROR "--mla_list row of compute_b128_h128_sq2_sk4096 missing:\n${out}")
+  message(FATAL_ERROR "--mla_list_points row of compute_b128_h128_sq2_sk4096 missing:\n${out}")
 endif()
-expect_run(0 --mla_list)  # default tier gpu
+expect_run(0 --mla_list_points --mla_tier=gpu)
 if(NOT out MATCHES "\ndecode_b128_h16_sq1_sk65536\t" OR out MATCHES "\ncpu_")
-  message(FATAL_ERROR "--mla_list default (tier gpu) should list the GPU points only:\n${out}")
+  message(FATAL_ERROR "--mla_list_points --mla_tier=gpu should list the GPU points only:\n${out}")
+endif()
+expect_run(0 --mla_list)
+if(NOT out MATCHES "^name\taxis\ttiers\t")
+  message(FATAL_ERROR "--mla_list should print the catalog with its tiers column:\n${out}")
 endif()
 
 expect_run(2 --mla_bogus=1)
@@ -41,11 +50,31 @@ expect_run(2 --mla_points=no_such_point)
 if(NOT err MATCHES "no axis point named 'no_such_point'")
   message(FATAL_ERROR "unknown point not named:\n${err}")
 endif()
+expect_run(2 --mla_backend=tpu)
+if(NOT err MATCHES "--mla_backend: 'tpu' is not a backend")
+  message(FATAL_ERROR "unknown backend not named:\n${err}")
+endif()
 
 expect_run("0;77" --mla_probe)
 if(NOT out MATCHES "\"available\":")
   message(FATAL_ERROR "--mla_probe printed no snapshot:\n${out}")
 endif()
-if(rc STREQUAL "77" AND NOT out MATCHES "\"unavailable\":\"CUDA unavailable")
-  message(FATAL_ERROR "--mla_probe without a GPU must say why:\n${out}")
+set(have_gpu TRUE)
+if(rc STREQUAL "77")
+  set(have_gpu FALSE)
+  if(NOT out MATCHES "\"unavailable\":\"CUDA unavailable")
+    message(FATAL_ERROR "--mla_probe without a GPU must say why:\n${out}")
+  endif()
+endif()
+
+if(NOT have_gpu)
+  set(json ${CMAKE_CURRENT_BINARY_DIR}/bench_cli_no_gpu.json)
+  file(REMOVE ${json})
+  expect_run(77 --mla_backend=cuda --mla_points=edge_len1 --benchmark_out=${json})
+  if(NOT err MATCHES "skipped: every selected kernel needs a GPU: CUDA unavailable")
+    message(FATAL_ERROR "a GPU-only run without a GPU must say why it is skipped:\n${err}")
+  endif()
+  if(EXISTS ${json})
+    message(FATAL_ERROR "a skipped run wrote ${json}")
+  endif()
 endif()

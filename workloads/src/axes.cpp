@@ -193,7 +193,7 @@ std::vector<AxisPoint> build_catalog() {
   add(with_fp8(with_topk(dense("sparse_b64_h128_sq2_sk32768_top2048_fp8", A::sparse, kGpu, 64, 2, 128,
                                same(64, 32768), 503, "sparse MTP decode (s_q=2), FP8 cache"), 2048)));
   // A bf16/FP8 twin pair small enough for the device check's bench step (600 MiB of bf16
-  // cache instead of 4.6 GiB); mla-gpu-bench reports their measured speed ratio.
+  // cache instead of 4.6 GiB); mla-bench reports their measured speed ratio.
   add(with_fp8(with_topk(dense("sparse_b64_h128_sq1_sk8192_top2048_fp8", A::sparse, kGpu, 64, 1, 128,
                                same(64, 8192), 504, "V3.2 sparse decode (FP8 cache), 8K context"), 2048)));
   add(with_topk(dense("sparse_b64_h128_sq1_sk8192_top2048_bf16", A::sparse, kGpu, 64, 1, 128,
@@ -212,7 +212,7 @@ std::vector<AxisPoint> build_catalog() {
       add(with_fp8(dense(fmt::format("fp8_b128_h16_sq1_sk{}", fctx[i]), A::fp8, kGpu, 128, 1, 16,
                          same(128, fctx[i]), 601 + i, "memory-bound decode over the FP8 cache")));
     // The bf16-vs-FP8 comparison: the exact twin of decode_b128_h16_sq1_sk8192 (same seed,
-    // so the two caches hold the same values up to quantization); mla-gpu-bench reports the
+    // so the two caches hold the same values up to quantization); mla-bench reports the
     // measured speed ratio of the pair (byte model 1152/656 = 1.76x fewer cache bytes).
     add(with_fp8(dense("fp8_b128_h16_sq1_sk8192", A::fp8, kGpu, 128, 1, 16, same(128, 8192), 101 + 3,
                        "memory-bound decode over the FP8 cache, twin of decode_b128_h16_sq1_sk8192")));

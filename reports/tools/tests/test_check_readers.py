@@ -159,6 +159,27 @@ def test_bench_detail_partial_run_and_measured_speedup():
                 "measured fp8/bf16 speedup fp8_b128_h16_sq1_sk8192: 1.812x")
 
 
+def test_bench_detail_external_kernels_not_timed_are_findings_not_failures():
+    kernels = [{"name": "cuda_mla_decode"}, {"name": "flashmla", "origin": {"kind": "python"}},
+               {"name": "flashmla~overhead", "origin": {"kind": "python"}}]
+    rows = [row("mla/cuda_mla_decode/p/manual_time"), row("mla/flashmla/p/manual_time"),
+            row("mla/flashmla~overhead/p/manual_time"),
+            row("mla/flashmla/q/manual_time", "not timed: FAIL (out: 3 elements over tolerance)"),
+            row("mla/flashmla/r/manual_time", "not timed: this run times its external kernels only at --mla_external_points"),
+            row("mla_ratio/flashmla/fp8_r_vs_r", "not timed: no timing of flashmla/r (not timed: this run times its external "
+                                                 "kernels only at --mla_external_points)")]
+    doc = bench_doc(rows)
+    doc["context"] = {"mla_kernels": json.dumps(kernels)}
+    st, detail = cr.bench_detail(doc, ["cuda_mla_decode"])
+    assert st == "PASS"
+    assert detail == ("3 rows, 0 unsupported; external kernels (flashmla, flashmla~overhead): 2 rows timed, 3 not timed "
+                      "(mla/flashmla/q/manual_time: not timed: FAIL (out: 3 elements over tolerance))")
+    # The same error of the suite's own kernel fails the step.
+    own = bench_doc([row("mla/cuda_mla_decode/q/manual_time", "not timed: FAIL (out)"), row("mla/cuda_mla_decode/p/manual_time")])
+    own["context"] = {"mla_kernels": json.dumps(kernels)}
+    assert cr.bench_detail(own, ["cuda_mla_decode"])[0] == "FAIL"
+
+
 def test_bench_detail_cli_unreadable_json_fails(tmp_path):
     p = run_cli("bench-detail", write(tmp_path, "g.json", "{"), "--must-claim", "cuda_mla_decode")
     assert p.stdout.startswith("FAIL\tunreadable benchmark JSON: ")
@@ -226,10 +247,23 @@ INPUT_ROWS = [{"name": f"inputs/p{i}", "seconds": 2.0, "bytes": 2**30} for i in 
     {"name": "gen/fill_bf16/avx2/threads:2", "items_per_second": 5e8}]
 
 
-def plan(took, rows=INPUT_ROWS, budget=420, caps=CAPS, py_ms=3000.0):
+def plan(took, rows=INPUT_ROWS, budget=420, caps=CAPS, py_ms=3000.0, door_rows=0):
     status = {n: "PASS" for n in took}
     return cr.time_plan(took, status, rows, budget, dict(caps), py_ms, 1.5, {"certify": 1, "certify_plugin": 12},
-                        25, 600, 60)
+                        25, 600, 60, door_rows=door_rows)
+
+
+def test_plan_charges_each_python_door_bench_row_a_torch_import_a_context_and_a_row():
+    took = {"certify": 36, "certify_plugin": 30, "certify_python": 60}
+    base = "\n".join(plan(took)[0])
+    lines, _ = plan(took, door_rows=8, caps=dict(CAPS, bench=130, certify=130))
+    text = "\n".join(lines)
+    upload = 2 * 11 * 2**30 / 10e9
+    door = 8 * (3.0 + 1.5 + 1.5) + 3.0
+    assert f"| bench | 130 | {22 + upload + 42 + door:.0f} (inputs 22.0 measured + bounds, below) |" in text
+    assert f"Python door rows <= {door:.0f} s (8 rows" in text and "Python door rows" not in base
+    # Too many door rows for the cap: the plan does not fit.
+    assert not plan(took, door_rows=40)[1]
 
 
 def test_plan_fits_and_reports_each_phase():

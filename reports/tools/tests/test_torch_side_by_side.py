@@ -1,6 +1,6 @@
 """torch_side_by_side.py without a GPU: its byte/FLOP models agree with the C++ ones, its JSON is
-what reports/tools reads (alone and merged into an mla-gpu-bench file), its point table is the one
-mla-gpu-bench prints, and on a machine without CUDA it exits 77 with the reason, timing nothing."""
+what reports/tools reads (alone and merged into an mla-bench file), its point table is the one
+mla-bench --mla_list_points prints, and on a machine without CUDA it exits 77 with the reason, timing nothing."""
 from __future__ import annotations
 
 import json
@@ -18,7 +18,7 @@ from mla_benchtools import benchjson, report
 
 SCRIPT = TOOLS / "torch_side_by_side.py"
 
-# What `mla-gpu-bench --mla_list --mla_points=...` prints for two of the points (the C++ formats
+# What `mla-bench --mla_list_points --mla_points=...` prints for two of the points (the C++ formats
 # seqlen_mean with {} of a double: 1024, not 1024.0).
 TSV = ("name\taxis\tbatch\ts_q\theads\tpage_size\ttopk\tcache\tseqlen_max\tseqlen_mean\tcausal\n"
        "decode_b128_h16_sq1_sk1024\tdecode_memory\t128\t1\t16\t64\t0\tbf16\t1024\t1024\t1\n"
@@ -45,11 +45,11 @@ def test_bad_tsv_is_a_usage_error(text, msg):
 
 
 def test_default_points_match_the_binary_when_built():
-    exe = os.environ.get("MLA_GPU_BENCH")
+    exe = os.environ.get("MLA_BENCH")
     if not exe:
-        pytest.skip("MLA_GPU_BENCH (path of mla-gpu-bench) not set")
+        pytest.skip("MLA_BENCH (path of mla-bench) not set")
     names = ",".join(p.name for p in tsb.DEFAULT_POINTS)
-    out = subprocess.run([exe, "--mla_list", f"--mla_points={names}"], check=True, capture_output=True,
+    out = subprocess.run([exe, "--mla_list_points", f"--mla_points={names}"], check=True, capture_output=True,
                          text=True).stdout
     assert tsb.parse_points_tsv(out) == list(tsb.DEFAULT_POINTS)
 
@@ -151,7 +151,7 @@ def test_json_is_read_by_the_report_tools(write_json, tmp_path):
     assert "torch_absorbed_einsum" in md
 
 
-def test_merge_into_a_gpu_bench_file_uses_the_gpu_ceilings(write_json):
+def test_merge_into_a_device_bench_file_uses_the_gpu_ceilings(write_json):
     p = "decode_b128_h16_sq1_sk1024"
     gpu = bench_json(
         {f"mla/cuda_mla_decode/{p}/manual_time": ([0.05, 0.05, 0.06], {"model_bytes": 155_459_584,

@@ -1,0 +1,161 @@
+#include "kernel_loop.hpp"
+
+#include <chrono>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "mla/core/error.hpp"
+
+namespace mla::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One axis point's inputs and one implementation's prepared state, kept across Google
+// Benchmark's calls of the same benchmark (once per trial and repetition); replaced when the
+// point or the implementation changes.
+struct CaseCache {
+  std::string point;
+  std::optional<axes::SyntheticInputs> inputs;
+  std::string prepared_key;
+  std::unique_ptr<PreparedAttention> prepared;
+
+  void clear() {
+    prepared.reset();  // device buffers first: they are the scarce ones
+    prepared_key.clear();
+    inputs.reset();
+    point.clear();
+  }
+};
+
+CaseCache& cache() {
+  static CaseCache c;
+  return c;
+}
+
+}  // namespace
+
+double HostClockTimer::time_call(PreparedAttention& run) {
+  const auto t0 = Clock::now();
+  run.run();
+  run.synchronize();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+const axes::SyntheticInputs& case_inputs(const axes::AxisPoint& p) {
+  CaseCache& c = cache();
+  if (c.point != p.name || !c.inputs) {
+    c.clear();
+    const auto t0 = Clock::now();
+    c.inputs.emplace(axes::build_inputs(p));
+    c.point = p.name;
+    std::cerr << fmt::format("[mla-bench] built inputs of {} ({:.1f} MiB) in {:.2f} s\n", p.name,
+                             static_cast<double>(axes::footprint(p).total()) / (1 << 20),
+                             std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return *c.inputs;
+}
+
+PreparedAttention& case_prepared(const AttentionImpl& impl, const axes::AxisPoint& p) {
+  CaseCache& c = cache();
+  const std::string key = impl.info().name + "/" + p.name;
+  if (c.prepared_key != key || !c.prepared) {
+    c.prepared.reset();
+    c.prepared_key.clear();
+    c.prepared = impl.prepare(case_inputs(p).view());
+    c.prepared_key = key;
+  }
+  return *c.prepared;
+}
+
+PointJudge& point_judge() {
+  static PointJudge j;
+  return j;
+}
+
+void release_case_cache() {
+  cache().clear();
+  point_judge() = PointJudge{};
+}
+
+namespace {
+
+// The refusals that need no inputs: the reason, or nullopt when the row may run.
+std::optional<std::string> refusal(const RowCase& rc) {
+  const AttentionImpl& impl = *rc.impl;
+  const axes::AxisPoint& p = *rc.point;
+  if (!rc.not_timed.empty()) return rc.not_timed;
+  if (auto why = impl.unavailable()) return "unavailable: " + *why;
+  if (auto why = impl.check(p.shape)) return "unsupported: " + *why;
+  if (rc.claim) {
+    const auto scale = p.shape.cache_format == CacheFormat::fp8 ? std::optional<ScaleFmt>(p.scale_fmt) : std::nullopt;
+    if (auto why = rc.claim(p.shape, scale)) return "unsupported: the kernel's can_implement: " + *why;
+  }
+  const auto fp = axes::footprint(p);
+  if (rc.mem_budget && fp.peak() > rc.mem_budget / 4)
+    return fmt::format("too large for this machine: inputs {:.2f} GiB > a quarter of the {:.2f} GiB budget",
+                       static_cast<double>(fp.peak()) / (1 << 30), static_cast<double>(rc.mem_budget) / (1 << 30));
+  return std::nullopt;
+}
+
+}  // namespace
+
+RowResult time_kernel_row(benchmark::State& st, const RowCase& rc, RowSide& side) {
+  RowResult r;
+  const AttentionImpl& impl = *rc.impl;
+  const axes::AxisPoint& p = *rc.point;
+  const std::string row = fmt::format("mla/{}/{}", impl.info().name, p.name);
+  auto skip = [&](std::string why) {
+    r.error = std::move(why);
+    st.SkipWithError(r.error.c_str());
+    return r;
+  };
+  if (auto why = side.refuse()) return skip(*why);
+  if (auto why = refusal(rc)) return skip(*why);
+  try {
+    const AttnInputs in = case_inputs(p).view();
+    PreparedAttention& run = case_prepared(impl, p);
+    // Speed only where correct: one judge, table and truth for every row (point_judge.hpp).
+    if (!rc.overhead)
+      if (auto why = point_judge().failure(impl, run, p.name, in)) return skip(*why);
+    // The byte/FLOP model of exactly the call timed below: one run() over `in`.
+    r.cost = impl.cost(in);
+    const std::unique_ptr<CallTimer> timer = side.timer(rc, run);
+    r.flushed = timer->flushed();
+    // The whole loop, flushes included, against what the machine did meanwhile (machine_load).
+    const MachineCpu m0 = machine_cpu();
+    const double loop_c0 = process_cpu_seconds();
+    const auto loop_t0 = Clock::now();
+    for (auto _ : st) {
+      double dt = 0;
+      double c0 = 0;
+      try {
+        timer->flush();
+        c0 = process_cpu_seconds();
+        dt = timer->time_call(run);
+      } catch (const std::exception& e) {
+        // Inside the loop, so Google Benchmark ends the run cleanly (its documented pattern).
+        r.error = std::string("error in run(): ") + e.what();
+        st.SkipWithError(r.error.c_str());
+        side.after_failure(row);
+        break;
+      }
+      r.cpu_seconds += process_cpu_seconds() - c0;
+      st.SetIterationTime(dt);
+      r.seconds.push_back(dt);
+    }
+    const double loop_wall = std::chrono::duration<double>(Clock::now() - loop_t0).count();
+    r.load = machine_load(m0, machine_cpu(), process_cpu_seconds() - loop_c0, loop_wall);
+    if (st.error_occurred()) return r;
+    side.finish(st, rc, in, r);
+  } catch (const UnsupportedError& e) {
+    return skip(std::string("unsupported: ") + e.what());
+  } catch (const std::exception& e) {
+    skip(std::string("error: ") + e.what());
+    side.after_failure(row);
+  }
+  return r;
+}
+
+}  // namespace mla::bench

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -123,6 +124,10 @@ RowResult time_kernel_row(benchmark::State& st, const RowCase& rc, RowSide& side
     r.cost = impl.cost(in);
     const std::unique_ptr<CallTimer> timer = side.timer(rc, run);
     r.flushed = timer->flushed();
+    // A kernel that runs in another process clocks each call there (mla::SelfTimed): that is its
+    // time; the timer's interval also holds the trip to it, kept apart (the path's own cost is its
+    // empty twin's row).
+    const auto* self_timed = dynamic_cast<const SelfTimed*>(&run);
     // The whole loop, flushes included, against what the machine did meanwhile (machine_load).
     const MachineCpu m0 = machine_cpu();
     const double loop_c0 = process_cpu_seconds();
@@ -142,12 +147,17 @@ RowResult time_kernel_row(benchmark::State& st, const RowCase& rc, RowSide& side
         break;
       }
       r.cpu_seconds += process_cpu_seconds() - c0;
+      if (const auto own = self_timed ? self_timed->last_run_seconds() : std::nullopt)
+        r.round_trip_seconds += std::exchange(dt, *own);
       st.SetIterationTime(dt);
       r.seconds.push_back(dt);
     }
     const double loop_wall = std::chrono::duration<double>(Clock::now() - loop_t0).count();
     r.load = machine_load(m0, machine_cpu(), process_cpu_seconds() - loop_c0, loop_wall);
     if (st.error_occurred()) return r;
+    // The mean trip per call around a self-timed kernel's own clock: its time plus the path's.
+    if (r.round_trip_seconds > 0 && !r.seconds.empty())
+      st.counters["round_trip_seconds"] = benchmark::Counter(r.round_trip_seconds / static_cast<double>(r.seconds.size()));
     side.finish(st, rc, in, r);
   } catch (const UnsupportedError& e) {
     return skip(std::string("unsupported: ") + e.what());

@@ -54,6 +54,12 @@ class HostClockTimer : public CallTimer {
   std::function<void()> flush_;
 };
 
+// Calls per repetition of an overhead row (a calling path with an empty kernel). A fixed count:
+// by minimum time, a path of microseconds would need tens of thousands of calls, each after a
+// cache eviction of milliseconds, so one repetition would take minutes; 100 calls bound it to
+// about 100 evictions and still resolve a microsecond path.
+inline constexpr int kOverheadCalls = 100;
+
 // One row: which kernel at which point, and what the caller knows about the kernel.
 struct RowCase {
   const AttentionImpl* impl = nullptr;
@@ -73,6 +79,9 @@ struct RowResult {
   MachineLoad load;             // the rest of the machine during the whole loop
   CostModel cost;               // the byte/FLOP model of one call
   bool flushed = false;
+  // Kernels that clock their own calls (SelfTimed): the sum of the timer's intervals around them,
+  // the trip included; 0 for every other kernel.
+  double round_trip_seconds = 0;
   std::string error;
   double total() const {
     double s = 0;

@@ -723,12 +723,13 @@ int main(int argc, char** argv) {
         continue;
       }
 #endif
-      benchmark::RegisterBenchmark(fmt::format("mla/{}/{}", k->info().name, p->name).c_str(),
-                                   [&host_side, rc = run.row(k, p)](benchmark::State& st) {
-                                     (void)mla::bench::time_kernel_row(st, rc, host_side);
-                                   })
-          ->UseManualTime()
-          ->Unit(benchmark::kMillisecond);
+      const auto rc = run.row(k, p);
+      auto* b = benchmark::RegisterBenchmark(fmt::format("mla/{}/{}", k->info().name, p->name).c_str(),
+                                             [&host_side, rc](benchmark::State& st) {
+                                               (void)mla::bench::time_kernel_row(st, rc, host_side);
+                                             });
+      b->UseManualTime()->Unit(benchmark::kMillisecond);
+      if (rc.overhead) b->Iterations(mla::bench::kOverheadCalls);
     }
 #if MLA_BENCH_WITH_GPU
   if (gpu) {

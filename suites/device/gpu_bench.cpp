@@ -317,10 +317,10 @@ void register_gpu_ceiling_benchmarks(const GpuBenchSetup& s) {
 }
 
 void register_gpu_kernel_row(const GpuBenchSetup& s, const bench::RowCase& rc) {
-  benchmark::RegisterBenchmark(fmt::format("mla/{}/{}", rc.impl->info().name, rc.point->name).c_str(),
-                               [&s, rc](benchmark::State& st) { bench_kernel(st, &s, rc); })
-      ->UseManualTime()
-      ->Unit(benchmark::kMillisecond);
+  auto* b = benchmark::RegisterBenchmark(fmt::format("mla/{}/{}", rc.impl->info().name, rc.point->name).c_str(),
+                                         [&s, rc](benchmark::State& st) { bench_kernel(st, &s, rc); });
+  b->UseManualTime()->Unit(benchmark::kMillisecond);
+  if (rc.overhead) b->Iterations(bench::kOverheadCalls);
 }
 
 void register_gpu_format_ratio_rows(const std::vector<const AttentionImpl*>& impls,

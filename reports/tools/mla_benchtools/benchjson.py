@@ -133,7 +133,7 @@ def _recover_truncated(text: str) -> tuple[dict[str, Any], int] | None:
 def read_doc(path: str | Path) -> tuple[dict[str, Any], bool, str]:
     """The benchmark document of `path`, whether its run completed, and a note when it did not.
 
-    Partial runs are accepted, never silently: mla-gpu-bench's incremental file carries
+    Partial runs are accepted, never silently: mla-bench's incremental file carries
     "mla_run": {"complete": false, ...} until its run ends normally (a timeout leaves the rows
     done so far), and a file cut off mid-write has its complete rows recovered. Either way
     `complete` is False and the note says so."""

@@ -149,7 +149,7 @@ def _md_run(run: BenchRun, cases: list[Case], model: str) -> list[str]:
         ("axes", ctx.get("mla_axes_note")),
         ("run", "complete" if run.complete else f"PARTIAL: {run.run_note}"),
     ]
-    # GPU runs (mla-gpu-bench, torch_side_by_side.py) say how they timed and flushed L2.
+    # GPU runs (mla-bench, torch_side_by_side.py) say how they timed and flushed L2.
     for key, what in (("mla_gpu_timing", "GPU timing"), ("mla_gpu_l2_flush", "GPU L2 flush between timed calls"),
                       ("mla_torch_l2_flush", "torch L2 flush between timed calls"),
                       ("mla_input_generator", "input generator")):
@@ -371,8 +371,9 @@ def _md_overheads(run: BenchRun, by_key: dict[tuple, Case]) -> list[str]:
         return []
     L = ["## Calling-path overhead", ""]
     L.append("The same calling path with a kernel that does nothing, timed in the same run: for a C plug-in the"
-             " host's call through the C ABI, for a Python kernel the round trip to the door's child and its"
-             " tensor views. The kernel's time includes it.")
+             " host's call through the C ABI (the kernel's time includes it), for a Python kernel the round trip to"
+             " the door's child (the kernel's time is the child's own clock of the call, CUDA events on a device,"
+             " so the path comes on top of it).")
     L.append("")
     L += ["| implementation | case | kernel (ms) | calling path alone (µs) | share of the kernel's time |",
           "|---|---|---|---|---|"]

@@ -256,3 +256,29 @@ def test_lse_converters():
     assert np.array_equal(P.lse_empty_as(neg, np.inf), lse)
     with pytest.raises(ValueError, match=r"\+inf or -inf"):
         P.lse_empty_as(lse, 0.0)
+
+
+def test_mha_inputs_pipelines():
+    a, w = _weights("tiny", 8)
+    x = layer.x_generator(a, 8, 0, 2, 5).values()
+    truth = P.mha_inputs(a, w, x)
+    # k's rope part is one k_pe for every head
+    nope = a.qk_nope_head_dim
+    assert np.array_equal(truth[1][..., nope:], np.broadcast_to(truth[1][:, :, :1, nope:], truth[1][..., nope:].shape))
+    for pipeline, tol in (("fp32", T.FP32_VS_FP64_REL), ("bf16", T.BF16_VS_FP64_REL)):
+        got = P.mha_inputs(a, w, x, pipeline=pipeline)
+        for g, t in zip(got, truth):
+            assert g.shape == t.shape and _rel(g, t) < tol
+        if pipeline == "bf16":  # the deployed kernel's operands are bf16 values
+            assert all(np.array_equal(g, numerics.round_bf16_np(g)) for g in got)
+    with pytest.raises(ValueError, match="unknown pipeline"):
+        P.mha_inputs(a, w, x, pipeline="bf16x")
+    with pytest.raises(ValueError, match=r"x must be \[b, s, 64\]"):
+        P.mha_inputs(a, w, x[0])
+
+
+def test_pack():
+    seqs = [np.ones((n, 2, 3)) * n for n in (0, 1, 63, 64, 65)]
+    packed, cu = P.pack(seqs)
+    assert list(cu) == [0, 0, 1, 64, 128, 193] and cu.dtype == np.int32
+    assert all(np.array_equal(packed[cu[i]:cu[i + 1]], s) for i, s in enumerate(seqs))

@@ -189,6 +189,37 @@ class MLA:
         y = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1).flatten(-2)
         return self.R(y)
 
+    # project and naive_kv are forward's own steps, exposed so that the MHA-form prefill
+    # (mla_ref.prefill) derives its q, k, v from exactly the arithmetic the layer runs.
+    def project(self, x: torch.Tensor, start_pos: int):
+        """x [b, s, dim] (pipeline dtype, already rounded) -> q_nope [b,s,h,nope], q_pe [b,s,h,rope]
+        (roped), c [b,s,kv_lora_rank] (through kv_norm), k_pe [b,s,rope] (roped, one for all heads)."""
+        a = self.args
+        bsz, seqlen, _ = x.shape
+        h, nope, rdim, r = a.n_heads, a.qk_nope_head_dim, a.qk_rope_head_dim, a.kv_lora_rank
+        if a.q_lora_rank == 0:
+            q = self.linear(x, "wq")
+        else:
+            q = self.linear(self.rmsnorm(self.linear(x, "wq_a"), "q_norm"), "wq_b")
+        q = q.view(bsz, seqlen, h, nope + rdim)
+        q_nope, q_pe = q[..., :nope], q[..., nope:]
+        q_pe = self.rope(q_pe, start_pos)
+        kv = self.linear(x, "wkv_a")
+        c, k_pe = kv[..., :r], kv[..., r:]
+        k_pe = self.rope(k_pe, start_pos)  # [b, s, rope], shared by all heads
+        c = self.rmsnorm(c, "kv_norm")
+        return q_nope, q_pe, c, k_pe
+
+    def naive_kv(self, c: torch.Tensor, k_pe: torch.Tensor):
+        """The naive form's per-head K = [W_UK c | k_pe] [b,s,h,nope+rope] and V = W_UV c [b,s,h,v]."""
+        a = self.args
+        bsz, seqlen, _ = c.shape
+        h, nope, vdim = a.n_heads, a.qk_nope_head_dim, a.v_head_dim
+        kvb = self.R(self.mm(c, self.w["wkv_b"].t())).view(bsz, seqlen, h, nope + vdim)
+        k_nope, v = kvb[..., :nope], kvb[..., nope:]
+        k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(-1, -1, h, -1)], dim=-1)
+        return k, v
+
     def forward(self, x: np.ndarray, start_pos: int, record: dict | None = None) -> torch.Tensor:
         """x: [b, s, dim] (float64 values of bf16). Returns the layer output [b, s, dim] (pipeline dtype).
         When `record` is a dict, intermediates are stored into it (fp64 names of SCHEMA.md)."""
@@ -203,25 +234,13 @@ class MLA:
         if end_pos > a.max_seq_len or start_pos < 0:
             raise CacheCapacityError(
                 f"{CAPACITY_ERROR}: step [{start_pos}, {end_pos}) but max_seq_len is {a.max_seq_len}")
-        h, nope, rdim, vdim, r = a.n_heads, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, a.kv_lora_rank
-        if a.q_lora_rank == 0:
-            q = self.linear(x, "wq")
-        else:
-            q = self.linear(self.rmsnorm(self.linear(x, "wq_a"), "q_norm"), "wq_b")
-        q = q.view(bsz, seqlen, h, nope + rdim)
-        q_nope, q_pe = q[..., :nope], q[..., nope:]
-        q_pe = self.rope(q_pe, start_pos)
-        kv = self.linear(x, "wkv_a")
-        c, k_pe = kv[..., :r], kv[..., r:]
-        k_pe = self.rope(k_pe, start_pos)  # [b, s, rope], shared by all heads
-        c = self.rmsnorm(c, "kv_norm")
+        h, nope, vdim, r = a.n_heads, a.qk_nope_head_dim, a.v_head_dim, a.kv_lora_rank
+        q_nope, q_pe, c, k_pe = self.project(x, start_pos)
         if record is not None:
             record.update(q_nope=q_nope, q_pe=q_pe, kv_normed=c, k_pe=k_pe)
         wkv_b = self.w["wkv_b"].view(h, nope + vdim, r)
         if self.form == "naive":
-            kvb = R(self.mm(c, self.w["wkv_b"].t())).view(bsz, seqlen, h, nope + vdim)
-            k_nope, v = kvb[..., :nope], kvb[..., nope:]
-            k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(-1, -1, h, -1)], dim=-1)
+            k, v = self.naive_kv(c, k_pe)
             self.k_cache.write(start_pos, k)
             self.v_cache.write(start_pos, v)
             qf = torch.cat([q_nope, q_pe], dim=-1)

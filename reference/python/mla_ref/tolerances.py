@@ -42,3 +42,10 @@ INDEXER_ROPE_LAYOUTS_FP64_REL = 1e-13
 INDEXER_TRUTH_VS_EINSUM_REL = 1e-14
 # the float32 deployed logits (fp8_index's arithmetic) vs the float64 truth of the same operands
 INDEXER_DEPLOYED_VS_TRUTH_REL = 1e-5
+
+# prefill (MHA form) and merge of partial states (mla_ref.prefill, mla_ref.merge), float64,
+# relative to the largest magnitude compared:
+# prefill_attention's truth vs a plain float64 numpy softmax over the same operands
+PREFILL_VS_NUMPY_FP64_REL = 1e-12
+# a context chunk and a causal part merged vs the one-call causal prefill (a few roundings apart)
+PREFILL_SPLIT_MERGE_FP64_REL = 1e-13

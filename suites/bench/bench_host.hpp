@@ -58,15 +58,32 @@ struct MlaFlag {
 
 // Removes every --mla_* flag from argv (the rest is Google Benchmark's) and hands it to `take`,
 // which returns false for a flag it does not know: that is an mla::Error.
+// The certifier's kernel selectors as `mla certify` spells them, taken as the flag each stands
+// for, so one command line names the same kernels to both: `--kernel NAME` (repeatable),
+// `--plugin LIB.so`, `--python SPEC`, `--python-exe PATH`, with the value after '=' or next.
+inline const char* certify_spelling(const std::string& key) {
+  if (key == "--kernel") return "--mla_kernel";
+  if (key == "--plugin") return "--mla_plugin";
+  if (key == "--python") return "--mla_python";
+  if (key == "--python-exe") return "--mla_python_exe";
+  return nullptr;
+}
+
 inline void take_mla_flags(int& argc, char** argv, const std::function<bool(const MlaFlag&)>& take) {
   int w = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    const auto eq = a.find('=');
+    if (const char* as = certify_spelling(a.substr(0, eq))) {
+      if (eq == std::string::npos && i + 1 >= argc) throw Error(a + " needs a value");
+      MlaFlag f{as, eq == std::string::npos ? std::string(argv[++i]) : a.substr(eq + 1), true};
+      if (!take(f)) throw Error("unknown flag " + a);
+      continue;
+    }
     if (a.rfind("--mla_", 0) != 0) {
       argv[w++] = argv[i];
       continue;
     }
-    const auto eq = a.find('=');
     MlaFlag f{a.substr(0, eq), eq == std::string::npos ? "" : a.substr(eq + 1), eq != std::string::npos};
     if (!take(f)) throw Error("unknown flag " + f.key);
   }

@@ -17,6 +17,9 @@
 //   --mla_python=SPEC                   also a Python kernel (repeatable; SPEC as `mla certify
 //                                       --python`), called in one long-lived child of the door
 //   --mla_python_exe=PATH               the Python that runs --mla_python kernels (default python3)
+//   --kernel NAME, --plugin LIB.so, --python SPEC, --python-exe PATH
+//                                       the same selectors spelled as `mla certify` spells them
+//                                       (--kernel: one registered name, repeatable)
 //   --mla_external_points=a,b           time the --mla_plugin/--mla_python kernels only at these of
 //                                       the run's points (default: all); their other rows say so
 //   how
@@ -162,6 +165,7 @@ Options take_options(int& argc, char** argv) {
     if (k == "--mla_tier") f.need(), o.tier = mla::axes::tier_from_string(f.val);
     else if (k == "--mla_quick") o.quick = true;
     else if (k == "--mla_kernels") f.need(), o.kernels = mla::bench::split_csv(f.val);
+    else if (k == "--mla_kernel") f.need(), o.kernels.push_back(f.val);
     else if (k == "--mla_points") f.need(), o.points = mla::bench::split_csv(f.val);
     else if (k == "--mla_backend") f.need(), o.backend = f.val;
     else if (k == "--mla_plugin") f.need(), o.plugins.push_back(f.val);

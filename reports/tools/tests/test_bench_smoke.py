@@ -116,7 +116,7 @@ def test_list_and_flag_errors():
     assert lines[0].startswith("name\taxis\ttiers")
     assert any(line.startswith("decode_b128_h16_sq1_sk65536\t") for line in lines)
     for bad in (["--mla_points=no_such_point"], ["--mla_tier=tpu"], ["--mla_threads=0"], ["--mla_bogus=1"],
-                ["--mla_kernels=no_such_kernel"]):
+                ["--mla_kernels=no_such_kernel"], ["--plugin"], ["--kernel", "no_such_kernel"]):
         q = subprocess.run([BENCH, *bad, *FAST, "--benchmark_filter=^$"], capture_output=True, text=True, timeout=120)
         assert q.returncode == 2, (bad, q.stderr)
         assert q.stderr.strip(), bad
@@ -140,10 +140,11 @@ def test_external_kernels_beside_the_builtins_timed_only_where_they_pass(tmp_pat
     # times and their calling path's overhead rows; the wrong one is judged before it is timed and
     # gets "not timed: FAIL" rows, never a number.
     out = tmp_path / "ext.json"
-    python = [f"--mla_python={os.path.abspath(TORCH_KERNEL)}:KERNEL", "--mla_python_exe=/usr/bin/python3"] \
+    python = [f"--python={os.path.abspath(TORCH_KERNEL)}:KERNEL", "--python-exe", "/usr/bin/python3"] \
         if _python_has_torch() else []
-    p = subprocess.run([BENCH, "--mla_points=edge_page_boundaries,edge_heads7", "--mla_kernels=cpu_mla_fp64",
-                        f"--mla_plugin={GOOD}", f"--mla_plugin={BAD}", *python, *FAST, "--benchmark_repetitions=2",
+    # The selectors as `mla certify` spells them, beside the benchmark's own spelling.
+    p = subprocess.run([BENCH, "--mla_points=edge_page_boundaries,edge_heads7", "--kernel", "cpu_mla_fp64",
+                        "--plugin", GOOD, f"--mla_plugin={BAD}", *python, *FAST, "--benchmark_repetitions=2",
                         "--benchmark_filter=^mla/", f"--benchmark_out={out}", "--benchmark_out_format=json"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]

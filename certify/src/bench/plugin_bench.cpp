@@ -1,7 +1,5 @@
 // A C plug-in opened for timing (external_bench.hpp): called in this process through the same
 // host path the certifier's child uses (plugin::call_decode), on inputs copied once in prepare().
-#include <cstring>
-
 #include <fmt/format.h>
 
 #include "mla/certify/certify.hpp"
@@ -16,14 +14,14 @@
 namespace mla::certify {
 namespace {
 
-// The calling path without a kernel: the arguments are built and the plug-in's copies made as
-// for a real call, then nothing is computed.
 std::size_t elements(const std::vector<int64_t>& dims) {
   std::size_t n = 1;
   for (const int64_t d : dims) n *= static_cast<std::size_t>(d);
   return n;
 }
 
+// The calling path without a kernel: the arguments are built and the plug-in's copies made as
+// for a real call, then nothing is computed.
 int32_t decode_nothing(const mla_plugin_decode_args*, char*, std::size_t) { return MLA_PLUGIN_OK; }
 
 class PluginPrepared final : public PreparedAttention {
@@ -36,7 +34,7 @@ class PluginPrepared final : public PreparedAttention {
     inputs_ = converted ? std::move(*converted) : AttnBuffers(canonical);
     value_bytes_ = lib_->info().out_dtype == OutDType::bf16 ? 2 : 4;
     out_.assign(elements(out_shape(canonical_shape_)) * value_bytes_, 0);
-    lse_.assign(static_cast<std::size_t>(canonical_shape_.batch * canonical_shape_.heads * canonical_shape_.s_q) * sizeof(float), 0);
+    lse_.assign(elements(lse_shape(canonical_shape_)) * sizeof(float), 0);
   }
   void run() override {
     char error[1024];

@@ -118,18 +118,17 @@ case "${1:-help}" in
       # One progress line per benchmark point (the median of its repetitions); the full console
       # table and the context (ceilings, machine, kernels) go to files.
       bench_rc=0
-      # The kernels from outside that were certified are benchmarked beside the built-ins, with
-      # the certifier's selectors turned into the benchmark's.
+      # The kernels from outside that were certified are benchmarked beside the built-ins:
+      # mla-bench takes the certifier's selectors as the certifier spells them.
       external=()
       args=("${@:2}")
       for ((i = 0; i < ${#args[@]}; i++)); do
         case "${args[i]}" in
           --plugin | --python | --python-exe)
-            ((i + 1 < ${#args[@]})) && external+=("--mla_${args[i]#--}=${args[i + 1]}") && i=$((i + 1)) ;;
-          --plugin=* | --python=* | --python-exe=*) external+=("--mla_${args[i]#--}") ;;
+            ((i + 1 < ${#args[@]})) && external+=("${args[i]}" "${args[i + 1]}") && i=$((i + 1)) ;;
+          --plugin=* | --python=* | --python-exe=*) external+=("${args[i]}") ;;
         esac
       done
-      external=("${external[@]/--mla_python-exe/--mla_python_exe}")
       "$BUILD_DIR/suites/bench/mla-bench" --mla_quick "${external[@]}" --benchmark_out="$out/bench.json" \
         --benchmark_out_format=json 2>"$out/bench.log" | tee "$out/bench.txt" |
         awk '/_median /{printf "[bench] %s %s %s\n", $1, $2, $3; fflush()}' >&2 || bench_rc=${PIPESTATUS[0]}

@@ -32,7 +32,7 @@ class PluginPrepared final : public PreparedAttention {
     // a call: a kernel that numbers indices its own way is timed on the inputs it reads.
     auto converted = inputs_to_kernel(lib_->info().conventions, canonical);
     inputs_ = converted ? std::move(*converted) : AttnBuffers(canonical);
-    value_bytes_ = lib_->info().out_dtype == OutDType::bf16 ? 2 : 4;
+    value_bytes_ = static_cast<int>(out_bytes_per_value(lib_->info().out_dtype));
     out_.assign(elements(out_shape(canonical_shape_)) * value_bytes_, 0);
     lse_.assign(elements(lse_shape(canonical_shape_)) * sizeof(float), 0);
   }
@@ -47,12 +47,7 @@ class PluginPrepared final : public PreparedAttention {
     throw Error(why);
   }
   AttnOutputs results() override {
-    AttnOutputs o;
-    o.dtype = lib_->info().out_dtype;
-    o.out = widen_values(out_, value_bytes_);
-    o.lse = widen_values(lse_, static_cast<int>(sizeof(float)));
-    outputs_to_canonical(lib_->info().conventions, canonical_shape_, o);
-    return o;
+    return canonical_outputs(lib_->info(), canonical_shape_, out_, lse_);
   }
 
  private:
@@ -68,7 +63,7 @@ class PluginImpl final : public AttentionImpl {
  public:
   PluginImpl(std::shared_ptr<plugin::Library> lib, bool empty) : lib_(std::move(lib)), empty_(empty), info_(lib_->info()) {
     if (empty_) {
-      info_.name += "~overhead";
+      info_.name = overhead_name(info_.name);
       info_.description = "the calling path of " + lib_->info().name + " with a decode that does nothing";
     }
   }

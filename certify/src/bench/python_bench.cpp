@@ -270,7 +270,7 @@ PythonPrepared::PythonPrepared(std::shared_ptr<Door> door, const AttnInputs& can
   const Implementation& k = door_->kernel;
   auto converted = inputs_to_kernel(k.info.conventions, canonical);  // canonical -> kernel
   inputs_ = converted ? std::move(*converted) : AttnBuffers(canonical);
-  const int out_bytes = k.info.out_dtype == OutDType::bf16 ? 2 : 4;
+  const int out_bytes = static_cast<int>(out_bytes_per_value(k.info.out_dtype));
   // The canaries and the unwritten pattern need no secret here (nothing is audited), only bytes.
   arena_ = std::make_unique<Arena>(std::vector<AttnInputs>{inputs_.view()}, std::vector<ArenaCallPlan>{{0, -1, -1, false}},
                                    out_bytes, std::random_device{}());
@@ -338,20 +338,15 @@ AttnOutputs PythonPrepared::results() {
     check_record("copying its outputs back");
   }
   const auto& c = arena_->layout().calls.front();
-  AttnOutputs o;
-  o.dtype = k.info.out_dtype;
-  const int out_bytes = k.info.out_dtype == OutDType::bf16 ? 2 : 4;
-  o.out = widen_values({arena_->data(c.out), arena_->bytes(c.out)}, out_bytes);
-  o.lse = widen_values({arena_->data(c.lse), arena_->bytes(c.lse)}, 4);
-  outputs_to_canonical(k.info.conventions, canonical_shape_, o);  // kernel -> canonical
-  return o;
+  return canonical_outputs(k.info, canonical_shape_, {arena_->data(c.out), arena_->bytes(c.out)},
+                           {arena_->data(c.lse), arena_->bytes(c.lse)});
 }
 
 class PythonBench final : public AttentionImpl {
  public:
   PythonBench(std::shared_ptr<Door> door, bool empty) : door_(std::move(door)), empty_(empty), info_(door_->kernel.info) {
     if (empty_) {
-      info_.name += "~overhead";
+      info_.name = overhead_name(info_.name);
       info_.description = fmt::format("the Python door's own cost for {}: the same call path, no decode",
                                       door_->kernel.info.name);
     }

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "mla/core/conventions.hpp"
 #include "mla/core/generator.hpp"
 
 #include "mla/core/error.hpp"
@@ -59,6 +60,16 @@ std::vector<double> widen_values(std::span<const uint8_t> b, int value_bytes) {
     }
   }
   return v;
+}
+
+AttnOutputs canonical_outputs(const KernelInfo& k, const AttnShape& canonical_shape, std::span<const uint8_t> out,
+                              std::span<const uint8_t> lse) {
+  AttnOutputs o;
+  o.dtype = k.out_dtype;
+  o.out = widen_values(out, static_cast<int>(out_bytes_per_value(k.out_dtype)));
+  o.lse = widen_values(lse, static_cast<int>(sizeof(float)));
+  outputs_to_canonical(k.conventions, canonical_shape, o);  // kernel -> canonical
+  return o;
 }
 
 json arena_control_layout() {

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mla/core/attention.hpp"
+#include "mla/core/kernel.hpp"
 
 namespace mla::certify {
 
@@ -167,6 +168,12 @@ class Arena {
 
 // An output's raw elements of `value_bytes` (2: bf16, 4: f32, 8: f64) as doubles, exactly.
 std::vector<double> widen_values(std::span<const uint8_t> bytes, int value_bytes);
+
+// A decode call's raw outputs as kernel `k` wrote them (out in its output dtype, lse float32 in
+// its declared convention) widened and made canonical for a call of `canonical_shape`: what a
+// timed external kernel's results() hands to the judge.
+AttnOutputs canonical_outputs(const KernelInfo& k, const AttnShape& canonical_shape, std::span<const uint8_t> out,
+                              std::span<const uint8_t> lse);
 
 // The unwritten pattern of an output element of `value_bytes` for `key`: a quiet NaN with a
 // payload drawn from the key (so a kernel cannot know it in advance).

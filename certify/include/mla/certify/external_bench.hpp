@@ -43,6 +43,9 @@ struct ExternalBenchKernel {
   nlohmann::json origin;
 };
 
+// The row name of kernel `name`'s calling path with an empty kernel (ExternalBenchKernel::overhead).
+inline std::string overhead_name(const std::string& name) { return name + "~overhead"; }
+
 // dlopen()s the plug-in in this process (its initializers run here: benchmark only what you would
 // load into your own server). Throws mla::UsageError naming the path and what was wrong (not a
 // file, not a plug-in, a descriptor that breaks a rule).

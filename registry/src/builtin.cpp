@@ -14,6 +14,11 @@
   X(cpu_naive_mha_fp32)            \
   /* end of the host kernels */
 
+// Host prefill kernels (mla/core/prefill_kernel.hpp), one line each as above.
+#define MLA_BUILTIN_CPU_PREFILL_KERNELS(X) \
+  X(cpu_prefill_naive_fp32)                \
+  /* end of the host prefill kernels */
+
 // CUDA kernels (kernels/cuda, built whenever a CUDA toolkit is present).
 #define MLA_BUILTIN_CUDA_KERNELS(X) \
   X(cuda_naive_mha_cublas)          \
@@ -23,6 +28,9 @@
 namespace mla::builtin {
 #define MLA_DECLARE_FACTORY(name) std::unique_ptr<AttentionImpl> make_##name();
 MLA_BUILTIN_CPU_KERNELS(MLA_DECLARE_FACTORY)
+#define MLA_DECLARE_PREFILL_FACTORY(name) std::unique_ptr<PrefillImpl> make_##name();
+MLA_BUILTIN_CPU_PREFILL_KERNELS(MLA_DECLARE_PREFILL_FACTORY)
+#undef MLA_DECLARE_PREFILL_FACTORY
 #if defined(MLA_HAVE_CUDA_KERNELS)
 MLA_BUILTIN_CUDA_KERNELS(MLA_DECLARE_FACTORY)
 #endif
@@ -34,6 +42,7 @@ namespace mla {
 void add_builtin_kernels(Registry& registry) {
 #define MLA_ADD(name) registry.add(builtin::make_##name());
   MLA_BUILTIN_CPU_KERNELS(MLA_ADD)
+  MLA_BUILTIN_CPU_PREFILL_KERNELS(MLA_ADD)
 #if defined(MLA_HAVE_CUDA_KERNELS)
   MLA_BUILTIN_CUDA_KERNELS(MLA_ADD)
 #endif

@@ -13,18 +13,36 @@ Registry& Registry::instance() {
   return r;
 }
 
-void Registry::add(std::unique_ptr<AttentionImpl> impl) {
-  if (!impl) throw Error("Registry::add: null implementation");
-  const std::string& name = impl->info().name;
+void Registry::check_name(const std::string& name) const {
   const bool valid = !name.empty() && name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") ==
                                           std::string::npos;
   if (!valid) throw Error(fmt::format("Registry::add: kernel name '{}' is not [a-z0-9_]+", name));
-  if (find(name) != nullptr) throw Error(fmt::format("Registry::add: kernel '{}' is already registered", name));
+  if (find(name) != nullptr || find_prefill(name) != nullptr) {
+    throw Error(fmt::format("Registry::add: kernel '{}' is already registered", name));
+  }
+}
+
+void Registry::add(std::unique_ptr<AttentionImpl> impl) {
+  if (!impl) throw Error("Registry::add: null implementation");
+  check_name(impl->info().name);
   attention_.push_back(std::move(impl));
+}
+
+void Registry::add(std::unique_ptr<PrefillImpl> impl) {
+  if (!impl) throw Error("Registry::add: null implementation");
+  check_name(impl->info().name);
+  prefill_.push_back(std::move(impl));
 }
 
 const AttentionImpl* Registry::find(std::string_view name) const {
   for (const auto& a : attention_) {
+    if (a->info().name == name) return a.get();
+  }
+  return nullptr;
+}
+
+const PrefillImpl* Registry::find_prefill(std::string_view name) const {
+  for (const auto& a : prefill_) {
     if (a->info().name == name) return a.get();
   }
   return nullptr;

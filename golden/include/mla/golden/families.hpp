@@ -25,7 +25,11 @@ namespace mla::golden {
 enum class FamilyKind {
   attention,  // attention-core cases (load_attn_case): out/lse against truth/*, judge_attention
   layer,      // full-layer cases (load_layer_case): the C++ reference layer against fp64 outputs
+  prefill,    // MHA-form varlen prefill cases (load_prefill_case): out/lse against truth/*
+  merge,      // merges of two partial attention states (load_merge_case): out/lse against truth/*
 };
+// "attention", "layer", "prefill", "merge": the catalog's spelling.
+const char* to_string(FamilyKind kind);
 
 // What `mla certify` does with a family.
 enum class Certified {

@@ -18,12 +18,7 @@ fs::path corpus_dir() { return fs::path(MLA_SOURCE_DIR) / "fixtures" / "bad"; }
 int load_every_case(const fs::path& file) {
   const FileInfo info = read_file_info(file);
   for (const auto& name : info.cases) {
-    switch (family(info.family).kind) {
-      case FamilyKind::attention: (void)load_attn_case(file, name); break;
-      case FamilyKind::layer: (void)load_layer_case(file, name); break;
-      case FamilyKind::prefill: (void)load_prefill_case(file, name); break;
-      case FamilyKind::merge: (void)load_merge_case(file, name); break;
-    }
+    validate_case(file, name);
   }
   return static_cast<int>(info.cases.size());
 }

@@ -223,6 +223,9 @@ TEST_F(PrefillGoldens, EachLoaderRefusesTheOtherKindsFiles) {
   }
   EXPECT_THROW((void)load_merge_case(cat_.file("prefill.h5"), "h1_varlen"), FixtureError);
   EXPECT_THROW((void)load_attn_case(cat_.file("prefill.h5"), "h1_varlen"), FixtureError);
+  // The kind-blind entry point takes each to its own loader.
+  EXPECT_NO_THROW(validate_case(cat_.file("prefill.h5"), "h1_varlen"));
+  EXPECT_NO_THROW(validate_case(cat_.file("merge.h5"), "random_fp32"));
 }
 
 TEST(Float16, WidensExactly) {

@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "mla/core/error.hpp"
+#include "mla/core/numeric.hpp"
 #include "mla/core/threads.hpp"
 #include "mla/golden/golden.hpp"
 #include "mla/ref/prefill.hpp"
@@ -193,6 +194,68 @@ TEST(MergeStates, EmptySidesAndFarApartStatesNeverGiveNaN) {
   EXPECT_THROW((void)ref::merge_states(1, 1, 2, std::vector<double>(2), std::vector<double>{nan},
                                        std::vector<double>(2), std::vector<double>{0.0}),
                Error);
+}
+
+// The golden cases are short (the truth costs 1 KiB per row and head); this one has several row
+// blocks and key chunks per sequence, held to a plain two-pass softmax written out here, and to
+// itself on one thread.
+TEST(PrefillAttention, LongSequencesMatchAPlainLoop) {
+  const int64_t h = 2, dqk = 192, dv = 128;
+  const std::vector<std::pair<int32_t, int32_t>> seqs = {{300, 700}, {5, 0}, {600, 300}, {1, 1}};
+  std::vector<int32_t> cu_q{0}, cu_k{0};
+  for (const auto& [sq, sk] : seqs) {
+    cu_q.push_back(cu_q.back() + sq);
+    cu_k.push_back(cu_k.back() + sk);
+  }
+  auto fill = [](std::size_t n, uint32_t salt) {
+    std::vector<uint16_t> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = bf16_from_float(static_cast<float>(((i * 2654435761u + salt) >> 8) % 2001) / 1000.f - 1.f);
+    return v;
+  };
+  const auto q = fill(static_cast<std::size_t>(cu_q.back() * h * dqk), 1), k = fill(static_cast<std::size_t>(cu_k.back() * h * dqk), 2),
+             v = fill(static_cast<std::size_t>(cu_k.back() * h * dv), 3);
+  const double scale = 0.0721;
+  const ref::PrefillInputs in{h, dqk, dv, q, k, v, cu_q, cu_k, ref::PrefillMask::causal_bottom_right, scale};
+  const auto r = ref::prefill_attention(in);
+  const int64_t tq = cu_q.back();
+  std::vector<double> want_out(r.out.size(), 0.0), want_lse(r.lse.size(), kInf);
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    const int64_t sq = seqs[i].first, sk = seqs[i].second;
+    for (int64_t hh = 0; hh < h; ++hh) {
+      for (int64_t j = 0; j < sq; ++j) {
+        const int64_t row = cu_q[i] + j, last = std::min(sk - 1, sk - sq + j);
+        if (last < 0) continue;
+        std::vector<double> sc(static_cast<std::size_t>(last + 1));
+        double mx = -kInf;
+        for (int64_t t = 0; t <= last; ++t) {
+          double dot = 0;
+          for (int64_t d = 0; d < dqk; ++d) {
+            dot += static_cast<double>(bf16_to_float(q[static_cast<std::size_t>((row * h + hh) * dqk + d)])) *
+                   bf16_to_float(k[static_cast<std::size_t>(((cu_k[i] + t) * h + hh) * dqk + d)]);
+          }
+          sc[static_cast<std::size_t>(t)] = dot * scale;
+          mx = std::max(mx, dot * scale);
+        }
+        double sum = 0;
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        for (int64_t d = 0; d < dv; ++d) {
+          double o = 0;
+          for (int64_t t = 0; t <= last; ++t) {
+            o += sc[static_cast<std::size_t>(t)] * bf16_to_float(v[static_cast<std::size_t>(((cu_k[i] + t) * h + hh) * dv + d)]);
+          }
+          want_out[static_cast<std::size_t>((row * h + hh) * dv + d)] = o / sum;
+        }
+        want_lse[static_cast<std::size_t>(hh * tq + row)] = mx + std::log(sum);
+      }
+    }
+  }
+  EXPECT_LE(error_ratio(r.out, want_out), 1.0);
+  EXPECT_LE(error_ratio(r.lse, want_lse), 1.0);
+  set_threads(1);
+  const auto one = ref::prefill_attention(in);
+  set_threads(0);
+  EXPECT_EQ(std::memcmp(one.out.data(), r.out.data(), r.out.size() * sizeof(double)), 0);
+  EXPECT_EQ(std::memcmp(one.lse.data(), r.lse.data(), r.lse.size() * sizeof(double)), 0);
 }
 
 TEST(PrefillAttention, LyingInputsAreRefused) {

@@ -346,6 +346,8 @@ def write_prefill(root: Node, seed0: int):
           "(kv_len 0: out 0, lse +inf) and 2 over 5", heads=2, seqs=[(4, 70), (3, 0), (2, 5)], causal=False),
         S("q_std100", "q with std 100 (logits in the hundreds), 2 heads, causal 16 over 48",
           heads=2, seqs=[(16, 48)], q_std=100.0),
+        S("long_prefix", "a chunk of 3 queries over a prefix of 1200 keys and 2 over 2, 2 heads: several key "
+          "chunks of any blocked implementation", heads=2, seqs=[(3, 1203), (2, 2)]),
         S("dominant_logit", "head 0 has one key ~37 above every other logit (probability ~1 in fp32), causal 8 "
           "over 40, stored inputs", heads=2, seqs=[(8, 40)], stored=True, modify=pc.dominant_logit),
         S("needles_diagonal", "needles on the causal diagonal, at 64-key tile edges and the prefix/chunk "

@@ -36,7 +36,7 @@ const fs::path kGoldens = mla::golden::default_goldens_dir();
 
 // The family the catalog description certifies as appends (cache_boundary, rows cache_append).
 const mla::golden::Family& append_family() {
-  return mla::golden::family(mla::golden::family_names(mla::golden::Certified::append).at(0));
+  return mla::golden::family(mla::golden::family_names_certified_by("append").at(0));
 }
 
 bool has_reason(const mla::reports::CaseResult& r, const std::string& words) {

@@ -60,7 +60,7 @@ struct CaseId {
 std::vector<std::pair<CaseId, mla::golden::AttnHeader>> catalog_cases() {
   const auto catalog = mla::golden::open_catalog(kGoldens, /*verify_files=*/false);
   std::vector<std::pair<CaseId, mla::golden::AttnHeader>> out;
-  for (const auto& family : mla::golden::family_names(mla::golden::Certified::attention)) {
+  for (const auto& family : mla::golden::family_names_certified_by("decode")) {
     const auto file = catalog.file(family + ".h5");
     for (const auto& name : mla::golden::read_file_info(file).cases) {
       out.push_back({{family, name}, mla::golden::read_attn_header(file, name)});
@@ -175,7 +175,7 @@ TEST_F(CertifyCatalog, RegisteredImplementationsCertifyGreenOnEveryCase) {
         EXPECT_TRUE(c.out_vs_unquantized.has_value()) << "FP8 quantization error not recorded for " << c.name;
       }
     }
-    for (const auto& f : mla::golden::family_names(mla::golden::Certified::attention)) EXPECT_TRUE(families_passed.count(f)) << f;
+    for (const auto& f : mla::golden::family_names_certified_by("decode")) EXPECT_TRUE(families_passed.count(f)) << f;
   }
 
   // The table's why lines promise headroom over what these implementations measure (fp64:
@@ -302,7 +302,7 @@ TEST_F(CertifyCatalog, DroppedLastTokenKernelFailsExactlyWhereTheTokenMatters) {
   }
   EXPECT_GT(predicted_fail, 0);
   // Every family with a non-empty sequence has a case the broken kernel gets wrong.
-  for (const auto& f : mla::golden::family_names(mla::golden::Certified::attention)) EXPECT_GT(fails_per_family[f], 0) << f;
+  for (const auto& f : mla::golden::family_names_certified_by("decode")) EXPECT_GT(fails_per_family[f], 0) << f;
   std::cerr << "dropped_last: " << predicted_fail << " cases must fail, " << predicted_pass
             << " cannot differ beyond tolerance\n";
 }

@@ -33,11 +33,13 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "goldens_cmd.hpp"
 #include "judge_cmd.hpp"
 #include "kernels_cmd.hpp"
 #include "memory.hpp"
+#include "mla/certify/case_kind.hpp"
 #include "mla/certify/certify.hpp"
 #include "mla/certify/child.hpp"
 #include "mla/certify/golden_check.hpp"
@@ -97,17 +99,22 @@ CLI::Validator unsigned_64() {
       "UINT64");
 }
 
-// The family names `--family` accepts, as the certificate's rows name them.
+// The family names `--family` accepts, as the certificate's rows name them: the families of
+// the case kinds every implementation has, then the others' (named with their kind), then the
+// families drawn at run time (the catalog's generated ones: fresh, certify/src/kinds/).
 std::string certified_families() {
-  std::string attention, appends;
-  for (const auto& f : mla::golden::families()) {
-    if (f.certify == mla::golden::Certified::attention) attention += (attention.empty() ? "" : ", ") + f.certified_as;
-    if (f.certify == mla::golden::Certified::append) appends += (appends.empty() ? "" : ", ") + f.certified_as + " (plug-in appends)";
+  std::vector<std::string> names;
+  for (const bool common : {true, false}) {
+    for (const auto* kind : mla::certify::case_kinds()) {
+      if (kind->common() != common) continue;
+      for (const auto& f : mla::golden::families()) {
+        if (f.certify != kind->name()) continue;
+        names.push_back(common ? f.certified_as : fmt::format("{} ({})", f.certified_as, kind->families_are()));
+      }
+    }
   }
-  // The families drawn at run time (the catalog's generated ones: fresh, certify/src/kinds/fresh.cpp).
-  std::string drawn;
-  for (const auto& f : mla::golden::generated_families()) drawn += ", " + f.certified_as + " (drawn at run time)";
-  return attention + (appends.empty() ? "" : ", " + appends) + drawn;
+  for (const auto& f : mla::golden::generated_families()) names.push_back(f.certified_as + " (drawn at run time)");
+  return fmt::format("{}", fmt::join(names, ", "));
 }
 
 int report_error(const char* what, const std::exception& e, int code) {

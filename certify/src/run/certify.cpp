@@ -1,5 +1,5 @@
-// The run: plan, resume, every attention case, the plug-in appends, the certificate rewritten
-// after each. The seams live in plan.cpp, resume.cpp, attention_case.cpp and append_case.cpp.
+// The run: plan, resume, every registered case kind's cases (mla/certify/case_kind.hpp), the
+// certificate rewritten after each. The seams live in plan.cpp, resume.cpp and kinds/.
 #include "mla/certify/certify.hpp"
 
 #include <fcntl.h>
@@ -13,7 +13,9 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <map>
 #include <ostream>
 #include <random>
 #include <set>
@@ -21,6 +23,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "mla/certify/case_kind.hpp"
+#include "mla/certify/fresh.hpp"
 #include "mla/certify/host_error.hpp"
 #include "mla/core/sha256.hpp"
 #include "mla/golden/families.hpp"
@@ -93,16 +97,6 @@ void begin(Session& s) {
   s.goldens.emplace(s.self);
 }
 
-void progress_line(Session& s, std::size_t i, std::size_t n, const CaseRef& ref, double secs) {
-  std::string verdicts;
-  for (const auto& k : s.implementations) {
-    const auto& cases = s.report(k).cases;
-    if (cases.empty()) continue;
-    verdicts += fmt::format(" {}={}", k.info.name, tol::to_string(cases.back().verdict));
-  }
-  s.progress << fmt::format("[{}/{}] {}/{} {:.2f}s:{}\n", i, n, ref.family, ref.name, secs, verdicts);
-}
-
 std::size_t total_results(const reports::Certificate& c) {
   std::size_t n = 0;
   for (const auto& k : c.kernels) n += k.cases.size();
@@ -149,16 +143,12 @@ std::optional<reports::Certificate> read_or_set_aside(const fs::path& out, std::
 }
 
 // --resume with a narrower selection than the previous run's: the previous results of the
-// cases it leaves out are kept (when they still hold), never deleted, and it says so.
+// cases it leaves out are kept (when they still hold), never deleted, and it says so. Which rows
+// are this run's is each case kind's to say (CaseKind::reruns).
 void keep_outside_selection(Session& s) {
-  std::set<std::string> selected;
-  for (const auto& ref : s.attention_cases) selected.insert(ref.key()), selected.insert(ref.key() + kTwinSuffix);
-  // The append family's rows are this run's when it certifies appends at all.
-  std::set<std::string> rerun_families;
-  if (any_append_case_selected(s)) {
-    for (const auto& fam : golden::families()) {
-      if (fam.certify == golden::Certified::append) rerun_families.insert(fam.certified_as);
-    }
+  std::map<std::string, std::function<bool(const reports::CaseResult&)>> reruns;  // by row family
+  for (const auto& fam : golden::families()) {
+    if (const CaseKind* kind = case_kind_of(fam)) reruns.emplace(fam.certified_as, kind->reruns(s));
   }
   s.outside.assign(s.cert.kernels.size(), {});
   std::size_t n = 0;
@@ -170,7 +160,8 @@ void keep_outside_selection(Session& s) {
         return fresh_selected(s.options) && s.in_shard(kFresh, r.name) &&
                (!s.case_regex || std::regex_search(fresh_key(r.name), *s.case_regex));
       }
-      return selected.count(r.file + "/" + r.name) > 0 || rerun_families.count(r.family) > 0;
+      const auto rerun = reruns.find(r.family);
+      return rerun != reruns.end() && rerun->second(r);
     });
     n += s.outside[i].size();
   }
@@ -178,6 +169,16 @@ void keep_outside_selection(Session& s) {
     s.progress << fmt::format("resume: keeping {} previous result{} of cases outside this selection\n", n,
                               n == 1 ? "" : "s");
   }
+}
+
+// The stored cases of the kinds every implementation has (CaseKind::common) or of the others;
+// false when a stop was asked for.
+bool certify_stored(Session& s, bool common) {
+  for (const CaseKind* kind : case_kinds()) {
+    if (kind->common() != common) continue;
+    if (stop_requested(s) || !kind->certify_stored(s)) return false;
+  }
+  return !stop_requested(s);
 }
 
 // The certificate's files in `out` with their bytes, as they are now.
@@ -287,6 +288,20 @@ reports::Certificate stopped_before_any_case(Session& s, Clock::time_point t_sta
 
 }  // namespace
 
+void certify_fresh(Session& s) {
+  // Implementation by implementation, every kind's drawn cases for it, from the same seed.
+  for (auto& k : s.implementations) {
+    if (stop_requested(s)) return;
+    if (k.unavailable) continue;
+    const uint64_t seed = fresh_seed(s.seed, k.info.name);
+    for (const CaseKind* kind : case_kinds()) {
+      if (!kind->serves(k)) continue;
+      if (stop_requested(s)) return;
+      kind->certify_fresh(s, k, seed);
+    }
+  }
+}
+
 void check_writable_folder(const std::filesystem::path& dir) {
   if (dir.empty()) throw UsageError("--out is required");
   std::error_code ec;
@@ -370,6 +385,7 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
     throw UsageError(why);
   }
   Session& s = *session;
+  s.started = t_start;
   s.cert.tool = "mla certify";
   s.cert.started_utc = started;
   s.seed = seed;
@@ -397,29 +413,16 @@ reports::Certificate run(const Options& options, std::ostream& progress) {
     }
     throw;
   }
-  progress << fmt::format("mla certify: {} implementations x {} cases from {}\n", s.implementations.size(),
-                          s.attention_cases.size(), s.cert.goldens_dir);
-
-  bool stopped = false;
-  ask_catalog_claims(s);
-  for (std::size_t i = 0; i < s.attention_cases.size(); ++i) {
-    if ((stopped = stop_requested(s))) break;
-    const auto t_case = Clock::now();
-    certify_attention_case(s, s.attention_cases[i], i);
-    update_notes(s.cert);
-    s.cert.wall_seconds = seconds_since(t_start);
-    s.save();
-    progress_line(s, i + 1, s.attention_cases.size(), s.attention_cases[i], seconds_since(t_case));
-  }
+  // The kinds every implementation has, the cases drawn at run time, then the kinds only some
+  // implementations have: the order of the certificate's rows (merge.cpp sorts shards' so too).
+  bool stopped = !certify_stored(s, true);
   if (!stopped && fresh_selected(options)) {
     const auto t_fresh = Clock::now();
     certify_fresh(s);
     progress << fmt::format("{}: cases drawn from seed {} in {:.1f} s\n", kFresh, s.seed, seconds_since(t_fresh));
   }
   // Each phase stops within its step in progress; whichever saw the signal, the run is stopped.
-  if (!stopped) stopped = stop_requested(s);
-  if (!stopped) certify_appends(s);
-  if (!stopped) stopped = stop_requested(s);
+  if (!stopped) stopped = !certify_stored(s, false);
   if (options.resume) {
     progress << fmt::format("resume: kept {} of {} results from the previous certificate\n", s.resume.kept,
                             total_results(s.cert));

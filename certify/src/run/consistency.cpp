@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "mla/certify/case_kind.hpp"
 #include "mla/golden/families.hpp"
 #include "run/session.hpp"
 
@@ -18,16 +19,15 @@ std::string row_name(const reports::KernelReport& k, const reports::CaseResult& 
   return fmt::format("{} case {}/{} (file {})", k.name, r.family, r.name, r.file);
 }
 
-// Rows every implementation of a run holds: the catalog's attention cases (fresh cases are drawn
-// inside each implementation's claims, appends exist for plug-ins with an append entry only, a
-// stored case's twin for kernels from outside the suite only).
+// Rows every implementation of a run holds: the stored cases of the kinds every implementation
+// has (CaseKind::common; fresh cases are drawn inside each implementation's claims, appends
+// exist for plug-ins with an append entry only, a stored case's twin for kernels from outside
+// the suite only).
 bool common_row(const reports::CaseResult& r) {
   if (is_fresh_file(r.file)) return false;
   if (r.name.ends_with(kTwinSuffix)) return false;
-  for (const auto& f : golden::families()) {
-    if (f.certified_as == r.family) return f.certify == golden::Certified::attention;
-  }
-  return false;
+  const CaseKind* kind = case_kind_of_rows(r.family);
+  return kind && kind->common();
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "mla/certify/case_kind.hpp"
 #include "mla/certify/certify.hpp"
 #include "mla/certify/junit.hpp"
 #include "mla/golden/families.hpp"
@@ -100,14 +101,17 @@ void check_same(const Part& a, const Part& b) {
   }
 }
 
-// Rows in the order a single run writes them: the catalog's attention families (in catalog
-// order), then the fresh family, then the append families; within a family by file and case
-// (a single run writes the fresh cases in name order for this reason).
+// Rows in the order a single run writes them: the stored families of the case kinds every
+// implementation has (in catalog order), then the fresh family, then the other kinds' stored
+// families (certify.cpp); within a family by file and case (a single run writes the fresh cases
+// in name order for this reason).
 std::pair<int, std::size_t> family_rank(const std::string& certified_as) {
   const auto& fams = golden::families();
   if (certified_as == kFresh) return {1, 0};
   for (std::size_t i = 0; i < fams.size(); ++i) {
-    if (fams[i].certified_as == certified_as) return {fams[i].certify == golden::Certified::append ? 2 : 0, i};
+    if (fams[i].certified_as != certified_as) continue;
+    const CaseKind* kind = case_kind_of(fams[i]);
+    return {kind && kind->common() ? 0 : 2, i};
   }
   return {3, 0};
 }

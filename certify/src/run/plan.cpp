@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "mla/certify/case_kind.hpp"
 #include "mla/certify/host_error.hpp"
 #include "mla/certify/protocol.hpp"
 #include "mla/core/sha256.hpp"
@@ -195,21 +196,22 @@ bool address_space_limited() {
 
 void select_cases(Session& s) {
   const Options& o = s.options;
-  // The family names certificate rows carry, by what is certified.
-  std::vector<std::string> attention, appends;
-  for (const auto& f : golden::families()) {
-    if (f.certify == golden::Certified::attention) attention.push_back(f.certified_as);
-    if (f.certify == golden::Certified::append) appends.push_back(f.certified_as);
+  // The family names certificate rows carry, by the case kind that certifies them.
+  std::vector<std::string> known;
+  for (const CaseKind* kind : case_kinds()) {
+    std::vector<std::string> rows;
+    for (const auto& f : golden::families()) {
+      if (f.certify == kind->name()) rows.push_back(f.certified_as);
+    }
+    known.push_back(fmt::format("{}: {}", kind->families_are(), rows.empty() ? "none" : fmt::format("{}", fmt::join(rows, ", "))));
   }
   // The drawn cases' family name is the catalog's: a build whose catalog does not declare it as
   // generated stops here, before any row carries the name.
   (void)golden::fresh_family();
   for (const auto& f : o.families) {
     if (f == kFresh) continue;  // drawn at run time (fresh.cpp): no stored file
-    if (std::find(attention.begin(), attention.end(), f) == attention.end() &&
-        std::find(appends.begin(), appends.end(), f) == appends.end()) {
-      throw UsageError(fmt::format("unknown family '{}' (attention families: {}; plug-in appends: {}; drawn at run time: {})", f,
-                                   fmt::join(attention, ", "), fmt::join(appends, ", "), kFresh));
+    if (!case_kind_of_rows(f)) {
+      throw UsageError(fmt::format("unknown family '{}' ({}; drawn at run time: {})", f, fmt::join(known, "; "), kFresh));
     }
   }
   if (o.case_regex) {
@@ -245,64 +247,36 @@ void select_cases(Session& s) {
     s.family_files[info.family].push_back(file);
   }
   std::vector<std::string> unused;
+  static const std::vector<std::string> kNoFile;
   for (const auto& fam : golden::families()) {
     const auto files = s.family_files.find(fam.name);
+    const auto& its_files = files == s.family_files.end() ? kNoFile : files->second;
     const bool selected = o.families.empty() || std::find(o.families.begin(), o.families.end(), fam.certified_as) != o.families.end();
-    if (fam.certify == golden::Certified::none || !selected) {
-      if (files == s.family_files.end()) continue;
-      for (const auto& f : files->second) {
+    if (!fam.certified() || !selected) {
+      for (const auto& f : its_files) {
         unused.push_back(fmt::format("{} (family {}: {})", f, fam.name,
-                                     fam.certify == golden::Certified::none ? "not certified by mla certify"
-                                                                            : "not selected by --family"));
+                                     fam.certified() ? "not selected by --family" : "not certified by mla certify"));
       }
       continue;
     }
-    if (fam.certify == golden::Certified::append) {
-      // Certified by append_case.cpp, for plug-ins with an append entry point, which says what
-      // is missing when one is selected.
-      const bool appenders = std::any_of(s.implementations.begin(), s.implementations.end(),
-                                         [](const Implementation& k) { return k.external && k.append_formats; });
-      if (!appenders && files != s.family_files.end()) {
-        for (const auto& f : files->second) {
-          unused.push_back(fmt::format("{} (family {}: certified for plug-ins with an append entry point; none is "
-                                       "selected)",
-                                       f, fam.name));
-        }
-      }
-      continue;
-    }
-    if (files == s.family_files.end()) {
-      const auto note = fmt::format("family {} is not in the catalog (no file of MANIFEST.sha256 says family {})",
-                                    fam.certified_as, fam.name);
-      if (!o.families.empty()) throw UsageError(note);
-      s.cert.notes.push_back(note);
-      s.progress << "warning: " << note << "\n";
-      continue;
-    }
-    const std::string& family = fam.certified_as;
-    for (const auto& file : files->second) {
-      for (const auto& name : golden::read_file_info(s.catalog.file(file)).cases) {
-        if (s.case_regex && !std::regex_search(family + "/" + name, *s.case_regex)) continue;
-        s.attention_cases.push_back({family, file, name});
-      }
-    }
+    case_kind_of(fam)->plan(s, fam, its_files, unused);
   }
   if (!unused.empty()) {
     s.cert.notes.push_back(fmt::format("files of the catalog this run does not certify: {}", fmt::join(unused, "; ")));
   }
   const bool fresh_only = std::find(o.families.begin(), o.families.end(), kFresh) != o.families.end();
-  if (s.attention_cases.empty() && !any_append_case_selected(s) && !fresh_only) {
-    throw UsageError(appends_selected(s) ? "the selection matches no case (no attention case, and no selected plug-in "
-                                           "has an append entry point for the cache_append cases)"
-                                         : "the selection matches no attention case");
+  const auto& kinds = case_kinds();
+  if (!fresh_only && std::none_of(kinds.begin(), kinds.end(), [&](const CaseKind* k) { return k->has_cases(s); })) {
+    std::vector<std::string> why;
+    for (const CaseKind* k : kinds) {
+      if (auto w = k->why_none(s); !w.empty()) why.push_back(std::move(w));
+    }
+    throw UsageError(fmt::format("the selection matches no case ({})", fmt::join(why, "; ")));
   }
   // The shard is cut from the whole selection, after it was found non-empty: a shard that
   // happens to hold no case is a (trivially) complete part, not a usage error.
   if (o.shard_count > 0) {
-    const auto before = s.attention_cases.size();
-    std::erase_if(s.attention_cases, [&](const CaseRef& r) { return !s.in_shard(r.family, r.name); });
-    s.progress << fmt::format("mla certify: shard {} of {}: {} of {} attention cases\n", o.shard_index, o.shard_count,
-                              s.attention_cases.size(), before);
+    for (const CaseKind* k : kinds) k->cut_to_shard(s);
   }
 }
 

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "mla/certify/append_case.hpp"
+#include "mla/certify/case_kind.hpp"
 #include "run/session.hpp"
 
 namespace mla::certify {
@@ -41,7 +41,14 @@ std::string fresh_origin(const json& options) {
 
 }  // namespace
 
-bool is_fresh_file(const std::string& file) { return file == kFresh || file == kFreshAppendFile; }
+bool is_fresh_file(const std::string& file) {
+  for (const CaseKind* kind : case_kinds()) {
+    for (const auto& f : kind->drawn_files()) {
+      if (f == file) return true;
+    }
+  }
+  return false;
+}
 
 void Resume::load(const std::filesystem::path& out, const reports::Certificate& now, std::ostream& progress) {
   const auto file = out / kJsonName;

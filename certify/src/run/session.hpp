@@ -4,6 +4,7 @@
 
 #include <signal.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -114,6 +115,7 @@ class Session {
 
   const Options& options;
   std::ostream& progress;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();  // the run's clock
   WorkDir work;
   std::filesystem::path self;  // the executable children run
   golden::Catalog catalog;
@@ -210,7 +212,8 @@ void judge_run(reports::CaseResult& r, const Implementation& k, const AttnShape&
 AttnBuffers negated_q(const AttnInputs& in);
 
 // fresh.cpp: the `fresh` family, drawn from the run's seed inside each implementation's claims
-// and judged against the C++ fp64 oracle; selected unless --family names other families only.
+// (every case kind's drawn cases, implementation by implementation) and judged against the C++
+// fp64 oracles; selected unless --family names other families only.
 bool fresh_selected(const Options& o);
 void certify_fresh(Session& s);
 
@@ -227,14 +230,16 @@ void ask_catalog_claims(Session& s);
 // attention_case.cpp: every implementation on one attention case (index `i` of the plan).
 void certify_attention_case(Session& s, const CaseRef& ref, std::size_t i);
 
-// append_case.cpp: whether some plug-in's append case survives the selection, and certifying
-// them all (after the attention cases).
-bool appends_selected(const Session& s);
-bool any_append_case_selected(const Session& s);
-void certify_appends(Session& s);
+// append_case.cpp: whether `fam` (a family of appends) is selected, whether some plug-in's
+// append case of it survives the selection, and certifying them all.
+bool appends_selected(const Session& s, const golden::Family& fam);
+bool any_append_case_selected(const Session& s, const golden::Family& fam);
+void certify_appends(Session& s, const golden::Family& fam);
 // The fresh append cases of one plug-in with an append entry (make_fresh_append_cases), run and
-// judged like the catalog's; certify_fresh calls it after that plug-in's fresh attention cases.
+// judged like the catalog's.
 void certify_fresh_appends(Session& s, const Implementation& k, uint64_t seed);
+// fresh.cpp: the fresh decode cases of one implementation, drawn from `seed` inside its claims.
+void certify_fresh_decode(Session& s, const Implementation& k, uint64_t seed);
 
 // stop.cpp: SIGINT, SIGTERM and SIGHUP ask the run to stop between two steps; installed for
 // the life of one run (and before it by `mla certify`, install_stop_handlers), restoring the

@@ -12,8 +12,8 @@ def test_every_described_family_has_a_writer_and_every_writer_a_family():
 def test_the_description_says_how_each_family_is_judged():
     for f in catalog.FAMILIES:
         assert f.file == f.name + ".h5"
-        assert f.kind in catalog.KINDS and f.certify in ("none", "attention", "append")
-        if f.certify == "attention":
+        assert f.kind in catalog.KINDS and f.certify in ("none", "decode", "append")
+        if f.certify == "decode":
             assert f.kind == "attention"
         if f.kind == "attention":
             assert f.case_kind == "attn_core"
@@ -25,7 +25,7 @@ def test_the_description_says_how_each_family_is_judged():
 def test_the_fresh_family_is_described_as_drawn_at_run_time():
     # `mla certify` draws it from the run's seed: described, never written or checked here.
     fresh = [f for f in catalog.GENERATED if f.name == "fresh"]
-    assert len(fresh) == 1 and fresh[0].seed is None and fresh[0].certify == "attention"
+    assert len(fresh) == 1 and fresh[0].seed is None and fresh[0].certify == "decode"
     assert "fresh" not in catalog.NAMES and "fresh" not in goldens.FAMILIES
     with pytest.raises(KeyError):
         catalog.family("fresh")
@@ -39,6 +39,7 @@ def test_a_malformed_description_is_refused():
     assert drawn.generated and drawn.seed is None
     for bad in (head + "]}", head + good + "," + good + "]}",
                 head + good.replace('"attention"', '"tensor"') + "]}",
+                head + good.replace('"certify": "none"', '"certify": "De code"') + "]}",
                 head + good.replace('"seed": 1', '"generated": true, "seed": 1') + "]}",
                 head + good.replace('"seed": 1', '"generated": "yes"') + "]}",
                 head + good.replace('"seed": 1, ', '') + "]}",

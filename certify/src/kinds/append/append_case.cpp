@@ -19,6 +19,7 @@
 #include "mla/ref/rope.hpp"
 #include "mla/reports/certificate.hpp"
 #include "kinds/append/append_arena.hpp"
+#include "kinds/kinds.hpp"
 #include "run/session.hpp"
 
 namespace mla::certify {
@@ -337,14 +338,6 @@ namespace fs = std::filesystem;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// The family appends are built from (fixtures/catalog.json: certify "append"), if any.
-const golden::Family* append_family() {
-  for (const auto& f : golden::families()) {
-    if (f.certify == golden::Certified::append) return &f;
-  }
-  return nullptr;
-}
-
 AppendStatus status_of(int32_t rc) {
   switch (rc) {
     case MLA_PLUGIN_OK: return AppendStatus::ok;
@@ -377,22 +370,21 @@ void judge_append_run(const AppendCase& c, const AppendRun& run, reports::CaseRe
   }
 }
 
-bool appends_selected(const Session& s) {
-  const golden::Family* f = append_family();
-  if (!f) return false;
+// Whether `fam` (a family of appends) is selected by --family.
+bool appends_selected(const Session& s, const golden::Family& fam) {
   const auto& o = s.options.families;
-  return o.empty() || std::find(o.begin(), o.end(), f->certified_as) != o.end();
+  return o.empty() || std::find(o.begin(), o.end(), fam.certified_as) != o.end();
 }
 
-// Whether some plug-in's append case survives the selection; the names follow
+bool has_appenders(const Session& s) {
+  return std::any_of(s.implementations.begin(), s.implementations.end(),
+                     [](const Implementation& k) { return append_kind().serves(k); });
+}
+
+// Whether some plug-in's append case of `fam` survives the selection; the names follow
 // make_append_cases ("<golden case>/<format>/<call>"), so this needs no case built.
-bool any_append_case_selected(const Session& s) {
-  if (!appends_selected(s)) return false;
-  if (std::none_of(s.implementations.begin(), s.implementations.end(),
-                   [](const Implementation& k) { return k.external && k.append_formats; })) {
-    return false;
-  }
-  const golden::Family& fam = *append_family();
+bool any_append_case_selected(const Session& s, const golden::Family& fam) {
+  if (!appends_selected(s, fam) || !has_appenders(s)) return false;
   const auto files = s.family_files.find(fam.name);
   if (files == s.family_files.end()) return false;
   if (!s.case_regex) return true;
@@ -421,16 +413,16 @@ bool any_append_case_selected(const Session& s) {
 void certify_append_file(Session& s, const std::vector<const Implementation*>& appenders, const golden::Family& fam,
                          const std::string& file);
 
-// Every plug-in with an append entry on the append cases of every case of the append family,
-// after the attention cases; rows of family `certified_as` (cache_append), judged here.
-void certify_appends(Session& s) {
-  if (!appends_selected(s)) return;
+// Every plug-in with an append entry on the append cases of every case of `fam`, after the
+// kinds every implementation has and the drawn cases; rows of family `certified_as`
+// (cache_append), judged here.
+void certify_appends(Session& s, const golden::Family& fam) {
+  if (!appends_selected(s, fam)) return;
   std::vector<const Implementation*> appenders;
   for (const auto& k : s.implementations) {
-    if (k.external && k.append_formats != 0) appenders.push_back(&k);
+    if (append_kind().serves(k)) appenders.push_back(&k);
   }
   if (appenders.empty()) return;
-  const golden::Family& fam = *append_family();
   const auto files = s.family_files.find(fam.name);
   if (files == s.family_files.end()) {
     const auto note = fmt::format("plug-in appends not certified: no file of the catalog is of family {}", fam.name);
@@ -514,7 +506,7 @@ void certify_append_file(Session& s, const std::vector<const Implementation*>& a
 }
 
 void certify_fresh_appends(Session& s, const Implementation& k, uint64_t seed) {
-  if (!k.external || k.append_formats == 0 || k.unavailable) return;
+  if (!append_kind().serves(k) || k.unavailable) return;
   std::vector<AppendCase> cases;
   try {
     cases = make_fresh_append_cases(seed, k.append_formats, k.append_scale_fmts, k.append_fp8_recipes, k.info.caps);

@@ -31,23 +31,22 @@ enum class FamilyKind {
 // "attention", "layer", "prefill", "merge": the catalog's spelling.
 const char* to_string(FamilyKind kind);
 
-// What `mla certify` does with a family.
-enum class Certified {
-  none,       // not certified (the reference's own tests hold it)
-  attention,  // every implementation's decode on every case
-  append,     // plug-ins' appends, built from the family's cases, judged by judge_append
-};
+// What `mla certify` does with a family: the name of the case kind that certifies its cases
+// (certify/include/mla/certify/case_kind.hpp lists the registered kinds and checks that every
+// family names one of them, with the family kind its cases need), or kNotCertified.
+inline constexpr std::string_view kNotCertified = "none";
 
 struct Family {
   std::string name;        // [a-z0-9_]+, also the file: <name>.h5 and the `family` attribute
   uint64_t seed = 0;       // the writer's base seed for the family's cases (0 for a generated one)
   FamilyKind kind = FamilyKind::attention;
   std::string case_kind;   // the `kind` attribute every case of the family carries
-  Certified certify = Certified::none;
+  std::string certify{kNotCertified};  // the case kind that certifies it ("none": the reference's own tests hold it)
   std::string certified_as;  // the family name of its certificate rows (its own unless said)
   std::string about;         // one line: what it is for
   bool generated = false;    // drawn at run time: no stored file, no seed of its own
   std::string file() const { return name + ".h5"; }  // stored families only
+  bool certified() const { return certify != kNotCertified; }
 };
 
 // The cases `mla certify` draws at run time from the run's seed: the family name of their rows
@@ -67,10 +66,10 @@ const Family& fresh_family();
 const Family* find_family(std::string_view name);
 // Throws mla::Error naming the known families.
 const Family& family(std::string_view name);
-// Names, in catalog order, of the families of one kind / one certification (for ValuesIn and
-// selections).
+// Names, in catalog order, of the families of one kind / certified by one case kind (for
+// ValuesIn and selections).
 std::vector<std::string> family_names(FamilyKind kind);
-std::vector<std::string> family_names(Certified certify);
+std::vector<std::string> family_names_certified_by(std::string_view case_kind);
 std::vector<std::string> family_names();
 
 // The description as parsed from `text` (the JSON of fixtures/catalog.json), stored and

@@ -431,98 +431,91 @@ std::vector<axes::AxisPoint> choose_points(Session& s, const Implementation& k, 
 
 }  // namespace
 
-void certify_fresh(Session& s) {
-  for (auto& k : s.implementations) {
-    if (stop_requested(s)) return;
-    if (k.unavailable) continue;
-    std::vector<axes::AxisPoint> points;
-    try {
-      points = choose_points(s, k, fresh_slots(k.info.caps, fresh_seed(s.seed, k.info.name)));
-    } catch (const std::exception& e) {
-      // The host could not draw: a row, never a silent gap (the run cannot read as a pass).
-      reports::CaseResult r;
-      r.family = kFresh;
-      r.file = kFresh;
-      r.name = "draw";
-      r.description = fmt::format("the cases drawn from seed {} inside {}'s claims", s.seed, k.info.name);
-      r.verdict = Verdict::host_error;
-      r.reasons.push_back(fmt::format("the fresh cases could not be drawn: {}", e.what()));
-      s.progress << fmt::format("[{}] {} draw {}\n", kFresh, k.info.name, tol::to_string(r.verdict));
-      s.record(k, std::move(r));
+void certify_fresh_decode(Session& s, const Implementation& k, uint64_t seed) {
+  std::vector<axes::AxisPoint> points;
+  try {
+    points = choose_points(s, k, fresh_slots(k.info.caps, seed));
+  } catch (const std::exception& e) {
+    // The host could not draw: a row, never a silent gap (the run cannot read as a pass).
+    reports::CaseResult r;
+    r.family = kFresh;
+    r.file = kFresh;
+    r.name = "draw";
+    r.description = fmt::format("the cases drawn from seed {} inside {}'s claims", s.seed, k.info.name);
+    r.verdict = Verdict::host_error;
+    r.reasons.push_back(fmt::format("the fresh cases could not be drawn: {}", e.what()));
+    s.progress << fmt::format("[{}] {} draw {}\n", kFresh, k.info.name, tol::to_string(r.verdict));
+    s.record(k, std::move(r));
+    return;
+  }
+  if (points.empty()) {
+    note_once(s.cert.kernels[k.report_index].notes,
+              kFresh + ": no case can be drawn inside its claims (neither a dense nor a sparse call on a cache "
+                       "format the fresh family generates, or its can_implement refused every candidate)");
+  }
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    if (stop_requested(s)) break;
+    auto& p = points[i];
+    if (s.case_regex && !std::regex_search(fresh_key(p.name), *s.case_regex)) continue;
+    // Split like the catalog's cases; the shards of one run share its seed (mla merge refuses
+    // shards whose options, the seed among them, differ), so together they hold each drawn case once.
+    if (!s.in_shard(kFresh, p.name)) continue;
+    // --resume keeps a drawn case's result exactly as a catalog case's: same seed, same draw.
+    if (auto kept = s.kept_drawn(k, {kFresh, kFresh, p.name}, &p.seqlens)) {
+      s.record(k, std::move(*kept));
       continue;
     }
-    if (points.empty()) {
-      note_once(s.cert.kernels[k.report_index].notes,
-                kFresh + ": no case can be drawn inside its claims (neither a dense nor a sparse call on a cache "
-                         "format the fresh family generates, or its can_implement refused every candidate)");
-    }
-    for (std::size_t i = 0; i < points.size(); ++i) {
-      if (stop_requested(s)) break;
-      auto& p = points[i];
-      if (s.case_regex && !std::regex_search(fresh_key(p.name), *s.case_regex)) continue;
-      // Split like the catalog's cases; the shards of one run share its seed (mla merge refuses
-      // shards whose options, the seed among them, differ), so together they hold each drawn case once.
-      if (!s.in_shard(kFresh, p.name)) continue;
-      // --resume keeps a drawn case's result exactly as a catalog case's: same seed, same draw.
-      if (auto kept = s.kept_drawn(k, {kFresh, kFresh, p.name}, &p.seqlens)) {
-        s.record(k, std::move(*kept));
+    reports::CaseResult r;
+    r.family = kFresh;
+    r.file = kFresh;
+    r.name = p.name;
+    r.description = fmt::format("drawn at run time from seed {} (inside {}'s claims): {}", s.seed, k.info.name, p.why);
+    try {
+      const auto in = axes::build_inputs(p);
+      AttnBuffers b;
+      b.shape = in.shape;
+      b.softmax_scale = axes::deepseek_v3_softmax_scale();
+      b.q = in.q;
+      b.kv_cache = in.kv_cache;
+      b.block_table = in.block_table;
+      b.cache_seqlens = in.cache_seqlens;
+      b.indices = in.indices;
+      r.shape = to_json(b.shape);
+      if (b.shape.cache_format == CacheFormat::fp8) r.shape["scale_fmt"] = to_string(p.scale_fmt);
+      r.shape["cache_seqlens"] = b.cache_seqlens;
+      int64_t tokens = 0;
+      for (const int32_t L : b.cache_seqlens) tokens += L;
+      if (s.options.max_tokens && tokens > *s.options.max_tokens) {
+        r.verdict = Verdict::skipped;
+        r.cause = reports::Cause::over_max_tokens;
+        r.reasons.push_back(fmt::format("cache of {} tokens > --max-tokens {}", tokens, *s.options.max_tokens));
+        s.record(k, std::move(r));
         continue;
       }
-      reports::CaseResult r;
-      r.family = kFresh;
-      r.file = kFresh;
-      r.name = p.name;
-      r.description = fmt::format("drawn at run time from seed {} (inside {}'s claims): {}", s.seed, k.info.name, p.why);
-      try {
-        const auto in = axes::build_inputs(p);
-        AttnBuffers b;
-        b.shape = in.shape;
-        b.softmax_scale = axes::deepseek_v3_softmax_scale();
-        b.q = in.q;
-        b.kv_cache = in.kv_cache;
-        b.block_table = in.block_table;
-        b.cache_seqlens = in.cache_seqlens;
-        b.indices = in.indices;
-        r.shape = to_json(b.shape);
-        if (b.shape.cache_format == CacheFormat::fp8) r.shape["scale_fmt"] = to_string(p.scale_fmt);
-        r.shape["cache_seqlens"] = b.cache_seqlens;
-        int64_t tokens = 0;
-        for (const int32_t L : b.cache_seqlens) tokens += L;
-        if (s.options.max_tokens && tokens > *s.options.max_tokens) {
-          r.verdict = Verdict::skipped;
-          r.cause = reports::Cause::over_max_tokens;
-          r.reasons.push_back(fmt::format("cache of {} tokens > --max-tokens {}", tokens, *s.options.max_tokens));
-          s.record(k, std::move(r));
-          continue;
-        }
-        const auto truth = compute_truth(b.view());
-        CallSchedule plan;
-        plan.calls = k.external ? calls_per_case(s.seed, k.info.name, fresh_key(p.name)) : std::max(1, s.options.repeats);
-        plan.second_process = k.external;
-        if (b.shape.cache_format == CacheFormat::fp8) plan.scale_fmt = p.scale_fmt;
-        // Untrusted kernels get the other case between their calls here too, and it is judged.
-        std::optional<AttnBuffers> between;
-        std::optional<ComputedTruth> between_truth;
-        if (k.external) {
-          between = negated_q(b.view());
-          plan.between = between->view();
-        }
-        const auto run = run_declared(s, k, b.view(), plan, fmt::format("fresh-{}-{}", k.report_index, i));
-        if (between && run.status == RunResult::Status::ran) between_truth = compute_truth(between->view());
-        const AttentionTruth bt = between_truth ? between_truth->view() : AttentionTruth{};
-        judge_run(r, k, b.shape, run, truth.view(), between_truth ? &bt : nullptr);
-      } catch (const std::exception& e) {
-        r.verdict = failure_verdict(e);
-        r.reasons.push_back(fmt::format("the fresh case could not be built or judged: {}", e.what()));
+      const auto truth = compute_truth(b.view());
+      CallSchedule plan;
+      plan.calls = k.external ? calls_per_case(s.seed, k.info.name, fresh_key(p.name)) : std::max(1, s.options.repeats);
+      plan.second_process = k.external;
+      if (b.shape.cache_format == CacheFormat::fp8) plan.scale_fmt = p.scale_fmt;
+      // Untrusted kernels get the other case between their calls here too, and it is judged.
+      std::optional<AttnBuffers> between;
+      std::optional<ComputedTruth> between_truth;
+      if (k.external) {
+        between = negated_q(b.view());
+        plan.between = between->view();
       }
-      s.progress << fmt::format("[fresh] {} {} {}\n", k.info.name, p.name, tol::to_string(r.verdict));
-      s.record(k, std::move(r));
+      const auto run = run_declared(s, k, b.view(), plan, fmt::format("fresh-{}-{}", k.report_index, i));
+      if (between && run.status == RunResult::Status::ran) between_truth = compute_truth(between->view());
+      const AttentionTruth bt = between_truth ? between_truth->view() : AttentionTruth{};
+      judge_run(r, k, b.shape, run, truth.view(), between_truth ? &bt : nullptr);
+    } catch (const std::exception& e) {
+      r.verdict = failure_verdict(e);
+      r.reasons.push_back(fmt::format("the fresh case could not be built or judged: {}", e.what()));
     }
-    s.save();
-    if (stop_requested(s)) return;
-    // Then its appends, drawn from the same seed (rows of file fresh_append, after the attention rows).
-    certify_fresh_appends(s, k, fresh_seed(s.seed, k.info.name));
+    s.progress << fmt::format("[fresh] {} {} {}\n", k.info.name, p.name, tol::to_string(r.verdict));
+    s.record(k, std::move(r));
   }
+  s.save();
 }
 
 }  // namespace mla::certify

@@ -1,0 +1,11 @@
+// Private to mla_certify: the kinds registry.cpp registers, one per folder of kinds/.
+#pragma once
+
+#include "mla/certify/case_kind.hpp"
+
+namespace mla::certify {
+
+const CaseKind& decode_kind();  // kinds/decode/kind.cpp
+const CaseKind& append_kind();  // kinds/append/kind.cpp
+
+}  // namespace mla::certify

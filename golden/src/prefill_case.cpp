@@ -60,11 +60,11 @@ void check_cu(const Reader& r, const std::string& ds, const std::vector<int32_t>
 // Which query rows attend nothing: the whole sequence when it has no key, and under the causal
 // mask (bottom-right aligned) the first s_q - s_k rows when s_q > s_k.
 std::vector<char> empty_rows(const PrefillCase& c) {
-  std::vector<char> empty(static_cast<std::size_t>(c.total_q), 0);
-  for (int64_t i = 0; i < c.batch; ++i) {
+  std::vector<char> empty(static_cast<std::size_t>(c.shape.total_q), 0);
+  for (int64_t i = 0; i < c.shape.batch; ++i) {
     const int64_t sq = c.s_q(i), sk = c.s_k(i);
     for (int64_t j = 0; j < sq; ++j) {
-      empty[static_cast<std::size_t>(c.cu_seqlens_q[i] + j)] = sk == 0 || (c.causal && sk - sq + j < 0);
+      empty[static_cast<std::size_t>(c.cu_seqlens_q[i] + j)] = sk == 0 || (c.shape.causal && sk - sq + j < 0);
     }
   }
   return empty;
@@ -74,7 +74,7 @@ std::vector<char> empty_rows(const PrefillCase& c) {
 // attends nothing; same_dtype follows the same rule.
 void check_prefill_results(const Reader& r, const std::string& p, const PrefillCase& c) {
   const auto empty = empty_rows(c);
-  const int64_t h = c.heads, dv = c.d_v, tq = c.total_q;
+  const int64_t h = c.shape.heads, dv = c.shape.d_v, tq = c.shape.total_q;
   for (int64_t hh = 0; hh < h; ++hh) {
     for (int64_t t = 0; t < tq; ++t) {
       const std::size_t li = static_cast<std::size_t>(hh * tq + t);
@@ -124,7 +124,7 @@ void read_prefill_needles(const Reader& r, const std::string& p, PrefillCase& c)
   for (int64_t n = 0; n < pd[0]; ++n) {
     const int64_t i = c.needle_positions[static_cast<std::size_t>(2 * n)];
     const int64_t t = c.needle_positions[static_cast<std::size_t>(2 * n + 1)];
-    if (i < 0 || i >= c.batch || t < 0 || t >= c.s_k(i)) {
+    if (i < 0 || i >= c.shape.batch || t < 0 || t >= c.s_k(i)) {
       r.fail(g + "/positions", "(sequence, key position) with 0 <= position < s_k of the sequence",
              fmt::format("row {}: ({}, {})", n, i, t));
     }
@@ -134,8 +134,8 @@ void read_prefill_needles(const Reader& r, const std::string& p, PrefillCase& c)
       if (pi > i || (pi == i && pt >= t)) r.fail(g + "/positions", "ascending, distinct rows", fmt::format("row {}: ({}, {}) after ({}, {})", n, i, t, pi, pt));
     }
     const int64_t row = c.cu_seqlens_k[static_cast<std::size_t>(i)] + t;
-    for (int64_t hh = 0; hh < c.heads; ++hh) {
-      const uint16_t bits = c.k[static_cast<std::size_t>((row * c.heads + hh) * c.d_qk + c.d_qk - 1)];
+    for (int64_t hh = 0; hh < c.shape.heads; ++hh) {
+      const uint16_t bits = c.k[static_cast<std::size_t>((row * c.shape.heads + hh) * c.shape.d_qk + c.shape.d_qk - 1)];
       if (bf16_to_float(bits) != c.needle_alpha) {
         r.fail(p + "/inputs/k", "the needle overlay (alpha at the last dim of every needle key)",
                fmt::format("needle {} head {}: {}", n, hh, bf16_to_float(bits)));
@@ -145,13 +145,13 @@ void read_prefill_needles(const Reader& r, const std::string& p, PrefillCase& c)
 }
 
 void read_prefill_attrs(const Reader& r, const std::string& p, PrefillCase& c) {
-  c.batch = r.attr_int(p, "batch", 1, kMaxBatch);
-  c.heads = r.attr_int(p, "heads", 1, kMaxHeads);
-  c.d_qk = r.attr_int(p, "d_qk", 1, kMaxWidth);
-  c.d_v = r.attr_int(p, "d_v", 1, kMaxWidth);
-  c.total_q = r.attr_int(p, "total_q", 0, kMaxElements);
-  c.total_k = r.attr_int(p, "total_k", 0, kMaxElements);
-  c.causal = r.attr_int(p, "causal", 0, 1) != 0;
+  c.shape.batch = static_cast<int>(r.attr_int(p, "batch", 1, kMaxBatch));
+  c.shape.heads = static_cast<int>(r.attr_int(p, "heads", 1, kMaxHeads));
+  c.shape.d_qk = static_cast<int>(r.attr_int(p, "d_qk", 1, kMaxWidth));
+  c.shape.d_v = static_cast<int>(r.attr_int(p, "d_v", 1, kMaxWidth));
+  c.shape.total_q = r.attr_int(p, "total_q", 0, kMaxElements);
+  c.shape.total_k = r.attr_int(p, "total_k", 0, kMaxElements);
+  c.shape.causal = r.attr_int(p, "causal", 0, 1) != 0;
   c.softmax_scale = r.attr_real(p, "softmax_scale");
   if (!std::isfinite(c.softmax_scale) || c.softmax_scale <= 0) {
     r.fail(p, "a finite positive softmax_scale", fmt::format("{}", c.softmax_scale));
@@ -181,13 +181,14 @@ PrefillCase load_prefill_case(const std::filesystem::path& file, const std::stri
   c.family = h.family;
   case_family(r, h, FamilyKind::prefill, p, c.description);
   read_prefill_attrs(r, p, c);
-  const int64_t b = c.batch, hd = c.heads, tq = c.total_q, tk = c.total_k;
-  const std::vector<int64_t> q_shape{tq, hd, c.d_qk}, k_shape{tk, hd, c.d_qk}, v_shape{tk, hd, c.d_v};
-  const std::vector<int64_t> out_shape{tq, hd, c.d_v}, lse_shape{hd, tq};
-  const auto q_from = from_attrs({{"total_q", tq}, {"heads", hd}, {"d_qk", c.d_qk}});
-  const auto k_from = from_attrs({{"total_k", tk}, {"heads", hd}, {"d_qk", c.d_qk}});
-  const auto v_from = from_attrs({{"total_k", tk}, {"heads", hd}, {"d_v", c.d_v}});
-  const auto out_from = from_attrs({{"total_q", tq}, {"heads", hd}, {"d_v", c.d_v}});
+  const int64_t b = c.shape.batch, hd = c.shape.heads, tq = c.shape.total_q, tk = c.shape.total_k;
+  const int64_t dqk = c.shape.d_qk, dv = c.shape.d_v;
+  const std::vector<int64_t> q_shape{tq, hd, dqk}, k_shape{tk, hd, dqk}, v_shape{tk, hd, dv};
+  const std::vector<int64_t> out_shape{tq, hd, c.shape.d_v}, lse_shape{hd, tq};
+  const auto q_from = from_attrs({{"total_q", tq}, {"heads", hd}, {"d_qk", c.shape.d_qk}});
+  const auto k_from = from_attrs({{"total_k", tk}, {"heads", hd}, {"d_qk", c.shape.d_qk}});
+  const auto v_from = from_attrs({{"total_k", tk}, {"heads", hd}, {"d_v", c.shape.d_v}});
+  const auto out_from = from_attrs({{"total_q", tq}, {"heads", hd}, {"d_v", c.shape.d_v}});
   // Every dataset against the attributes before anything is allocated.
   const char* names[] = {"q", "k", "v"};
   const std::vector<int64_t>* shapes[] = {&q_shape, &k_shape, &v_shape};

@@ -116,7 +116,7 @@ TEST_F(RealCatalog, EveryCaseOfEveryFileLoads) {
         check_attn_case(load_attn_case(path, cname));
       } else if (kind == FamilyKind::prefill) {
         const PrefillCase c = load_prefill_case(path, cname);
-        EXPECT_EQ(c.truth_out.size(), static_cast<std::size_t>(c.total_q * c.heads * c.d_v)) << cname;
+        EXPECT_EQ(c.truth_out.size(), static_cast<std::size_t>(c.shape.total_q * c.shape.heads * c.shape.d_v)) << cname;
       } else if (kind == FamilyKind::merge) {
         const MergeCase c = load_merge_case(path, cname);
         EXPECT_EQ(c.truth_lse.size(), static_cast<std::size_t>(c.tokens * c.heads)) << cname;

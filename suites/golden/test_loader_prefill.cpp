@@ -16,6 +16,7 @@
 
 #include "mla/core/error.hpp"
 #include "mla/core/numeric.hpp"
+#include "mla/core/prefill.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
 #include "support/temp_dir.hpp"
@@ -49,15 +50,17 @@ TEST_F(PrefillGoldens, EveryPrefillCaseLoadsWithConsistentShapes) {
   for (const auto& name : info.cases) {
     SCOPED_TRACE(name);
     const PrefillCase c = load_prefill_case(path, name);
-    ASSERT_EQ(c.q.size(), static_cast<std::size_t>(c.total_q * c.heads * c.d_qk));
-    ASSERT_EQ(c.v.size(), static_cast<std::size_t>(c.total_k * c.heads * c.d_v));
-    ASSERT_EQ(c.truth_lse.size(), static_cast<std::size_t>(c.heads * c.total_q));
+    ASSERT_EQ(c.q.size(), static_cast<std::size_t>(c.shape.total_q * c.shape.heads * c.shape.d_qk));
+    ASSERT_EQ(c.v.size(), static_cast<std::size_t>(c.shape.total_k * c.shape.heads * c.shape.d_v));
+    ASSERT_EQ(c.truth_lse.size(), static_cast<std::size_t>(c.shape.heads * c.shape.total_q));
+    // Every stored case is well-formed inputs of the prefill contract, as a kernel will get them.
+    EXPECT_NO_THROW(validate_prefill_inputs(c.inputs(), name));
     generated |= !c.inputs_stored;
     stored |= c.inputs_stored;
-    noncausal |= !c.causal;
+    noncausal |= !c.shape.causal;
     needles |= !c.needle_positions.empty();
-    for (int64_t i = 0; i < c.batch; ++i) {
-      chunked |= c.causal && c.s_q(i) > 0 && c.s_q(i) < c.s_k(i);
+    for (int64_t i = 0; i < c.shape.batch; ++i) {
+      chunked |= c.shape.causal && c.s_q(i) > 0 && c.s_q(i) < c.s_k(i);
       empty_seq |= c.s_q(i) > 0 && c.s_k(i) == 0;
     }
   }

@@ -52,21 +52,6 @@ double error_ratio(const std::vector<double>& got, const std::vector<double>& wa
   return err == 0 ? 0 : err / (kRel * mag);
 }
 
-ref::PrefillInputs inputs_of(const golden::PrefillCase& c, ref::PrefillMask causal_mask) {
-  ref::PrefillInputs in;
-  in.heads = c.heads;
-  in.d_qk = c.d_qk;
-  in.d_v = c.d_v;
-  in.q = c.q;
-  in.k = c.k;
-  in.v = c.v;
-  in.cu_seqlens_q = c.cu_seqlens_q;
-  in.cu_seqlens_k = c.cu_seqlens_k;
-  in.mask = c.causal ? causal_mask : ref::PrefillMask::none;
-  in.softmax_scale = c.softmax_scale;
-  return in;
-}
-
 class PrefillOracle : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -96,7 +81,7 @@ TEST_F(PrefillOracle, MatchesTheGoldenTruthOnEveryCase) {
   double worst_out = 0, worst_lse = 0;
   for (const auto& c : prefill_cases()) {
     SCOPED_TRACE(c.name);
-    const auto r = ref::prefill_attention(inputs_of(c, ref::PrefillMask::causal_bottom_right));
+    const auto r = ref::prefill_attention(c.inputs());
     const double eo = error_ratio(r.out, c.truth_out), el = error_ratio(r.lse, c.truth_lse);
     EXPECT_LE(eo, 1.0) << "out: worst error " << eo << " of the bound";
     EXPECT_LE(el, 1.0) << "lse: worst error " << el << " of the bound";
@@ -116,14 +101,14 @@ TEST_F(PrefillOracle, PlantedBugsAreCaught) {
   for (const auto& c : prefill_cases()) {
     SCOPED_TRACE(c.name);
     bool has_chunk = false;
-    for (int64_t i = 0; i < c.batch; ++i) has_chunk |= c.causal && c.s_q(i) > 0 && c.s_q(i) != c.s_k(i);
-    const auto tl = ref::prefill_attention(inputs_of(c, ref::PrefillMask::causal_top_left));
+    for (int64_t i = 0; i < c.shape.batch; ++i) has_chunk |= c.shape.causal && c.s_q(i) > 0 && c.s_q(i) != c.s_k(i);
+    const auto tl = ref::prefill_attention(c.inputs(), CausalAlignment::top_left);
     const bool tl_caught = error_ratio(tl.out, c.truth_out) > 1.0 || error_ratio(tl.lse, c.truth_lse) > 1.0;
     // Where s_q == s_k everywhere the two alignments are the same mask: nothing to catch.
     EXPECT_EQ(tl_caught, has_chunk);
     chunked += has_chunk;
     top_left_caught += tl_caught;
-    auto r = ref::prefill_attention(inputs_of(c, ref::PrefillMask::causal_bottom_right));
+    auto r = ref::prefill_attention(c.inputs());
     for (double& l : r.lse) l *= 1.4426950408889634;  // log2(e): a base-2 lse taken for natural
     base2_caught += error_ratio(r.lse, c.truth_lse) > 1.0;
   }
@@ -135,7 +120,7 @@ TEST_F(PrefillOracle, PlantedBugsAreCaught) {
 TEST_F(PrefillOracle, TheBitsDoNotDependOnTheThreadCount) {
   for (const auto& c : prefill_cases()) {
     SCOPED_TRACE(c.name);
-    const auto in = inputs_of(c, ref::PrefillMask::causal_bottom_right);
+    const PrefillInputs in = c.inputs();
     const auto many = ref::prefill_attention(in);
     set_threads(1);
     const auto one = ref::prefill_attention(in);
@@ -215,7 +200,8 @@ TEST(PrefillAttention, LongSequencesMatchAPlainLoop) {
   const auto q = fill(static_cast<std::size_t>(cu_q.back() * h * dqk), 1), k = fill(static_cast<std::size_t>(cu_k.back() * h * dqk), 2),
              v = fill(static_cast<std::size_t>(cu_k.back() * h * dv), 3);
   const double scale = 0.0721;
-  const ref::PrefillInputs in{h, dqk, dv, q, k, v, cu_q, cu_k, ref::PrefillMask::causal_bottom_right, scale};
+  PrefillShape shape{static_cast<int>(seqs.size()), static_cast<int>(h), cu_q.back(), cu_k.back()};
+  const PrefillInputs in{shape, scale, q, k, v, cu_q, cu_k};
   const auto r = ref::prefill_attention(in);
   const int64_t tq = cu_q.back();
   std::vector<double> want_out(r.out.size(), 0.0), want_lse(r.lse.size(), kInf);
@@ -259,9 +245,9 @@ TEST(PrefillAttention, LongSequencesMatchAPlainLoop) {
 }
 
 TEST(PrefillAttention, LyingInputsAreRefused) {
-  const std::vector<uint16_t> q(2 * 1 * 4, 0x3F80), k(3 * 4, 0x3F80), v(3 * 2, 0x3F80);
+  const std::vector<uint16_t> q(2 * kMhaDqk, 0x3F80), k(3 * kMhaDqk, 0x3F80), v(3 * kMhaDv, 0x3F80);
   const std::vector<int32_t> cu_q{0, 2}, cu_k{0, 3}, bad_k{0, 2};
-  ref::PrefillInputs in{1, 4, 2, q, k, v, cu_q, cu_k, ref::PrefillMask::causal_bottom_right, 0.5};
+  PrefillInputs in{PrefillShape{1, 1, 2, 3}, 0.5, q, k, v, cu_q, cu_k};
   EXPECT_NO_THROW((void)ref::prefill_attention(in));
   in.cu_seqlens_k = bad_k;
   EXPECT_THROW((void)ref::prefill_attention(in), Error);
@@ -278,7 +264,7 @@ TEST(PrefillAttention, RateAtAComputeBoundShape) {
   for (std::size_t i = 0; i < q.size(); ++i) q[i] = k[i] = static_cast<uint16_t>(0x3C00 + (i * 2654435761u) % 0x300);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint16_t>(0x3C00 + (i * 40503u) % 0x300);
   const std::vector<int32_t> cu{0, static_cast<int32_t>(s)};
-  const ref::PrefillInputs in{h, dqk, dv, q, k, v, cu, cu, ref::PrefillMask::none, 0.07};
+  const PrefillInputs in{PrefillShape{1, static_cast<int>(h), s, s, kMhaDqk, kMhaDv, false}, 0.07, q, k, v, cu, cu};
   (void)ref::prefill_attention(in);  // warm: pages, thread pool
   const auto t0 = std::chrono::steady_clock::now();
   const auto r = ref::prefill_attention(in);

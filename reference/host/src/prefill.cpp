@@ -8,6 +8,7 @@
 
 #include "mla/core/error.hpp"
 #include "mla/core/numeric.hpp"
+#include "mla/core/prefill.hpp"
 #include "mla/core/threads.hpp"
 #include "mla/ref/gemm.hpp"
 
@@ -24,39 +25,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int64_t kRowBlock = 256;
 constexpr int64_t kChunk = 256;
 
-void check_cu(std::span<const int32_t> cu, std::size_t total, const char* name) {
-  if (cu.empty() || cu.front() != 0) throw Error(fmt::format("prefill_attention: {} must start at 0", name));
-  for (std::size_t i = 1; i < cu.size(); ++i) {
-    if (cu[i] < cu[i - 1]) {
-      throw Error(fmt::format("prefill_attention: {} decreases at entry {} ({} after {})", name, i, cu[i], cu[i - 1]));
-    }
-  }
-  if (static_cast<std::size_t>(cu.back()) != total) {
-    throw Error(fmt::format("prefill_attention: {} ends at {}, the inputs hold {} tokens", name, cu.back(), total));
-  }
-}
-
-void validate(const PrefillInputs& in) {
-  if (in.heads <= 0 || in.d_qk <= 0 || in.d_v <= 0) {
-    throw Error(fmt::format("prefill_attention: heads {}, d_qk {}, d_v {} must be positive", in.heads, in.d_qk, in.d_v));
-  }
-  if (!std::isfinite(in.softmax_scale) || in.softmax_scale <= 0) {
-    throw Error(fmt::format("prefill_attention: softmax_scale {} is not finite and positive", in.softmax_scale));
-  }
-  const auto qrow = static_cast<std::size_t>(in.heads * in.d_qk), vrow = static_cast<std::size_t>(in.heads * in.d_v);
-  if (in.q.size() % qrow || in.k.size() % qrow || in.v.size() % vrow || in.k.size() / qrow != in.v.size() / vrow) {
-    throw Error(fmt::format("prefill_attention: q ({}), k ({}), v ({}) elements are not whole tokens of {} heads x "
-                            "{} / {} with as many keys as values",
-                            in.q.size(), in.k.size(), in.v.size(), in.heads, in.d_qk, in.d_v));
-  }
-  if (in.cu_seqlens_q.size() != in.cu_seqlens_k.size()) {
-    throw Error(fmt::format("prefill_attention: cu_seqlens_q has {} entries, cu_seqlens_k {}", in.cu_seqlens_q.size(),
-                            in.cu_seqlens_k.size()));
-  }
-  check_cu(in.cu_seqlens_q, in.q.size() / qrow, "cu_seqlens_q");
-  check_cu(in.cu_seqlens_k, in.k.size() / qrow, "cu_seqlens_k");
-}
-
 std::vector<double> widen(std::span<const uint16_t> bits) {
   std::vector<double> out(bits.size());
   parallel_for(bits.size(), std::size_t{1} << 16, [&](std::size_t i0, std::size_t i1) {
@@ -67,21 +35,18 @@ std::vector<double> widen(std::span<const uint16_t> bits) {
 
 // One task: query rows [r0, r0 + rows) of sequence `seq` in head `head`.
 struct Task {
-  int64_t seq, head, r0, rows;
+  PrefillSequence seq;
+  int64_t head, r0, rows;
 };
 
 struct Workspace {
   std::vector<double> s, o, m, l;
 };
 
-// The last key query row j attends (< 0: none), for a sequence of s_q queries and s_k keys.
-int64_t last_key(PrefillMask mask, int64_t s_q, int64_t s_k, int64_t j) {
-  switch (mask) {
-    case PrefillMask::none: return s_k - 1;
-    case PrefillMask::causal_bottom_right: return std::min(s_k - 1, s_k - s_q + j);
-    case PrefillMask::causal_top_left: return std::min(s_k - 1, j);
-  }
-  return -1;
+// The last key query row j (0-based in its sequence) attends; -1: none.
+int64_t last_key(const PrefillInputs& in, CausalAlignment alignment, const PrefillSequence& seq, int64_t j) {
+  if (!in.shape.causal || alignment == CausalAlignment::bottom_right) return prefill_last_key(in.shape.causal, seq, j);
+  return std::min(seq.s_k - 1, j);  // top-left: keys t <= j
 }
 
 // Scales the first min(cn, lim + 1) scores of a row, sets the rest to -inf (masked) and returns
@@ -107,38 +72,36 @@ double scale_mask_max(double* s, int64_t cn, int64_t lim, double scale) {
 
 struct Operands {
   const PrefillInputs& in;
+  CausalAlignment alignment;
   const double *q, *k, *v;
-  int64_t total_q;
 };
 
 // Online softmax over the task's keys in chunks of kChunk, in key order: S = Q·Kᵀ (scaled,
 // masked), running max and sum per row, O += P·V; then out = O / sum and lse = max + log(sum).
-void run_task(const Operands& op, const Task& t, Workspace& w, PrefillResult& res) {
+void run_task(const Operands& op, const Task& t, Workspace& w, PrefillOutputs& res) {
   const PrefillInputs& in = op.in;
-  const int64_t H = in.heads, dqk = in.d_qk, dv = in.d_v;
-  const int64_t q0 = in.cu_seqlens_q[static_cast<std::size_t>(t.seq)], k0 = in.cu_seqlens_k[static_cast<std::size_t>(t.seq)];
-  const int64_t s_q = in.cu_seqlens_q[static_cast<std::size_t>(t.seq + 1)] - q0;
-  const int64_t s_k = in.cu_seqlens_k[static_cast<std::size_t>(t.seq + 1)] - k0;
+  const int64_t H = in.shape.heads, dqk = in.shape.d_qk, dv = in.shape.d_v;
+  const PrefillSequence& sq = t.seq;
+  auto last = [&](int64_t row) { return last_key(in, op.alignment, sq, t.r0 + row); };
   w.s.resize(static_cast<std::size_t>(kRowBlock * kChunk));
   w.o.assign(static_cast<std::size_t>(t.rows * dv), 0.0);
   w.m.assign(static_cast<std::size_t>(t.rows), -kInf);
   w.l.assign(static_cast<std::size_t>(t.rows), 0.0);
-  const double* Q = op.q + ((q0 + t.r0) * H + t.head) * dqk;
+  const double* Q = op.q + ((sq.q_begin + t.r0) * H + t.head) * dqk;
   // Limits never decrease with the row under every mask, so the last row's bounds the keys.
-  const int64_t end = last_key(in.mask, s_q, s_k, t.r0 + t.rows - 1) + 1;
+  const int64_t end = last(t.rows - 1) + 1;
   for (int64_t c0 = 0; c0 < end; c0 += kChunk) {
     const int64_t cn = std::min(kChunk, end - c0);
     int64_t rs = 0;  // rows before rs see no key of this chunk
-    while (rs < t.rows && last_key(in.mask, s_q, s_k, t.r0 + rs) < c0) ++rs;
+    while (rs < t.rows && last(rs) < c0) ++rs;
     const int64_t rn = t.rows - rs;
-    const double* K = op.k + ((k0 + c0) * H + t.head) * dqk;
-    const double* V = op.v + ((k0 + c0) * H + t.head) * dv;
+    const double* K = op.k + ((sq.k_begin + c0) * H + t.head) * dqk;
+    const double* V = op.v + ((sq.k_begin + c0) * H + t.head) * dv;
     gemm_abt(rn, cn, dqk, Q + rs * H * dqk, H * dqk, K, H * dqk, w.s.data(), kChunk, false);
     for (int64_t rr = 0; rr < rn; ++rr) {
       const int64_t r = rs + rr;
-      const int64_t lim = last_key(in.mask, s_q, s_k, t.r0 + r) - c0;  // >= 0: row r sees key c0
       double* srow = w.s.data() + rr * kChunk;
-      const double mx = scale_mask_max(srow, cn, lim, in.softmax_scale);
+      const double mx = scale_mask_max(srow, cn, last(r) - c0, in.softmax_scale);  // row r sees key c0
       const double m_new = std::max(w.m[static_cast<std::size_t>(r)], mx);
       const double alpha = std::exp(w.m[static_cast<std::size_t>(r)] - m_new);  // 0 on the first chunk
       exp_minus(srow, cn, m_new);
@@ -154,35 +117,32 @@ void run_task(const Operands& op, const Task& t, Workspace& w, PrefillResult& re
     gemm_ab(rn, dv, cn, w.s.data(), kChunk, V, H * dv, w.o.data() + rs * dv, dv, true);
   }
   for (int64_t r = 0; r < t.rows; ++r) {
-    const int64_t row = q0 + t.r0 + r;
+    const int64_t row = sq.q_begin + t.r0 + r;
     double* out = res.out.data() + (row * H + t.head) * dv;
     const double l = w.l[static_cast<std::size_t>(r)];
     if (l == 0.0) continue;  // attended nothing: out stays 0, lse +inf
     for (int64_t d = 0; d < dv; ++d) out[d] = w.o[static_cast<std::size_t>(r * dv + d)] / l;
-    res.lse[static_cast<std::size_t>(t.head * op.total_q + row)] = w.m[static_cast<std::size_t>(r)] + std::log(l);
+    res.lse[static_cast<std::size_t>(t.head * in.shape.total_q + row)] = w.m[static_cast<std::size_t>(r)] + std::log(l);
   }
 }
 
 }  // namespace
 
-PrefillResult prefill_attention(const PrefillInputs& in) {
-  validate(in);
-  const int64_t H = in.heads;
-  const int64_t total_q = static_cast<int64_t>(in.q.size()) / (H * in.d_qk);
+PrefillOutputs prefill_attention(const PrefillInputs& in, CausalAlignment alignment) {
+  validate_prefill_inputs(in, "prefill_attention");
+  const PrefillShape& sh = in.shape;
   const std::vector<double> q = widen(in.q), k = widen(in.k), v = widen(in.v);
-  PrefillResult res;
-  res.out.assign(static_cast<std::size_t>(total_q * H * in.d_v), 0.0);
-  res.lse.assign(static_cast<std::size_t>(H * total_q), kInf);
+  PrefillOutputs res;
+  res.dtype = OutDType::f64;
+  res.out.assign(static_cast<std::size_t>(sh.total_q * sh.heads * sh.d_v), 0.0);
+  res.lse.assign(static_cast<std::size_t>(sh.heads * sh.total_q), kInf);
   std::vector<Task> tasks;
-  for (std::size_t i = 0; i + 1 < in.cu_seqlens_q.size(); ++i) {
-    const int64_t s_q = in.cu_seqlens_q[i + 1] - in.cu_seqlens_q[i];
-    for (int64_t h = 0; h < H; ++h) {
-      for (int64_t r0 = 0; r0 < s_q; r0 += kRowBlock) {
-        tasks.push_back({static_cast<int64_t>(i), h, r0, std::min(kRowBlock, s_q - r0)});
-      }
+  for (const PrefillSequence& seq : prefill_sequences(in)) {
+    for (int64_t h = 0; h < sh.heads; ++h) {
+      for (int64_t r0 = 0; r0 < seq.s_q; r0 += kRowBlock) tasks.push_back({seq, h, r0, std::min(kRowBlock, seq.s_q - r0)});
     }
   }
-  const Operands op{in, q.data(), k.data(), v.data(), total_q};
+  const Operands op{in, alignment, q.data(), k.data(), v.data()};
   const int workers = task_workers(tasks.size(), 0);
   std::vector<Workspace> ws(static_cast<std::size_t>(workers));
   parallel_tasks(tasks.size(), workers, [&](std::size_t ti, int worker) {

@@ -13,33 +13,17 @@
 #include <span>
 #include <vector>
 
+#include "mla/core/prefill.hpp"
+
 namespace mla::ref {
 
-// Which keys a query row of a sequence with s_q queries and s_k keys attends.
-enum class PrefillMask {
-  none,                  // every key (a context chunk attending a finished prefix)
-  causal_bottom_right,   // keys t <= s_k - s_q + i (FlashAttention >= 2.1, the golden convention)
-  causal_top_left,       // keys t <= i (FlashAttention before 2.1): only equal when s_q == s_k
-};
-
-struct PrefillInputs {
-  int64_t heads = 0, d_qk = 0, d_v = 0;
-  // bf16 bits, packed along the token axis: q [total_q, h, d_qk], k [total_k, h, d_qk],
-  // v [total_k, h, d_v]
-  std::span<const uint16_t> q, k, v;
-  // [batch + 1] each: sequence i is rows cu_q[i]..cu_q[i+1] of q against rows cu_k[i]..cu_k[i+1]
-  std::span<const int32_t> cu_seqlens_q, cu_seqlens_k;
-  PrefillMask mask = PrefillMask::causal_bottom_right;
-  double softmax_scale = 0;
-};
-
-struct PrefillResult {
-  std::vector<double> out;  // [total_q, h, d_v]
-  std::vector<double> lse;  // [h, total_q], natural log; +inf (and out 0) where a row attends nothing
-};
-
-// Throws mla::Error naming what is wrong with the inputs (sizes, cu_seqlens, scale).
-PrefillResult prefill_attention(const PrefillInputs& in);
+// The attention of `in` (mla/core/prefill.hpp, validated by validate_prefill_inputs) in float64:
+// out [total_q, h, d_v] and lse [h, total_q] in the canonical convention (natural log; out 0 and
+// lse +inf where a row attends nothing), dtype f64. A causal shape is masked with `alignment`:
+// bottom-right is the contract's (and the goldens'); top-left (FlashAttention before 2.1) is
+// there to compute what a kernel of that convention gives, e.g. to show a judge catches it.
+// Throws mla::Error (UnsupportedError for widths other than 192/128) naming what is wrong.
+PrefillOutputs prefill_attention(const PrefillInputs& in, CausalAlignment alignment = CausalAlignment::bottom_right);
 
 // Merges state a and state b, attended over disjoint keys: lse = log(e^lse_a + e^lse_b),
 // out = e^(lse_a - lse) out_a + e^(lse_b - lse) out_b, evaluated relative to the larger lse so

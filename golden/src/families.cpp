@@ -17,18 +17,22 @@ extern const char* const kCatalogJson;
 
 namespace {
 
+constexpr FamilyKind kKinds[] = {FamilyKind::attention, FamilyKind::layer, FamilyKind::prefill, FamilyKind::merge};
+
 bool valid_name(const std::string& n) {
   return !n.empty() && n.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos;
 }
 
 }  // namespace
 
-const char* to_string(FamilyKind k) {
-  switch (k) {
+const char* to_string(FamilyKind kind) {
+  switch (kind) {
     case FamilyKind::attention: return "attention";
     case FamilyKind::layer: return "layer";
+    case FamilyKind::prefill: return "prefill";
+    case FamilyKind::merge: return "merge";
   }
-  return "?";
+  return "unknown";
 }
 
 std::vector<Family> parse_families(std::string_view text) {
@@ -54,9 +58,12 @@ std::vector<Family> parse_families(std::string_view text) {
       }
       if (!fam.generated) fam.seed = f.at("seed").get<uint64_t>();
       const std::string kind = f.at("kind").get<std::string>();
-      if (kind == "attention") fam.kind = FamilyKind::attention;
-      else if (kind == "layer") fam.kind = FamilyKind::layer;
-      else throw Error(fmt::format("{}: kind '{}' is neither attention nor layer", at, kind));
+      const auto known = std::find_if(std::begin(kKinds), std::end(kKinds),
+                                      [&](FamilyKind k) { return kind == to_string(k); });
+      if (known == std::end(kKinds)) {
+        throw Error(fmt::format("{}: kind '{}' is none of attention, layer, prefill, merge", at, kind));
+      }
+      fam.kind = *known;
       fam.case_kind = f.at("case_kind").get<std::string>();
       if (!valid_name(fam.case_kind)) throw Error(fmt::format("{}: case_kind is not [a-z0-9_]+", at));
       // Which case kinds exist, and which family kind each needs, is the certifier's to know

@@ -18,11 +18,7 @@ fs::path corpus_dir() { return fs::path(MLA_SOURCE_DIR) / "fixtures" / "bad"; }
 int load_every_case(const fs::path& file) {
   const FileInfo info = read_file_info(file);
   for (const auto& name : info.cases) {
-    if (family(info.family).kind == FamilyKind::attention) {
-      (void)load_attn_case(file, name);
-    } else {
-      (void)load_layer_case(file, name);
-    }
+    validate_case(file, name);
   }
   return static_cast<int>(info.cases.size());
 }

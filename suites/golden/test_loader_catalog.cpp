@@ -111,8 +111,15 @@ TEST_F(RealCatalog, EveryCaseOfEveryFileLoads) {
     for (const auto& summary : summarize_cases(path)) n_generated += !summary.inputs_stored;
     for (const auto& cname : info.cases) {
       ++n_cases;
-      if (family(info.family).kind == FamilyKind::attention) {
+      const FamilyKind kind = family(info.family).kind;
+      if (kind == FamilyKind::attention) {
         check_attn_case(load_attn_case(path, cname));
+      } else if (kind == FamilyKind::prefill) {
+        const PrefillCase c = load_prefill_case(path, cname);
+        EXPECT_EQ(c.truth_out.size(), static_cast<std::size_t>(c.shape.total_q * c.shape.heads * c.shape.d_v)) << cname;
+      } else if (kind == FamilyKind::merge) {
+        const MergeCase c = load_merge_case(path, cname);
+        EXPECT_EQ(c.truth_lse.size(), static_cast<std::size_t>(c.tokens * c.heads)) << cname;
       } else {
         const LayerCase c = load_layer_case(path, cname);
         SCOPED_TRACE(name + ":" + cname);

@@ -17,13 +17,16 @@ CATALOG_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardi
                             "fixtures", "catalog.json")
 
 _NAME = re.compile(r"^[a-z0-9_]+$")
+# How a family's cases are loaded: attention-core (decode), full-layer, MHA-form prefill, merge of
+# partial attention states (fixtures/SCHEMA.md, one section each).
+KINDS = ("attention", "layer", "prefill", "merge")
 
 
 @dataclass(frozen=True)
 class Family:
     name: str
     seed: int | None   # None for a generated family: its cases come from the run's seed
-    kind: str          # "attention" or "layer"
+    kind: str          # one of KINDS
     case_kind: str     # the `kind` attribute every case carries
     certify: str       # the case kind of `mla certify` that certifies it ("decode", "append"), or "none"
     certified_as: str  # the family name of its certificate rows
@@ -46,8 +49,8 @@ def parse(text: str) -> tuple[Family, ...]:
         if not _NAME.match(name) or name in seen:
             raise ValueError(f"family {name!r}: a name must be [a-z0-9_]+ and described once")
         seen.add(name)
-        if f["kind"] not in ("attention", "layer"):
-            raise ValueError(f"family {name!r}: kind {f['kind']!r} is neither attention nor layer")
+        if f["kind"] not in KINDS:
+            raise ValueError(f"family {name!r}: kind {f['kind']!r} is none of {', '.join(KINDS)}")
         # Which case kinds exist is the certifier's to know (certify/include/mla/certify/case_kind.hpp
         # checks every family against its registry); here only the word's form.
         if not isinstance(f["certify"], str) or not _NAME.match(f["certify"]):

@@ -12,7 +12,9 @@ import numpy as np
 
 from . import generator, numerics, tolerances
 
-STORAGE = {"float64": "<f8", "float32": "<f4", "bfloat16": "<u2", "int32": "<i4", "fp8_kv_v32": "u1", "uint8": "u1"}
+# float16 is stored as its 16 bits, like bfloat16: one integer storage rule for both half types
+STORAGE = {"float64": "<f8", "float32": "<f4", "bfloat16": "<u2", "float16": "<u2", "int32": "<i4",
+           "fp8_kv_v32": "u1", "uint8": "u1"}
 COMPRESS_MIN_ELEMENTS = 4096
 # Root attributes that say how a file was made, not what it holds (goldens.root_attrs writes
 # them): `check` reports their differences and does not fail on them.
@@ -51,8 +53,8 @@ class Node:
     def ds(self, name, arr, dtype_attr, attrs=()):
         arr = np.ascontiguousarray(arr)
         storage = STORAGE[dtype_attr]
-        if dtype_attr == "bfloat16":
-            assert arr.dtype == np.uint16, f"{name}: bf16 datasets are written from uint16 bits"
+        if dtype_attr in ("bfloat16", "float16"):
+            assert arr.dtype == np.uint16, f"{name}: {dtype_attr} datasets are written from uint16 bits"
         data = arr.astype(storage)
         kw = {}
         if data.size >= COMPRESS_MIN_ELEMENTS:
@@ -115,6 +117,9 @@ def _compare_values(path, dtype_attr, a, b, worst=None):
     if dtype_attr == "bfloat16":
         a, b = numerics.bf16_bits_to_f64(a), numerics.bf16_bits_to_f64(b)
         rel, what = tolerances.CHECK_BF16_REL, "bfloat16 (deployed precision)"
+    elif dtype_attr == "float16":
+        a, b = (np.asarray(x, np.uint16).view(np.float16).astype(np.float64) for x in (a, b))
+        rel, what = tolerances.CHECK_FP16_REL, "float16 (deployed precision)"
     elif dtype_attr == "float32":
         rel, what = tolerances.CHECK_FP32_REL, "float32 (deployed precision)"
     else:

@@ -28,6 +28,7 @@ import torch
 
 from . import __version__, catalog, config, layer, numerics, rope
 from .attn_cases import DEFAULT_SCALE, AttnSpec, make_indices, write_attn_specs
+from . import prefill_cases as pc
 from .golden_h5 import Node, compare_files
 
 SCHEMA_VERSION = 2
@@ -325,6 +326,56 @@ def attn_stress_specs():
           heads=128, s_q=1, lengths=[131072], page_size=64, generated=True, extra_blocks=2, scale=V3_SCALE,
           needles=True),
     ]
+
+
+# ================================================================ prefill and merge
+
+@family_writer("prefill")
+def write_prefill(root: Node, seed0: int):
+    S = pc.PrefillSpec
+    v3 = config.preset("v3").softmax_scale
+    pc.write_prefill_specs(root, seed0, [
+        S("h1_varlen", "1 head, causal varlen batch of lengths 0, 1, 63, 64, 65 (s_q = s_k), generated inputs",
+          heads=1, seqs=[(0, 0), (1, 1), (63, 63), (64, 64), (65, 65)]),
+        S("h3_chunked", "3 heads, causal: a chunk of 5 over a 64-token prefix, s_q = s_k = 2, and s_q 3 over "
+          "s_k 1 (its first two rows attend nothing)", heads=3, seqs=[(5, 69), (2, 2), (3, 1)]),
+        S("h16_chunked", "16 heads, causal: 3 queries over 17 keys and 1 over 1", heads=16, seqs=[(3, 17), (1, 1)]),
+        S("h128_v3_scale", "128 heads, V3 softmax scale, causal: 1 query over 5 keys and 1 over 1, generated inputs",
+          heads=128, seqs=[(1, 5), (1, 1)], scale=v3),
+        S("noncausal_context", "non-causal context chunk, 2 heads: 4 queries over 70 keys, 3 over none "
+          "(kv_len 0: out 0, lse +inf) and 2 over 5", heads=2, seqs=[(4, 70), (3, 0), (2, 5)], causal=False),
+        S("q_std100", "q with std 100 (logits in the hundreds), 2 heads, causal 16 over 48",
+          heads=2, seqs=[(16, 48)], q_std=100.0),
+        S("long_prefix", "a chunk of 3 queries over a prefix of 1200 keys and 2 over 2, 2 heads: several key "
+          "chunks of any blocked implementation", heads=2, seqs=[(3, 1203), (2, 2)]),
+        S("dominant_logit", "head 0 has one key ~37 above every other logit (probability ~1 in fp32), causal 8 "
+          "over 40, stored inputs", heads=2, seqs=[(8, 40)], stored=True, modify=pc.dominant_logit),
+        S("needles_diagonal", "needles on the causal diagonal, at 64-key tile edges and the prefix/chunk "
+          "boundary: 16 queries over 80 keys and 3 over 3, 2 heads, stored inputs",
+          heads=2, seqs=[(16, 80), (3, 3)], stored=True, needles=True),
+    ])
+
+
+@family_writer("merge")
+def write_merge(root: Node, seed0: int):
+    S = pc.MergeSpec
+    specs = [S(f"random_{dt}", f"finite states, out {dt}, 4 heads, 5 tokens", tokens=5, heads=4, out_dtype=dt)
+             for dt in pc.MERGE_DTYPES]
+    specs += [S(f"empty_rows_{dt}", f"either side empty with +inf and with -inf, both empty (+inf, -inf, mixed), "
+                f"NaN in an empty side's out; out {dt}", tokens=8, heads=4, out_dtype=dt, modify=pc.empty_rows)
+              for dt in pc.MERGE_DTYPES]
+    specs += [
+        S("a_empty_pinf", "side a attended nothing (lse +inf everywhere)", tokens=3, heads=4,
+          modify=pc.side_empty("a", float("inf"))),
+        S("b_empty_ninf", "side b attended nothing (lse -inf everywhere), out bf16", tokens=3, heads=4,
+          out_dtype="bf16", modify=pc.side_empty("b", float("-inf"))),
+        S("lse_diff_1000", "lse_b = lse_a +- 1000 around lse_a ~ 500 (every exp(lse) overflows)", tokens=4, heads=4,
+          modify=pc.lse_apart),
+        S("h128", "128 heads, 1 token, out bf16", tokens=1, heads=128, out_dtype="bf16"),
+        S("d512", "head dim 512 (the absorbed decode's split-KV partials), 2 heads, 3 tokens, out bf16",
+          tokens=3, heads=2, head_dim=512, out_dtype="bf16"),
+    ]
+    pc.write_merge_specs(root, seed0, specs)
 
 
 # ================================================================ files

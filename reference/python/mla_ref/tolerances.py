@@ -30,6 +30,7 @@ BF16_VS_FP64_REL = 0.05
 CHECK_TRUTH_REL = 1e-3 * 1e-12  # |a - b| <= rel * max|b| over the dataset (normwise)
 CHECK_FP32_REL = 1e-5   # float32 results (fp32 pipeline, same-dtype lse)
 CHECK_BF16_REL = 2.0 ** -6  # bf16 results: 4 bf16 ulps at the dataset's largest magnitude
+CHECK_FP16_REL = 2.0 ** -9  # float16 results (merge): 4 float16 ulps at the largest magnitude
 
 # lightning indexer (mla_ref.indexer), all relative to the largest magnitude compared:
 # the fp64 Hadamard (exact.matmul, then one scale rounding) vs a plain float64 matrix product

@@ -15,7 +15,7 @@ from mla_ref import tolerances as T
 pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(GOLDENS, "MANIFEST.sha256")),
                                 reason="no golden catalog (run: ./mla.sh goldens)")
 
-STORAGE = {"float64": ("f", 8), "float32": ("f", 4), "bfloat16": ("u", 2), "int32": ("i", 4),
+STORAGE = {"float64": ("f", 8), "float32": ("f", 4), "bfloat16": ("u", 2), "float16": ("u", 2), "int32": ("i", 4),
            "fp8_kv_v32": ("u", 1), "uint8": ("u", 1)}
 
 

@@ -25,9 +25,11 @@ namespace mla::golden {
 enum class FamilyKind {
   attention,  // attention-core cases (load_attn_case): out/lse against truth/*, judge_attention
   layer,      // full-layer cases (load_layer_case): the C++ reference layer against fp64 outputs
+  prefill,    // MHA-form varlen prefill cases (load_prefill_case): out/lse against truth/*
+  merge,      // merges of two partial attention states (load_merge_case): out/lse against truth/*
 };
-// The catalog's word for it ("attention", "layer").
-const char* to_string(FamilyKind k);
+// "attention", "layer", "prefill", "merge": the catalog's spelling.
+const char* to_string(FamilyKind kind);
 
 // What `mla certify` does with a family: the name of the case kind that certifies its cases
 // (certify/include/mla/certify/case_kind.hpp lists the registered kinds and checks that every

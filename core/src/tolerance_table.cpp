@@ -50,6 +50,7 @@ struct TableBuilder {
   void add_quantization_info();
   void add_layer();
   void add_cache_append();
+  void add_prefill();
 };
 
 void TableBuilder::add_full_precision_attention() {
@@ -221,6 +222,65 @@ void TableBuilder::add_cache_append() {
        .atol_rel_max = 1.0 / (512.0 * 448.0) + 1.0 / 262144.0});
 }
 
+void TableBuilder::add_prefill() {
+  // ---- MHA-form prefill (mla/core/prefill.hpp) vs fp64 truth ---------------------------------
+  // Same classes and the same reasoning as the decode entries; the witnesses are measured on
+  // every prefill golden by suites/tolerance/test_prefill_tolerance.cpp (it prints them and fails
+  // when a witness uses more than half of a bound). Prefill differs from decode in width (q·k
+  // over 192, P·V over 128) and in length (a row attends up to every key of its sequence), which
+  // the fp32 and bf16 budgets below already cover: they were set for 576/512 wide products and
+  // sums over 128K keys.
+  //   fp64: the oracle's blocked products in another order than the Python truth's exact sums:
+  //   measured <= 1.04e-15·max|truth| (dominant_logit), lse <= 7.1e-15: bound use <= 0.001.
+  add({.name = "prefill.out.f64",
+       .why = "fp64 prefill vs fp64 truth: only summation order and exp() rounding differ (measured <= "
+              "1.04e-15·max|truth|, bound use 0.001); 1e-12 of max|truth| fails any fp32 rounding",
+       .atol = 1e-13, .rtol = 1e-12, .cos_diff = 1e-20, .atol_rel_max = 1e-12});
+  add({.name = "prefill.lse.f64",
+       .why = "fp64 prefill lse vs fp64 truth: max + log(sum) rounds at ~|lse|·1e-16 (measured <= 7.1e-15)",
+       .atol = 1e-12, .rtol = 1e-12, .cos_diff = 1e-20});
+  //   fp32: logits rounded at ~2^-24·Σ|scale·q·k| amplified by exp() (q std 100), sums over a
+  //   sequence's keys. The float32 baseline measured <= 2.1e-5·max|truth| (q_std100), cos
+  //   7.7e-12, lse <= 3.2e-5 abs: bound use <= 0.022. The decode bound (2^-10·max|truth|) is kept:
+  //   it was set for 128K-key running sums, which long prefill sequences reach, and a result
+  //   rounded to bf16 (2^-8 of a value) still fails it.
+  add({.name = "prefill.out.f32",
+       .why = "fp32 prefill vs fp64 truth: logit rounding amplified by exp() and sums over a sequence (float32 "
+              "baseline measured <= 2.1e-5·max|truth|, cos 7.7e-12); 2^-10·max|truth| and cos 1e-7 as for decode "
+              "(128K-key sums), a bf16-rounded result fails",
+       .atol = 1e-6, .rtol = 1.0 / 1024, .cos_diff = 1e-7, .atol_rel_max = 1.0 / 1024});
+  add({.name = "prefill.lse.f32",
+       .why = "fp32 prefill lse vs fp64 truth: FlashMLA's fp32 lse bound rel 8.01/65536 (float32 baseline "
+              "measured <= 3.2e-5 abs, bound use 0.015); atol 1e-5 for lse ~ 0",
+       .atol = 1e-5, .rtol = kLseRel, .cos_diff = 1e-7});
+  //   bf16 output (what FlashAttention, FlashInfer and FlashMLA's prefill write): the golden bf16
+  //   pipeline (fp32 softmax, P rounded to bf16, bf16 output) measured <= 0.0044·max|truth|
+  //   (h128_v3_scale), bound use <= 0.28, cos <= 2.5e-6, lse bound use <= 0.053. The decode
+  //   entries' numbers hold it with the same headroom: FlashMLA's element bounds with atol 2 bf16
+  //   ulps of max|truth|, FlashAttention's ratio k=2 with a floor of one bf16 rounding; cos 2e-5
+  //   >= k² x 2.5e-6.
+  add({.name = "prefill.out.bf16",
+       .why = "bf16-output prefill: FlashMLA's abs 8e-4 / rel 2.01/128, atol at least 2 bf16 ulps of max|truth| "
+              "(the bf16 pipeline uses 0.28 of it), FlashAttention's ratio k=2 + 2^-8·max|truth|, cos 2e-5 >= k² x "
+              "the pipeline's 2.5e-6",
+       .atol = 8e-4, .rtol = kBf16TwoUlps, .cos_diff = 2e-5, .ratio_k = 2, .ratio_floor_rel = kBf16Rounding,
+       .atol_rel_max = 2 * kBf16Ulp});
+  add({.name = "prefill.lse.bf16",
+       .why = "lse is fp32 inside bf16 prefill kernels: FlashMLA's lse bounds (abs 1e-6, rel 8.01/65536); the bf16 "
+              "pipeline uses <= 0.053 of them",
+       .atol = 1e-6, .rtol = kLseRel, .cos_diff = 1e-7});
+  //   bf16 operands, fp32 output: P's rounding alone (2^-9 of a weight), as the decode class
+  //   attn.out.bf16_operands_f32 reasons. Its witness, the bf16 pipeline without the output
+  //   rounding (ref::prefill_same_dtype, f32), measured <= 0.0025·max|truth| (h128_v3_scale), bound
+  //   use <= 0.32, cos <= 1.2e-6, never above the bf16-output pipeline's error (ratio <= 1).
+  add({.name = "prefill.out.bf16_operands_f32",
+       .why = "bf16 operands (P rounded), fp32 sums and output: P's rounding only (witness measured <= "
+              "0.0025·max|truth|, bound use 0.32, cos 1.2e-6, ratio <= 1); atol 1 bf16 ulp of max|truth|, rtol 1 "
+              "ulp, ratio k=2 + 2^-9·max|truth|, cos 1e-5",
+       .atol = 8e-4, .rtol = kBf16Ulp, .cos_diff = 1e-5, .ratio_k = 2, .ratio_floor_rel = kBf16Rounding / 2,
+       .atol_rel_max = kBf16Ulp});
+}
+
 std::vector<Tolerance> build() {
   TableBuilder b;
   b.add_full_precision_attention();
@@ -229,6 +289,7 @@ std::vector<Tolerance> build() {
   b.add_quantization_info();
   b.add_layer();
   b.add_cache_append();
+  b.add_prefill();
   return std::move(b.t);
 }
 
@@ -267,6 +328,25 @@ const Tolerance& tolerance_for(const PrecisionClass& c, CacheFormat format, std:
     case OutDType::bf16: suffix = fp8 ? "fp8" : "bf16"; break;
   }
   return lookup(fmt::format("attn.{}.{}", what, suffix));
+}
+
+const Tolerance& prefill_tolerance_for(const PrecisionClass& c, std::string_view what) {
+  if (what != "out" && what != "lse") {
+    throw Error(fmt::format("prefill_tolerance_for: unknown result '{}' (expected \"out\" or \"lse\")", what));
+  }
+  if (auto why = unjudgeable(c)) throw Error(fmt::format("no tolerance entry for precision class {}", *why));
+  std::string_view suffix;
+  switch (c.output) {
+    case OutDType::f64: suffix = "f64"; break;
+    case OutDType::f32:
+      // As for decode: bf16 operands (P rounded to bf16 for P·V) carry a rounding no f32 bound
+      // allows; their lse is fp32 as inside a bf16-output kernel.
+      if (c.operands != OutDType::bf16) suffix = "f32";
+      else suffix = what == "lse" ? "bf16" : "bf16_operands_f32";
+      break;
+    case OutDType::bf16: suffix = "bf16"; break;
+  }
+  return lookup(fmt::format("prefill.{}.{}", what, suffix));
 }
 
 const Tolerance& tolerance_for(OutDType dtype, CacheFormat format, std::string_view what) {

@@ -70,6 +70,10 @@ const std::vector<Tolerance>& table();
 const Tolerance& tolerance_for(const PrecisionClass& c, CacheFormat format, std::string_view what);
 // The same for an implementation that declares nothing: the class its output dtype implies.
 const Tolerance& tolerance_for(OutDType dtype, CacheFormat format, std::string_view what);
+// The table entry for a prefill result (mla/core/prefill.hpp) of class `c`, by the same classes:
+// prefill.*.f64, prefill.*.f32, prefill.out.bf16_operands_f32 (lse: prefill.lse.bf16),
+// prefill.*.bf16. Throws as tolerance_for.
+const Tolerance& prefill_tolerance_for(const PrecisionClass& c, std::string_view what);
 nlohmann::json to_json(const Tolerance& t);
 
 // The verdict of one (implementation, case); README "Reading a report" says what each means for

@@ -25,6 +25,14 @@ namespace mla::ref {
 // Throws mla::Error (UnsupportedError for widths other than 192/128) naming what is wrong.
 PrefillOutputs prefill_attention(const PrefillInputs& in, CausalAlignment alignment = CausalAlignment::bottom_right);
 
+// The same prefill at deployed precision (src/prefill_same_dtype.cpp; fixtures/SCHEMA.md's
+// prefill same_dtype recipe): float32 scores and softmax over the exact bf16 inputs, P rounded to
+// bf16, float32 P·V, output rounded to bf16 (`output` bf16) or left in float32 (f32: the
+// bf16-operand class's witness). lse float32 values. The reference FlashAttention's error-ratio
+// rule measures a kernel against (judge_prefill); the goldens store it for their cases, this
+// computes it for any other input. Throws mla::Error for f64 or malformed inputs.
+PrefillOutputs prefill_same_dtype(const PrefillInputs& in, OutDType output = OutDType::bf16);
+
 // Merges state a and state b, attended over disjoint keys: lse = log(e^lse_a + e^lse_b),
 // out = e^(lse_a - lse) out_a + e^(lse_b - lse) out_b, evaluated relative to the larger lse so
 // nothing overflows. An infinite lse (+inf or -inf) means that side attended nothing: its out

@@ -33,8 +33,6 @@ void read_through_first(GoldenGate& gate, const std::filesystem::path& file, con
   if (c.kind == GoldenCheck::Kind::invalid) throw Error(c.problem);
 }
 
-bool is_attention(const std::string& family) { return fx::family(family).kind == fx::FamilyKind::attention; }
-
 std::string shape_str(const std::vector<int64_t>& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
 }
@@ -135,6 +133,37 @@ void inspect_layer(const fx::LayerCase& c, std::ostream& out) {
   for (const auto& [name, a] : c.final_cache) out << fmt::format("  final cache {:<18} {}\n", name, shape_str(a.shape));
 }
 
+void inspect_prefill(const fx::PrefillCase& c, std::ostream& out) {
+  const auto& s = c.shape;
+  out << fmt::format("{}/{} ({}): {}\n", c.file, c.name, c.family, c.description);
+  out << fmt::format("  shape: batch {} heads {} total_q {} total_k {} d_qk {} d_v {} {}\n", s.batch, s.heads, s.total_q,
+                     s.total_k, s.d_qk, s.d_v, s.causal ? "causal (bottom-right)" : "non-causal");
+  out << fmt::format("  softmax_scale {:.10g}, seed {}, inputs {}\n", c.softmax_scale, c.seed,
+                     c.inputs_stored ? "stored" : "generated (sha256 checked)");
+  out << fmt::format("  cu_seqlens_q  {}\n  cu_seqlens_k  {}\n", ints(c.cu_seqlens_q), ints(c.cu_seqlens_k));
+  if (!c.needle_positions.empty()) {
+    out << fmt::format("  needles       {} (alpha {}, spike {})  {}\n", c.needle_positions.size() / 2, c.needle_alpha,
+                       c.needle_spike, ints(c.needle_positions, 16));
+  }
+  out << fmt::format("  q             {}  {}\n", shape_str({s.total_q, s.heads, s.d_qk}), stats_bf16(c.q));
+  out << fmt::format("  k             {}  {}\n", shape_str({s.total_k, s.heads, s.d_qk}), stats_bf16(c.k));
+  out << fmt::format("  v             {}  {}\n", shape_str({s.total_k, s.heads, s.d_v}), stats_bf16(c.v));
+  out << fmt::format("  truth out     {}  {}\n", shape_str({s.total_q, s.heads, s.d_v}), stats_f64(c.truth_out));
+  out << fmt::format("  truth lse     {}  {}\n", shape_str({s.heads, s.total_q}), stats_f64(c.truth_lse));
+}
+
+void inspect_merge(const fx::MergeCase& c, std::ostream& out) {
+  out << fmt::format("{}/{} ({}): {}\n", c.file, c.name, c.family, c.description);
+  out << fmt::format("  tokens {} heads {} head_dim {} out {}, seed {}\n", c.tokens, c.heads, c.head_dim, c.out_dtype, c.seed);
+  const std::vector<int64_t> o{c.tokens, c.heads, c.head_dim}, l{c.heads, c.tokens};
+  out << fmt::format("  out_a         {}  {}\n  out_b         {}  {}\n", shape_str(o), stats_f64(c.out_a), shape_str(o),
+                     stats_f64(c.out_b));
+  out << fmt::format("  lse_a         {}  {}\n  lse_b         {}  {}\n", shape_str(l), stats_f64(c.lse_a), shape_str(l),
+                     stats_f64(c.lse_b));
+  out << fmt::format("  truth out     {}  {}\n  truth lse     {}  {}\n", shape_str(o), stats_f64(c.truth_out), shape_str(l),
+                     stats_f64(c.truth_lse));
+}
+
 }  // namespace
 
 int goldens_list(const std::filesystem::path& dir, bool verify, std::ostream& out) {
@@ -232,8 +261,12 @@ int goldens_inspect(const std::filesystem::path& dir, const std::string& file, c
   if (std::find(info.cases.begin(), info.cases.end(), case_name) == info.cases.end()) {
     throw Error(fmt::format("{} has no case '{}' (cases: {})", file, case_name, fmt::join(info.cases, ", ")));
   }
-  if (is_attention(info.family)) inspect_attention(fx::load_attn_case(path, case_name), out);
-  else inspect_layer(fx::load_layer_case(path, case_name), out);
+  switch (fx::family(info.family).kind) {
+    case fx::FamilyKind::attention: inspect_attention(fx::load_attn_case(path, case_name), out); break;
+    case fx::FamilyKind::layer: inspect_layer(fx::load_layer_case(path, case_name), out); break;
+    case fx::FamilyKind::prefill: inspect_prefill(fx::load_prefill_case(path, case_name), out); break;
+    case fx::FamilyKind::merge: inspect_merge(fx::load_merge_case(path, case_name), out); break;
+  }
   return 0;
 }
 

@@ -471,4 +471,17 @@ TEST(MlaCertifyIsolation, EachKernelRecordsHowItRanAndEachProcessPaysOneContext)
   }
 }
 
+// The committed catalog, every case through its own family kind's loader (attention, layer,
+// prefill, merge): a family whose loader the validator did not know would be a problem here.
+TEST(MlaCli, TheCommittedCatalogValidatesThroughEachFamilysLoader) {
+  const fs::path dir = fs::path(MLA_SOURCE_DIR) / "fixtures" / "goldens";
+  if (!fs::exists(dir / "MANIFEST.sha256")) GTEST_SKIP() << "no golden catalog at " << dir;
+  const auto valid = mla("goldens --dir " + quote(dir) + " validate");
+  EXPECT_EQ(valid.status, 0) << valid.out;
+  EXPECT_NE(valid.out.find("VALID: "), std::string::npos) << valid.out;
+  for (const auto& f : mla::golden::families()) {
+    EXPECT_NE(valid.out.find("ok   " + f.file()), std::string::npos) << f.name << "\n" << valid.out;
+  }
+}
+
 }  // namespace

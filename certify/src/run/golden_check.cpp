@@ -96,8 +96,7 @@ int child_check_golden(const fs::path& file, const fs::path& result, GoldenDepth
     for (const auto& name : info.cases) {
       try {
         if (depth == GoldenDepth::full) {
-          if (attention) (void)golden::load_attn_case(file, name);
-          else (void)golden::load_layer_case(file, name);
+          golden::validate_case(file, name);  // through its family kind's loader
         } else if (attention) {
           (void)golden::read_attn_header(file, name);
         }

@@ -16,6 +16,7 @@
 
 // Host prefill kernels (mla/core/prefill_kernel.hpp), one line each as above.
 #define MLA_BUILTIN_CPU_PREFILL_KERNELS(X) \
+  X(cpu_prefill_fp64)                      \
   X(cpu_prefill_naive_fp32)                \
   /* end of the host prefill kernels */
 

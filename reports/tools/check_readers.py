@@ -181,6 +181,9 @@ def standins(listing):
 def select_kernels(listing, what):
     if not isinstance(listing, list) or not all(isinstance(k, dict) and "name" in k for k in listing):
         raise ValueError("not a kernel listing (a JSON array of objects with a name, as `mla kernels --json` prints)")
+    # The device check certifies decode kernels: a kernel of another case kind (prefill) is neither
+    # certified nor a stand-in for one. A listing from before kinds were listed holds decode only.
+    listing = [k for k in listing if k.get("kind", "decode") == "decode"]
     return {"cuda": cuda_kernels, "standins": standins, "must-claim": must_claim}[what](listing)
 
 

@@ -163,11 +163,19 @@ TEST(MlaKernels, ListsEveryRegisteredImplementationWithItsBackendAndRole) {
   const auto listed = json::parse(p.out);
   mla::register_builtin_kernels();
   const auto& registered = mla::Registry::instance().attention();
-  ASSERT_EQ(listed.size(), registered.size()) << p.out;
+  const auto& prefill = mla::Registry::instance().prefill();
+  ASSERT_EQ(listed.size(), registered.size() + prefill.size()) << p.out;
+  for (std::size_t i = 0; i < prefill.size(); ++i) {
+    const auto& e = listed[registered.size() + i];
+    EXPECT_EQ(e["name"], prefill[i]->info().name);
+    EXPECT_EQ(e["kind"], "prefill");
+    EXPECT_EQ(e["capabilities"], mla::to_json(prefill[i]->info().caps));
+  }
   std::set<std::string> backends;
   for (std::size_t i = 0; i < registered.size(); ++i) {
     const auto& k = registered[i]->info();
     EXPECT_EQ(listed[i]["name"], k.name);
+    EXPECT_EQ(listed[i]["kind"], "decode") << k.name;
     EXPECT_EQ(listed[i]["backend"], k.backend) << k.name;
     EXPECT_EQ(listed[i]["role"], mla::to_string(k.role)) << k.name;
     EXPECT_EQ(listed[i]["out_dtype"], mla::to_string(k.out_dtype)) << k.name;
@@ -178,6 +186,7 @@ TEST(MlaKernels, ListsEveryRegisteredImplementationWithItsBackendAndRole) {
   const auto table = mla("kernels");
   EXPECT_EQ(table.status, 0);
   for (const auto& k : registered) EXPECT_NE(table.out.find(k->info().name), std::string::npos) << table.out;
+  for (const auto& k : prefill) EXPECT_NE(table.out.find(k->info().name), std::string::npos) << table.out;
 }
 
 // ---- memory ----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 
 #include "mla/core/attention.hpp"
 #include "mla/core/kernel.hpp"
+#include "mla/core/prefill_kernel.hpp"
 #include "mla/registry/registry.hpp"
 
 namespace mla::tools {
@@ -13,9 +14,22 @@ namespace mla::tools {
 nlohmann::json kernels_json() {
   register_builtin_kernels();
   auto list = nlohmann::json::array();
+  // Each entry says which case kind's interface it implements: a script that certifies decode
+  // kernels (the device check) selects "decode" ones.
   for (const auto& impl : Registry::instance().attention()) {
     const auto& k = impl->info();
     list.push_back({{"name", k.name},
+                    {"kind", "decode"},
+                    {"backend", k.backend},
+                    {"role", to_string(k.role)},
+                    {"out_dtype", to_string(k.out_dtype)},
+                    {"description", k.description},
+                    {"capabilities", to_json(k.caps)}});
+  }
+  for (const auto& impl : Registry::instance().prefill()) {
+    const auto& k = impl->info();
+    list.push_back({{"name", k.name},
+                    {"kind", "prefill"},
                     {"backend", k.backend},
                     {"role", to_string(k.role)},
                     {"out_dtype", to_string(k.out_dtype)},
@@ -31,9 +45,10 @@ int kernels_list(bool json, std::ostream& out) {
     out << list.dump(2) << "\n";
     return 0;
   }
-  out << fmt::format("{:<24} {:<7} {:<10} {:<5} {}\n", "name", "backend", "role", "out", "description");
+  out << fmt::format("{:<24} {:<8} {:<7} {:<10} {:<5} {}\n", "name", "kind", "backend", "role", "out", "description");
   for (const auto& k : list) {
-    out << fmt::format("{:<24} {:<7} {:<10} {:<5} {}\n", k["name"].get<std::string>(), k["backend"].get<std::string>(),
+    out << fmt::format("{:<24} {:<8} {:<7} {:<10} {:<5} {}\n", k["name"].get<std::string>(), k["kind"].get<std::string>(),
+                       k["backend"].get<std::string>(),
                        k["role"].get<std::string>(), k["out_dtype"].get<std::string>(),
                        k["description"].get<std::string>());
   }

@@ -212,6 +212,20 @@ def test_standins_take_the_same_role_with_the_narrowest_output_else_the_oracle()
         cr.select_kernels(no_oracle, "standins")
 
 
+def test_kernels_of_another_case_kind_are_neither_certified_nor_stand_ins():
+    # `mla kernels --json` lists prefill kernels too (kind "prefill"); the device check certifies
+    # decode kernels, so a prefill oracle must not stand in for a decode one, nor a CUDA prefill
+    # kernel be certified as decode.
+    listing = ([dict(k, kind="decode") for k in LISTING] +
+               [{"name": "cpu_prefill_fp64", "kind": "prefill", "backend": "cpu", "role": "oracle", "out_dtype": "f64"},
+                {"name": "cuda_prefill", "kind": "prefill", "backend": "cuda", "role": "optimized", "out_dtype": "bf16"}])
+    assert cr.select_kernels(listing, "cuda") == ["cuda_naive_mha_cublas", "cuda_mla_decode"]
+    assert cr.select_kernels(listing, "standins") == ["cpu_mla_fp64", "cpu_naive_mha_fp32"]
+    no_decode_oracle = [k for k in listing if k["name"] != "cpu_mla_fp64"]
+    with pytest.raises(ValueError, match="no host kernel can stand in for cuda_mla_decode"):
+        cr.select_kernels(no_decode_oracle, "standins")
+
+
 def test_kernels_cli_lists_names_and_refuses_what_is_not_a_listing(tmp_path):
     p = run_cli("kernels", write(tmp_path, "k.json", LISTING), "--select", "cuda")
     assert p.returncode == 0 and p.stdout == "cuda_naive_mha_cublas\ncuda_mla_decode\n"

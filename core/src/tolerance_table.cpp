@@ -51,6 +51,7 @@ struct TableBuilder {
   void add_layer();
   void add_cache_append();
   void add_prefill();
+  void add_merge();
 };
 
 void TableBuilder::add_full_precision_attention() {
@@ -281,6 +282,33 @@ void TableBuilder::add_prefill() {
        .atol_rel_max = kBf16Ulp});
 }
 
+void TableBuilder::add_merge() {
+  // ---- merge of two attention states (mla/core/merge.hpp) vs fp64 truth ----------------------
+  // The merged out is the rounding, to the state dtype, of a float32 value: half an ulp of it
+  // and the float32 weights' few 2^-24 (exp and one division of exactly representable
+  // arguments). The deployed arithmetic and the float32 baseline measured a bound use of 0.98 of
+  // half an ulp (h128), so the element bound is one ulp (2.01 half-ulps: double rounding through
+  // float32 costs at most that) and they use <= 0.49 of it. An element near 0 (the two sides
+  // cancelling) keeps the float32 error of the terms: 2^-20 of max|truth|. cos: uniform rounding
+  // of half an ulp gives ~2^-2p/6 (bf16: 2.5e-6, measured 1.2e-6), so 1e-5 / 1e-7 / 1e-12.
+  add({.name = "merge.out.f32",
+       .why = "merged out in float32: a few float32 roundings (weights, products) of exact inputs; 2^-20 relative "
+              "and of max|truth|",
+       .atol = 1e-7, .rtol = 1.0 / (1 << 20), .cos_diff = 1e-12, .atol_rel_max = 1.0 / (1 << 20)});
+  add({.name = "merge.out.f16",
+       .why = "merged out rounded to float16 from float32: one ulp (2.01/2048, the witnesses use <= 0.5 of it), "
+              "cancellation 2^-20·max|truth|, cos 1e-7",
+       .atol = 1e-7, .rtol = 2.01 / 2048, .cos_diff = 1e-7, .atol_rel_max = 1.0 / (1 << 20)});
+  add({.name = "merge.out.bf16",
+       .why = "merged out rounded to bf16 from float32: one ulp (2.01/256; the deployed arithmetic and the float32 "
+              "baseline use <= 0.49 of it), cancellation 2^-20·max|truth|, cos 1e-5 (measured 1.2e-6)",
+       .atol = 1e-7, .rtol = 2.01 / 256, .cos_diff = 1e-5, .atol_rel_max = 1.0 / (1 << 20)});
+  add({.name = "merge.lse.f32",
+       .why = "merged lse in float32 (m + log(sum) of float32 values): FlashMLA's lse bound rel 8.01/65536, atol "
+              "1e-6; the witnesses use <= 0.011 of it; an empty row's -inf must match exactly",
+       .atol = 1e-6, .rtol = kLseRel, .cos_diff = 1e-7});
+}
+
 std::vector<Tolerance> build() {
   TableBuilder b;
   b.add_full_precision_attention();
@@ -290,6 +318,7 @@ std::vector<Tolerance> build() {
   b.add_layer();
   b.add_cache_append();
   b.add_prefill();
+  b.add_merge();
   return std::move(b.t);
 }
 

@@ -20,6 +20,11 @@
   X(cpu_prefill_naive_fp32)                \
   /* end of the host prefill kernels */
 
+// Host merge-of-states kernels (mla/core/merge.hpp).
+#define MLA_BUILTIN_CPU_MERGE_KERNELS(X) \
+  X(cpu_merge_f32)                       \
+  /* end of the host merge kernels */
+
 // CUDA kernels (kernels/cuda, built whenever a CUDA toolkit is present).
 #define MLA_BUILTIN_CUDA_KERNELS(X) \
   X(cuda_naive_mha_cublas)          \
@@ -32,6 +37,9 @@ MLA_BUILTIN_CPU_KERNELS(MLA_DECLARE_FACTORY)
 #define MLA_DECLARE_PREFILL_FACTORY(name) std::unique_ptr<PrefillImpl> make_##name();
 MLA_BUILTIN_CPU_PREFILL_KERNELS(MLA_DECLARE_PREFILL_FACTORY)
 #undef MLA_DECLARE_PREFILL_FACTORY
+#define MLA_DECLARE_MERGE_FACTORY(name) std::unique_ptr<MergeImpl> make_##name();
+MLA_BUILTIN_CPU_MERGE_KERNELS(MLA_DECLARE_MERGE_FACTORY)
+#undef MLA_DECLARE_MERGE_FACTORY
 #if defined(MLA_HAVE_CUDA_KERNELS)
 MLA_BUILTIN_CUDA_KERNELS(MLA_DECLARE_FACTORY)
 #endif
@@ -44,6 +52,7 @@ void add_builtin_kernels(Registry& registry) {
 #define MLA_ADD(name) registry.add(builtin::make_##name());
   MLA_BUILTIN_CPU_KERNELS(MLA_ADD)
   MLA_BUILTIN_CPU_PREFILL_KERNELS(MLA_ADD)
+  MLA_BUILTIN_CPU_MERGE_KERNELS(MLA_ADD)
 #if defined(MLA_HAVE_CUDA_KERNELS)
   MLA_BUILTIN_CUDA_KERNELS(MLA_ADD)
 #endif

@@ -164,7 +164,13 @@ TEST(MlaKernels, ListsEveryRegisteredImplementationWithItsBackendAndRole) {
   mla::register_builtin_kernels();
   const auto& registered = mla::Registry::instance().attention();
   const auto& prefill = mla::Registry::instance().prefill();
-  ASSERT_EQ(listed.size(), registered.size() + prefill.size()) << p.out;
+  const auto& merge = mla::Registry::instance().merge();
+  ASSERT_EQ(listed.size(), registered.size() + prefill.size() + merge.size()) << p.out;
+  for (std::size_t i = 0; i < merge.size(); ++i) {
+    const auto& e = listed[registered.size() + prefill.size() + i];
+    EXPECT_EQ(e["name"], merge[i]->info().name);
+    EXPECT_EQ(e["kind"], "merge");
+  }
   for (std::size_t i = 0; i < prefill.size(); ++i) {
     const auto& e = listed[registered.size() + i];
     EXPECT_EQ(e["name"], prefill[i]->info().name);

@@ -143,7 +143,9 @@ TEST(Registry, RejectsDuplicatesNullAndBadNames) {
   EXPECT_THROW(r.add(std::make_unique<NamedFake>("good_name_1")), Error);
   EXPECT_THROW(r.add(std::make_unique<NamedFake>("Bad-Name")), Error);
   EXPECT_THROW(r.add(std::make_unique<NamedFake>("")), Error);
-  EXPECT_THROW(r.add(nullptr), Error);
+  EXPECT_THROW(r.add(std::unique_ptr<AttentionImpl>{}), Error);
+  EXPECT_THROW(r.add(std::unique_ptr<PrefillImpl>{}), Error);
+  EXPECT_THROW(r.add(std::unique_ptr<MergeImpl>{}), Error);
   EXPECT_EQ(r.attention().size(), 1u);
 }
 

@@ -3,9 +3,11 @@
 #include <ostream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "mla/core/attention.hpp"
 #include "mla/core/kernel.hpp"
+#include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
 #include "mla/registry/registry.hpp"
 
@@ -35,6 +37,18 @@ nlohmann::json kernels_json() {
                     {"out_dtype", to_string(k.out_dtype)},
                     {"description", k.description},
                     {"capabilities", to_json(k.caps)}});
+  }
+  for (const auto& impl : Registry::instance().merge()) {
+    const auto& k = impl->info();
+    std::vector<std::string> dtypes;
+    for (const auto d : k.dtypes) dtypes.emplace_back(to_string(d));
+    list.push_back({{"name", k.name},
+                    {"kind", "merge"},
+                    {"backend", k.backend},
+                    {"role", to_string(k.role)},
+                    {"out_dtype", fmt::format("{}", fmt::join(dtypes, "|"))},
+                    {"description", k.description},
+                    {"capabilities", {{"dtypes", dtypes}, {"head_dims", k.head_dims}}}});
   }
   return list;
 }

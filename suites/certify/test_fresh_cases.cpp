@@ -24,6 +24,7 @@
 #include "mla/core/conventions.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/core/needles.hpp"
+#include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
 #include "mla/judge/attention.hpp"
 #include "mla/ref/append.hpp"
@@ -101,12 +102,16 @@ std::vector<uint16_t> regenerate(const H5::H5File& f, const std::string& group, 
 }
 
 // Every (file, case) of the catalog that carries needles.
+// The attention cases with needles (rule needles-v1); the prefill family's needles follow a rule
+// of their own (SCHEMA.md, "Prefill needles") that the fresh decode cases do not draw.
 std::vector<std::pair<fs::path, std::string>> cases_with_needles() {
   std::vector<std::pair<fs::path, std::string>> v;
   for (const auto& e : fs::directory_iterator(kGoldens)) {
     if (e.path().extension() != ".h5") continue;
+    const auto info = mla::golden::read_file_info(e.path());
+    if (mla::golden::family(info.family).kind != mla::golden::FamilyKind::attention) continue;
     const H5::H5File f(e.path().string(), H5F_ACC_RDONLY);
-    for (const std::string& name : mla::golden::read_file_info(e.path()).cases) {
+    for (const std::string& name : info.cases) {
       if (f.nameExists("/cases/" + name + "/needles")) v.emplace_back(e.path(), name);
     }
   }

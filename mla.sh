@@ -4,7 +4,8 @@
 #                      here over the whole golden catalog, then the quick roofline benchmark;
 #                      writes reports/out/cpu/ (certificate.{json,md,junit.xml}, report.md, plots)
 #   ./mla.sh test      install what is missing, build, run every CPU test of tiers L0+L1
-#                      (CTest: GoogleTest, pytest, golden regeneration check); test-l2: long ones
+#                      (CTest: GoogleTest, pytest, golden regeneration check); test-l2: long ones;
+#                      further arguments go to ctest (.ci/run: -E device_rehearsal)
 #   ./mla.sh report    build, run mla-bench --mla_quick (extra args passed on), write bench.json,
 #                      report.md, roofline.png, bandwidth.png to reports/out/bench/
 #   ./mla.sh gate BASELINE.json RUN.json   regression gate (exit 1 on a significant slowdown)
@@ -16,7 +17,8 @@
 #                      fuzz the golden loader for S seconds (default 90); suites/fuzz/README.md
 #   ./mla.sh device    build the GPU bundle (preset device, bundle targets only), then rehearse the
 #                      device check with it here (suites/device/README.md): each phase's planned
-#                      and rehearsed time, CUDA contexts charged; reports/out/device/
+#                      and rehearsed time, CUDA contexts charged, held to what CTest's
+#                      device_rehearsal requires; reports/out/device/
 #   ./mla.sh preflight before the device run: the bundle against the tree, the size the run
 #                      carries, the rehearsal of this very archive; exit 3 refuses it
 #   ./mla.sh door-overhead  the Python door's overhead per certificate row, with and without
@@ -83,7 +85,7 @@ case "${1:-help}" in
   test)
     deps; build
     # L2 (long context, on demand) is left to `./mla.sh test-l2`; L0 + L1 is the whole catalog.
-    ctest --preset "$PRESET" -j "$JOBS" -L cpu -LE L2
+    ctest --preset "$PRESET" -j "$JOBS" -L cpu -LE L2 "${@:2}"
     ;;
   repeat)
     # Proves every test owns its temp state: run together and again, none may see another's
@@ -179,9 +181,11 @@ case "${1:-help}" in
     out=${MLA_DEVICE_OUT:-reports/out/device}
     rm -rf "$out"
     suites/device/run_on_device.sh "$out" --rehearse
+    # What CTest's device_rehearsal requires of a rehearsal, here of the archive's.
+    bash suites/device/test_rehearsal.sh --summary "$out"
     ;;
   preflight) suites/device/preflight.sh "${@:2}" ;;
   goldens) deps; PYTHONPATH=reference/python $PY -m mla_ref.goldens write --out fixtures/goldens ;;
   check-goldens) deps; PYTHONPATH=reference/python $PY -m mla_ref.goldens check --dir fixtures/goldens ;;
-  *) sed -n '2,21p' "$0"; exit 2 ;;
+  *) sed -n '2,26p' "$0"; exit 2 ;;
 esac

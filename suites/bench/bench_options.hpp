@@ -1,0 +1,61 @@
+// mla-bench's own command line (the --mla_* flags of mla_bench.cpp's table) and what it selects:
+// the axis points, the registered kernels, the external ones (--mla_plugin, --mla_python), and
+// the listings that print and exit. Apart from the run (mla_bench.cpp), so that the flags, their
+// validation and the selection can be read in one place.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "mla/certify/external_bench.hpp"
+#include "mla/core/kernel.hpp"
+#include "mla/workloads/axes.hpp"
+
+namespace mla::bench {
+
+struct Options {
+  mla::axes::Tier tier = mla::axes::cpu_quick;
+  bool quick = false;
+  std::vector<std::string> kernels;
+  std::vector<std::string> points;
+  std::vector<std::string> external_points;  // --mla_external_points (empty: every point)
+  std::string backend;                        // --mla_backend (empty: any)
+  std::vector<std::string> plugins, pythons;  // external kernels, in the order given
+  std::string python_exe;
+  int threads = 0;        // 0: mla::threads()
+  int input_threads = 0;  // 0: mla::gen::threads()
+  std::size_t stream_mib = 256;
+  int ceiling_reps = 5;
+  std::size_t gpu_stream_mib = 2048;
+  int gpu_ceiling_reps = 10;
+  int gpu_gemm_n = 8192;
+  bool flush = true;
+  double max_mem_gib = 0;
+  bool list = false, list_points = false, probe = false;
+  std::string json_out;  // --benchmark_out, when its format is JSON
+};
+
+// Removes the --mla_* flags (and a JSON --benchmark_out, which the incremental reporter writes)
+// from argv and parses them; throws mla::Error on a bad value.
+Options take_options(int& argc, char** argv);
+
+// The points of this run, as --mla_points / --mla_tier chose them; throws mla::Error naming a
+// point that does not exist.
+std::vector<const axes::AxisPoint*> select_points(const Options& o);
+
+// The registered kernels of this run, as --mla_kernels / --mla_backend / --mla_tier chose them;
+// false (said on stderr) for a name that does not exist.
+bool select_kernels(const Options& o, std::vector<const AttentionImpl*>& impls);
+
+// The kernels of --mla_plugin and --mla_python, opened in the order given. Throws
+// mla::certify::UsageError naming the library or spec that cannot be opened.
+std::vector<certify::ExternalBenchKernel> open_external_kernels(const Options& o);
+
+// --mla_list: the axis catalog, every point with its tiers (TSV).
+void print_table();
+
+// --mla_list_points: the selected points, with the columns torch_side_by_side.py reads.
+void print_points_tsv(const std::vector<const axes::AxisPoint*>& points);
+
+}  // namespace mla::bench

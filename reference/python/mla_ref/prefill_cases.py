@@ -111,7 +111,8 @@ def layer_spec(name, description, *, preset, heads, seqs, seed, causal=True):
         raise ValueError(f"{name}: preset {preset!r} has d_qk {args.qk_head_dim}, d_v {args.v_head_dim}; "
                          f"the prefill contract is {D_QK}, {D_V}")
     if any(s_q > s_k for s_q, s_k in seqs):
-        raise ValueError(f"{name}: a layer-derived sequence has its queries among its keys (s_q <= s_k): {seqs}")
+        raise ValueError(f"{name}: a layer-derived sequence takes its queries from its own tokens, so s_q <= s_k; "
+                         f"got (s_q, s_k) = {seqs}")
     return PrefillSpec(name, description, heads=heads, seqs=seqs, causal=causal, scale=args.softmax_scale,
                        stored=True, seed=seed, layer=preset)
 

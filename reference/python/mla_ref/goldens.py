@@ -130,19 +130,29 @@ def full_layer_case(root: Node, name, description, preset_name, seed, batch, pre
             case.group("final_cache").group("fp64").group(f).f64(cname, c)
 
 
+# (name, description, preset, batch, prefill length, decode steps, inputs stored); case i has seed
+# full_layer's seed + i
+FULL_LAYER_CASES = [
+    ("tiny_qlora_yarn", "tiny preset, q-LoRA on, YaRN on: prefill 5 then 4 decode steps, batch 2", "tiny", 2, 5, 4, 1),
+    ("tiny_noqlora_yarn", "tiny preset, single wq (q-LoRA off), YaRN on", "tiny-noqlora", 2, 5, 4, 1),
+    ("tiny_qlora_noyarn", "tiny preset, q-LoRA on, YaRN off (max_seq_len == original_seq_len)", "tiny-noyarn", 2, 5, 4, 1),
+    ("tiny_noqlora_noyarn", "tiny preset, q-LoRA off, YaRN off", "tiny-noqlora-noyarn", 2, 5, 4, 1),
+    ("v2_lite", "DeepSeek-V2-Lite shape (no q-LoRA, mscale 0.707), generated weights: prefill 3 then 4 decodes",
+     "v2-lite", 1, 3, 4, 0),
+    ("v3_tp8", "DeepSeek-V3 shape, one TP8 shard (16 heads), generated weights: prefill 3 then 4 decodes",
+     "v3-tp8", 1, 3, 4, 0),
+]
+
+
+def full_layer_seed(name: str) -> int:
+    """The seed of full_layer case `name` (its weights and token streams)."""
+    names = [c[0] for c in FULL_LAYER_CASES]
+    return FAMILY_SEEDS["full_layer"] + names.index(name)
+
+
 @family_writer("full_layer")
 def write_full_layer(root: Node, seed0: int):
-    cases = [
-        ("tiny_qlora_yarn", "tiny preset, q-LoRA on, YaRN on: prefill 5 then 4 decode steps, batch 2", "tiny", 2, 5, 4, 1),
-        ("tiny_noqlora_yarn", "tiny preset, single wq (q-LoRA off), YaRN on", "tiny-noqlora", 2, 5, 4, 1),
-        ("tiny_qlora_noyarn", "tiny preset, q-LoRA on, YaRN off (max_seq_len == original_seq_len)", "tiny-noyarn", 2, 5, 4, 1),
-        ("tiny_noqlora_noyarn", "tiny preset, q-LoRA off, YaRN off", "tiny-noqlora-noyarn", 2, 5, 4, 1),
-        ("v2_lite", "DeepSeek-V2-Lite shape (no q-LoRA, mscale 0.707), generated weights: prefill 3 then 4 decodes",
-         "v2-lite", 1, 3, 4, 0),
-        ("v3_tp8", "DeepSeek-V3 shape, one TP8 shard (16 heads), generated weights: prefill 3 then 4 decodes",
-         "v3-tp8", 1, 3, 4, 0),
-    ]
-    for i, (name, desc, pr, b, pre, nd, stored) in enumerate(cases):
+    for i, (name, desc, pr, b, pre, nd, stored) in enumerate(FULL_LAYER_CASES):
         full_layer_case(root, name, desc, pr, seed0 + i, b, pre, nd, stored)
 
 
@@ -332,8 +342,9 @@ def attn_stress_specs():
 
 @family_writer("prefill")
 def write_prefill(root: Node, seed0: int):
-    S = pc.PrefillSpec
+    S, L = pc.PrefillSpec, pc.layer_spec
     v3 = config.preset("v3").softmax_scale
+    v3_layer_seed = full_layer_seed("v3_tp8")
     pc.write_prefill_specs(root, seed0, [
         S("h1_varlen", "1 head, causal varlen batch of lengths 0, 1, 63, 64, 65 (s_q = s_k), generated inputs",
           heads=1, seqs=[(0, 0), (1, 1), (63, 63), (64, 64), (65, 65)]),
@@ -353,6 +364,14 @@ def write_prefill(root: Node, seed0: int):
         S("needles_diagonal", "needles on the causal diagonal, at 64-key tile edges and the prefix/chunk "
           "boundary: 16 queries over 80 keys and 3 over 3, 2 heads, stored inputs",
           heads=2, seqs=[(16, 80), (3, 3)], stored=True, needles=True),
+        # The layer of full_layer's v3_tp8 (its seed), cut to 2 heads: those heads' q, k, v are
+        # the 16-head case's, and sequence 0 of the first case is that case's 3-token prefill.
+        L("layer_v3_causal", "from the layer: v3-tp8 weights (full_layer v3_tp8 seed) cut to 2 heads, YaRN "
+          "scale with mscale^2, causal prefill of 3, 8 and 1 tokens; k_pe shared by the heads",
+          preset="v3-tp8", heads=2, seqs=[(3, 3), (8, 8), (1, 1)], seed=v3_layer_seed),
+        L("layer_v3_chunked", "from the layer: as layer_v3_causal, a chunk of the last 3 of 32 tokens over "
+          "the cached 29 and a 2-token prefill", preset="v3-tp8", heads=2, seqs=[(3, 32), (2, 2)],
+          seed=v3_layer_seed),
     ])
 
 

@@ -7,14 +7,20 @@ Prefill inputs are what a deployed MHA-form prefill kernel is handed: q [total_q
 k [total_k, h, 192], v [total_k, h, 128] as bf16 values and the two cu_seqlens. A case with few
 tokens stores them; a larger one describes them (splitmix64-uniform-v1, streams Q/K/V below), so
 the truth (1 KiB per query row and head) is what takes the room.
+
+A layer-derived case (`layer_spec`) takes its q, k, v from the MLA layer itself
+(prefill.mha_inputs: the layer's projections, W_UK / W_UV split, one roped k_pe for every head)
+rounded to bf16, with the layer's own softmax scale, so a prefill kernel is checked on the inputs
+a real layer hands it and the golden is tied to the layer the full_layer goldens come from.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
-from . import config, generator, merge, numerics, prefill
+from . import config, generator, layer, merge, numerics, prefill
 from .golden_h5 import Node
 from .needles import pow2_ceil
 
@@ -28,8 +34,8 @@ TILE = 64
 
 class PrefillSpec:
     def __init__(self, name, description, *, heads, seqs, causal=True, scale=DEFAULT_SCALE, q_std=1.0,
-                 stored=False, modify=None, needles=False, seed=None):
-        """seqs: [(s_q, s_k)] per sequence."""
+                 stored=False, modify=None, needles=False, seed=None, layer=None):
+        """seqs: [(s_q, s_k)] per sequence. layer: a preset name for a layer-derived case (layer_spec)."""
         self.__dict__.update(locals())
         del self.__dict__["self"]
 
@@ -89,19 +95,70 @@ def dominant_logit(q, k, v, cu_q, cu_k, seqs, scale):
     k[cu_k[0] + t, 0, 190] = pow2_ceil(40.0 / scale) / 2  # logit 512 / sqrt(192) ~ 36.9
 
 
+# ---------------------------------------------------------------- layer-derived inputs (SCHEMA.md)
+
+def layer_args(preset_name: str, heads: int) -> config.ModelArgs:
+    """The preset with its first `heads` heads. The generator fills a weight in C order and wq / wq_b
+    and wkv_b are head-major rows with an unchanged fan-in, so under the same seed these heads have
+    the full preset's weights and the same q, k, v (wo differs, but attention stops before it)."""
+    return dataclasses.replace(config.preset(preset_name), n_heads=heads)
+
+
+def layer_spec(name, description, *, preset, heads, seqs, seed, causal=True):
+    """A prefill case whose inputs come from the layer (layer_inputs) at the layer's softmax scale."""
+    args = layer_args(preset, heads)
+    if (args.qk_head_dim, args.v_head_dim) != (D_QK, D_V):
+        raise ValueError(f"{name}: preset {preset!r} has d_qk {args.qk_head_dim}, d_v {args.v_head_dim}; "
+                         f"the prefill contract is {D_QK}, {D_V}")
+    if any(s_q > s_k for s_q, s_k in seqs):
+        raise ValueError(f"{name}: a layer-derived sequence takes its queries from its own tokens, so s_q <= s_k; "
+                         f"got (s_q, s_k) = {seqs}")
+    return PrefillSpec(name, description, heads=heads, seqs=seqs, causal=causal, scale=args.softmax_scale,
+                       stored=True, seed=seed, layer=preset)
+
+
+def layer_tokens(args: config.ModelArgs, seed: int, i: int, s_k: int) -> np.ndarray:
+    """Sequence i's tokens x [1, s_k, dim] (float64 values of bf16): the layer's step-i input stream, so
+    sequence 0 starts with the tokens of the full_layer case of the same preset and seed."""
+    return layer.x_generator(args, seed, i, 1, s_k).values()
+
+
+def layer_inputs(preset_name: str, heads: int, seqs, seed: int):
+    """Unrounded float64 q [total_q, h, 192], k, v of the layer: sequence i's s_k tokens at positions
+    0 .. s_k - 1 through prefill.mha_inputs; its queries are the last s_q of them (a chunk over a
+    cached prefix of s_k - s_q tokens)."""
+    args = layer_args(preset_name, heads)
+    weights = {n: g.values() for n, g in layer.weight_generators(args, seed).items()}
+    qs, ks, vs = [], [], []
+    for i, (s_q, s_k) in enumerate(seqs):
+        q, k, v = prefill.mha_inputs(args, weights, layer_tokens(args, seed, i, s_k))
+        qs.append(q[0, s_k - s_q:])
+        ks.append(k[0])
+        vs.append(v[0])
+    return tuple(np.concatenate(a, axis=0) for a in (qs, ks, vs))
+
+
 # ---------------------------------------------------------------- prefill cases
 
-def build_prefill_case(spec: PrefillSpec, seed: int):
+def _generated_inputs(spec: PrefillSpec, seed: int, tq: int, tk: int):
     h = spec.heads
+    gens = dict(q=generator.GeneratedTensor(seed, Q_STREAM, (tq, h, D_QK), "bfloat16", 0.0, spec.q_std),
+                k=generator.GeneratedTensor(seed, K_STREAM, (tk, h, D_QK), "bfloat16", 0.0, 1.0),
+                v=generator.GeneratedTensor(seed, V_STREAM, (tk, h, D_V), "bfloat16", 0.0, 1.0))
+    return gens, tuple(gens[n].values().copy() for n in ("q", "k", "v"))
+
+
+def build_prefill_case(spec: PrefillSpec, seed: int):
     s_qs = [s for s, _ in spec.seqs]
     s_ks = [s for _, s in spec.seqs]
     cu_q = np.concatenate([[0], np.cumsum(s_qs)]).astype(np.int32)
     cu_k = np.concatenate([[0], np.cumsum(s_ks)]).astype(np.int32)
     tq, tk = int(cu_q[-1]), int(cu_k[-1])
-    gens = dict(q=generator.GeneratedTensor(seed, Q_STREAM, (tq, h, D_QK), "bfloat16", 0.0, spec.q_std),
-                k=generator.GeneratedTensor(seed, K_STREAM, (tk, h, D_QK), "bfloat16", 0.0, 1.0),
-                v=generator.GeneratedTensor(seed, V_STREAM, (tk, h, D_V), "bfloat16", 0.0, 1.0))
-    q, k, v = (gens[n].values().copy() for n in ("q", "k", "v"))
+    if spec.layer is not None:
+        assert spec.stored, f"{spec.name}: a layer-derived case stores its inputs"
+        gens, (q, k, v) = None, layer_inputs(spec.layer, spec.heads, spec.seqs, seed)
+    else:
+        gens, (q, k, v) = _generated_inputs(spec, seed, tq, tk)
     overlay = None
     if spec.modify is not None or spec.needles:
         assert spec.stored, f"{spec.name}: a modified case stores its inputs"
@@ -123,6 +180,8 @@ def write_prefill_case(root: Node, c: dict):
                 ("heads", spec.heads), ("d_qk", D_QK), ("d_v", D_V), ("total_q", int(c["cu_q"][-1])),
                 ("total_k", int(c["cu_k"][-1])), ("causal", int(spec.causal)), ("softmax_scale", float(spec.scale)),
                 ("seed", c["seed"]), ("inputs_stored", int(spec.stored))])
+    if spec.layer is not None:
+        case.attr("layer_preset", spec.layer)
     inp = case.group("inputs")
     if spec.stored:
         for n in ("q", "k", "v"):

@@ -61,10 +61,7 @@ double state_value(StateDType d, std::span<const uint8_t> raw, std::size_t i) {
   }
   uint16_t b;
   std::memcpy(&b, raw.data() + 2 * i, 2);
-  if (d == StateDType::bf16) return bf16_to_float(b);
-  _Float16 h;
-  std::memcpy(&h, &b, 2);
-  return static_cast<double>(h);
+  return d == StateDType::bf16 ? static_cast<double>(bf16_to_float(b)) : f16_to_double(b);
 }
 
 void append_state_value(StateDType d, double x, std::vector<uint8_t>& raw) {
@@ -80,7 +77,7 @@ void append_state_value(StateDType d, double x, std::vector<uint8_t>& raw) {
     put(&b, 2);
   } else {
     // Through float32 first, as a float32 kernel stores its fp16 output.
-    const _Float16 h = static_cast<_Float16>(static_cast<float>(x));
+    const uint16_t h = f16_from_float(static_cast<float>(x));
     put(&h, 2);
   }
 }

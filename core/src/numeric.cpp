@@ -40,6 +40,36 @@ uint16_t bf16_from_double(double x) {
 
 float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
 
+uint16_t f16_from_float(float x) {
+  const uint32_t f = std::bit_cast<uint32_t>(x);
+  const auto sign = static_cast<uint16_t>((f >> 16) & 0x8000u);
+  const uint32_t a = f & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return sign | 0x7E00u;   // NaN: quiet, sign kept
+  if (a >= 0x47800000u) return sign | 0x7C00u;  // >= 2^16 (and inf): infinity
+  if (a < 0x38800000u) {
+    // Below 2^-14, a float16 subnormal: x·2^24 (exact, a power of two) rounded to an integer,
+    // nearest even; 1024 is the smallest normal's code, which is right.
+    const float scaled = std::bit_cast<float>(a) * 16777216.0f;
+    return sign | static_cast<uint16_t>(std::nearbyint(scaled));
+  }
+  // Normal: rebias the exponent, keep 10 of the 23 mantissa bits, round the other 13 to nearest
+  // even; a carry runs into the exponent (65520 and above become infinity, as they must).
+  const uint32_t exp = (a >> 23) - 127 + 15, man = a & 0x7FFFFFu;
+  uint32_t h = (exp << 10) | (man >> 13);
+  const uint32_t rest = man & 0x1FFFu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return sign | static_cast<uint16_t>(h);
+}
+
+double f16_to_double(uint16_t bits) {
+  const int exp = (bits >> 10) & 0x1F, man = bits & 0x3FF;
+  double v = 0;
+  if (exp == 0x1F) v = man ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  else if (exp == 0) v = std::ldexp(man, -24);  // subnormal: man · 2^-14 · 2^-10
+  else v = std::ldexp(1024 + man, exp - 25);    // (1 + man/1024) · 2^(exp-15)
+  return (bits >> 15) ? -v : v;
+}
+
 namespace {
 
 constexpr uint8_t kE4m3MaxCode = 0x7E;  // 1.75 * 2^8 = 448

@@ -162,14 +162,7 @@ void read_prefill_attrs(const Reader& r, const std::string& p, PrefillCase& c) {
 
 }  // namespace
 
-double float16_to_double(uint16_t bits) {
-  const int sign = bits >> 15, exp = (bits >> 10) & 0x1F, man = bits & 0x3FF;
-  double v = 0;
-  if (exp == 0x1F) v = man ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  else if (exp == 0) v = std::ldexp(man, -24);  // subnormal: man * 2^-14 * 2^-10
-  else v = std::ldexp(1024 + man, exp - 25);    // (1 + man/1024) * 2^(exp-15)
-  return sign ? -v : v;
-}
+double float16_to_double(uint16_t bits) { return f16_to_double(bits); }
 
 PrefillCase load_prefill_case(const std::filesystem::path& file, const std::string& name) {
   const Reader r(file);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <random>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -402,3 +403,51 @@ TEST(Fp8Recipe, TokensDifferOnlyInTheTinyBlocks) {
 }
 
 }  // namespace
+
+// float16: decoding against values known from the format, every code round-tripping, and
+// encoding picking the nearest code (ties to the even one) for random floats of every scale.
+TEST(Float16, DecodesEncodesAndRoundsToNearestEven) {
+  EXPECT_EQ(mla::f16_to_double(0x3C00), 1.0);
+  EXPECT_EQ(mla::f16_to_double(0xC000), -2.0);
+  EXPECT_EQ(mla::f16_to_double(0x7BFF), 65504.0);
+  EXPECT_EQ(mla::f16_to_double(0x0400), std::ldexp(1.0, -14));
+  EXPECT_EQ(mla::f16_to_double(0x0001), std::ldexp(1.0, -24));
+  EXPECT_TRUE(std::isinf(mla::f16_to_double(0x7C00)));
+  EXPECT_TRUE(std::isnan(mla::f16_to_double(0x7E00)));
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const auto bits = static_cast<uint16_t>(b);
+    const double v = mla::f16_to_double(bits);
+    if (std::isnan(v)) {
+      EXPECT_TRUE(std::isnan(mla::f16_to_double(mla::f16_from_float(static_cast<float>(v)))));
+      continue;
+    }
+    ASSERT_EQ(mla::f16_from_float(static_cast<float>(v)), bits) << std::hex << b;
+  }
+  // Ties go to the even code; 65520 (halfway to 2^16) overflows; half of 2^-24 is 0.
+  EXPECT_EQ(mla::f16_from_float(1.0f + std::ldexp(1.0f, -11)), 0x3C00);
+  EXPECT_EQ(mla::f16_from_float(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);
+  EXPECT_EQ(mla::f16_from_float(65519.0f), 0x7BFF);
+  EXPECT_EQ(mla::f16_from_float(65520.0f), 0x7C00);
+  EXPECT_EQ(mla::f16_from_float(std::ldexp(1.0f, -25)), 0x0000);
+  EXPECT_EQ(mla::f16_from_float(3 * std::ldexp(1.0f, -25)), 0x0002);
+  EXPECT_EQ(mla::f16_from_float(-0.0f), 0x8000);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  for (int i = 0; i < 20000; ++i) {
+    const float x = std::ldexp(mant(rng), static_cast<int>(rng() % 44) - 28) * ((rng() & 1) ? -1.0f : 1.0f);
+    const uint16_t c = mla::f16_from_float(x);
+    const double got = mla::f16_to_double(c);
+    if (std::isinf(got)) {
+      EXPECT_GE(std::abs(x), 65520.0f) << x;
+      continue;
+    }
+    const double err = std::abs(got - x);
+    // No neighbouring code is nearer.
+    for (const int step : {-1, 1}) {
+      const auto n = static_cast<uint16_t>(c + step);
+      const double other = mla::f16_to_double(n);
+      if (std::isnan(other) || ((n ^ c) & 0x8000)) continue;
+      EXPECT_LE(err, std::abs(other - x)) << x << " coded " << std::hex << c;
+    }
+  }
+}

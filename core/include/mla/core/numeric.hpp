@@ -14,6 +14,12 @@ uint16_t bf16_from_float(float x);
 uint16_t bf16_from_double(double x);
 float bf16_to_float(uint16_t bits);
 
+// IEEE binary16 (float16) <-> float, written out rather than through a compiler's _Float16 (not
+// every supported compiler has it on x86): round to nearest even from float32, subnormals down to
+// 2^-24, overflow to infinity, NaN stays a quiet NaN with its sign. Decoding is exact.
+uint16_t f16_from_float(float x);
+double f16_to_double(uint16_t bits);
+
 // float8 e4m3fn (OCP): bias 7, no infinities, 0x7F/0xFF NaN, max finite ±448, subnormals down
 // to 2^-9. Encoding rounds to nearest even and saturates finite overflow to ±448 (NaN -> 0x7F).
 uint8_t e4m3_from_double(double x);

@@ -48,20 +48,6 @@ struct Traits<float> {
   static constexpr OutDType dtype = OutDType::f32;
 };
 
-// Pairwise (tree) summation, as a GPU block reduction or a vectorised softmax sums: its error
-// grows with log n, where a running sum over 128K fp32 terms drifts by ~1e-4 relative — an
-// artefact of the loop, not of fp32 MHA, which would hide the precision this kernel measures.
-template <class T>
-T pairwise_sum(const T* x, int64_t n) {
-  if (n <= 32) {
-    T s = 0;
-    for (int64_t i = 0; i < n; ++i) s += x[i];
-    return s;
-  }
-  const int64_t h = n / 2;
-  return pairwise_sum(x, h) + pairwise_sum(x + h, n - h);
-}
-
 // One unit of work: a sequence (dense: all its query tokens share its K/V) or a query token
 // (sparse: it attends its own tokens). Its K/V rows start at row `kv`; group g0 + i (the H head
 // rows of one query token) sees K/V rows 0..lim[lim_at + i] (none when < 0).

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "cpu_kernels.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/core/prefill_kernel.hpp"
@@ -16,18 +17,6 @@
 
 namespace mla::cpu {
 namespace {
-
-// Pairwise (tree) summation, as a vectorised softmax sums: its error grows with log n, where a
-// running sum over 16K float terms would drift by ~1e-3 relative, an artefact of the loop.
-float pairwise_sum(const float* x, int64_t n) {
-  if (n <= 32) {
-    float s = 0;
-    for (int64_t i = 0; i < n; ++i) s += x[i];
-    return s;
-  }
-  const int64_t h = n / 2;
-  return pairwise_sum(x, h) + pairwise_sum(x + h, n - h);
-}
 
 std::vector<float> widen(std::span<const uint16_t> bits) {
   std::vector<float> v(bits.size());

@@ -232,13 +232,15 @@ def parse_pairs(text):
 
 
 def time_plan(took, status, input_rows, budget, cap, py_ms, sim_ctx, charged, certify_margin, command_limit,
-              command_margin, door_rows=0):
+              command_margin, door_rows=0, door_kernels=0):
     """(lines, fits): the time plan with what a rehearsal measured. It does not fit when the caps
     sum to more than the budget, a certify step leaves less than certify_margin % of its cap, the
     bench's measured inputs plus its GPU bound exceed the bench cap, or importing torch took over
     half the torch cap. door_rows: bench rows of Python-door kernels (each kernel and its overhead
-    row at each of their points), each a door child that imports torch (py_ms, measured here)
-    and creates a CUDA context (sim_ctx) before its row is timed; plus one import probe."""
+    row at each of their points), each a door child forked by its kernel's fork server, which
+    creates a CUDA context (sim_ctx) before its row is timed; door_kernels: how many such kernels,
+    each with one fork server that imports torch once (py_ms, measured here); plus one import
+    probe."""
     out = []
     inputs = [r for r in input_rows if r["name"].startswith("inputs/")]
     gen = {r["name"]: r.get("items_per_second", 0) for r in input_rows if r["name"].startswith("gen/")}
@@ -258,7 +260,7 @@ def time_plan(took, status, input_rows, budget, cap, py_ms, sim_ctx, charged, ce
     rows_n = 2 * len(inputs)  # two CUDA kernels per point (a refused pair costs nothing)
     gpu_s = rows_n * 3 * 0.5 + 3 * (1.0 + 2.0)
     upload_s = 2 * bytes_ / 10e9
-    door_s = (door_rows * (py_ms / 1000 + sim_ctx + 3 * 0.5) + py_ms / 1000) if door_rows else 0.0
+    door_s = (door_rows * (sim_ctx + 3 * 0.5) + (max(door_kernels, 1) + 1) * py_ms / 1000) if door_rows else 0.0
     bench_need = build_s + upload_s + gpu_s + door_s
     # The certify phase: its steps run in parallel, each under the phase's cap, and each must leave
     # certify_margin % of it: the stand-ins' host work was measured, the contexts were charged, but
@@ -319,8 +321,9 @@ def time_plan(took, status, input_rows, budget, cap, py_ms, sim_ctx, charged, ce
     out.append(f"Bench step: inputs {build_s:.1f} s measured here ({bytes_ / 2**30:.2f} GiB for {len(inputs)} points; generator "
                + ", ".join(gen_rates)
                + f") + uploads <= {upload_s:.1f} s + GPU rows <= {gpu_s:.0f} s ({rows_n} kernel rows, 3 ceilings)"
-               + (f" + Python door rows <= {door_s:.0f} s ({door_rows} rows, each a child: torch import {py_ms / 1000:.1f} s, "
-                  f"context {sim_ctx:g} s, row 1.5 s; and the import probe)" if door_rows else "")
+               + (f" + Python door rows <= {door_s:.0f} s ({door_rows} rows, each a forked child: context {sim_ctx:g} s, "
+                  f"row 1.5 s; torch imported {py_ms / 1000:.1f} s once by each of {max(door_kernels, 1)} kernels' fork "
+                  f"servers and once by the import probe)" if door_rows else "")
                + f" = {bench_need:.0f} s"
                f" of the {cap['bench']} s cap.")
     if bench_need > cap["bench"]:
@@ -375,7 +378,8 @@ def _main(argv):
     p.add_argument("--certify-margin", type=int, required=True)
     p.add_argument("--command-limit", type=int, required=True)
     p.add_argument("--command-margin", type=int, required=True)
-    p.add_argument("--door-rows", type=int, default=0, help="bench rows of Python-door kernels (a child each)")
+    p.add_argument("--door-rows", type=int, default=0, help="bench rows of Python-door kernels (a forked child each)")
+    p.add_argument("--door-kernels", type=int, default=0, help="Python-door kernels benchmarked (one torch import each)")
     a = ap.parse_args(argv)
 
     if a.cmd == "gtest-verdict":
@@ -414,7 +418,7 @@ def _main(argv):
             rows = []
         lines, fits = time_plan(took, status, rows, a.budget, parse_pairs(a.caps), float(a.py_ms or 0), a.sim_ctx,
                                 parse_pairs(a.contexts), a.certify_margin, a.command_limit, a.command_margin,
-                                door_rows=a.door_rows)
+                                door_rows=a.door_rows, door_kernels=a.door_kernels)
         print("\n".join(lines))
         return 0 if fits else 1
     return 0

@@ -432,7 +432,7 @@ class Phases:
         lines, fits = c.readers.time_plan(took, status, rows, a.budget, {n: a.cap[n] for n, _ in PLAN},
                                           float(getattr(self, "py_ms", "") or 0), float(s.sim_ctx), charged,
                                           CERTIFY_MARGIN, COMMAND_LIMIT, COMMAND_MARGIN,
-                                          door_rows=self.door_rows())
+                                          door_rows=self.door_rows(), door_kernels=len(PY_BENCH_KERNELS))
         text = "\n".join(lines) + "\n"
         with open(c.plan_md, "w") as f:
             f.write(text)

@@ -86,7 +86,10 @@ class BenchChild {
  public:
   // Starts argv + `--socket N`, the shared buffers inherited under `arena_fd`, its output into
   // `log`; `kernel` names it in errors. Throws mla::Error when no process could be started.
-  BenchChild(std::vector<std::string> argv, int arena_fd, fs::path log, std::string kernel);
+  // With `hooks.server` serving, the door's fork server forks it (hooks.server_args + `--socket
+  // N`, both descriptors under their own numbers): the child then pays no start-up of its own
+  // (importing torch, seconds per child), only its CUDA context.
+  BenchChild(std::vector<std::string> argv, int arena_fd, fs::path log, std::string kernel, const ChildHooks& hooks);
   ~BenchChild();
   BenchChild(const BenchChild&) = delete;
   BenchChild& operator=(const BenchChild&) = delete;
@@ -109,7 +112,8 @@ class BenchChild {
   std::optional<std::string> dead_;
 };
 
-BenchChild::BenchChild(std::vector<std::string> argv, int arena_fd, fs::path log, std::string kernel)
+BenchChild::BenchChild(std::vector<std::string> argv, int arena_fd, fs::path log, std::string kernel,
+                       const ChildHooks& hooks)
     : log_(std::move(log)), kernel_(std::move(kernel)) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -117,6 +121,19 @@ BenchChild::BenchChild(std::vector<std::string> argv, int arena_fd, fs::path log
   }
   sock_ = sv[0];
   argv.insert(argv.end(), {"--socket", std::to_string(sv[1])});
+  if (hooks.server && hooks.server->serving()) {
+    auto args = hooks.server_args;
+    args.insert(args.end(), {"--socket", std::to_string(sv[1])});
+    const int out = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    const pid_t pid = out >= 0 ? hooks.server->spawn(args, out, std::vector<int>{arena_fd, sv[1]}) : -1;
+    if (out >= 0) close(out);
+    if (pid > 0) {
+      close(sv[1]);
+      pid_ = pid;  // a child of this process in its own group, registered live by spawn()
+      return;
+    }
+    // A server that failed has stopped (it says why to the next run): this child starts the usual way.
+  }
   // Everything the child needs is prepared before fork: between fork and exec only
   // async-signal-safe calls are allowed.
   std::vector<char*> args;
@@ -289,8 +306,13 @@ PythonPrepared::PythonPrepared(std::shared_ptr<Door> door, const AttnInputs& can
   wire::write(plan, m);
   std::vector<std::string> args{"--plan", plan.string()};
   if (empty) args.push_back("--empty");
-  child_ = std::make_unique<BenchChild>(python_child_argv(*k.ref.python, "bench", args), arena_->fd(),
-                                        work / fmt::format("bench-{}.log", n), k.info.name);
+  const auto argv = python_child_argv(*k.ref.python, "bench", args);
+  ChildHooks hooks;
+  {
+    std::lock_guard<std::mutex> lock(door_->mutex);  // the session's servers are shared with check()
+    use_door_server(door_->session, *k.ref.python, argv, hooks);
+  }
+  child_ = std::make_unique<BenchChild>(argv, arena_->fd(), work / fmt::format("bench-{}.log", n), k.info.name, hooks);
   try {
     // Importing torch on a busy machine can take long: the start gets at least the default.
     child_->wait_answer(std::max(timeout_s_, 120.0), "while starting (importing torch and the kernel, laying out the call)");

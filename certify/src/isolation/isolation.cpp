@@ -18,6 +18,7 @@
 #include <sstream>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 #include <fmt/format.h>
@@ -435,10 +436,18 @@ std::unique_ptr<ForkServer> ForkServer::start(std::vector<std::string> argv, dou
 }
 
 pid_t ForkServer::spawn(const std::vector<std::string>& args, int log_fd, int pass_fd) {
+  return spawn(args, log_fd, pass_fd >= 0 ? std::vector<int>{pass_fd} : std::vector<int>{});
+}
+
+pid_t ForkServer::spawn(const std::vector<std::string>& args, int log_fd, const std::vector<int>& pass_fds) {
   if (sock_ < 0) return -1;  // stopped before: stop_reason_ holds why
-  const std::string request = nlohmann::json{{"argv", args}, {"pass_fd", pass_fd}}.dump();
-  int fds[2] = {log_fd, pass_fd};
-  const std::size_t nfds = pass_fd >= 0 ? 2 : 1;
+  if (pass_fds.size() > kMaxPassFds) {
+    throw std::logic_error(fmt::format("ForkServer::spawn: {} descriptors to pass, at most {}", pass_fds.size(), kMaxPassFds));
+  }
+  const std::string request = nlohmann::json{{"argv", args}, {"pass_fds", pass_fds}}.dump();
+  int fds[1 + kMaxPassFds] = {log_fd};
+  std::copy(pass_fds.begin(), pass_fds.end(), fds + 1);
+  const std::size_t nfds = 1 + pass_fds.size();
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
   iovec iov{const_cast<char*>(request.data()), request.size()};
   msghdr msg{};

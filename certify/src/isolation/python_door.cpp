@@ -279,8 +279,12 @@ std::pair<Implementation, reports::KernelReport> describe_python(Session& s, con
     ref.exe = exe;
     const auto result = s.work.path() / fmt::format("python-{}-{}.msg", i, c);
     const auto log = s.work.path() / fmt::format("python-{}-{}.log", i, c);
-    const auto outcome = run_child(python_child_argv(ref, "describe", {"--result", result.string()}),
-                                   std::min(s.options.timeout_s, 120.0), log);
+    // Through the door's fork server when it starts: the import of torch it pays once serves this
+    // description and every later child of this Python (claims, calls, a benchmark's children).
+    const auto argv = python_child_argv(ref, "describe", {"--result", result.string()});
+    ChildHooks hooks;
+    use_door_server(s, ref, argv, hooks);
+    const auto outcome = run_child(argv, std::min(s.options.timeout_s, 120.0), log, hooks);
     std::error_code ec;
     if (const auto host = host_cause(outcome)) {
       throw HostFailure(fmt::format("--python {} could not be described: {}", printable(spec), *host));

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import faulthandler
+import fcntl
 import importlib
 import importlib.util
 import json
@@ -498,6 +499,10 @@ def charge_simulated_context(verb):
 
 # ---- the fork server --------------------------------------------------------------------------
 
+# The most descriptors a child is passed besides its log (ForkServer::kMaxPassFds, isolation.hpp).
+MAX_PASS_FDS = 4
+
+
 def serve(sock_fd):
     """The door's fork server (certify/include/mla/certify/isolation.hpp, ForkServer): imports
     torch once, then forks a copy of itself for each child the certifier asks for. It never
@@ -514,7 +519,7 @@ def serve(sock_fd):
     sock.send(json.dumps({"ready": True}).encode())
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 1 + MAX_PASS_FDS)
         except OSError:
             return 0
         if not msg:
@@ -531,9 +536,11 @@ def serve(sock_fd):
 
 def fork_child(sock, parent, request, fds):
     argv = [str(a) for a in request["argv"]]
-    pass_fd = int(request.get("pass_fd", -1))
-    if len(fds) != (2 if pass_fd >= 0 else 1):
-        raise ValueError(f"{len(fds)} descriptors received, {2 if pass_fd >= 0 else 1} expected")
+    pass_fds = [int(n) for n in request.get("pass_fds", [])]
+    if len(fds) != 1 + len(pass_fds):
+        raise ValueError(f"{len(fds)} descriptors received, {1 + len(pass_fds)} expected")
+    if any(n <= 2 for n in pass_fds) or len(set(pass_fds)) != len(pass_fds):
+        raise ValueError(f"descriptor numbers {pass_fds} to pass: each must be distinct and above 2")
     r, w = os.pipe()
     middle = os.fork()
     if middle == 0:
@@ -544,7 +551,7 @@ def fork_child(sock, parent, request, fds):
             child = os.fork()
             if child == 0:
                 os.close(w)
-                run_forked_child(sock, parent, argv, fds, pass_fd)
+                run_forked_child(sock, parent, argv, fds, pass_fds)
             os.setpgid(child, child)  # its own group before anyone learns its pid
             os.write(w, str(child).encode())
         finally:
@@ -560,7 +567,7 @@ def fork_child(sock, parent, request, fds):
     return int(data)
 
 
-def run_forked_child(sock, parent, argv, fds, pass_fd):
+def run_forked_child(sock, parent, argv, fds, pass_fds):
     try:
         try:
             os.setpgid(0, 0)
@@ -580,11 +587,16 @@ def run_forked_child(sock, parent, argv, fds, pass_fd):
         os.dup2(devnull, 0)
         os.dup2(fds[0], 1)
         os.dup2(fds[0], 2)
-        if pass_fd >= 0 and fds[1] != pass_fd:
-            os.dup2(fds[1], pass_fd, inheritable=False)  # under the number the plan names
-        for fd in {devnull, *fds} - {0, 1, 2, pass_fd}:
+        # Each passed descriptor under the number its arguments name. Moved above every target
+        # first, so placing one never overwrites another still to be placed.
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, max(pass_fds) + 1) for fd in fds[1:]]
+        for fd, want in zip(high, pass_fds):
+            os.dup2(fd, want, inheritable=False)
+        for fd in {devnull, *fds, *high} - {0, 1, 2, *pass_fds}:
             os.close(fd)
         os.environ["MLA_DOOR_FORKED"] = "1"  # how it started, for whoever asks (its tests)
+        # Its command line is the server's (no exec): the name `ps` shows says which verb it runs.
+        ctypes.CDLL(None).prctl(15, f"door-{argv[0] if argv else '?'}"[:15].encode())  # PR_SET_NAME
         if "random" in sys.modules:  # not the server's sequence, shared by every child
             sys.modules["random"].seed()
     except BaseException:

@@ -261,23 +261,27 @@ INPUT_ROWS = [{"name": f"inputs/p{i}", "seconds": 2.0, "bytes": 2**30} for i in 
     {"name": "gen/fill_bf16/avx2/threads:2", "items_per_second": 5e8}]
 
 
-def plan(took, rows=INPUT_ROWS, budget=420, caps=CAPS, py_ms=3000.0, door_rows=0):
+def plan(took, rows=INPUT_ROWS, budget=420, caps=CAPS, py_ms=3000.0, door_rows=0, door_kernels=0):
     status = {n: "PASS" for n in took}
     return cr.time_plan(took, status, rows, budget, dict(caps), py_ms, 1.5, {"certify": 1, "certify_plugin": 12},
-                        25, 600, 60, door_rows=door_rows)
+                        25, 600, 60, door_rows=door_rows, door_kernels=door_kernels)
 
 
-def test_plan_charges_each_python_door_bench_row_a_torch_import_a_context_and_a_row():
+def test_plan_charges_each_python_door_bench_row_a_context_and_a_row_and_each_kernel_one_torch_import():
     took = {"certify": 36, "certify_plugin": 30, "certify_python": 60}
     base = "\n".join(plan(took)[0])
-    lines, _ = plan(took, door_rows=8, caps=dict(CAPS, bench=130, certify=130))
+    lines, _ = plan(took, door_rows=8, door_kernels=2, caps=dict(CAPS, bench=130, certify=130))
     text = "\n".join(lines)
     upload = 2 * 11 * 2**30 / 10e9
-    door = 8 * (3.0 + 1.5 + 1.5) + 3.0
+    door = 8 * (1.5 + 1.5) + (2 + 1) * 3.0
     assert f"| bench | 130 | {22 + upload + 42 + door:.0f} (inputs 22.0 measured + bounds, below) |" in text
     assert f"Python door rows <= {door:.0f} s (8 rows" in text and "Python door rows" not in base
+    assert "once by each of 2 kernels' fork servers" in text
+    # A slower import costs each kernel's server once, not each row.
+    slow = "\n".join(plan(took, py_ms=9000.0, door_rows=8, door_kernels=2, caps=dict(CAPS, bench=130))[0])
+    assert f"Python door rows <= {8 * 3.0 + 3 * 9.0:.0f} s" in slow
     # Too many door rows for the cap: the plan does not fit.
-    assert not plan(took, door_rows=40)[1]
+    assert not plan(took, door_rows=40, door_kernels=2)[1]
 
 
 def test_plan_fits_and_reports_each_phase():

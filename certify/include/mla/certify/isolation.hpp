@@ -57,7 +57,7 @@ struct ChildHooks {
 // stops and kills its group exactly as for a child it forked itself.
 //
 // Protocol, one SOCK_SEQPACKET message each way: this process sends {"argv": [...],
-// "pass_fd": N} with the child's log (and the passed descriptor, when N >= 0) as SCM_RIGHTS; the
+// "pass_fds": [N...]} with the child's log and then the passed descriptors as SCM_RIGHTS; the
 // server answers {"pid": P} or {"error": "..."}. At start it says {"ready": true} (or
 // {"error": ...}) once its start-up is done.
 class ForkServer {
@@ -76,6 +76,10 @@ class ForkServer {
   // its pid, a child of this process in its own process group. -1 when the server has stopped
   // or failed now (it is then stopped, stop_reason says why: later children fall back to exec).
   pid_t spawn(const std::vector<std::string>& args, int log_fd, int pass_fd);
+  // The same with several descriptors passed, each under its own number (a benchmark's
+  // long-lived child keeps its shared buffers and its socket).
+  static constexpr std::size_t kMaxPassFds = 4;
+  pid_t spawn(const std::vector<std::string>& args, int log_fd, const std::vector<int>& pass_fds);
   pid_t pid() const { return pid_; }
   // Why it stopped serving (the error of the request that failed); empty while it serves.
   const std::string& stop_reason() const { return stop_reason_; }

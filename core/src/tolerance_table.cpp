@@ -325,7 +325,8 @@ void TableBuilder::add_topk() {
   //   both values' errors, 2^-21·M. tol 2^-20·M keeps 2x over that worst case ("8 ulps" of M:
   //   ulp(M) <= 2^-23·M). Below float32's normal range a rounding is absolute (half of 2^-149):
   //   atol 4·2^-149. Witness (suites/kernels/test_topk_kernels.cpp, measured on random and
-  //   near-tie rows): the transform's selection uses WITNESS_F32 of tol.
+  //   near-tie rows, ties broken the other way): the transform's selection uses 0.19 of tol
+  //   (near-ties a few float32 ulps apart at -M, the row max +M); exact kernels use 0.
   add({.name = "topk.dominance.f32",
        .why = "top-k comparing float32 logits, possibly through a monotone float32 transform (max subtracted, "
               "scaled): two roundings of values <= 2M misorder a pair only within 2^-21·M; tol 2^-20·M (2x), "
@@ -335,7 +336,7 @@ void TableBuilder::add_topk() {
   //   bf16: the logits rounded to bfloat16 (8 significant bits) before they are compared: each
   //   moves by <= 2^-9·M, a pair is misordered only within 2^-8·M and rounding makes ties the
   //   kernel breaks as it likes; tol 2^-7·M keeps 2x. Witness: selection on the bf16 roundings
-  //   with the reverse tie-break uses WITNESS_BF16 of tol.
+  //   with the reverse tie-break uses 0.33 of tol (the prefill rows).
   add({.name = "topk.dominance.bf16",
        .why = "top-k comparing the logits rounded to bfloat16: a pair is misordered (or tied) only within 2^-8·M; "
               "tol 2^-7·M (2x), the same atol; rtol and cos_diff do not apply",

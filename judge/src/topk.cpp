@@ -39,7 +39,7 @@ double judge_row(const TopkInputs& in, int64_t r, std::span<const int64_t> got, 
   const std::size_t reasons_before = c.j.reasons.size() + static_cast<std::size_t>(c.dropped);
   int64_t count = 0, first_pad = -1, min_at = -1, prev_at = -1;
   bool pad_said = false;
-  double min_sel = std::numeric_limits<double>::infinity();
+  float min_sel = std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < s.k; ++i) {
     const int64_t x = got[static_cast<std::size_t>(i)];
     if (x == -1) {
@@ -60,7 +60,7 @@ double judge_row(const TopkInputs& in, int64_t r, std::span<const int64_t> got, 
                         logit(x), b, e));
       continue;
     }
-    const double v = logit(x);
+    const float v = logit(x);
     if (!std::isfinite(v)) {
       c.add(fmt::format("row {}: slot {} holds index {}, a masked position (logit {})", r, i, x, v));
       continue;
@@ -71,7 +71,7 @@ double judge_row(const TopkInputs& in, int64_t r, std::span<const int64_t> got, 
     }
     chosen[static_cast<std::size_t>(x)] = i;
     ++count;
-    if (sorted && prev_at >= 0 && v > static_cast<double>(logit(prev_at)) + tol) {
+    if (sorted && prev_at >= 0 && static_cast<double>(v) > static_cast<double>(logit(prev_at)) + tol) {
       c.add(fmt::format("row {}: declared sorted, but slot {} (index {}, logit {}) exceeds the one before it (index {}, "
                         "logit {}) by more than tol {:.3g}",
                         r, i, x, v, prev_at, logit(prev_at), tol));
@@ -88,17 +88,19 @@ double judge_row(const TopkInputs& in, int64_t r, std::span<const int64_t> got, 
   double gap_use = 0;
   if (count > 0) {
     int64_t best_at = -1;
-    double best = -std::numeric_limits<double>::infinity();
+    float best = -std::numeric_limits<float>::infinity();
     for (int64_t j = b; j < e; ++j) {
-      const double v = logit(j);
+      const float v = logit(j);
       if (std::isfinite(v) && chosen[static_cast<std::size_t>(j)] < 0 && v > best) best = v, best_at = j;
     }
-    if (best_at >= 0 && best > min_sel) {
-      gap_use = (best - min_sel) / tol;
-      if (best - min_sel > tol) {
+    // The gap in double: the difference of two float32 values is exact there.
+    const double gap = static_cast<double>(best) - static_cast<double>(min_sel);
+    if (best_at >= 0 && gap > 0) {
+      gap_use = gap / tol;
+      if (gap > tol) {
         c.add(fmt::format("row {}: excluded position {} (logit {}) beats selected index {} (logit {}) by {:.6g} > tol "
                           "{:.3g} (a clear top-{} member was dropped)",
-                          r, best_at, best, min_at, min_sel, best - min_sel, tol, s.k));
+                          r, best_at, best, min_at, min_sel, gap, tol, s.k));
       }
     }
   }

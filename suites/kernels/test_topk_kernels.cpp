@@ -17,6 +17,7 @@
 
 #include "mla/core/error.hpp"
 #include "mla/core/numeric.hpp"
+#include "mla/core/threads.hpp"
 #include "mla/judge/topk.hpp"
 #include "mla/registry/registry.hpp"
 
@@ -144,10 +145,20 @@ TopkOutputs call(const TopkImpl& k, const TopkInputs& in) {
   return o;
 }
 
+// The columns of row r inside its range whose logit is finite, ascending.
+std::vector<int64_t> valid_positions(const TopkInputs& in, int64_t r) {
+  std::vector<int64_t> v;
+  for (int64_t j = in.starts[static_cast<std::size_t>(r)]; j < in.ends[static_cast<std::size_t>(r)]; ++j) {
+    if (std::isfinite(in.logits[static_cast<std::size_t>(r * in.shape.n + j)])) v.push_back(j);
+  }
+  return v;
+}
+
 std::string first_reason(const TopkJudgement& j) { return j.reasons.empty() ? "" : j.reasons.front(); }
 
 bool has_reason(const TopkJudgement& j, const std::string& needle) {
-  return std::any_of(j.reasons.begin(), j.reasons.end(), [&](const std::string& r) { return r.find(needle) != std::string::npos; });
+  const auto holds = [&](const std::string& r) { return r.find(needle) != std::string::npos; };
+  return std::any_of(j.reasons.begin(), j.reasons.end(), holds);
 }
 
 TEST(TopkKernels, EveryRegisteredImplementationPassesEveryScenarioExactly) {
@@ -163,6 +174,27 @@ TEST(TopkKernels, EveryRegisteredImplementationPassesEveryScenarioExactly) {
       // Both compare the given float32 values exactly: nothing excluded beats anything selected.
       EXPECT_EQ(j.max_bound_use, 0.0);
     }
+  }
+}
+
+// run() is repeatable and its result does not depend on the thread count (rows are split over
+// threads, each row's selection is the same wherever it runs).
+TEST(TopkKernels, ResultsAreRepeatableAndThreadCountIndependent) {
+  register_builtin_kernels();
+  const auto& in = scenario("large_logits");
+  for (const auto& k : Registry::instance().topk()) {
+    SCOPED_TRACE(k->info().name);
+    auto p = k->prepare(in.view());
+    set_threads(1);
+    p->run();
+    const auto one = p->results();
+    set_threads(4);
+    p->run();
+    const auto four = p->results();
+    p->run();
+    EXPECT_EQ(one.indices, four.indices);
+    EXPECT_EQ(four.indices, p->results().indices);
+    set_threads(0);
   }
 }
 
@@ -182,11 +214,10 @@ TEST(TopkKernels, TheTwoAlgorithmsSelectTheSameSetWhereItIsUnique) {
       std::vector<int64_t> ra(a.indices.begin() + r * s.k, a.indices.begin() + (r + 1) * s.k);
       std::vector<int64_t> rb(b.indices.begin() + r * s.k, b.indices.begin() + (r + 1) * s.k);
       std::vector<float> v;
-      for (int64_t j = in.starts[static_cast<std::size_t>(r)]; j < in.ends[static_cast<std::size_t>(r)]; ++j) {
-        if (std::isfinite(in.logits[static_cast<std::size_t>(r * s.n + j)])) v.push_back(in.logits[static_cast<std::size_t>(r * s.n + j)]);
-      }
+      for (const auto j : valid_positions(in.view(), r)) v.push_back(in.logits[static_cast<std::size_t>(r * s.n + j)]);
       std::sort(v.begin(), v.end(), std::greater<>());
-      const bool unique = static_cast<int64_t>(v.size()) <= s.k || v[static_cast<std::size_t>(s.k - 1)] != v[static_cast<std::size_t>(s.k)];
+      const auto k = static_cast<std::size_t>(s.k);
+      const bool unique = v.size() <= k || v[k - 1] != v[k];
       std::sort(ra.begin(), ra.end());
       std::sort(rb.begin(), rb.end());
       if (unique) {
@@ -210,15 +241,14 @@ TopkOutputs select_by(const TopkInputs& in, const std::function<float(float row_
   o.indices.assign(static_cast<std::size_t>(s.rows * s.k), -1);
   for (int64_t r = 0; r < s.rows; ++r) {
     const float* row = in.logits.data() + r * s.n;
-    std::vector<int64_t> valid;
+    auto valid = valid_positions(in, r);
     float m = kNegInf;
-    for (int64_t j = in.starts[static_cast<std::size_t>(r)]; j < in.ends[static_cast<std::size_t>(r)]; ++j) {
-      if (std::isfinite(row[j])) valid.push_back(j), m = std::max(m, row[j]);
-    }
+    for (const auto j : valid) m = std::max(m, row[j]);
     std::vector<float> key(static_cast<std::size_t>(s.n));
     for (const auto j : valid) key[static_cast<std::size_t>(j)] = score(m, row[j]);
+    const auto key_of = [&](int64_t j) { return key[static_cast<std::size_t>(j)]; };
     std::sort(valid.begin(), valid.end(), [&](int64_t x, int64_t y) {
-      return key[static_cast<std::size_t>(x)] != key[static_cast<std::size_t>(y)] ? key[static_cast<std::size_t>(x)] > key[static_cast<std::size_t>(y)] : x > y;
+      return key_of(x) != key_of(y) ? key_of(x) > key_of(y) : x > y;
     });
     for (std::size_t i = 0; i < std::min<std::size_t>(valid.size(), static_cast<std::size_t>(s.k)); ++i) {
       o.indices[static_cast<std::size_t>(r * s.k) + i] = valid[i];

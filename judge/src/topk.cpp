@@ -93,7 +93,8 @@ double judge_row(const TopkInputs& in, int64_t r, std::span<const int64_t> got, 
       const float v = logit(j);
       if (std::isfinite(v) && chosen[static_cast<std::size_t>(j)] < 0 && v > best) best = v, best_at = j;
     }
-    // The gap in double: the difference of two float32 values is exact there.
+    // The gap in double: two float32 values never overflow there, and their difference is exact
+    // unless their exponents are far apart, and then within 2^-53 of it: nothing against a tol.
     const double gap = static_cast<double>(best) - static_cast<double>(min_sel);
     if (best_at >= 0 && gap > 0) {
       gap_use = gap / tol;

@@ -72,7 +72,9 @@ TopkBuffers all_equal_case(int64_t rows, int64_t n, int k) {
     const bool second = r >= rows / 2;
     b.starts[static_cast<std::size_t>(r)] = second ? static_cast<int32_t>(n / 3) : 0;
     b.ends[static_cast<std::size_t>(r)] = static_cast<int32_t>(n);
-    for (int64_t j = b.starts[static_cast<std::size_t>(r)]; j < n; ++j) at(b, r, j) = (second && j % 3 == 0) ? kNegInf : 1.5f;
+    for (int64_t j = b.starts[static_cast<std::size_t>(r)]; j < n; ++j) {
+      at(b, r, j) = (second && j % 3 == 0) ? kNegInf : 1.5f;
+    }
   }
   return b;
 }
@@ -448,18 +450,21 @@ TEST(TopkKernels, TheJudgeAgreesWithThePairByPairRuleOnMutatedSelections) {
     auto b = empty_case(1, n, static_cast<int>(pick(1, 8)));
     b.starts[0] = static_cast<int32_t>(pick(0, n));
     b.ends[0] = static_cast<int32_t>(pick(0, n));
-    for (int64_t j = b.starts[0]; j < b.ends[0]; ++j) at(b, 0, j) = pick(0, 5) == 0 ? kNegInf : static_cast<float>(pick(-3, 3));
+    for (int64_t j = b.starts[0]; j < b.ends[0]; ++j) {
+      at(b, 0, j) = pick(0, 5) == 0 ? kNegInf : static_cast<float>(pick(-3, 3));
+    }
     auto got = call(*exact, b.view()).indices;
+    const auto slot = [&] { return static_cast<std::size_t>(pick(0, b.shape.k - 1)); };
     switch (pick(0, 6)) {  // a mutation, or none
       case 0: break;
-      case 1: got[static_cast<std::size_t>(pick(0, b.shape.k - 1))] = pick(-2, n); break;
-      case 2: got[static_cast<std::size_t>(pick(0, b.shape.k - 1))] = got[static_cast<std::size_t>(pick(0, b.shape.k - 1))]; break;
+      case 1: got[slot()] = pick(-2, n); break;
+      case 2: got[slot()] = got[slot()]; break;
       case 3: std::shuffle(got.begin(), got.end(), rng); break;
       case 4: std::reverse(got.begin(), got.end()); break;
       case 5:
         for (auto& x : got) x += x >= 0 ? 1 : 0;
         break;
-      default: got[static_cast<std::size_t>(pick(0, b.shape.k - 1))] = -1; break;
+      default: got[slot()] = -1; break;
     }
     const bool sorted = pick(0, 1) == 1;
     const bool by_pairs = rule_by_pairs(b.view(), got, sorted);

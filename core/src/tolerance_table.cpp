@@ -52,6 +52,7 @@ struct TableBuilder {
   void add_cache_append();
   void add_prefill();
   void add_merge();
+  void add_topk();
 };
 
 void TableBuilder::add_full_precision_attention() {
@@ -309,6 +310,40 @@ void TableBuilder::add_merge() {
        .atol = 1e-6, .rtol = kLseRel, .cos_diff = 1e-7});
 }
 
+void TableBuilder::add_topk() {
+  // ---- top-k selection (mla/core/topk.hpp): set dominance at near-ties ---------------------------
+  // The truth is the float32 logits the kernel was given, so nothing is computed: the judge
+  // (judge/src/topk.cpp) compares the given values of what was selected and what was excluded.
+  // A kernel comparing those values exactly needs no tolerance; one that compares them after a
+  // monotone float32 transform (the row's max subtracted, a scale: what sampling top-k kernels
+  // do) or after rounding them to a narrower type may order a near-tie the other way. The rule:
+  // every selected logit >= every excluded valid logit - tol, tol = max(atol, atol_rel_max·M),
+  // M = the row's largest |valid logit| (a rounding's size scales with the values compared, and
+  // |x - max| <= 2M). Only atol and atol_rel_max apply; rtol and cos_diff do not (unbounded).
+  //   f32: fl(fl(x - max)·c) moves a value by <= 2^-24·2M per rounding (2^-23·M) in the
+  //   pre-scale units, 2^-22·M for both; a pair is misordered only when its true gap is below
+  //   both values' errors, 2^-21·M. tol 2^-20·M keeps 2x over that worst case ("8 ulps" of M:
+  //   ulp(M) <= 2^-23·M). Below float32's normal range a rounding is absolute (half of 2^-149):
+  //   atol 4·2^-149. Witness (suites/kernels/test_topk_kernels.cpp, measured on random and
+  //   near-tie rows, ties broken the other way): the transform's selection uses 0.19 of tol
+  //   (near-ties a few float32 ulps apart at -M, the row max +M); exact kernels use 0.
+  add({.name = "topk.dominance.f32",
+       .why = "top-k comparing float32 logits, possibly through a monotone float32 transform (max subtracted, "
+              "scaled): two roundings of values <= 2M misorder a pair only within 2^-21·M; tol 2^-20·M (2x), "
+              "atol 4·2^-149 below the normal range; rtol and cos_diff do not apply",
+       .atol = 4 * static_cast<double>(std::numeric_limits<float>::denorm_min()), .rtol = kUnbounded,
+       .cos_diff = kUnbounded, .atol_rel_max = 1.0 / (1 << 20)});
+  //   bf16: the logits rounded to bfloat16 (8 significant bits) before they are compared: each
+  //   moves by <= 2^-9·M, a pair is misordered only within 2^-8·M and rounding makes ties the
+  //   kernel breaks as it likes; tol 2^-7·M keeps 2x. Witness: selection on the bf16 roundings
+  //   with the reverse tie-break uses 0.33 of tol (the prefill rows).
+  add({.name = "topk.dominance.bf16",
+       .why = "top-k comparing the logits rounded to bfloat16: a pair is misordered (or tied) only within 2^-8·M; "
+              "tol 2^-7·M (2x), the same atol; rtol and cos_diff do not apply",
+       .atol = 4 * static_cast<double>(std::numeric_limits<float>::denorm_min()), .rtol = kUnbounded,
+       .cos_diff = kUnbounded, .atol_rel_max = 1.0 / (1 << 7)});
+}
+
 std::vector<Tolerance> build() {
   TableBuilder b;
   b.add_full_precision_attention();
@@ -319,6 +354,7 @@ std::vector<Tolerance> build() {
   b.add_cache_append();
   b.add_prefill();
   b.add_merge();
+  b.add_topk();
   return std::move(b.t);
 }
 

@@ -165,7 +165,14 @@ TEST(MlaKernels, ListsEveryRegisteredImplementationWithItsBackendAndRole) {
   const auto& registered = mla::Registry::instance().attention();
   const auto& prefill = mla::Registry::instance().prefill();
   const auto& merge = mla::Registry::instance().merge();
-  ASSERT_EQ(listed.size(), registered.size() + prefill.size() + merge.size()) << p.out;
+  const auto& topk = mla::Registry::instance().topk();
+  ASSERT_EQ(listed.size(), registered.size() + prefill.size() + merge.size() + topk.size()) << p.out;
+  for (std::size_t i = 0; i < topk.size(); ++i) {
+    const auto& e = listed[registered.size() + prefill.size() + merge.size() + i];
+    EXPECT_EQ(e["name"], topk[i]->info().name);
+    EXPECT_EQ(e["kind"], "topk");
+    EXPECT_EQ(e["capabilities"]["conventions"], mla::to_json(topk[i]->info().conventions));
+  }
   for (std::size_t i = 0; i < merge.size(); ++i) {
     const auto& e = listed[registered.size() + prefill.size() + i];
     EXPECT_EQ(e["name"], merge[i]->info().name);
@@ -193,6 +200,7 @@ TEST(MlaKernels, ListsEveryRegisteredImplementationWithItsBackendAndRole) {
   EXPECT_EQ(table.status, 0);
   for (const auto& k : registered) EXPECT_NE(table.out.find(k->info().name), std::string::npos) << table.out;
   for (const auto& k : prefill) EXPECT_NE(table.out.find(k->info().name), std::string::npos) << table.out;
+  for (const auto& k : topk) EXPECT_NE(table.out.find(k->info().name), std::string::npos) << table.out;
 }
 
 // ---- memory ----------------------------------------------------------------------------------

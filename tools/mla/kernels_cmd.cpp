@@ -9,6 +9,7 @@
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
+#include "mla/core/topk.hpp"
 #include "mla/registry/registry.hpp"
 
 namespace mla::tools {
@@ -49,6 +50,21 @@ nlohmann::json kernels_json() {
                     {"out_dtype", fmt::format("{}", fmt::join(dtypes, "|"))},
                     {"description", k.description},
                     {"capabilities", {{"dtypes", dtypes}, {"head_dims", k.head_dims}}}});
+  }
+  // A top-k kernel writes int32 indices; what it claims is k, the row length, its conventions
+  // and the precision it compares logits in (the judge's tolerance follows from it).
+  for (const auto& impl : Registry::instance().topk()) {
+    const auto& k = impl->info();
+    list.push_back({{"name", k.name},
+                    {"kind", "topk"},
+                    {"backend", k.backend},
+                    {"role", to_string(k.role)},
+                    {"out_dtype", "int32"},
+                    {"description", k.description},
+                    {"capabilities", {{"ks", k.ks},
+                                      {"max_n", k.max_n},
+                                      {"logits_precision", to_string(k.precision)},
+                                      {"conventions", to_json(k.conventions)}}}});
   }
   return list;
 }

@@ -25,6 +25,11 @@
   X(cpu_merge_f32)                       \
   /* end of the host merge kernels */
 
+// Host indexer key cache appends (mla/core/indexer_cache.hpp).
+#define MLA_BUILTIN_CPU_INDEXER_APPEND_KERNELS(X) \
+  X(cpu_indexer_append)                           \
+  /* end of the host indexer appends */
+
 // CUDA kernels (kernels/cuda, built whenever a CUDA toolkit is present).
 #define MLA_BUILTIN_CUDA_KERNELS(X) \
   X(cuda_naive_mha_cublas)          \
@@ -40,6 +45,9 @@ MLA_BUILTIN_CPU_PREFILL_KERNELS(MLA_DECLARE_PREFILL_FACTORY)
 #define MLA_DECLARE_MERGE_FACTORY(name) std::unique_ptr<MergeImpl> make_##name();
 MLA_BUILTIN_CPU_MERGE_KERNELS(MLA_DECLARE_MERGE_FACTORY)
 #undef MLA_DECLARE_MERGE_FACTORY
+#define MLA_DECLARE_INDEXER_APPEND_FACTORY(name) std::unique_ptr<IndexerAppendImpl> make_##name();
+MLA_BUILTIN_CPU_INDEXER_APPEND_KERNELS(MLA_DECLARE_INDEXER_APPEND_FACTORY)
+#undef MLA_DECLARE_INDEXER_APPEND_FACTORY
 #if defined(MLA_HAVE_CUDA_KERNELS)
 MLA_BUILTIN_CUDA_KERNELS(MLA_DECLARE_FACTORY)
 #endif
@@ -53,6 +61,7 @@ void add_builtin_kernels(Registry& registry) {
   MLA_BUILTIN_CPU_KERNELS(MLA_ADD)
   MLA_BUILTIN_CPU_PREFILL_KERNELS(MLA_ADD)
   MLA_BUILTIN_CPU_MERGE_KERNELS(MLA_ADD)
+  MLA_BUILTIN_CPU_INDEXER_APPEND_KERNELS(MLA_ADD)
 #if defined(MLA_HAVE_CUDA_KERNELS)
   MLA_BUILTIN_CUDA_KERNELS(MLA_ADD)
 #endif

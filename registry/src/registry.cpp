@@ -17,7 +17,8 @@ void Registry::check_name(const std::string& name) const {
   const bool valid = !name.empty() && name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") ==
                                           std::string::npos;
   if (!valid) throw Error(fmt::format("Registry::add: kernel name '{}' is not [a-z0-9_]+", name));
-  if (find(name) != nullptr || find_prefill(name) != nullptr || find_merge(name) != nullptr) {
+  if (find(name) != nullptr || find_prefill(name) != nullptr || find_merge(name) != nullptr ||
+      find_indexer_append(name) != nullptr) {
     throw Error(fmt::format("Registry::add: kernel '{}' is already registered", name));
   }
 }
@@ -38,6 +39,19 @@ void Registry::add(std::unique_ptr<MergeImpl> impl) {
   if (!impl) throw Error("Registry::add: null implementation");
   check_name(impl->info().name);
   merge_.push_back(std::move(impl));
+}
+
+void Registry::add(std::unique_ptr<IndexerAppendImpl> impl) {
+  if (!impl) throw Error("Registry::add: null implementation");
+  check_name(impl->info().name);
+  indexer_append_.push_back(std::move(impl));
+}
+
+const IndexerAppendImpl* Registry::find_indexer_append(std::string_view name) const {
+  for (const auto& a : indexer_append_) {
+    if (a->info().name == name) return a.get();
+  }
+  return nullptr;
 }
 
 const MergeImpl* Registry::find_merge(std::string_view name) const {

@@ -325,6 +325,30 @@ TEST(IndexerAppendKernels, TheDeclaredFloat32OperationDecidesTheScales) {
             ref::indexer_append_reference(q.view(), IndexerScaleOp::times_reciprocal));
 }
 
+TEST(IndexerAppendKernels, CodesAreJudgedByTheirBytesNotOnlyTheirValues) {
+  // +0 and -0 decode to the same value; the cache must still hold the oracle's byte.
+  const auto p = partial_16(ScaleFmt::ue8m0);
+  auto after = planted(p, Bug::none);
+  const int64_t at = indexer_code_offset(p.shape.block_size, p.slots[0]);  // token 0: the all-zero key
+  ASSERT_EQ(after[static_cast<std::size_t>(at)], 0x00);
+  after[static_cast<std::size_t>(at)] = 0x80;
+  const auto j = judge_indexer_append(p.view(), IndexerScaleOp::divide, after);
+  EXPECT_EQ(j.verdict, tol::Verdict::fail);
+  EXPECT_EQ(j.wrong_code_bytes, 1);
+  EXPECT_NE(all(j.reasons).find("expected 0x00 (0), got 0x80 (-0)"), std::string::npos) << all(j.reasons);
+}
+
+TEST(IndexerAppendKernels, TheCostModelCountsTheTokensWritten) {
+  // A skipped token is read (its key and slot) but writes nothing.
+  auto p = partial_16(ScaleFmt::fp32);
+  const auto all_written = indexer_append_cost_model(p.view());
+  p.slots[7] = -1;
+  const auto one_skipped = indexer_append_cost_model(p.view());
+  EXPECT_EQ(all_written.bytes - one_skipped.bytes, static_cast<double>(kIndexerTokenBytes));
+  EXPECT_GT(one_skipped.flops, 0);
+  EXPECT_LT(one_skipped.flops, all_written.flops);
+}
+
 TEST(IndexerAppendKernels, AWrongSizedCacheFailsNamingTheSizes) {
   const auto p = partial_16(ScaleFmt::ue8m0);
   auto after = planted(p, Bug::none);

@@ -219,6 +219,30 @@ TEST(IndexerAppendKernels, EveryRegisteredImplementationWritesTheOraclesBytes) {
   }
 }
 
+TEST(IndexerAppendKernels, ANameIsUniqueAcrossTheRegistrysLists) {
+  register_builtin_kernels();
+  Registry fresh;
+  add_builtin_kernels(fresh);
+  ASSERT_NE(fresh.find_indexer_append("cpu_indexer_append"), nullptr);
+  struct Named final : IndexerAppendImpl {
+    IndexerAppendKernelInfo i;
+    explicit Named(std::string n) { i.name = std::move(n); }
+    const IndexerAppendKernelInfo& info() const override { return i; }
+    std::unique_ptr<PreparedIndexerAppend> prepare(const IndexerAppendInputs&) const override { return nullptr; }
+  };
+  EXPECT_THROW(fresh.add(std::make_unique<Named>(Registry::instance().merge().front()->info().name)), Error);
+  EXPECT_THROW(fresh.add(std::make_unique<Named>("cpu_indexer_append")), Error);
+  EXPECT_THROW(fresh.add(std::make_unique<Named>("Bad Name")), Error);
+  // Nor may another list take its name.
+  struct NamedMerge final : MergeImpl {
+    MergeKernelInfo i;
+    explicit NamedMerge(std::string n) { i.name = std::move(n); }
+    const MergeKernelInfo& info() const override { return i; }
+    std::unique_ptr<PreparedMerge> prepare(const MergeInputs&) const override { return nullptr; }
+  };
+  EXPECT_THROW(fresh.add(std::make_unique<NamedMerge>("cpu_indexer_append")), Error);
+}
+
 // The field's bugs, planted in a plain serial writer that is otherwise right.
 enum class Bug { none, interleaved, truncating, fp32_for_ue8m0, writes_skipped, writes_neighbour };
 

@@ -249,7 +249,11 @@ IndexerAppendJudgement judge_indexer_append(const IndexerAppendInputs& in, Index
     return j;
   }
   // Named first: when it is the bug, every other reason below is its consequence.
-  const bool interleaved = c.bs > 1 && std::ranges::equal(after, interleaved_image(c));
+  bool interleaved = false;
+  if (c.bs > 1) {
+    const auto img = interleaved_image(c);
+    interleaved = std::equal(after.begin(), after.end(), img.begin(), img.end());
+  }
   if (interleaved) {
     j.reasons.push_back(fmt::format("layout: each token's scale is stored right after its 128 codes (token bytes at "
                                     "slot * {}); the cache keeps a block's {} x 128 codes first, then its {} scales",

@@ -130,7 +130,7 @@ std::optional<int64_t> kv_bytes_per_token(const ModelConfig& cfg, KvLayout layou
       }
       return kE4m3 * r + kFp32 * (r / kBlock) + kBf16 * rope;
     }
-    case KvLayout::indexer_v32: return kE4m3 * kIndexerHeadDim + kFp32;
+    case KvLayout::indexer_v32: return kIndexerTokenBytes;
   }
   throw Error(fmt::format("unknown cache layout {}", static_cast<int>(layout)));
 }

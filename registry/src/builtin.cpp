@@ -30,6 +30,10 @@
   X(cpu_topk_exact)                     \
   X(cpu_topk_radix_f32)                 \
   /* end of the host top-k kernels */
+// Host indexer key cache appends (mla/core/indexer_cache.hpp).
+#define MLA_BUILTIN_CPU_INDEXER_APPEND_KERNELS(X) \
+  X(cpu_indexer_append)                           \
+  /* end of the host indexer appends */
 
 // CUDA kernels (kernels/cuda, built whenever a CUDA toolkit is present).
 #define MLA_BUILTIN_CUDA_KERNELS(X) \
@@ -49,6 +53,9 @@ MLA_BUILTIN_CPU_MERGE_KERNELS(MLA_DECLARE_MERGE_FACTORY)
 #define MLA_DECLARE_TOPK_FACTORY(name) std::unique_ptr<TopkImpl> make_##name();
 MLA_BUILTIN_CPU_TOPK_KERNELS(MLA_DECLARE_TOPK_FACTORY)
 #undef MLA_DECLARE_TOPK_FACTORY
+#define MLA_DECLARE_INDEXER_APPEND_FACTORY(name) std::unique_ptr<IndexerAppendImpl> make_##name();
+MLA_BUILTIN_CPU_INDEXER_APPEND_KERNELS(MLA_DECLARE_INDEXER_APPEND_FACTORY)
+#undef MLA_DECLARE_INDEXER_APPEND_FACTORY
 #if defined(MLA_HAVE_CUDA_KERNELS)
 MLA_BUILTIN_CUDA_KERNELS(MLA_DECLARE_FACTORY)
 #endif
@@ -63,6 +70,7 @@ void add_builtin_kernels(Registry& registry) {
   MLA_BUILTIN_CPU_PREFILL_KERNELS(MLA_ADD)
   MLA_BUILTIN_CPU_MERGE_KERNELS(MLA_ADD)
   MLA_BUILTIN_CPU_TOPK_KERNELS(MLA_ADD)
+  MLA_BUILTIN_CPU_INDEXER_APPEND_KERNELS(MLA_ADD)
 #if defined(MLA_HAVE_CUDA_KERNELS)
   MLA_BUILTIN_CUDA_KERNELS(MLA_ADD)
 #endif

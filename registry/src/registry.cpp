@@ -18,7 +18,7 @@ void Registry::check_name(const std::string& name) const {
                                           std::string::npos;
   if (!valid) throw Error(fmt::format("Registry::add: kernel name '{}' is not [a-z0-9_]+", name));
   if (find(name) != nullptr || find_prefill(name) != nullptr || find_merge(name) != nullptr ||
-      find_topk(name) != nullptr) {
+      find_topk(name) != nullptr || find_indexer_append(name) != nullptr) {
     throw Error(fmt::format("Registry::add: kernel '{}' is already registered", name));
   }
 }
@@ -45,6 +45,19 @@ void Registry::add(std::unique_ptr<TopkImpl> impl) {
   if (!impl) throw Error("Registry::add: null implementation");
   check_name(impl->info().name);
   topk_.push_back(std::move(impl));
+}
+
+void Registry::add(std::unique_ptr<IndexerAppendImpl> impl) {
+  if (!impl) throw Error("Registry::add: null implementation");
+  check_name(impl->info().name);
+  indexer_append_.push_back(std::move(impl));
+}
+
+const IndexerAppendImpl* Registry::find_indexer_append(std::string_view name) const {
+  for (const auto& a : indexer_append_) {
+    if (a->info().name == name) return a.get();
+  }
+  return nullptr;
 }
 
 const TopkImpl* Registry::find_topk(std::string_view name) const {

@@ -166,7 +166,15 @@ TEST(MlaKernels, ListsEveryRegisteredImplementationWithItsBackendAndRole) {
   const auto& prefill = mla::Registry::instance().prefill();
   const auto& merge = mla::Registry::instance().merge();
   const auto& topk = mla::Registry::instance().topk();
-  ASSERT_EQ(listed.size(), registered.size() + prefill.size() + merge.size() + topk.size()) << p.out;
+  const auto& indexer_append = mla::Registry::instance().indexer_append();
+  ASSERT_EQ(listed.size(), registered.size() + prefill.size() + merge.size() + topk.size() + indexer_append.size())
+      << p.out;
+  for (std::size_t i = 0; i < indexer_append.size(); ++i) {
+    const auto& e = listed[registered.size() + prefill.size() + merge.size() + topk.size() + i];
+    EXPECT_EQ(e["name"], indexer_append[i]->info().name);
+    EXPECT_EQ(e["kind"], "indexer_append");
+    EXPECT_EQ(e["capabilities"]["fp32_scale_op"], mla::to_string(indexer_append[i]->info().conventions.fp32_scale_op));
+  }
   for (std::size_t i = 0; i < topk.size(); ++i) {
     const auto& e = listed[registered.size() + prefill.size() + merge.size() + i];
     EXPECT_EQ(e["name"], topk[i]->info().name);
@@ -201,6 +209,7 @@ TEST(MlaKernels, ListsEveryRegisteredImplementationWithItsBackendAndRole) {
   for (const auto& k : registered) EXPECT_NE(table.out.find(k->info().name), std::string::npos) << table.out;
   for (const auto& k : prefill) EXPECT_NE(table.out.find(k->info().name), std::string::npos) << table.out;
   for (const auto& k : topk) EXPECT_NE(table.out.find(k->info().name), std::string::npos) << table.out;
+  for (const auto& k : indexer_append) EXPECT_NE(table.out.find(k->info().name), std::string::npos) << table.out;
 }
 
 // ---- memory ----------------------------------------------------------------------------------

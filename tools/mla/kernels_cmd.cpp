@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "mla/core/attention.hpp"
+#include "mla/core/indexer_cache.hpp"
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
@@ -66,6 +67,23 @@ nlohmann::json kernels_json() {
                                       {"logits_precision", to_string(k.precision)},
                                       {"conventions", to_json(k.conventions)}}}});
   }
+  // An indexer cache append writes e4m3 codes and float32 scales; what it claims is the scale
+  // recipes, the block sizes and the float32 operation its fp32 scale uses (the judge is bitwise).
+  for (const auto& impl : Registry::instance().indexer_append()) {
+    const auto& k = impl->info();
+    std::vector<std::string> fmts;
+    for (const auto f : k.scale_fmts) fmts.emplace_back(to_string(f));
+    list.push_back({{"name", k.name},
+                    {"kind", "indexer_append"},
+                    {"backend", k.backend},
+                    {"role", to_string(k.role)},
+                    {"out_dtype", "e4m3"},
+                    {"description", k.description},
+                    {"capabilities",
+                     {{"scale_fmts", fmts},
+                      {"block_sizes", k.block_sizes},
+                      {"fp32_scale_op", to_string(k.conventions.fp32_scale_op)}}}});
+  }
   return list;
 }
 
@@ -75,9 +93,9 @@ int kernels_list(bool json, std::ostream& out) {
     out << list.dump(2) << "\n";
     return 0;
   }
-  out << fmt::format("{:<24} {:<8} {:<7} {:<10} {:<5} {}\n", "name", "kind", "backend", "role", "out", "description");
+  out << fmt::format("{:<24} {:<14} {:<7} {:<10} {:<5} {}\n", "name", "kind", "backend", "role", "out", "description");
   for (const auto& k : list) {
-    out << fmt::format("{:<24} {:<8} {:<7} {:<10} {:<5} {}\n", k["name"].get<std::string>(), k["kind"].get<std::string>(),
+    out << fmt::format("{:<24} {:<14} {:<7} {:<10} {:<5} {}\n", k["name"].get<std::string>(), k["kind"].get<std::string>(),
                        k["backend"].get<std::string>(),
                        k["role"].get<std::string>(), k["out_dtype"].get<std::string>(),
                        k["description"].get<std::string>());

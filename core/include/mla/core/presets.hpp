@@ -44,6 +44,11 @@ const char* describe(KvLayout l);
 // V3.2's indexer head dimension (index_head_dim in its ModelArgs): its key cache stores one
 // e4m3 vector of this size and one float32 scale per token, 128 + 4 = 132 bytes.
 inline constexpr int64_t kIndexerHeadDim = 128;
+// The indexer cache's bytes per token, declared once (the byte model below and the indexer
+// append's contract, mla/core/indexer_cache.hpp, both read it): one e4m3 byte per dimension and
+// one float32 scale.
+inline constexpr int64_t kIndexerScaleBytes = 4;
+inline constexpr int64_t kIndexerTokenBytes = kIndexerHeadDim + kIndexerScaleBytes;
 
 // Bytes one token occupies in one layer's cache, or nullopt with `why` set when the layout does
 // not exist for this config (fp8_v32 needs kv_lora_rank % 128 == 0). Throws mla::Error on a

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mla/core/indexer_cache.hpp"
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
@@ -21,7 +22,8 @@
 namespace mla {
 
 // One list per case kind's interface: decode (AttentionImpl), prefill (PrefillImpl), the merge
-// of attention states (MergeImpl) and the top-k selection (TopkImpl). A name
+// of attention states (MergeImpl), the top-k selection (TopkImpl) and the indexer key cache
+// append (IndexerAppendImpl). A name
 // is a kernel's identity in certificates and benchmark rows, so it is unique across all lists.
 class Registry {
  public:
@@ -35,11 +37,14 @@ class Registry {
   const std::vector<std::unique_ptr<PrefillImpl>>& prefill() const { return prefill_; }
   const std::vector<std::unique_ptr<MergeImpl>>& merge() const { return merge_; }
   const std::vector<std::unique_ptr<TopkImpl>>& topk() const { return topk_; }
+  void add(std::unique_ptr<IndexerAppendImpl> impl);
+  const std::vector<std::unique_ptr<IndexerAppendImpl>>& indexer_append() const { return indexer_append_; }
   // nullptr when absent.
   const AttentionImpl* find(std::string_view name) const;
   const PrefillImpl* find_prefill(std::string_view name) const;
   const MergeImpl* find_merge(std::string_view name) const;
   const TopkImpl* find_topk(std::string_view name) const;
+  const IndexerAppendImpl* find_indexer_append(std::string_view name) const;
 
  private:
   void check_name(const std::string& name) const;
@@ -47,6 +52,7 @@ class Registry {
   std::vector<std::unique_ptr<PrefillImpl>> prefill_;
   std::vector<std::unique_ptr<MergeImpl>> merge_;
   std::vector<std::unique_ptr<TopkImpl>> topk_;
+  std::vector<std::unique_ptr<IndexerAppendImpl>> indexer_append_;
 };
 
 // Adds every built-in implementation (the list in registry/src/builtin.cpp) to `registry`. The

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "mla/core/error.hpp"
@@ -20,7 +21,11 @@ constexpr int64_t kDim = kIndexerHeadDim;
 
 class IndexerAppendPrepared final : public PreparedIndexerAppend {
  public:
-  IndexerAppendPrepared(const IndexerAppendInputs& in, IndexerScaleOp op) : in_(in), op_(op), cache_(in_.cache) {}
+  // The cache is moved out of the copied inputs, not copied again: run() writes only cache_,
+  // and a second copy of the whole cache would double the bytes per slot the kernel holds
+  // (`mla memory --check` measures them against the byte model's 132).
+  IndexerAppendPrepared(const IndexerAppendInputs& in, IndexerScaleOp op)
+      : in_(in), op_(op), cache_(std::move(in_.cache)) {}
   void run() override {
     const auto& s = in_.shape;
     const int64_t block_bytes = s.block_size * kIndexerTokenBytes;

@@ -320,25 +320,32 @@ TEST(MlaMemory, PresetTableAndByteModelAgreeWithThePythonReference) {
 }
 
 TEST(MlaMemory, CheckConfirmsTheModelAgainstRealAllocations) {
-  const auto j = memory_json("--preset v2-lite --context 2048 --check");
-  int checked = 0;
+  // V3.2: the preset that holds every layout, the indexer key cache included.
+  const auto j = memory_json("--preset v32 --context 2048 --check");
+  std::set<std::string> checked;
   for (const auto& c : j["checks"]) {
     SCOPED_TRACE(c.dump());
-    if (!c["checked"].get<bool>()) {
-      EXPECT_EQ(c["layout"], "indexer_v32");  // the one layout nothing here allocates
-      continue;
-    }
-    ++checked;
+    EXPECT_TRUE(c["checked"].get<bool>());
     EXPECT_TRUE(c["ok"].get<bool>());
     EXPECT_EQ(c["measured"], c["model"]);
     EXPECT_EQ(c["model"], j["layouts"][c["layout"].get<std::string>()]["bytes_per_token_per_layer"]);
+    checked.insert(c["layout"].get<std::string>());
   }
-  // naive and both absorbed caches of the reference layer, and the paged bf16 and FP8 caches
-  // held by a kernel's prepare().
-  EXPECT_EQ(checked, 5);
-  const auto text = mla("memory --preset v2-lite --context 2048 --check");
+  // naive and both absorbed caches of the reference layer, the paged bf16 and FP8 caches held by
+  // an attention kernel's prepare(), and the indexer key cache held by an append's prepare().
+  EXPECT_EQ(j["checks"].size(), 6u);
+  EXPECT_EQ(checked, (std::set<std::string>{"naive_mha_bf16", "mla_bf16", "latent_bf16", "mla_fp8_v32", "indexer_v32"}));
+  const auto text = mla("memory --preset v32 --context 2048 --check");
   EXPECT_EQ(text.status, 0);
   EXPECT_NE(text.out.find("cpu_mla_fp64 prepare()"), std::string::npos) << text.out;
+  // The indexer row names the append it measured: the first registered CPU one available.
+  mla::register_builtin_kernels();
+  std::string append;
+  for (const auto& k : mla::Registry::instance().indexer_append()) {
+    if (append.empty() && k->info().backend == "cpu" && !k->unavailable()) append = k->info().name;
+  }
+  ASSERT_FALSE(append.empty());
+  EXPECT_NE(text.out.find(append + " prepare(): indexer key cache"), std::string::npos) << text.out;
   EXPECT_EQ(mla("memory --check --kernel no_such_kernel 2>/dev/null").status, 2);
 }
 
@@ -349,13 +356,16 @@ TEST(MlaMemory, CheckReportsADifference) {
   q.config = mla::preset("v3-tp8").config;
   q.context = 1024;
   // The probe's readings, in the order memory_check takes them (before/after prepare() of the
-  // small and then the large synthetic cache, bf16 then FP8): one byte per slot too many.
+  // small and then the large synthetic cache, bf16, FP8, then the indexer key cache, whose
+  // blocks are the same 64 slots): one byte per slot too many.
   std::size_t calls = 0;
   const int64_t bf16 = *mla::kv_bytes_per_token(q.config, mla::KvLayout::mla_bf16);
   const int64_t fp8 = *mla::kv_bytes_per_token(q.config, mla::KvLayout::fp8_v32);
+  const int64_t indexer = *mla::kv_bytes_per_token(q.config, mla::KvLayout::indexer_v32);
   const int64_t slots_small = 4 * 64, slots_large = 16 * 64;  // 1024 tokens -> 16 pages
-  const std::vector<int64_t> script{0, slots_small * (bf16 + 1), 0, slots_large * (bf16 + 1),
-                                    0, slots_small * (fp8 + 1), 0, slots_large * (fp8 + 1)};
+  const std::vector<int64_t> script{0, slots_small * (bf16 + 1),    0, slots_large * (bf16 + 1),
+                                    0, slots_small * (fp8 + 1),     0, slots_large * (fp8 + 1),
+                                    0, slots_small * (indexer + 1), 0, slots_large * (indexer + 1)};
   const auto checks = mla::tools::memory_check(q, [&] { return script.at(calls++); },
                                                  "cpu_mla_fp64");
   int differs = 0;
@@ -366,7 +376,7 @@ TEST(MlaMemory, CheckReportsADifference) {
     EXPECT_EQ(*c.measured, *c.model + 1);
     ++differs;
   }
-  EXPECT_EQ(differs, 2);
+  EXPECT_EQ(differs, 3);
   EXPECT_EQ(calls, script.size());
   EXPECT_NE(mla::tools::render_checks(checks).find("DIFFERS"), std::string::npos);
 }

@@ -333,7 +333,8 @@ struct MemoryCommand {
     cmd->add_flag("--list-presets", list_presets, "list the presets and exit");
     cmd->add_flag("--check", check,
                   "allocate caches through the implementations (the reference layer's caches, a kernel's "
-                  "prepare() of a paged cache; bounded sizes) and compare with the model");
+                  "prepare() of a paged cache, the first available CPU indexer append's prepare() of "
+                  "V3.2's indexer key cache; bounded sizes) and compare with the model");
     cmd->add_option("--kernel", check_kernel, "CPU kernel whose prepare() holds the paged cache for --check")
         ->capture_default_str();
   }

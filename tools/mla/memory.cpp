@@ -5,9 +5,11 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
+#include "mla/core/indexer_cache.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/core/presets.hpp"
 #include "mla/registry/registry.hpp"
@@ -134,6 +136,83 @@ MemoryCheck paged_check(const MemoryQuery& q, CacheFormat f, const AttentionImpl
     return m;
   }
   m.measured = extra_bytes / extra_slots;
+  m.ok = *m.measured == *m.model;
+  if (!m.ok) m.note = "the kernel holds a different number of bytes per cached token than the model";
+  return m;
+}
+
+// ---- the indexer key cache as an append kernel's prepare() holds it ---------------------------
+
+// Keys written by both measured calls: the same few tokens into the first slots, so the keys and
+// slot mapping a kernel copies weigh the same in both and only the cache's size differs.
+constexpr int64_t kIndexerTokens = 4;
+
+// The first registered CPU indexer append that is available, or why there is none.
+const IndexerAppendImpl* indexer_kernel(std::string* why) {
+  std::vector<std::string> skipped;
+  for (const auto& k : Registry::instance().indexer_append()) {
+    if (k->info().backend != "cpu") continue;
+    if (auto no = k->unavailable()) {
+      skipped.push_back(fmt::format("{} ({})", k->info().name, *no));
+      continue;
+    }
+    return k.get();
+  }
+  *why = skipped.empty() ? "no CPU indexer append is registered"
+                         : fmt::format("no CPU indexer append is available: {}", fmt::join(skipped, "; "));
+  return nullptr;
+}
+
+MemoryCheck indexer_check(const MemoryQuery& q, const IndexerAppendImpl* impl, const std::string& why_none,
+                          const LiveBytes& live) {
+  MemoryCheck m;
+  m.layout = to_string(KvLayout::indexer_v32);
+  std::string why;
+  m.model = kv_bytes_per_token(q.config, KvLayout::indexer_v32, &why);
+  if (!m.model || !impl) {
+    m.method = "indexer key cache";
+    m.note = !m.model ? why : fmt::format("not checkable: {}", why_none);
+    return m;
+  }
+  const auto& info = impl->info();
+  // A block size the kernel claims (the paged check's page when it takes any) and its first recipe:
+  // neither changes the bytes a slot takes.
+  const int64_t block_size = info.block_sizes.empty() ? kPage : info.block_sizes.front();
+  IndexerAppendBuffers b;
+  b.shape.num_tokens = kIndexerTokens;
+  b.shape.block_size = block_size;
+  b.shape.scale_fmt = info.scale_fmts.empty() ? ScaleFmt::ue8m0 : info.scale_fmts.front();
+  b.keys.resize(static_cast<std::size_t>(kIndexerTokens * kIndexerHeadDim));
+  gen::fill_bf16(13, 1, 0.0, 1.0, b.keys);
+  for (int64_t t = 0; t < kIndexerTokens; ++t) b.slot_mapping.push_back(t);
+  m.method = fmt::format("{} prepare(): indexer key cache of {}-token blocks", info.name, block_size);
+  // The paged check's bounds in slots (kSmallBlocks pages, then the query's context up to
+  // kMaxBlocks pages), as whole blocks of this size.
+  const int64_t wanted = std::max<int64_t>(q.context * q.batch, 1);
+  const int64_t large_slots = std::clamp<int64_t>((wanted + kPage - 1) / kPage, kSmallBlocks + 1, kMaxBlocks) * kPage;
+  const int64_t small = (kSmallBlocks * kPage + block_size - 1) / block_size;
+  const int64_t large = std::max((large_slots + block_size - 1) / block_size, small + 1);
+  const int64_t blocks[2] = {small, large};
+  int64_t retained[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    b.shape.num_blocks = blocks[i];
+    b.cache.assign(static_cast<std::size_t>(indexer_cache_bytes(b.shape)), 0);
+    if (auto no = impl->check(b.shape)) {
+      m.note = fmt::format("not checkable: {} refuses the synthetic shape: {}", info.name, *no);
+      return m;
+    }
+    const int64_t before = live();
+    auto prepared = impl->prepare(b.view());
+    retained[i] = live() - before;
+  }
+  const int64_t extra_slots = (blocks[1] - blocks[0]) * block_size;
+  const int64_t extra_bytes = retained[1] - retained[0];
+  m.method += fmt::format(", {} more bytes held for {} more token slots", grouped(extra_bytes), grouped(extra_slots));
+  m.measured = extra_bytes / extra_slots;
+  if (extra_bytes % extra_slots != 0) {
+    m.note = fmt::format("{} bytes for {} slots is not a whole number of bytes per token", extra_bytes, extra_slots);
+    return m;
+  }
   m.ok = *m.measured == *m.model;
   if (!m.ok) m.note = "the kernel holds a different number of bytes per cached token than the model";
   return m;
@@ -298,12 +377,9 @@ std::vector<MemoryCheck> memory_check(const MemoryQuery& q, const LiveBytes& liv
   std::vector<MemoryCheck> out = layer_checks(q);
   out.push_back(paged_check(q, CacheFormat::bf16, *impl, live));
   out.push_back(paged_check(q, CacheFormat::fp8, *impl, live));
-  MemoryCheck idx;
-  idx.layout = to_string(KvLayout::indexer_v32);
-  idx.model = kv_bytes_per_token(q.config, KvLayout::indexer_v32);
-  idx.method.assign(1, '-');  // (assigning "-" trips a GCC 12 -Wrestrict false positive)
-  idx.note = "not checkable: no implementation in this suite allocates V3.2's indexer cache";
-  out.push_back(idx);
+  std::string why_none;
+  const IndexerAppendImpl* indexer = indexer_kernel(&why_none);
+  out.push_back(indexer_check(q, indexer, why_none, live));
   return out;
 }
 

@@ -51,8 +51,10 @@ using LiveBytes = std::function<int64_t()>;
 
 // Bounded: at most a few thousand cache tokens, whatever the query's context (the model is
 // linear in tokens; the check measures the per-token slope). `kernel` is a registered CPU
-// kernel whose prepare() holds the paged cache (default cpu_mla_fp64). Throws mla::Error on a
-// kernel that is unknown or not a CPU kernel (device memory is invisible to the probe).
+// kernel whose prepare() holds the paged cache (default cpu_mla_fp64); V3.2's indexer key cache
+// is measured through the first registered CPU indexer append that is available (none: its row
+// says why it is not checkable). Throws mla::Error on a kernel that is unknown or not a CPU
+// kernel (device memory is invisible to the probe).
 std::vector<MemoryCheck> memory_check(const MemoryQuery& q, const LiveBytes& live_bytes, const std::string& kernel);
 std::string render_checks(const std::vector<MemoryCheck>& checks);
 

@@ -23,69 +23,38 @@ void Registry::check_name(const std::string& name) const {
   }
 }
 
-void Registry::add(std::unique_ptr<AttentionImpl> impl) {
-  if (!impl) throw Error("Registry::add: null implementation");
-  check_name(impl->info().name);
-  attention_.push_back(std::move(impl));
+namespace {
+
+// Every kind's list is held and searched the same way: one piece of code for all of them.
+template <class Impl>
+const Impl* find_in(const std::vector<std::unique_ptr<Impl>>& list, std::string_view name) {
+  for (const auto& a : list) {
+    if (a->info().name == name) return a.get();
+  }
+  return nullptr;
 }
 
-void Registry::add(std::unique_ptr<PrefillImpl> impl) {
+}  // namespace
+
+template <class Impl>
+void Registry::add_to(std::vector<std::unique_ptr<Impl>>& list, std::unique_ptr<Impl> impl) {
   if (!impl) throw Error("Registry::add: null implementation");
   check_name(impl->info().name);
-  prefill_.push_back(std::move(impl));
+  list.push_back(std::move(impl));
 }
 
-void Registry::add(std::unique_ptr<MergeImpl> impl) {
-  if (!impl) throw Error("Registry::add: null implementation");
-  check_name(impl->info().name);
-  merge_.push_back(std::move(impl));
-}
+void Registry::add(std::unique_ptr<AttentionImpl> impl) { add_to(attention_, std::move(impl)); }
+void Registry::add(std::unique_ptr<PrefillImpl> impl) { add_to(prefill_, std::move(impl)); }
+void Registry::add(std::unique_ptr<MergeImpl> impl) { add_to(merge_, std::move(impl)); }
+void Registry::add(std::unique_ptr<TopkImpl> impl) { add_to(topk_, std::move(impl)); }
+void Registry::add(std::unique_ptr<IndexerAppendImpl> impl) { add_to(indexer_append_, std::move(impl)); }
 
-void Registry::add(std::unique_ptr<TopkImpl> impl) {
-  if (!impl) throw Error("Registry::add: null implementation");
-  check_name(impl->info().name);
-  topk_.push_back(std::move(impl));
-}
-
-void Registry::add(std::unique_ptr<IndexerAppendImpl> impl) {
-  if (!impl) throw Error("Registry::add: null implementation");
-  check_name(impl->info().name);
-  indexer_append_.push_back(std::move(impl));
-}
-
+const AttentionImpl* Registry::find(std::string_view name) const { return find_in(attention_, name); }
+const PrefillImpl* Registry::find_prefill(std::string_view name) const { return find_in(prefill_, name); }
+const MergeImpl* Registry::find_merge(std::string_view name) const { return find_in(merge_, name); }
+const TopkImpl* Registry::find_topk(std::string_view name) const { return find_in(topk_, name); }
 const IndexerAppendImpl* Registry::find_indexer_append(std::string_view name) const {
-  for (const auto& a : indexer_append_) {
-    if (a->info().name == name) return a.get();
-  }
-  return nullptr;
-}
-
-const TopkImpl* Registry::find_topk(std::string_view name) const {
-  for (const auto& a : topk_) {
-    if (a->info().name == name) return a.get();
-  }
-  return nullptr;
-}
-
-const MergeImpl* Registry::find_merge(std::string_view name) const {
-  for (const auto& a : merge_) {
-    if (a->info().name == name) return a.get();
-  }
-  return nullptr;
-}
-
-const AttentionImpl* Registry::find(std::string_view name) const {
-  for (const auto& a : attention_) {
-    if (a->info().name == name) return a.get();
-  }
-  return nullptr;
-}
-
-const PrefillImpl* Registry::find_prefill(std::string_view name) const {
-  for (const auto& a : prefill_) {
-    if (a->info().name == name) return a.get();
-  }
-  return nullptr;
+  return find_in(indexer_append_, name);
 }
 
 void register_builtin_kernels() {

@@ -15,74 +15,64 @@
 
 namespace mla::tools {
 
+namespace {
+
+// One row of the listing: the facts every kind's KernelInfo has, then what the kind writes
+// (`out_dtype`) and what it claims (`capabilities`).
+template <class Info>
+nlohmann::json entry(const Info& k, const char* kind, const std::string& out_dtype, nlohmann::json capabilities) {
+  return {{"name", k.name},
+          {"kind", kind},
+          {"backend", k.backend},
+          {"role", to_string(k.role)},
+          {"out_dtype", out_dtype},
+          {"description", k.description},
+          {"capabilities", std::move(capabilities)}};
+}
+
+}  // namespace
+
 nlohmann::json kernels_json() {
   register_builtin_kernels();
+  const auto& r = Registry::instance();
   auto list = nlohmann::json::array();
   // Each entry says which case kind's interface it implements: a script that certifies decode
   // kernels (the device check) selects "decode" ones.
-  for (const auto& impl : Registry::instance().attention()) {
+  for (const auto& impl : r.attention()) {
     const auto& k = impl->info();
-    list.push_back({{"name", k.name},
-                    {"kind", "decode"},
-                    {"backend", k.backend},
-                    {"role", to_string(k.role)},
-                    {"out_dtype", to_string(k.out_dtype)},
-                    {"description", k.description},
-                    {"capabilities", to_json(k.caps)}});
+    list.push_back(entry(k, "decode", to_string(k.out_dtype), to_json(k.caps)));
   }
-  for (const auto& impl : Registry::instance().prefill()) {
+  for (const auto& impl : r.prefill()) {
     const auto& k = impl->info();
-    list.push_back({{"name", k.name},
-                    {"kind", "prefill"},
-                    {"backend", k.backend},
-                    {"role", to_string(k.role)},
-                    {"out_dtype", to_string(k.out_dtype)},
-                    {"description", k.description},
-                    {"capabilities", to_json(k.caps)}});
+    list.push_back(entry(k, "prefill", to_string(k.out_dtype), to_json(k.caps)));
   }
-  for (const auto& impl : Registry::instance().merge()) {
+  for (const auto& impl : r.merge()) {
     const auto& k = impl->info();
     std::vector<std::string> dtypes;
     for (const auto d : k.dtypes) dtypes.emplace_back(to_string(d));
-    list.push_back({{"name", k.name},
-                    {"kind", "merge"},
-                    {"backend", k.backend},
-                    {"role", to_string(k.role)},
-                    {"out_dtype", fmt::format("{}", fmt::join(dtypes, "|"))},
-                    {"description", k.description},
-                    {"capabilities", {{"dtypes", dtypes}, {"head_dims", k.head_dims}}}});
+    list.push_back(entry(k, "merge", fmt::format("{}", fmt::join(dtypes, "|")),
+                         {{"dtypes", dtypes}, {"head_dims", k.head_dims}}));
   }
   // A top-k kernel writes int32 indices; what it claims is k, the row length, its conventions
   // and the precision it compares logits in (the judge's tolerance follows from it).
-  for (const auto& impl : Registry::instance().topk()) {
+  for (const auto& impl : r.topk()) {
     const auto& k = impl->info();
-    list.push_back({{"name", k.name},
-                    {"kind", "topk"},
-                    {"backend", k.backend},
-                    {"role", to_string(k.role)},
-                    {"out_dtype", "int32"},
-                    {"description", k.description},
-                    {"capabilities", {{"ks", k.ks},
-                                      {"max_n", k.max_n},
-                                      {"logits_precision", to_string(k.precision)},
-                                      {"conventions", to_json(k.conventions)}}}});
+    list.push_back(entry(k, "topk", "int32",
+                         {{"ks", k.ks},
+                          {"max_n", k.max_n},
+                          {"logits_precision", to_string(k.precision)},
+                          {"conventions", to_json(k.conventions)}}));
   }
   // An indexer cache append writes e4m3 codes and float32 scales; what it claims is the scale
   // recipes, the block sizes and the float32 operation its fp32 scale uses (the judge is bitwise).
-  for (const auto& impl : Registry::instance().indexer_append()) {
+  for (const auto& impl : r.indexer_append()) {
     const auto& k = impl->info();
     std::vector<std::string> fmts;
     for (const auto f : k.scale_fmts) fmts.emplace_back(to_string(f));
-    list.push_back({{"name", k.name},
-                    {"kind", "indexer_append"},
-                    {"backend", k.backend},
-                    {"role", to_string(k.role)},
-                    {"out_dtype", "e4m3"},
-                    {"description", k.description},
-                    {"capabilities",
-                     {{"scale_fmts", fmts},
-                      {"block_sizes", k.block_sizes},
-                      {"fp32_scale_op", to_string(k.conventions.fp32_scale_op)}}}});
+    list.push_back(entry(k, "indexer_append", "e4m3",
+                         {{"scale_fmts", fmts},
+                          {"block_sizes", k.block_sizes},
+                          {"fp32_scale_op", to_string(k.conventions.fp32_scale_op)}}));
   }
   return list;
 }

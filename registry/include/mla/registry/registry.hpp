@@ -48,6 +48,9 @@ class Registry {
 
  private:
   void check_name(const std::string& name) const;
+  // Checks `impl` (not null, a valid name unique across every list) and appends it to `list`.
+  template <class Impl>
+  void add_to(std::vector<std::unique_ptr<Impl>>& list, std::unique_ptr<Impl> impl);
   std::vector<std::unique_ptr<AttentionImpl>> attention_;
   std::vector<std::unique_ptr<PrefillImpl>> prefill_;
   std::vector<std::unique_ptr<MergeImpl>> merge_;

@@ -2,7 +2,10 @@
 // (`mla certify --fault NAME`) to prove that the suite catches the bug each one carries
 // and that every path of the certifier (FAIL, ERROR, a repeatability FAIL, UNSUPPORTED) is taken
 // when it should be. Never registered. Each wraps the registered oracle (cpu_mla_fp64) and
-// applies its fault outside it, so no oracle has a fault switch.
+// applies its fault outside it, so no oracle has a fault switch. The prefill and merge kinds have
+// their planted bugs here too (prefill_names(), merge_names()): the fp64 oracles of
+// mla/ref/prefill.hpp called on inputs the bug rewrites, or, where a bug lives in the arithmetic
+// itself, that arithmetic written in the fault's own file.
 //
 // This folder is the one home of broken implementations: these, the variants of the plug-in
 // template with one real-world bug or attack each (plugins/), and plug-ins whose descriptor
@@ -14,6 +17,8 @@
 #include <vector>
 
 #include "mla/core/kernel.hpp"
+#include "mla/core/merge.hpp"
+#include "mla/core/prefill_kernel.hpp"
 
 namespace mla::faults {
 
@@ -32,5 +37,60 @@ namespace mla::faults {
 const std::vector<std::string>& names();
 // Throws mla::Error naming the known faults on an unknown name.
 std::unique_ptr<AttentionImpl> make(const std::string& name);
+
+// The prefill bugs (prefill_faults.cpp), each kernel named cpu_prefill_fp64_<fault>, float64
+// output, conventions canonical unless the entry says otherwise:
+//   causal_off_by_one   each causal query row also sees the key after its last one (where its
+//                       sequence has one): `j <= last + 1` for `j <= last`, or a diagonal tile
+//                       masked from the wrong column. Changes every causal sequence with at
+//                       least 2 queries and 1 key; a row of s_q > s_k just before the first
+//                       visible one sees key 0 instead of nothing. Context chunks are untouched,
+//                       and so is a softmax so peaked that the extra key weighs nothing (q of std
+//                       100: the mask bug hides behind a dominant key).
+//   top_left_mask       aligns the causal mask top-left (query i sees keys j <= i, FlashAttention
+//                       before 2.1) while declaring bottom-right. Changes every causal sequence
+//                       whose query and key counts differ (chunked prefill over a cached prefix).
+//   cu_seqlens_shifted  sequence i takes its keys from sequence i+1's cu_seqlens_k range (the
+//                       last, whose next entry does not exist, keeps its own): the offsets read
+//                       one entry late, a pointer advanced past cu_seqlens_k[0]. Changes every
+//                       batch where a sequence with queries gets a different key range (never
+//                       a batch of one).
+//   no_mscale           uses 192^-0.5 instead of the given softmax_scale: YaRN's mscale² left out
+//                       (DeepSeek-V3's 0.1352 is 1.874 x 192^-0.5). Changes every case whose
+//                       scale is not 192^-0.5 and that attends anything.
+//   v_unpadded_stride   declares V padded to 192 (v_padded) and then reads it with the 128
+//                       stride of the unpadded V, so key row t, head h reads the padded buffer at
+//                       (t·h_count + h)·128: a stride left from the unpadded build. Only key 0,
+//                       head 0 is read right; every case that attends another (key, head) changes.
+const std::vector<std::string>& prefill_names();
+// Throws mla::Error naming the known prefill faults on an unknown name.
+std::unique_ptr<PrefillImpl> make_prefill(const std::string& name);
+
+// The merge bugs (merge_faults.cpp), each kernel named cpu_merge_<fault>, out in the state dtype:
+//   lse_base2_as_natural   declares base-2 lse (FlashInfer's merge_state), so the host hands it
+//                          lse / ln 2, and merges them with e^x and log: a FlashInfer-style
+//                          kernel with a natural-log merge pasted in. Changes every row whose two
+//                          sides both hold a finite lse close enough that the weights or the
+//                          merged lse move (equal lse included: the weights stay 1/2 each but the
+//                          lse is off by ln 2 - (ln 2)²).
+//   pos_inf_lse_as_number  tests an lse for -inf only, so FA2's +inf for an empty side goes into
+//                          max() and exp() as a number: the row becomes NaN (exp(+inf - +inf)).
+//                          Changes every case with a +inf lse; -inf (FA3, FlashInfer) is merged
+//                          right, which is why those kernels write it.
+//
+// Measured mutation score over the stored catalog (suites/kernels/test_prefill_merge_faults.cpp
+// prints this table; 11 prefill and 11 merge cases). "affected": the cases the test's own
+// predicate says the bug changes; each must FAIL, every other case PASS, and so they do:
+//   fault                  affected  FAIL  PASS (unaffected)
+//   causal_off_by_one          8       8     3   q_std100's extra keys weigh <= 4e-32: unchanged
+//   top_left_mask              8       8     3
+//   cu_seqlens_shifted         9       9     2
+//   no_mscale                  3       3     8
+//   v_unpadded_stride         11      11     0
+//   lse_base2_as_natural       8       8     3
+//   pos_inf_lse_as_number      4       4     7
+const std::vector<std::string>& merge_names();
+// Throws mla::Error naming the known merge faults on an unknown name.
+std::unique_ptr<MergeImpl> make_merge(const std::string& name);
 
 }  // namespace mla::faults

@@ -14,6 +14,7 @@
 #include "mla/golden/golden.hpp"
 #include "mla/judge/prefill.hpp"
 #include "mla/registry/registry.hpp"
+#include "support/host_call.hpp"
 
 namespace mla {
 namespace {
@@ -32,21 +33,7 @@ std::vector<golden::PrefillCase> prefill_cases() {
   return cases;
 }
 
-// One call as the host makes it: V padded when the kernel declares so, outputs made canonical.
-PrefillOutputs call(const PrefillImpl& k, const PrefillInputs& canonical) {
-  PrefillInputs in = canonical;
-  const auto padded = v_to_kernel(k.info().conventions, canonical);
-  if (padded) {
-    in.v = *padded;
-    in.shape.d_v = kernel_v_width(k.info().conventions, canonical.shape);
-  }
-  auto p = k.prepare(in);
-  p->run();
-  p->synchronize();
-  auto o = p->results();
-  outputs_to_canonical(k.info().conventions, canonical.shape, o);
-  return o;
-}
+using testing::call_prefill;
 
 bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
@@ -66,11 +53,7 @@ TEST(PrefillKernels, EveryRegisteredImplementationPassesEveryPrefillGolden) {
         ADD_FAILURE() << "a built-in prefill kernel refuses a stored case: " << *why;
         continue;
       }
-      std::vector<double> so(c.same_dtype_out.size());
-      for (std::size_t i = 0; i < so.size(); ++i) so[i] = bf16_to_float(c.same_dtype_out[i]);
-      const std::vector<double> sl(c.same_dtype_lse.begin(), c.same_dtype_lse.end());
-      const auto j = judge_prefill(c.shape, {k->info().out_dtype, k->info().compute}, call(*k, c.inputs()),
-                                   {c.truth_out, c.truth_lse, so, sl});
+      const auto j = testing::judge_prefill_case(k->info(), c, call_prefill(*k, c.inputs()));
       EXPECT_TRUE(j.pass()) << (j.reasons.empty() ? "" : j.reasons.front());
       ++judged;
     }
@@ -98,7 +81,7 @@ TEST(PrefillKernels, ResultsRepeatAndDoNotDependOnTheThreadCount) {
     EXPECT_TRUE(same_bits(first.out, again.out) && same_bits(first.lse, again.lse)) << "a second run() differs";
     const int before = threads();
     set_threads(1);
-    const auto one = call(*k, longest->inputs());
+    const auto one = call_prefill(*k, longest->inputs());
     set_threads(before);
     EXPECT_TRUE(same_bits(first.out, one.out) && same_bits(first.lse, one.lse)) << "one thread differs from " << before;
   }

@@ -1,0 +1,70 @@
+// A prefill or merge implementation called as the host calls one (inputs in the kernel's
+// declared conventions, its outputs made canonical: mla/core/prefill.hpp's v_to_kernel and
+// outputs_to_canonical, mla/core/merge.hpp's merge_lse_to_kernel and outputs_to_canonical) and
+// judged against a stored case by the one judge with that case's truth: what every test over the
+// prefill and merge goldens does, declared once.
+#pragma once
+
+#include <vector>
+
+#include "mla/core/merge.hpp"
+#include "mla/core/numeric.hpp"
+#include "mla/core/prefill_kernel.hpp"
+#include "mla/golden/golden.hpp"
+#include "mla/judge/merge.hpp"
+#include "mla/judge/prefill.hpp"
+
+namespace mla::testing {
+
+inline PrefillOutputs call_prefill(const PrefillImpl& k, const PrefillInputs& canonical) {
+  PrefillInputs in = canonical;
+  const auto padded = v_to_kernel(k.info().conventions, canonical);
+  if (padded) {
+    in.v = *padded;
+    in.shape.d_v = kernel_v_width(k.info().conventions, canonical.shape);
+  }
+  auto p = k.prepare(in);
+  p->run();
+  p->synchronize();
+  auto o = p->results();
+  outputs_to_canonical(k.info().conventions, canonical.shape, o);
+  return o;
+}
+
+// judge_prefill of `got` against the case's fp64 truth, the stored bf16 pipeline arming the
+// error-ratio rule for a result that is not fp64.
+inline AttentionJudgement judge_prefill_case(const PrefillKernelInfo& k, const golden::PrefillCase& c,
+                                             const PrefillOutputs& got) {
+  std::vector<double> so(c.same_dtype_out.size());
+  for (std::size_t i = 0; i < so.size(); ++i) so[i] = bf16_to_float(c.same_dtype_out[i]);
+  const std::vector<double> sl(c.same_dtype_lse.begin(), c.same_dtype_lse.end());
+  return judge_prefill(c.shape, {k.out_dtype, k.compute}, got, {c.truth_out, c.truth_lse, so, sl});
+}
+
+// A merge case's inputs as a kernel takes them canonically. The stored values are exact values
+// of the dtype: re-encoding them loses nothing.
+inline MergeBuffers merge_inputs(const golden::MergeCase& c) {
+  MergeBuffers b;
+  b.shape = {c.tokens, static_cast<int>(c.heads), static_cast<int>(c.head_dim), state_dtype_from_string(c.out_dtype)};
+  for (const double x : c.out_a) append_state_value(b.shape.dtype, x, b.out_a);
+  for (const double x : c.out_b) append_state_value(b.shape.dtype, x, b.out_b);
+  b.lse_a.assign(c.lse_a.begin(), c.lse_a.end());
+  b.lse_b.assign(c.lse_b.begin(), c.lse_b.end());
+  return b;
+}
+
+inline MergeOutputs call_merge(const MergeImpl& k, const MergeInputs& canonical) {
+  MergeInputs in = canonical;
+  const auto a = merge_lse_to_kernel(k.info().conventions, canonical.shape, canonical.lse_a);
+  const auto b = merge_lse_to_kernel(k.info().conventions, canonical.shape, canonical.lse_b);
+  if (a) in.lse_a = *a;
+  if (b) in.lse_b = *b;
+  auto p = k.prepare(in);
+  p->run();
+  p->synchronize();
+  auto o = p->results();
+  outputs_to_canonical(k.info().conventions, canonical.shape, o);
+  return o;
+}
+
+}  // namespace mla::testing

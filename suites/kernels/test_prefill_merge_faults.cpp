@@ -4,7 +4,9 @@
 // truth. Whether a bug changes a case is decided here from the case's own metadata (its
 // sequences and mask, its scale, which lse are infinite and how far apart), independently of the
 // judge: the bug must FAIL on every case it changes and PASS on every case it leaves alone, and
-// every bug must be caught by at least one stored case. The table is printed.
+// every bug must be caught by at least one stored case. The table is printed. Drawn batches
+// supply what the catalog lacks (a batch each prefill bug leaves alone), and the fault kernels
+// refuse malformed inputs as any kernel does.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,10 +19,12 @@
 #include <vector>
 
 #include "mla/core/error.hpp"
+#include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/faults/faults.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
+#include "mla/ref/prefill.hpp"
 #include "mla/registry/registry.hpp"
 #include "support/goldens.hpp"
 #include "support/host_call.hpp"
@@ -253,6 +257,89 @@ TEST(PrefillMergeFaults, EachMergeBugFailsEveryStoredCaseItChangesAndPassesTheOt
   }
   print_and_check("merge", scores);
   std::printf("[mutation score] merge: %.2f s\n", testing::seconds_since(t0));
+}
+
+// Drawn inputs, made a case as the goldens are (fp64 truth and the bf16 pipeline from the
+// oracles), for what the catalog lacks: a batch each bug leaves alone (v_unpadded_stride changes
+// every stored case). The predicate must say so, and the bug must PASS there.
+golden::PrefillCase drawn_case(const std::string& name, const std::vector<std::pair<int, int>>& lens, int heads,
+                               bool causal, double scale) {
+  golden::PrefillCase c;
+  c.name = name;
+  c.shape.batch = static_cast<int>(lens.size());
+  c.shape.heads = heads;
+  c.shape.causal = causal;
+  c.softmax_scale = scale;
+  c.cu_seqlens_q = {0};
+  c.cu_seqlens_k = {0};
+  for (const auto& [sq, sk] : lens) {
+    c.cu_seqlens_q.push_back(c.cu_seqlens_q.back() + sq);
+    c.cu_seqlens_k.push_back(c.cu_seqlens_k.back() + sk);
+  }
+  c.shape.total_q = c.cu_seqlens_q.back();
+  c.shape.total_k = c.cu_seqlens_k.back();
+  c.q.resize(static_cast<std::size_t>(c.shape.total_q * heads * kMhaDqk));
+  c.k.resize(static_cast<std::size_t>(c.shape.total_k * heads * kMhaDqk));
+  c.v.resize(static_cast<std::size_t>(c.shape.total_k * heads * kMhaDv));
+  gen::fill_bf16(9100, 1, 0.0, 1.0, c.q);
+  gen::fill_bf16(9100, 2, 0.0, 1.0, c.k);
+  gen::fill_bf16(9100, 3, 0.0, 1.0, c.v);
+  auto truth = ref::prefill_attention(c.inputs());
+  c.truth_out = std::move(truth.out);
+  c.truth_lse = std::move(truth.lse);
+  const auto same = ref::prefill_same_dtype(c.inputs());
+  for (const double x : same.out) c.same_dtype_out.push_back(bf16_from_double(x));
+  c.same_dtype_lse.assign(same.lse.begin(), same.lse.end());
+  return c;
+}
+
+TEST(PrefillMergeFaults, OnDrawnBatchesEachPrefillBugLeavesAloneItPasses) {
+  const double plain = 1.0 / std::sqrt(static_cast<double>(kMhaDqk)), mscaled = 0.1352337788608801;
+  const std::vector<std::pair<std::string, golden::PrefillCase>> alone{
+      {"causal_off_by_one", drawn_case("context chunks", {{3, 5}, {2, 4}}, 2, false, mscaled)},
+      {"top_left_mask", drawn_case("as many queries as keys", {{4, 4}, {3, 3}}, 2, true, mscaled)},
+      {"cu_seqlens_shifted", drawn_case("a batch of one", {{3, 7}}, 2, true, mscaled)},
+      {"no_mscale", drawn_case("the plain scale", {{3, 7}, {2, 2}}, 2, true, plain)},
+      {"v_unpadded_stride", drawn_case("one head, key 0 alone", {{2, 1}}, 1, true, mscaled)},
+  };
+  for (const auto& [bug, c] : alone) {
+    SCOPED_TRACE(bug + " on " + c.name);
+    ASSERT_FALSE(prefill_bug_changes(bug, c)) << "the drawn batch was meant to be one the bug leaves alone";
+    const auto k = faults::make_prefill(bug);
+    const auto j = testing::judge_prefill_case(k->info(), c, testing::call_prefill(*k, c.inputs()));
+    EXPECT_TRUE(j.pass()) << (j.reasons.empty() ? "" : j.reasons.front());
+  }
+}
+
+// A fault kernel checks what it is handed as any kernel does: the padded V it declared, and
+// well-formed inputs, refused with an error naming what is wrong.
+TEST(PrefillMergeFaults, FaultKernelsRefuseMalformedInputsNamingThem) {
+  const auto c = drawn_case("two sequences", {{3, 5}, {2, 4}}, 2, true, 0.1);
+  const auto stride = faults::make_prefill("v_unpadded_stride");
+  try {
+    (void)stride->prepare(c.inputs());  // the canonical 128-wide V, not the padded one it declared
+    ADD_FAILURE() << "accepted an unpadded V";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("v_padded"), std::string::npos) << e.what();
+  }
+  auto bad = c;
+  bad.cu_seqlens_k[1] = 10;  // above the next offset, 9
+  for (const auto& bug : faults::prefill_names()) {
+    if (bug == "v_unpadded_stride") continue;
+    try {
+      (void)faults::make_prefill(bug)->prepare(bad.inputs());
+      ADD_FAILURE() << bug << " accepted decreasing cu_seqlens_k";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cu_seqlens_k"), std::string::npos) << bug << ": " << e.what();
+    }
+  }
+  MergeBuffers m;
+  m.shape = {1, 1, 2, StateDType::f32};
+  for (const double x : {1.0, 2.0}) append_state_value(StateDType::f32, x, m.out_a);
+  m.out_b = m.out_a;
+  m.lse_a = {std::numeric_limits<float>::quiet_NaN()};
+  m.lse_b = {0.0f};
+  for (const auto& bug : faults::merge_names()) EXPECT_THROW((void)faults::make_merge(bug)->prepare(m.view()), Error) << bug;
 }
 
 // A fault kernel is never one of the suite's: its name is none of the registered kernels' nor a

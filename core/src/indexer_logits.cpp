@@ -74,7 +74,9 @@ void validate_keys(const IndexerLogitsInputs& in, const std::string& prefix) {
     std::fill(read.begin() + range.begin, read.begin() + range.end, 1);
   }
   for (int64_t p = 0; p < s.num_keys; ++p) {
-    if (read[static_cast<std::size_t>(p)]) check_key({in.k_codes.data() + p * kDim, in.k_scales[static_cast<std::size_t>(p)]}, fmt::format("k_codes/k_scales[{}]", p));
+    if (read[static_cast<std::size_t>(p)]) {
+      check_key(indexer_logits_key(in, 0, p), fmt::format("k_codes/k_scales[{}]", p));
+    }
   }
 }
 
@@ -112,12 +114,12 @@ IndexerRange indexer_logits_range(const IndexerLogitsInputs& in, int64_t row) {
 IndexerKeyRef indexer_logits_key(const IndexerLogitsInputs& in, int64_t row, int64_t p) {
   const auto& s = in.shape;
   if (s.layout == Layout::ragged) {
-    return {in.k_codes.data() + p * kDim, in.k_scales[static_cast<std::size_t>(p)]};
+    return {in.k_codes.data() + p * kDim, in.k_scales[static_cast<std::size_t>(p)], -1};
   }
   const int64_t b = row / s.next_n;
   const int64_t block = in.block_table[static_cast<std::size_t>(b * s.max_blocks + p / s.block_size)];
   const int64_t slot = block * s.block_size + p % s.block_size;
-  IndexerKeyRef k{in.cache.data() + indexer_code_offset(s.block_size, slot), 0};
+  IndexerKeyRef k{in.cache.data() + indexer_code_offset(s.block_size, slot), 0, slot};
   std::memcpy(&k.scale, in.cache.data() + indexer_scale_offset(s.block_size, slot), sizeof(float));
   return k;
 }

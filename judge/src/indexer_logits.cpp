@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include <fmt/format.h>
@@ -32,10 +33,59 @@ bool later_tokens_position(const IndexerLogitsInputs& in, int64_t r, int64_t p) 
 }
 
 struct Counts {
-  int64_t later_token = 0;       // masked_written of them at a later query token's position
-  int64_t scaled_twice = 0;      // elements_failed of them equal to truth * k_scale within bound
+  int64_t later_token = 0;  // masked_written of them at a later query token's position
   std::string first_masked, first_invalid, first_failed;
 };
+
+// A valid element the kernel got wrong (outside the bound, or not finite).
+struct Wrong {
+  int64_t row = 0, p = 0;
+  double got = 0;
+};
+
+// Whether `got` is `sum * scale` as a float32 kernel would leave it: within the entry's bound of
+// the terms' magnitude at that scale, the same infinity where the float32 product overflows, NaN
+// for a NaN scale.
+bool is(double got, double sum, double magnitude, double scale, const tol::Tolerance& t) {
+  const double want = sum * scale;
+  if (std::isnan(got)) return std::isnan(want);  // a NaN scale
+  if (std::isinf(got)) return static_cast<float>(want) == got;
+  return std::fabs(got - want) <= tol::effective_atol(t, magnitude * std::fabs(scale));
+}
+
+// The known bugs that explain every wrong valid element, each a reason: k_scale applied twice,
+// the relu left out, the scale read right after each token's codes (a 132-byte record) instead
+// of from the block's scale area.
+std::vector<std::string> diagnose(const IndexerLogitsInputs& in, const std::vector<Wrong>& wrong,
+                                  const tol::Tolerance& t) {
+  std::vector<std::string> out;
+  if (wrong.empty()) return out;
+  int64_t twice = 0, no_relu = 0, after_codes = 0;
+  for (const auto& w : wrong) {
+    const auto key = indexer_logits_key(in, w.row, w.p);
+    const auto with = ref::indexer_logit_sum(in, w.row, key.codes, true);
+    twice += is(w.got, with.sum, with.magnitude, static_cast<double>(key.scale) * key.scale, t);
+    const auto without = ref::indexer_logit_sum(in, w.row, key.codes, false);
+    no_relu += is(w.got, without.sum, without.magnitude, key.scale, t);
+    const std::size_t at = static_cast<std::size_t>(key.slot * kIndexerTokenBytes + kIndexerHeadDim);
+    if (key.slot >= 0 && at + sizeof(float) <= in.cache.size()) {
+      float scale;
+      std::memcpy(&scale, in.cache.data() + at, sizeof scale);
+      after_codes += is(w.got, with.sum, with.magnitude, scale, t);
+    }
+  }
+  const auto n = static_cast<int64_t>(wrong.size());
+  if (twice == n) out.push_back("values: every wrong logit is the truth times its key's scale: k_scale is applied twice");
+  if (no_relu == n) {
+    out.push_back("values: every wrong logit is the head sum of the dots without relu: the relu is not applied");
+  }
+  if (after_codes == n) {
+    out.push_back(fmt::format("values: every wrong logit uses the 4 bytes right after its key's codes as its scale (a "
+                              "slot * {} record); the cache keeps a block's codes first, then all its scales",
+                              kIndexerTokenBytes));
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -54,6 +104,7 @@ IndexerLogitsJudgement judge_indexer_logits(const IndexerLogitsInputs& in, std::
   }
   const auto& t = indexer_logits_tolerance();
   Counts c;
+  std::vector<Wrong> wrong;
   double sxy = 0, sxx = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const auto range = indexer_logits_range(in, r);
@@ -68,6 +119,7 @@ IndexerLogitsJudgement judge_indexer_logits(const IndexerLogitsInputs& in, std::
       }
       const double want = truth.logits[at];
       if (!std::isfinite(g)) {
+        wrong.push_back({r, p, g});
         if (j.valid_not_finite++ == 0) {
           c.first_invalid = fmt::format("{} position {}: expected {:.9g}, got {}", row_name(in, r), p, want, g);
         }
@@ -79,8 +131,7 @@ IndexerLogitsJudgement judge_indexer_logits(const IndexerLogitsInputs& in, std::
       sxy += g * want;
       sxx += g * g + want * want;
       if (err <= bound) continue;
-      const double scale = indexer_logits_key(in, r, p).scale;
-      if (std::fabs(g - want * scale) <= bound * scale) ++c.scaled_twice;
+      wrong.push_back({r, p, g});
       if (j.elements_failed++ == 0) {
         c.first_failed = fmt::format("{} position {}: expected {:.9g}, got {:.9g}, |error| {:.3g} > bound {:.3g} "
                                      "(magnitude {:.6g})",
@@ -107,10 +158,8 @@ IndexerLogitsJudgement judge_indexer_logits(const IndexerLogitsInputs& in, std::
     j.reasons.push_back(fmt::format("values: {} logit{} outside the bound of {} (max(atol, {:.3g} x magnitude)); first {}",
                                     j.elements_failed, j.elements_failed == 1 ? "" : "s", t.name, t.atol_rel_max,
                                     c.first_failed));
-    if (c.scaled_twice == j.elements_failed) {
-      j.reasons.push_back("values: every wrong logit is the truth times its key's scale: k_scale is applied twice");
-    }
   }
+  for (auto& r : diagnose(in, wrong, t)) j.reasons.push_back(std::move(r));
   if (j.cos_diff > t.cos_diff) {
     j.reasons.push_back(fmt::format("values: 1 - 2 sum(xy) / sum(x^2 + y^2) = {:.3g} over the valid logits exceeds {:.3g}",
                                     j.cos_diff, t.cos_diff));

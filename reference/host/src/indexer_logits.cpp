@@ -56,39 +56,46 @@ double exact_sum(std::vector<double> x) {
   return hi;
 }
 
+IndexerLogitSum indexer_logit_sum(const IndexerLogitsInputs& in, int64_t row, const uint8_t* key, bool relu) {
+  const int64_t heads = in.shape.heads;
+  const auto& val = e4m3_values();
+  const uint8_t* q = in.q.data() + row * heads * kDim;
+  const float* w = in.weights.data() + row * heads;
+  std::vector<double> parts;
+  parts.reserve(static_cast<std::size_t>(2 * heads));
+  IndexerLogitSum out;
+  for (int64_t h = 0; h < heads; ++h) {
+    double dot = 0, abs_dot = 0;  // exact (the header's argument)
+    for (int64_t d = 0; d < kDim; ++d) {
+      const double x = val[q[h * kDim + d]] * val[key[d]];
+      dot += x;
+      abs_dot += std::fabs(x);
+    }
+    const double wh = w[h], r = relu ? std::max(dot, 0.0) : dot, term = wh * r;
+    parts.push_back(term);
+    parts.push_back(std::fma(wh, r, -term));  // the product's exact remainder
+    out.magnitude += std::fabs(wh) * abs_dot;
+  }
+  out.sum = exact_sum(std::move(parts));
+  return out;
+}
+
 IndexerLogitsTruth indexer_logits_reference(const IndexerLogitsInputs& in) {
   validate_indexer_logits_inputs(in, "indexer_logits_reference");
   const auto& s = in.shape;
-  const int64_t rows = s.rows(), cols = s.cols(), heads = s.heads;
-  const auto& val = e4m3_values();
+  const int64_t rows = s.rows(), cols = s.cols();
   IndexerLogitsTruth t;
   t.logits.assign(static_cast<std::size_t>(rows * cols), -std::numeric_limits<double>::infinity());
   t.magnitude.assign(static_cast<std::size_t>(rows * cols), 0.0);
   parallel_for(static_cast<std::size_t>(rows), 1, [&](std::size_t r0, std::size_t r1) {
-    std::vector<double> parts;
     for (std::size_t r = r0; r < r1; ++r) {
       const auto range = indexer_logits_range(in, static_cast<int64_t>(r));
-      const uint8_t* q = in.q.data() + r * static_cast<std::size_t>(heads * kDim);
-      const float* w = in.weights.data() + r * static_cast<std::size_t>(heads);
       for (int64_t p = range.begin; p < range.end; ++p) {
         const auto k = indexer_logits_key(in, static_cast<int64_t>(r), p);
-        parts.clear();
-        double mag = 0;
-        for (int64_t h = 0; h < heads; ++h) {
-          double dot = 0, abs_dot = 0;  // exact (the header's argument)
-          for (int64_t d = 0; d < kDim; ++d) {
-            const double x = val[q[h * kDim + d]] * val[k.codes[d]];
-            dot += x;
-            abs_dot += std::fabs(x);
-          }
-          const double wh = w[h], term = wh * std::max(dot, 0.0);
-          parts.push_back(term);
-          parts.push_back(std::fma(wh, std::max(dot, 0.0), -term));  // the product's exact remainder
-          mag += std::fabs(wh) * abs_dot;
-        }
+        const auto sum = indexer_logit_sum(in, static_cast<int64_t>(r), k.codes);
         const std::size_t at = r * static_cast<std::size_t>(cols) + static_cast<std::size_t>(p);
-        t.logits[at] = exact_sum(parts) * static_cast<double>(k.scale);
-        t.magnitude[at] = mag * static_cast<double>(k.scale);
+        t.logits[at] = sum.sum * static_cast<double>(k.scale);
+        t.magnitude[at] = sum.magnitude * static_cast<double>(k.scale);
       }
     }
   });

@@ -102,6 +102,7 @@ IndexerRange indexer_logits_range(const IndexerLogitsInputs& in, int64_t row);
 struct IndexerKeyRef {
   const uint8_t* codes = nullptr;
   float scale = 0;
+  int64_t slot = -1;  // paged: the cache slot, block * block_size + offset; ragged: -1
 };
 IndexerKeyRef indexer_logits_key(const IndexerLogitsInputs& in, int64_t row, int64_t p);
 

@@ -11,8 +11,9 @@
 //  * DeepGEMM's own test metric over the valid elements, 1 - 2 sum(xy) / sum(x^2 + y^2), within
 //    the entry's cos_diff (its 1e-3), reported beside the element rule.
 // A failed element's reason names its row (paged: sequence and query token), position, truth,
-// got and bound; when every failed element is its truth times its key's scale, the reason says
-// the kernel applies k_scale twice.
+// got and bound. When one known bug explains every wrong valid element, a reason names it: k_scale
+// applied twice, the relu left out, the scale read from right after each token's codes (the
+// 132-byte record layout, not the cache's: a block's codes first, then its scales).
 #pragma once
 
 #include <cstdint>

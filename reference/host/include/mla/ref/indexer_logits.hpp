@@ -29,6 +29,15 @@ struct IndexerLogitsTruth {
 // Validates first (validate_indexer_logits_inputs), so a rejected call computes nothing.
 IndexerLogitsTruth indexer_logits_reference(const IndexerLogitsInputs& in);
 
+// One logit of row `row` against the key codes `key` (128), before the key's scale: `sum` the
+// correctly rounded sum_h w_h * relu(q8_h . k8) (`relu` false: of the dots as they are, what a
+// kernel without the relu computes), `magnitude` sum_h |w_h| * sum_d |q8_hd * k8_d|. The judge
+// prices its hypotheses about a wrong kernel with it; `in` validated, no NaN code in `key`.
+struct IndexerLogitSum {
+  double sum = 0, magnitude = 0;
+};
+IndexerLogitSum indexer_logit_sum(const IndexerLogitsInputs& in, int64_t row, const uint8_t* key, bool relu = true);
+
 // A correctly rounded float64 sum of `x` (any order gives the same result); `x` finite.
 double exact_sum(std::vector<double> x);
 

@@ -170,7 +170,7 @@ void validate_indexer_logits_inputs(const IndexerLogitsInputs& in, std::string_v
         const int64_t e = in.block_table[static_cast<std::size_t>(b * s.max_blocks + j)];
         if (e < 0 || e >= s.num_blocks) {
           throw Error(fmt::format("{}block_table[{}, {}] = {} is outside the cache's {} blocks (sequence {} reads it: "
-                                  "context_lens {} )",
+                                  "context_lens {})",
                                   prefix, b, j, e, s.num_blocks, b, ctx));
         }
       }
@@ -207,12 +207,12 @@ CostModel indexer_logits_cost_model(const IndexerLogitsInputs& in) {
     }
     keys_read = static_cast<double>(std::max<int64_t>(0, hi - lo));
   }
-  const std::size_t valid_rows = s.layout == Layout::paged ? std::min(static_cast<std::size_t>(std::max<int64_t>(s.rows(), 0)),
-                                                                      in.context_lens.size() * static_cast<std::size_t>(std::max(s.next_n, 1)))
-                                                           : std::min({static_cast<std::size_t>(std::max<int64_t>(s.rows(), 0)),
-                                                                       in.ks.size(), in.ke.size()});
-  for (std::size_t r = 0; r < valid_rows; ++r) {
-    const auto range = indexer_logits_range(in, static_cast<int64_t>(r));
+  // The rows whose index arrays are there to read (the model never reads past a short span).
+  const int64_t known_rows = s.layout == Layout::paged
+                                 ? static_cast<int64_t>(in.context_lens.size()) * std::max(s.next_n, 1)
+                                 : static_cast<int64_t>(std::min(in.ks.size(), in.ke.size()));
+  for (int64_t r = 0; r < std::min(s.rows(), known_rows); ++r) {
+    const auto range = indexer_logits_range(in, r);
     pairs += static_cast<double>(range.end - range.begin);
   }
   CostModel c;

@@ -197,6 +197,58 @@ TEST(IndexerLogitsKernels, EveryRegisteredImplementationMatchesTheOracle) {
   }
 }
 
+TEST(IndexerLogitsKernels, ANameIsUniqueAcrossTheRegistrysLists) {
+  Registry fresh;
+  add_builtin_kernels(fresh);
+  ASSERT_NE(fresh.find_indexer_logits("cpu_indexer_logits"), nullptr);
+  EXPECT_EQ(fresh.find_indexer_logits("cpu_indexer_append"), nullptr) << "another kind's list";
+  struct Named final : IndexerLogitsImpl {
+    IndexerLogitsKernelInfo i;
+    explicit Named(std::string n) { i.name = std::move(n); }
+    const IndexerLogitsKernelInfo& info() const override { return i; }
+    std::unique_ptr<PreparedIndexerLogits> prepare(const IndexerLogitsInputs&) const override { return nullptr; }
+  };
+  EXPECT_THROW(fresh.add(std::make_unique<Named>("cpu_indexer_logits")), Error);
+  EXPECT_THROW(fresh.add(std::make_unique<Named>("cpu_indexer_append")), Error);
+  EXPECT_THROW(fresh.add(std::make_unique<Named>("Bad Name")), Error);
+  EXPECT_NO_THROW(fresh.add(std::make_unique<Named>("another_indexer_logits")));
+  EXPECT_NE(fresh.find_indexer_logits("another_indexer_logits"), nullptr);
+}
+
+TEST(IndexerLogitsKernels, ClaimsAreChecked) {
+  struct Claims final : IndexerLogitsImpl {
+    IndexerLogitsKernelInfo i;
+    const IndexerLogitsKernelInfo& info() const override { return i; }
+    std::unique_ptr<PreparedIndexerLogits> prepare(const IndexerLogitsInputs&) const override { return nullptr; }
+  };
+  Claims k;
+  k.i.layouts = {IndexerLogitsLayout::paged};
+  k.i.next_ns = {1};
+  k.i.heads = {64};
+  k.i.block_sizes = {64};
+  k.i.max_context = 100;
+  IndexerLogitsShape s;
+  s.heads = 64;
+  s.block_size = 64;
+  s.max_context = 100;
+  EXPECT_FALSE(k.check(s).has_value());
+  auto t = s;
+  t.next_n = 2;
+  EXPECT_NE(k.check(t).value_or("").find("next_n=2"), std::string::npos);
+  t = s;
+  t.heads = 32;
+  EXPECT_NE(k.check(t).value_or("").find("heads=32"), std::string::npos);
+  t = s;
+  t.block_size = 16;
+  EXPECT_NE(k.check(t).value_or("").find("block_size=16"), std::string::npos);
+  t = s;
+  t.max_context = 101;
+  EXPECT_NE(k.check(t).value_or("").find("101"), std::string::npos);
+  t = s;
+  t.layout = IndexerLogitsLayout::ragged;
+  EXPECT_NE(k.check(t).value_or("").find("ragged"), std::string::npos);
+}
+
 // The field's bugs, planted in a plain serial float32 kernel that is otherwise right. It finds
 // keys on its own (not through indexer_logits_key), so that the scale's place can be planted.
 enum class Bug { none, no_relu, scale_twice, scale_after_token, sees_later_token, masked_finite, bf16_accumulation };
@@ -205,6 +257,8 @@ std::vector<float> planted(const IndexerLogitsInputs& in, Bug bug) {
   const auto& s = in.shape;
   const int64_t rows = s.rows(), cols = s.cols();
   std::vector<float> out(static_cast<std::size_t>(rows * cols), bug == Bug::masked_finite ? 0.0f : kNegInf);
+  float value[256];
+  for (int c = 0; c < 256; ++c) value[c] = static_cast<float>(e4m3_to_double(static_cast<uint8_t>(c)));
   for (int64_t r = 0; r < rows; ++r) {
     int64_t begin = 0, end = 0;
     if (s.layout == IndexerLogitsLayout::paged) {
@@ -234,8 +288,7 @@ std::vector<float> planted(const IndexerLogitsInputs& in, Bug bug) {
       for (int64_t h = 0; h < s.heads; ++h) {
         float dot = 0;
         for (int64_t d = 0; d < kD; ++d) {
-          dot += static_cast<float>(e4m3_to_double(in.q[static_cast<std::size_t>((r * s.heads + h) * kD + d)])) *
-                 static_cast<float>(e4m3_to_double(k[d]));
+          dot += value[in.q[static_cast<std::size_t>((r * s.heads + h) * kD + d)]] * value[k[d]];
           // The bug: a bfloat16 accumulator (8 significant bits), the precision the bound must reject.
           if (bug == Bug::bf16_accumulation) dot = bf16_to_float(bf16_from_float(dot));
         }

@@ -375,13 +375,15 @@ void TableBuilder::add_indexer_logits() {
   // k_scale one rounding. In all at most ~192 u * B, B = k_scale * sum_h |w_h| * sum_d |q k| per
   // element (the judge computes B with the truth: weights of both signs cancel in the logit, not
   // in the roundings, so the bound scales with B, never with |logit|). 192 u = 2^-16.4; tol
-  // 2^-15 * B keeps 2.7x. Subnormal results round absolutely, by half of 2^-149 each: 192 of them
+  // 2^-15 * B keeps 2.7x. With H heads the count is 128 + H: the entry holds a float32 kernel up to
+  // H = 384 (V3.2 has 64). Subnormal results round absolutely, by half of 2^-149 each: 192 of them
   // stay below 256 * 2^-149 (atol). rtol does not apply. cos_diff: DeepGEMM's own test metric,
   // 1 - 2 sum(xy) / sum(x^2 + y^2) < 1e-3 over the valid logits. Witness
   // (suites/kernels/test_indexer_logits_kernels.cpp, printed as [indexer logits tolerance]):
-  // cpu_indexer_logits and a plain serial float32 loop use 0.012 of tol where every code and
-  // weight is positive (no cancellation: the logit is its whole magnitude), 3e-4 with signed
-  // weights; the planted kernel that accumulates its dots in bfloat16 uses 19x to 27x and FAILs.
+  // cpu_indexer_logits (forward sums) and a serial float32 loop adding in reverse use 0.012 of tol
+  // where every code and weight is positive (no cancellation: the logit is its whole magnitude),
+  // 3e-4 with signed weights; the planted kernel that accumulates its dots in bfloat16 uses 19x to
+  // 27x and FAILs.
   add({.name = "indexer.logits.f32",
        .why = "indexer logits in float32 vs the exact oracle: 128-term dots, 64-term head sum and two products "
               "round by <= 192·2^-24·B, B = k_scale·Σ|w|·Σ|q·k| per element; tol 2^-15·B (2.7x), atol 256·2^-149 "

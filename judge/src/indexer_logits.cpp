@@ -46,7 +46,7 @@ struct Wrong {
 // Whether `got` is `sum * scale` as a float32 kernel would leave it: within the entry's bound of
 // the terms' magnitude at that scale, the same infinity where the float32 product overflows, NaN
 // for a NaN scale.
-bool is(double got, double sum, double magnitude, double scale, const tol::Tolerance& t) {
+bool explains(double got, double sum, double magnitude, double scale, const tol::Tolerance& t) {
   const double want = sum * scale;
   if (std::isnan(got)) return std::isnan(want);  // a NaN scale
   if (std::isinf(got)) return static_cast<float>(want) == got;
@@ -64,14 +64,14 @@ std::vector<std::string> diagnose(const IndexerLogitsInputs& in, const std::vect
   for (const auto& w : wrong) {
     const auto key = indexer_logits_key(in, w.row, w.p);
     const auto with = ref::indexer_logit_sum(in, w.row, key.codes, true);
-    twice += is(w.got, with.sum, with.magnitude, static_cast<double>(key.scale) * key.scale, t);
+    twice += explains(w.got, with.sum, with.magnitude, static_cast<double>(key.scale) * key.scale, t);
     const auto without = ref::indexer_logit_sum(in, w.row, key.codes, false);
-    no_relu += is(w.got, without.sum, without.magnitude, key.scale, t);
+    no_relu += explains(w.got, without.sum, without.magnitude, key.scale, t);
     const std::size_t at = static_cast<std::size_t>(key.slot * kIndexerTokenBytes + kIndexerHeadDim);
     if (key.slot >= 0 && at + sizeof(float) <= in.cache.size()) {
       float scale;
       std::memcpy(&scale, in.cache.data() + at, sizeof scale);
-      after_codes += is(w.got, with.sum, with.magnitude, scale, t);
+      after_codes += explains(w.got, with.sum, with.magnitude, scale, t);
     }
   }
   const auto n = static_cast<int64_t>(wrong.size());

@@ -34,6 +34,10 @@
 #define MLA_BUILTIN_CPU_INDEXER_APPEND_KERNELS(X) \
   X(cpu_indexer_append)                           \
   /* end of the host indexer appends */
+// Host indexer logits kernels (mla/core/indexer_logits.hpp).
+#define MLA_BUILTIN_CPU_INDEXER_LOGITS_KERNELS(X) \
+  X(cpu_indexer_logits)                           \
+  /* end of the host indexer logits kernels */
 
 // CUDA kernels (kernels/cuda, built whenever a CUDA toolkit is present).
 #define MLA_BUILTIN_CUDA_KERNELS(X) \
@@ -56,6 +60,9 @@ MLA_BUILTIN_CPU_TOPK_KERNELS(MLA_DECLARE_TOPK_FACTORY)
 #define MLA_DECLARE_INDEXER_APPEND_FACTORY(name) std::unique_ptr<IndexerAppendImpl> make_##name();
 MLA_BUILTIN_CPU_INDEXER_APPEND_KERNELS(MLA_DECLARE_INDEXER_APPEND_FACTORY)
 #undef MLA_DECLARE_INDEXER_APPEND_FACTORY
+#define MLA_DECLARE_INDEXER_LOGITS_FACTORY(name) std::unique_ptr<IndexerLogitsImpl> make_##name();
+MLA_BUILTIN_CPU_INDEXER_LOGITS_KERNELS(MLA_DECLARE_INDEXER_LOGITS_FACTORY)
+#undef MLA_DECLARE_INDEXER_LOGITS_FACTORY
 #if defined(MLA_HAVE_CUDA_KERNELS)
 MLA_BUILTIN_CUDA_KERNELS(MLA_DECLARE_FACTORY)
 #endif
@@ -71,6 +78,7 @@ void add_builtin_kernels(Registry& registry) {
   MLA_BUILTIN_CPU_MERGE_KERNELS(MLA_ADD)
   MLA_BUILTIN_CPU_TOPK_KERNELS(MLA_ADD)
   MLA_BUILTIN_CPU_INDEXER_APPEND_KERNELS(MLA_ADD)
+  MLA_BUILTIN_CPU_INDEXER_LOGITS_KERNELS(MLA_ADD)
 #if defined(MLA_HAVE_CUDA_KERNELS)
   MLA_BUILTIN_CUDA_KERNELS(MLA_ADD)
 #endif

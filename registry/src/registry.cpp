@@ -18,7 +18,8 @@ void Registry::check_name(const std::string& name) const {
                                           std::string::npos;
   if (!valid) throw Error(fmt::format("Registry::add: kernel name '{}' is not [a-z0-9_]+", name));
   if (find(name) != nullptr || find_prefill(name) != nullptr || find_merge(name) != nullptr ||
-      find_topk(name) != nullptr || find_indexer_append(name) != nullptr) {
+      find_topk(name) != nullptr || find_indexer_append(name) != nullptr ||
+      find_indexer_logits(name) != nullptr) {
     throw Error(fmt::format("Registry::add: kernel '{}' is already registered", name));
   }
 }
@@ -48,6 +49,7 @@ void Registry::add(std::unique_ptr<PrefillImpl> impl) { add_to(prefill_, std::mo
 void Registry::add(std::unique_ptr<MergeImpl> impl) { add_to(merge_, std::move(impl)); }
 void Registry::add(std::unique_ptr<TopkImpl> impl) { add_to(topk_, std::move(impl)); }
 void Registry::add(std::unique_ptr<IndexerAppendImpl> impl) { add_to(indexer_append_, std::move(impl)); }
+void Registry::add(std::unique_ptr<IndexerLogitsImpl> impl) { add_to(indexer_logits_, std::move(impl)); }
 
 const AttentionImpl* Registry::find(std::string_view name) const { return find_in(attention_, name); }
 const PrefillImpl* Registry::find_prefill(std::string_view name) const { return find_in(prefill_, name); }
@@ -55,6 +57,9 @@ const MergeImpl* Registry::find_merge(std::string_view name) const { return find
 const TopkImpl* Registry::find_topk(std::string_view name) const { return find_in(topk_, name); }
 const IndexerAppendImpl* Registry::find_indexer_append(std::string_view name) const {
   return find_in(indexer_append_, name);
+}
+const IndexerLogitsImpl* Registry::find_indexer_logits(std::string_view name) const {
+  return find_in(indexer_logits_, name);
 }
 
 void register_builtin_kernels() {

@@ -167,8 +167,19 @@ TEST(MlaKernels, ListsEveryRegisteredImplementationWithItsBackendAndRole) {
   const auto& merge = mla::Registry::instance().merge();
   const auto& topk = mla::Registry::instance().topk();
   const auto& indexer_append = mla::Registry::instance().indexer_append();
-  ASSERT_EQ(listed.size(), registered.size() + prefill.size() + merge.size() + topk.size() + indexer_append.size())
+  const auto& indexer_logits = mla::Registry::instance().indexer_logits();
+  ASSERT_EQ(listed.size(), registered.size() + prefill.size() + merge.size() + topk.size() + indexer_append.size() +
+                               indexer_logits.size())
       << p.out;
+  ASSERT_FALSE(indexer_logits.empty());
+  for (std::size_t i = 0; i < indexer_logits.size(); ++i) {
+    const auto& k = indexer_logits[i]->info();
+    const auto& e = listed[registered.size() + prefill.size() + merge.size() + topk.size() + indexer_append.size() + i];
+    EXPECT_EQ(e["name"], k.name);
+    EXPECT_EQ(e["kind"], "indexer_logits");
+    EXPECT_EQ(e["capabilities"]["next_ns"], k.next_ns);
+    EXPECT_EQ(e["capabilities"]["layouts"].size(), k.layouts.size());
+  }
   for (std::size_t i = 0; i < indexer_append.size(); ++i) {
     const auto& e = listed[registered.size() + prefill.size() + merge.size() + topk.size() + i];
     EXPECT_EQ(e["name"], indexer_append[i]->info().name);
@@ -210,6 +221,7 @@ TEST(MlaKernels, ListsEveryRegisteredImplementationWithItsBackendAndRole) {
   for (const auto& k : prefill) EXPECT_NE(table.out.find(k->info().name), std::string::npos) << table.out;
   for (const auto& k : topk) EXPECT_NE(table.out.find(k->info().name), std::string::npos) << table.out;
   for (const auto& k : indexer_append) EXPECT_NE(table.out.find(k->info().name), std::string::npos) << table.out;
+  for (const auto& k : indexer_logits) EXPECT_NE(table.out.find(k->info().name), std::string::npos) << table.out;
 }
 
 // ---- memory ----------------------------------------------------------------------------------

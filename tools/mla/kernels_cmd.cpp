@@ -7,6 +7,7 @@
 
 #include "mla/core/attention.hpp"
 #include "mla/core/indexer_cache.hpp"
+#include "mla/core/indexer_logits.hpp"
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
@@ -73,6 +74,20 @@ nlohmann::json kernels_json() {
                          {{"scale_fmts", fmts},
                           {"block_sizes", k.block_sizes},
                           {"fp32_scale_op", to_string(k.conventions.fp32_scale_op)}}));
+  }
+  // An indexer logits kernel writes float32 logits; what it claims is its layouts (paged decode,
+  // ragged prefill), next_n, heads, block sizes and the widest logits row.
+  for (const auto& impl : r.indexer_logits()) {
+    const auto& k = impl->info();
+    std::vector<std::string> layouts;
+    for (const auto l : k.layouts) layouts.emplace_back(to_string(l));
+    list.push_back(entry(k, "indexer_logits", "f32",
+                         {{"layouts", layouts},
+                          {"next_ns", k.next_ns},
+                          {"heads", k.heads},
+                          {"head_dim", kIndexerHeadDim},
+                          {"block_sizes", k.block_sizes},
+                          {"max_context", k.max_context}}));
   }
   return list;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mla/core/indexer_cache.hpp"
+#include "mla/core/indexer_logits.hpp"
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
@@ -22,9 +23,9 @@
 namespace mla {
 
 // One list per case kind's interface: decode (AttentionImpl), prefill (PrefillImpl), the merge
-// of attention states (MergeImpl), the top-k selection (TopkImpl) and the indexer key cache
-// append (IndexerAppendImpl). A name
-// is a kernel's identity in certificates and benchmark rows, so it is unique across all lists.
+// of attention states (MergeImpl), the top-k selection (TopkImpl), the indexer key cache
+// append (IndexerAppendImpl) and the indexer logits (IndexerLogitsImpl). A name is a kernel's
+// identity in certificates and benchmark rows, so it is unique across all lists.
 class Registry {
  public:
   static Registry& instance();
@@ -39,12 +40,15 @@ class Registry {
   const std::vector<std::unique_ptr<TopkImpl>>& topk() const { return topk_; }
   void add(std::unique_ptr<IndexerAppendImpl> impl);
   const std::vector<std::unique_ptr<IndexerAppendImpl>>& indexer_append() const { return indexer_append_; }
+  void add(std::unique_ptr<IndexerLogitsImpl> impl);
+  const std::vector<std::unique_ptr<IndexerLogitsImpl>>& indexer_logits() const { return indexer_logits_; }
   // nullptr when absent.
   const AttentionImpl* find(std::string_view name) const;
   const PrefillImpl* find_prefill(std::string_view name) const;
   const MergeImpl* find_merge(std::string_view name) const;
   const TopkImpl* find_topk(std::string_view name) const;
   const IndexerAppendImpl* find_indexer_append(std::string_view name) const;
+  const IndexerLogitsImpl* find_indexer_logits(std::string_view name) const;
 
  private:
   void check_name(const std::string& name) const;
@@ -56,6 +60,7 @@ class Registry {
   std::vector<std::unique_ptr<MergeImpl>> merge_;
   std::vector<std::unique_ptr<TopkImpl>> topk_;
   std::vector<std::unique_ptr<IndexerAppendImpl>> indexer_append_;
+  std::vector<std::unique_ptr<IndexerLogitsImpl>> indexer_logits_;
 };
 
 // Adds every built-in implementation (the list in registry/src/builtin.cpp) to `registry`. The

@@ -76,8 +76,14 @@ void add_implementation(Session& s, Implementation e, reports::KernelReport r) {
   r.name = e.info.name;
   r.backend = e.info.backend;
   r.description = e.info.description;
-  // A merge writes each case's out in that case's state dtype (its declared dtypes list them).
-  r.out_dtype = e.merge ? "state dtype" : to_string(e.info.out_dtype);
+  r.out_dtype = to_string(e.info.out_dtype);
+  if (e.merge) {
+    // A merge writes each case's out in that case's state dtype: the dtypes it merges, as
+    // `mla kernels` lists them.
+    std::vector<std::string> dtypes;
+    for (const auto d : e.merge->info().dtypes) dtypes.emplace_back(to_string(d));
+    r.out_dtype = fmt::format("{}", fmt::join(dtypes, "|"));
+  }
   r.unavailable = e.unavailable;
   r.declared = declared_json(e);
   e.report_index = s.cert.kernels.size();

@@ -3,6 +3,7 @@
 // edge a merge has: either side empty as +inf (FA2's empty row) and as -inf (FA3's, FlashInfer's)
 // with NaN in that side's out (never to be read), both sides empty in each combination, lse 1000
 // apart around 500 (every e^lse overflows), and finite states.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -97,6 +98,8 @@ void certify_fresh_merge(Session& s, const Implementation& k, uint64_t seed) {
     if (s.in_shard(kFresh, r.name)) s.record(k, std::move(r));
     return;
   }
+  // In name order, as every drawn row of a run (`mla merge` puts a shard's rows in that order).
+  std::sort(cases.begin(), cases.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   for (const auto& c : cases) {
     if (stop_requested(s)) break;
     if (drawn_case(s, k, kFreshMergeFile, c.name) != Drawn::run) continue;

@@ -136,6 +136,8 @@ void certify_fresh_prefill(Session& s, const Implementation& k, uint64_t seed) {
     if (s.in_shard(kFresh, r.name)) s.record(k, std::move(r));
     return;
   }
+  // In name order, as every drawn row of a run (`mla merge` puts a shard's rows in that order).
+  std::sort(cases.begin(), cases.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   for (const auto& c : cases) {
     if (stop_requested(s)) break;
     if (drawn_case(s, k, kFreshPrefillFile, c.name) != Drawn::run) continue;

@@ -28,6 +28,8 @@ const std::vector<CaseRef>& cases_of(const Session& s, const CaseKind& kind) {
 
 void StoredCasesKind::plan(Session& s, const golden::Family& fam, const std::vector<std::string>& files,
                            std::vector<std::string>& unused) const {
+  // Its entry says a family of this kind was selected (why_none), with or without cases.
+  auto& cases = s.kind_cases[std::string(name())];
   if (!any_served(s, *this)) {
     for (const auto& f : files) {
       unused.push_back(fmt::format("{} (family {}: certified for {} implementations; none is selected)", f, fam.name,
@@ -43,7 +45,6 @@ void StoredCasesKind::plan(Session& s, const golden::Family& fam, const std::vec
     s.progress << "warning: " << note << "\n";
     return;
   }
-  auto& cases = s.kind_cases[std::string(name())];
   for (const auto& file : files) {
     for (const auto& c : golden::read_file_info(s.catalog.file(file)).cases) {
       if (s.case_regex && !std::regex_search(fam.certified_as + "/" + c, *s.case_regex)) continue;
@@ -55,6 +56,7 @@ void StoredCasesKind::plan(Session& s, const golden::Family& fam, const std::vec
 bool StoredCasesKind::has_cases(const Session& s) const { return any_served(s, *this) && !cases_of(s, *this).empty(); }
 
 std::string StoredCasesKind::why_none(const Session& s) const {
+  if (!s.kind_cases.count(std::string(name()))) return {};  // none of its families is selected
   if (!any_served(s, *this)) return fmt::format("no selected implementation has the {} entry point", name());
   return fmt::format("no {} case", name());
 }

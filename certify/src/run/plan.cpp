@@ -35,6 +35,13 @@ std::string builtin_version(const Session& s) {
   return fmt::format("{} (commit {})", MLA_VERSION, commit ? commit->substr(0, 12) : std::string("unknown"));
 }
 
+// The state dtypes a merge kernel merges, by name: its claims, its declaration and its out dtype.
+std::vector<std::string> dtype_names(const MergeKernelInfo& i) {
+  std::vector<std::string> n;
+  for (const auto d : i.dtypes) n.emplace_back(to_string(d));
+  return n;
+}
+
 // What the implementation declared, as the host applies it (the certificate's "declared").
 nlohmann::json declared_json(const Implementation& e) {
   if (e.prefill) {
@@ -45,10 +52,8 @@ nlohmann::json declared_json(const Implementation& e) {
     // A merge has no precision class of its own: each case is judged by the entry of its state
     // dtype (merge.out.<dtype>, merge.lse.f32).
     const auto& i = e.merge->info();
-    json dtypes = json::array();
-    for (const auto d : i.dtypes) dtypes.push_back(to_string(d));
     return {{"precision", "the state dtype of each case"},
-            {"dtypes", dtypes},
+            {"dtypes", dtype_names(i)},
             {"head_dims", i.head_dims},
             {"conventions", to_json(i.conventions)}};
   }
@@ -80,9 +85,7 @@ void add_implementation(Session& s, Implementation e, reports::KernelReport r) {
   if (e.merge) {
     // A merge writes each case's out in that case's state dtype: the dtypes it merges, as
     // `mla kernels` lists them.
-    std::vector<std::string> dtypes;
-    for (const auto d : e.merge->info().dtypes) dtypes.emplace_back(to_string(d));
-    r.out_dtype = fmt::format("{}", fmt::join(dtypes, "|"));
+    r.out_dtype = fmt::format("{}", fmt::join(dtype_names(e.merge->info()), "|"));
   }
   r.unavailable = e.unavailable;
   r.declared = declared_json(e);
@@ -188,9 +191,7 @@ std::pair<Implementation, reports::KernelReport> describe_candidate(const Sessio
     e.info.name = i.name, e.info.backend = i.backend, e.info.description = i.description;
     e.merge = c.merge;
     availability(c.merge);
-    json dtypes = json::array();
-    for (const auto d : i.dtypes) dtypes.push_back(to_string(d));
-    caps = {{"dtypes", dtypes}, {"head_dims", i.head_dims}};
+    caps = {{"dtypes", dtype_names(i)}, {"head_dims", i.head_dims}};
   }
   r.origin = {{"kind", c.fault ? "self-test" : "builtin"}, {"capabilities", caps}};
   return {std::move(e), std::move(r)};

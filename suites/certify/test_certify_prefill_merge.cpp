@@ -2,8 +2,9 @@
 // certifier's children, which read the goldens through, are the mla executable). Every registered
 // prefill and merge kernel passes every stored and drawn case of its kind and gets no decode row,
 // a decode kernel gets none of theirs; a prefill kernel that drops each sequence's last key and a
-// merge that reads a side whose lse is +inf are red exactly where their bugs change the answer;
-// shards merged with `mla merge` and a --resume keep their rows; the certificate records each
+// merge that reads a side whose lse is +inf are red exactly where their bugs change the answer; a
+// kernel that throws is an ERROR with its message, one whose second call differs a FAIL, a dtype
+// it does not claim NOT_CLAIMED with its reason; shards merged with `mla merge` and a --resume keep their rows; the certificate records each
 // kernel's kinds and declared conventions.
 #include <gtest/gtest.h>
 
@@ -115,11 +116,75 @@ class ReadsEmptySide final : public mla::MergeImpl {
   mla::MergeKernelInfo info_;
 };
 
+// A prefill whose run() throws: an ERROR with the message wherever it is called.
+class Throws final : public mla::PrefillImpl {
+ public:
+  Throws() {
+    info_.name = "test_prefill_throws";
+    info_.backend = "cpu";
+    info_.description = "throws from run()";
+  }
+  const mla::PrefillKernelInfo& info() const override { return info_; }
+  std::unique_ptr<mla::PreparedPrefill> prepare(const mla::PrefillInputs&) const override {
+    struct Prepared final : mla::PreparedPrefill {
+      void run() override { throw std::runtime_error("injected failure in run()"); }
+      mla::PrefillOutputs results() override { return {}; }
+    };
+    return std::make_unique<Prepared>();
+  }
+
+ private:
+  mla::PrefillKernelInfo info_;
+};
+
+// A merge of float32 states only (the others are NOT_CLAIMED) that keeps state between calls:
+// each call adds the number of calls before it to the first value, so the second call differs.
+class LeakyF32Merge final : public mla::MergeImpl {
+ public:
+  LeakyF32Merge() {
+    info_.name = "test_merge_leaky_f32";
+    info_.backend = "cpu";
+    info_.description = "the fp64 merge of f32 states, plus the count of earlier calls";
+    info_.dtypes = {mla::StateDType::f32};
+  }
+  const mla::MergeKernelInfo& info() const override { return info_; }
+  std::unique_ptr<mla::PreparedMerge> prepare(const mla::MergeInputs& in) const override {
+    struct Prepared final : mla::PreparedMerge {
+      mla::MergeBuffers in;
+      mla::MergeOutputs out;
+      int calls = 0;
+      void run() override {
+        const auto& s = in.shape;
+        const auto n = static_cast<std::size_t>(s.tokens * s.heads * s.head_dim);
+        std::vector<double> a(n), b(n);
+        for (std::size_t i = 0; i < n; ++i) a[i] = state_value(s.dtype, in.out_a, i), b[i] = state_value(s.dtype, in.out_b, i);
+        const std::vector<double> la(in.lse_a.begin(), in.lse_a.end()), lb(in.lse_b.begin(), in.lse_b.end());
+        const auto m = mla::ref::merge_states(s.tokens, s.heads, s.head_dim, a, la, b, lb);
+        out.dtype = s.dtype;
+        out.out = m.out;
+        for (auto& x : out.out) x = static_cast<float>(x);
+        if (!out.out.empty()) out.out[0] += calls++;
+        out.lse.clear();
+        for (const double x : m.lse) out.lse.push_back(static_cast<float>(x));
+      }
+      mla::MergeOutputs results() override { return out; }
+    };
+    auto p = std::make_unique<Prepared>();
+    p->in = mla::MergeBuffers(in);
+    return p;
+  }
+
+ private:
+  mla::MergeKernelInfo info_;
+};
+
 void register_broken_kernels() {
   static const bool once = [] {
     mla::register_builtin_kernels();
     mla::Registry::instance().add(std::make_unique<DropsLastKey>());
     mla::Registry::instance().add(std::make_unique<ReadsEmptySide>());
+    mla::Registry::instance().add(std::make_unique<Throws>());
+    mla::Registry::instance().add(std::make_unique<LeakyF32Merge>());
     return true;
   }();
   (void)once;
@@ -268,6 +333,34 @@ TEST(CertifyPrefillMerge, ABrokenPrefillAndABrokenMergeAreRedWhereTheirBugChange
     }
   }
   EXPECT_EQ(fresh, 3);
+}
+
+TEST(CertifyPrefillMerge, AThrowingKernelIsAnErrorAStatefulOneFailsAndAnUnclaimedDtypeIsNotClaimed) {
+  register_broken_kernels();
+  const TempDir tmp("prefill-merge-paths");
+  const auto cert = certify(options(tmp.path() / "paths", {"test_prefill_throws", "test_merge_leaky_f32"}));
+  const auto& throws = kernel(cert, "test_prefill_throws")["cases"];
+  ASSERT_FALSE(throws.empty());
+  for (const auto& r : throws) {
+    EXPECT_EQ(r["verdict"], "ERROR") << r["case"];
+    EXPECT_NE(r["reasons"].dump().find("injected failure in run()"), std::string::npos) << r["reasons"].dump();
+  }
+  int f32 = 0, unclaimed = 0;
+  for (const auto& r : kernel(cert, "test_merge_leaky_f32")["cases"]) {
+    SCOPED_TRACE(r["case"].get<std::string>());
+    if (r["shape"]["dtype"] == "f32") {
+      ++f32;
+      EXPECT_EQ(r["verdict"], "FAIL");
+      EXPECT_NE(r["reasons"].dump().find("differs between repeated runs"), std::string::npos) << r["reasons"].dump();
+    } else {
+      ++unclaimed;
+      EXPECT_EQ(r["family"], "merge") << "a dtype it does not claim is never drawn for it";
+      EXPECT_EQ(r["verdict"], "NOT_CLAIMED");
+      EXPECT_NE(r["reasons"].dump().find("is not one it merges"), std::string::npos) << r["reasons"].dump();
+    }
+  }
+  EXPECT_GT(f32, 1) << "stored f32 cases and the drawn one";
+  EXPECT_GT(unclaimed, 0);
 }
 
 TEST(CertifyPrefillMerge, ShardsMergedAndAResumeKeepPrefillAndMergeRows) {

@@ -4,11 +4,13 @@
 // a decode kernel gets none of theirs; a prefill kernel that drops each sequence's last key and a
 // merge that reads a side whose lse is +inf are red exactly where their bugs change the answer; a
 // kernel that throws is an ERROR with its message, one whose second call differs a FAIL, a dtype
-// it does not claim NOT_CLAIMED with its reason; shards merged with `mla merge` and a --resume keep their rows; the certificate records each
-// kernel's kinds and declared conventions.
+// it does not claim NOT_CLAIMED with its reason; shards merged with `mla merge` and a --resume keep
+// their rows (a kernel record without `kinds`, as older certificates have, reads as a decode
+// kernel's); the certificate records each kernel's kinds and declared conventions.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -387,6 +389,43 @@ TEST(CertifyPrefillMerge, ShardsMergedAndAResumeKeepPrefillAndMergeRows) {
     SCOPED_TRACE(name);
     EXPECT_EQ(row_keys(kernel(merged, name)), row_keys(kernel(whole, name))) << "the rows, in one run's order";
     EXPECT_EQ(kernel(merged, name)["kinds"], kernel(whole, name)["kinds"]);
+  }
+  // A decode kernel's record written before the kinds were: read as a kernel with the decode
+  // entry, so the shards still merge.
+  std::vector<fs::path> older;
+  for (const auto& part : parts) {
+    const auto dir = tmp.path() / ("older-" + part.filename().string());
+    fs::create_directories(dir);
+    auto j = json::parse(slurp(part / "certificate.json"));
+    for (auto& k : j["kernels"]) {
+      if (k["name"] == kDecode) k.erase("kinds");
+    }
+    std::ofstream(dir / "certificate.json") << j.dump(1);
+    older.push_back(dir);
+  }
+  ASSERT_NO_THROW((void)mla::certify::merge(older, tmp.path() / "merged-older", said)) << said.str();
+  EXPECT_EQ(row_keys(kernel(json::parse(slurp(tmp.path() / "merged-older" / "certificate.json")), kDecode)),
+            row_keys(kernel(whole, kDecode)));
+  // ... and compared with another such kernel: one without the stored decode row is refused.
+  for (const auto& dir : older) {
+    auto j = json::parse(slurp(dir / "certificate.json"));
+    auto copy = kernel(j, kDecode);
+    copy["name"] = "older_decode_copy";
+    json kept = json::array();
+    for (const auto& row : copy["cases"]) {
+      if (row["family"] != "attn_core") kept.push_back(row);
+    }
+    copy["cases"] = kept;
+    j["kernels"].push_back(copy);
+    std::ofstream(dir / "certificate.json") << j.dump(1);
+  }
+  try {
+    (void)mla::certify::merge(older, tmp.path() / "merged-older-2", said);
+    ADD_FAILURE() << "merged kernels of the decode kind that cover different stored cases";
+  } catch (const mla::certify::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("older_decode_copy has no row for case attn_core/h3_sq2_short"),
+              std::string::npos)
+        << e.what();
   }
   auto r = o;
   r.resume = true;

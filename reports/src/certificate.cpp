@@ -429,6 +429,7 @@ json to_json(const Certificate& c) {
                        {"version", k.version},
                        {"origin", k.origin},
                        {"declared", k.declared},
+                       {"kinds", k.kinds},
                        {"notes", k.notes},
                        {"unavailable", opt(k.unavailable)},
                        {"verdict", kernel_verdict(k, finished(c))},
@@ -494,6 +495,7 @@ Certificate certificate_from_json(const json& j) {
       k.version = read_opt<std::string>(kj, kw, "version").value_or("");
       if (kj.contains("origin")) k.origin = kj.at("origin");
       if (kj.contains("declared")) k.declared = kj.at("declared");
+      k.kinds = read_opt<std::vector<std::string>>(kj, kw, "kinds").value_or(std::vector<std::string>{});
       // What --resume compares a plug-in by: it must be what the certifier wrote there.
       if (k.origin.is_object() && k.origin.contains("sha256")) (void)field<std::string>(k.origin, kw + ".origin", "sha256");
       k.notes = read_opt<std::vector<std::string>>(kj, kw, "notes").value_or(std::vector<std::string>{});

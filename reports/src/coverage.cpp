@@ -38,8 +38,14 @@ std::optional<std::pair<int64_t, int64_t>> lengths_of(const json& shape) {
   return r;
 }
 
+// Whether `k` has the decode entry, whose capabilities the decode dimensions describe (a
+// certificate that does not record the kinds held decode kernels only).
+bool decodes(const KernelReport& k) {
+  return k.kinds.empty() || std::find(k.kinds.begin(), k.kinds.end(), "decode") != k.kinds.end();
+}
+
 std::optional<Capabilities> claims_of(const KernelReport& k) {
-  if (!k.origin.is_object() || !k.origin.contains("capabilities")) return std::nullopt;
+  if (!decodes(k) || !k.origin.is_object() || !k.origin.contains("capabilities")) return std::nullopt;
   try {
     return capabilities_from_json(k.origin.at("capabilities"));
   } catch (const std::exception&) {
@@ -96,6 +102,59 @@ struct Ranges {
     if (f.lengths) lengths.add(f.lengths->first), lengths.add(f.lengths->second);
   }
 };
+
+// The dimensions of a kernel without the decode entry (prefill, merge), from the shapes its
+// rows record and the capabilities it declared: only those its rows have.
+std::vector<Coverage::Row> other_kind_table(const KernelReport& k) {
+  const json caps = k.origin.is_object() && k.origin.contains("capabilities") ? k.origin.at("capabilities") : json{};
+  Span heads, heads_ok, total_q, total_q_ok, total_k, total_k_ok;
+  std::set<std::string> calls, calls_ok, dtypes, dtypes_ok;
+  std::set<int64_t> dims, dims_ok;
+  for (const auto& r : k.cases) {
+    const bool ok = r.verdict == Verdict::pass;
+    const auto add_span = [&](const char* key, Span& all, Span& passed) {
+      if (auto v = int_of(r.shape, key)) {
+        all.add(*v);
+        if (ok) passed.add(*v);
+      }
+    };
+    add_span("heads", heads, heads_ok);
+    add_span("total_q", total_q, total_q_ok);
+    add_span("total_k", total_k, total_k_ok);
+    if (r.shape.is_object() && r.shape.contains("causal") && r.shape.at("causal").is_boolean()) {
+      const std::string call = r.shape.at("causal").get<bool>() ? "causal" : "non-causal";
+      calls.insert(call);
+      if (ok) calls_ok.insert(call);
+    }
+    if (auto d = str_of(r.shape, "dtype")) dtypes.insert(*d), ok ? (void)dtypes_ok.insert(*d) : void();
+    if (auto d = int_of(r.shape, "head_dim")) dims.insert(*d), ok ? (void)dims_ok.insert(*d) : void();
+  }
+  const auto claimed = [&](const char* key) -> std::string {
+    if (!caps.is_object() || !caps.contains(key)) return "-";
+    const auto& v = caps.at(key);
+    if (v.is_array()) return v.empty() ? "any" : fmt::format("{}", fmt::join(v, ", "));
+    return v.dump();
+  };
+  std::vector<Coverage::Row> t;
+  if (heads.lo) {
+    const std::string c = caps.is_object() && caps.contains("min_heads") && caps.contains("max_heads")
+                              ? fmt::format("{}–{}", caps.at("min_heads").dump(), caps.at("max_heads").dump())
+                              : "any";
+    t.push_back({"heads", heads.text(), c, heads_ok.text()});
+  }
+  if (!calls.empty()) {
+    std::set<std::string> c;
+    if (caps.is_object() && caps.value("causal", false)) c.insert("causal");
+    if (caps.is_object() && caps.value("non_causal", false)) c.insert("non-causal");
+    t.push_back({"calls", listed(calls), listed(c), listed(calls_ok)});
+  }
+  const std::string max_tokens = claimed("max_total_tokens") == "-" ? "-" : "≤ " + claimed("max_total_tokens");
+  if (total_q.lo) t.push_back({"query rows per call", total_q.text(), max_tokens, total_q_ok.text()});
+  if (total_k.lo) t.push_back({"key rows per call", total_k.text(), max_tokens, total_k_ok.text()});
+  if (!dtypes.empty()) t.push_back({"state dtypes", listed(dtypes), claimed("dtypes"), listed(dtypes_ok)});
+  if (!dims.empty()) t.push_back({"head dims", listed(dims), claimed("head_dims"), listed(dims_ok)});
+  return t;
+}
 
 bool size_filtered(const CaseResult& r) {
   return r.verdict == Verdict::skipped && r.cause == Cause::over_max_tokens;
@@ -163,6 +222,10 @@ Coverage coverage(const KernelReport& k) {
   if (varlen_out) c.claims_exclude.push_back("variable lengths");
   if (unexplained > 0) c.claims_exclude.push_back(fmt::format("{} by its own refusal", unexplained));
 
+  if (!decodes(k)) {
+    c.table = other_kind_table(k);
+    return c;
+  }
   std::string claimed_formats = "-", claimed_kinds = "-", claimed_heads = "-", claimed_s_q = "-", claimed_pages = "-",
               claimed_lengths = "-";
   if (claims) {

@@ -79,6 +79,7 @@ std::string compact_reason(const CaseResult& r) {
 
 void coverage_table(std::string& md, const KernelReport& k) {
   const auto cov = coverage(k);
+  if (cov.table.empty()) return;
   md += "\n| coverage | selected cases | claimed | passed |\n|---|---|---|---|\n";
   for (const auto& row : cov.table) {
     md += fmt::format("| {} | {} | {} | {} |\n", row.dimension, cell(row.catalog), cell(row.claimed), cell(row.passed));

@@ -27,7 +27,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Bitwise, so that NaN payloads and signed zeros count too: run() must be repeatable exactly.
+template <class T>
+std::string digest(std::span<const T> v) {
+  return sha256_hex({reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()});
+}
+
+std::vector<std::string> input_digests(const AttnInputs& in) {
+  return {digest(in.q), digest(in.kv_cache), digest(in.block_table), digest(in.cache_seqlens), digest(in.indices)};
+}
+const char* const kInputNames[] = {"q", "kv_cache", "block_table", "cache_seqlens", "indices"};
+
+}  // namespace
+
 std::optional<std::string> first_difference(const std::vector<double>& a, const std::vector<double>& b,
                                             const char* what) {
   if (a.size() != b.size()) {
@@ -41,18 +52,6 @@ std::optional<std::string> first_difference(const std::vector<double>& a, const 
   return fmt::format("{} differs between repeated runs at {} elements, first flat index {} ({} vs {})", what, n, first,
                      a[first], b[first]);
 }
-
-template <class T>
-std::string digest(std::span<const T> v) {
-  return sha256_hex({reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()});
-}
-
-std::vector<std::string> input_digests(const AttnInputs& in) {
-  return {digest(in.q), digest(in.kv_cache), digest(in.block_table), digest(in.cache_seqlens), digest(in.indices)};
-}
-const char* const kInputNames[] = {"q", "kv_cache", "block_table", "cache_seqlens", "indices"};
-
-}  // namespace
 
 RunResult execute(const AttentionImpl& impl, const AttnInputs& in, int repeats, bool enforce_caps) {
   RunResult r;

@@ -7,5 +7,7 @@ namespace mla::certify {
 
 const CaseKind& decode_kind();  // kinds/decode/kind.cpp
 const CaseKind& append_kind();  // kinds/append/kind.cpp
+const CaseKind& prefill_kind();  // kinds/prefill/kind.cpp
+const CaseKind& merge_kind();    // kinds/merge/kind.cpp
 
 }  // namespace mla::certify

@@ -25,7 +25,7 @@ const CaseKind* find_in(const std::vector<const CaseKind*>& kinds, std::string_v
 // The list itself, unchecked (check_catalog_kinds needs it before case_kinds() may return it).
 const std::vector<const CaseKind*>& registered() {
   // Run order: the kinds every implementation has first (common()), then the others.
-  static const std::vector<const CaseKind*> kinds{&decode_kind(), &append_kind()};
+  static const std::vector<const CaseKind*> kinds{&decode_kind(), &append_kind(), &prefill_kind(), &merge_kind()};
   return kinds;
 }
 

@@ -3,8 +3,9 @@
 // implementation of a merged certificate holds the same catalog cases. A certificate is a file a
 // user can edit; these checks catch an edit that makes it contradict itself, never one that
 // keeps it self-consistent (certify/README.md, "What the tools trust").
-#include <tuple>
+#include <algorithm>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -19,15 +20,25 @@ std::string row_name(const reports::KernelReport& k, const reports::CaseResult& 
   return fmt::format("{} case {}/{} (file {})", k.name, r.family, r.name, r.file);
 }
 
-// Rows every implementation of a run holds: the stored cases of the kinds every implementation
-// has (CaseKind::common; fresh cases are drawn inside each implementation's claims, appends
-// exist for plug-ins with an append entry only, a stored case's twin for kernels from outside
-// the suite only).
-bool common_row(const reports::CaseResult& r) {
-  if (is_fresh_file(r.file)) return false;
-  if (r.name.ends_with(kTwinSuffix)) return false;
+// The kind of a row that every implementation serving that kind holds: the stored cases of the
+// kinds every implementation with their entry point is certified on (CaseKind::common; fresh
+// cases are drawn inside each implementation's claims, appends exist for plug-ins with an append
+// entry only, a stored case's twin for kernels from outside the suite only); nullptr otherwise.
+const CaseKind* common_kind(const reports::CaseResult& r) {
+  if (is_fresh_file(r.file)) return nullptr;
+  if (r.name.ends_with(kTwinSuffix)) return nullptr;
   const CaseKind* kind = case_kind_of_rows(r.family);
-  return kind && kind->common();
+  return kind && kind->common() ? kind : nullptr;
+}
+
+// Whether `k` is certified on `kind`. A certificate written before the kinds were recorded had
+// only kernels with the decode entry: they serve the kinds every such kernel has (common) and
+// those they hold rows of (append).
+bool serves(const reports::KernelReport& k, const CaseKind& kind) {
+  if (!k.kinds.empty()) return std::find(k.kinds.begin(), k.kinds.end(), kind.name()) != k.kinds.end();
+  if (kind.common()) return true;
+  return std::any_of(k.cases.begin(), k.cases.end(),
+                     [&](const reports::CaseResult& r) { return case_kind_of_rows(r.family) == &kind; });
 }
 
 }  // namespace
@@ -52,30 +63,37 @@ void check_consistent(const reports::Certificate& c, const std::string& where) {
 }
 
 void check_same_cases(const reports::Certificate& c, const std::string& where) {
-  if (c.kernels.size() < 2) return;
-  auto cases_of = [](const reports::KernelReport& k) {
+  auto cases_of = [](const reports::KernelReport& k, const CaseKind* kind) {
     std::set<std::string> keys;
     for (const auto& r : k.cases) {
-      if (common_row(r)) keys.insert(fmt::format("{}/{} (file {})", r.family, r.name, r.file));
+      if (common_kind(r) == kind) keys.insert(fmt::format("{}/{} (file {})", r.family, r.name, r.file));
     }
     return keys;
   };
-  const auto first = cases_of(c.kernels.front());
-  for (std::size_t i = 1; i < c.kernels.size(); ++i) {
-    const auto other = cases_of(c.kernels[i]);
-    if (other == first) continue;
-    auto missing = [&](const std::string& lacks, const std::string& key, const std::string& has) {
-      return UsageError(fmt::format("{}: the implementations cover different cases: {} has no row for case {} that {} "
-                                    "has; refused",
-                                    where, lacks, key, has));
-    };
-    const auto& a = c.kernels.front().name;
-    const auto& b = c.kernels[i].name;
-    for (const auto& key : first) {
-      if (!other.count(key)) throw missing(b, key, a);
-    }
-    for (const auto& key : other) {
-      if (!first.count(key)) throw missing(a, key, b);
+  // Kind by kind, among the implementations certified on it: a prefill kernel holds no decode row.
+  for (const CaseKind* kind : case_kinds()) {
+    if (!kind->common()) continue;
+    const reports::KernelReport* first_kernel = nullptr;
+    std::set<std::string> first;
+    for (const auto& k : c.kernels) {
+      if (!serves(k, *kind)) continue;
+      const auto other = cases_of(k, kind);
+      if (!first_kernel) {
+        first_kernel = &k, first = other;
+        continue;
+      }
+      if (other == first) continue;
+      auto missing = [&](const std::string& lacks, const std::string& key, const std::string& has) {
+        return UsageError(fmt::format("{}: the implementations cover different cases: {} has no row for case {} that "
+                                      "{} has; refused",
+                                      where, lacks, key, has));
+      };
+      for (const auto& key : first) {
+        if (!other.count(key)) throw missing(k.name, key, first_kernel->name);
+      }
+      for (const auto& key : other) {
+        if (!first.count(key)) throw missing(first_kernel->name, key, k.name);
+      }
     }
   }
 }

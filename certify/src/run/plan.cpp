@@ -35,8 +35,28 @@ std::string builtin_version(const Session& s) {
   return fmt::format("{} (commit {})", MLA_VERSION, commit ? commit->substr(0, 12) : std::string("unknown"));
 }
 
+// The state dtypes a merge kernel merges, by name: its claims, its declaration and its out dtype.
+std::vector<std::string> dtype_names(const MergeKernelInfo& i) {
+  std::vector<std::string> n;
+  for (const auto d : i.dtypes) n.emplace_back(to_string(d));
+  return n;
+}
+
 // What the implementation declared, as the host applies it (the certificate's "declared").
 nlohmann::json declared_json(const Implementation& e) {
+  if (e.prefill) {
+    const auto& i = e.prefill->info();
+    return {{"precision", to_json(precision_class(i), i.compute.has_value())}, {"conventions", to_json(i.conventions)}};
+  }
+  if (e.merge) {
+    // A merge has no precision class of its own: each case is judged by the entry of its state
+    // dtype (merge.out.<dtype>, merge.lse.f32).
+    const auto& i = e.merge->info();
+    return {{"precision", "the state dtype of each case"},
+            {"dtypes", dtype_names(i)},
+            {"head_dims", i.head_dims},
+            {"conventions", to_json(i.conventions)}};
+  }
   json j = {{"precision", to_json(precision_class(e.info), e.info.compute.has_value())},
             {"conventions", to_json(e.info.conventions)}};
   if (e.external) {
@@ -62,6 +82,11 @@ void add_implementation(Session& s, Implementation e, reports::KernelReport r) {
   r.backend = e.info.backend;
   r.description = e.info.description;
   r.out_dtype = to_string(e.info.out_dtype);
+  if (e.merge) {
+    // A merge writes each case's out in that case's state dtype: the dtypes it merges, as
+    // `mla kernels` lists them.
+    r.out_dtype = fmt::format("{}", fmt::join(dtype_names(e.merge->info()), "|"));
+  }
   r.unavailable = e.unavailable;
   r.declared = declared_json(e);
   e.report_index = s.cert.kernels.size();
@@ -122,25 +147,73 @@ void add_plugin(Session& s, const fs::path& path, std::size_t i) {
   add_implementation(s, std::move(e), std::move(r));
 }
 
+// A registered or fault kernel of any kind the run can select: exactly one of the pointers set.
+// A fault kernel of another kind is one more entry with its pointer and `fault` set.
+struct Candidate {
+  const AttentionImpl* impl = nullptr;
+  const PrefillImpl* prefill = nullptr;
+  const MergeImpl* merge = nullptr;
+  std::optional<std::string> fault;
+  const std::string& name() const {
+    return impl ? impl->info().name : prefill ? prefill->info().name : merge->info().name;
+  }
+};
+
+// The implementation and the report of one candidate (the kind-specific fields).
+std::pair<Implementation, reports::KernelReport> describe_candidate(const Session& s, const Candidate& c) {
+  Implementation e;
+  reports::KernelReport r;
+  r.version = builtin_version(s);
+  if (c.fault) e.ref.fault = c.fault;
+  else e.ref.builtin = c.name();
+  const auto availability = [&](auto* k) {
+    try {
+      e.unavailable = k->unavailable();
+    } catch (const std::exception& ex) {
+      e.unavailable = fmt::format("unavailable() threw: {}", ex.what());
+    }
+  };
+  json caps;
+  if (c.impl) {
+    e.info = c.impl->info();
+    e.impl = c.impl;
+    availability(c.impl);
+    caps = to_json(e.info.caps);
+  } else if (c.prefill) {
+    const auto& i = c.prefill->info();
+    e.info.name = i.name, e.info.backend = i.backend, e.info.description = i.description;
+    e.info.out_dtype = i.out_dtype;
+    e.prefill = c.prefill;
+    availability(c.prefill);
+    caps = to_json(i.caps);
+  } else {
+    const auto& i = c.merge->info();
+    e.info.name = i.name, e.info.backend = i.backend, e.info.description = i.description;
+    e.merge = c.merge;
+    availability(c.merge);
+    caps = {{"dtypes", dtype_names(i)}, {"head_dims", i.head_dims}};
+  }
+  r.origin = {{"kind", c.fault ? "self-test" : "builtin"}, {"capabilities", caps}};
+  return {std::move(e), std::move(r)};
+}
+
 void select_implementations(Session& s) {
   const Options& o = s.options;
   register_builtin_kernels();
-  struct Candidate {
-    const AttentionImpl* impl;
-    std::optional<std::string> fault;
-  };
   std::vector<Candidate> pool;
-  for (const auto& k : Registry::instance().attention()) pool.push_back({k.get(), std::nullopt});
+  for (const auto& k : Registry::instance().attention()) pool.push_back({.impl = k.get()});
   for (const auto& name : o.faults) {
     const auto& known = faults::names();
     if (std::find(known.begin(), known.end(), name) == known.end()) {
       throw UsageError(fmt::format("unknown fault kernel '{}' (known: {})", name, fmt::join(known, ", ")));
     }
     s.fault_kernels.push_back(faults::make(name));
-    pool.push_back({s.fault_kernels.back().get(), name});
+    pool.push_back({.impl = s.fault_kernels.back().get(), .fault = name});
   }
+  for (const auto& k : Registry::instance().prefill()) pool.push_back({.prefill = k.get()});
+  for (const auto& k : Registry::instance().merge()) pool.push_back({.merge = k.get()});
   std::set<std::string> known;
-  for (const auto& c : pool) known.insert(c.impl->info().name);
+  for (const auto& c : pool) known.insert(c.name());
   for (const auto& want : o.kernels) {
     if (!known.count(want)) {
       throw UsageError(fmt::format("no implementation named '{}' (known: {})", want, fmt::join(known, ", ")));
@@ -149,23 +222,11 @@ void select_implementations(Session& s) {
   // --plugin or --python alone certifies those (and any requested fault kernels), not the whole
   // registry; with neither --kernel nor --plugin, everything registered.
   for (const auto& c : pool) {
-    const auto& name = c.impl->info().name;
+    const auto& name = c.name();
     const bool wanted = o.kernels.empty() ? ((o.plugins.empty() && o.pythons.empty()) || c.fault.has_value())
                                           : std::find(o.kernels.begin(), o.kernels.end(), name) != o.kernels.end();
     if (!wanted) continue;
-    Implementation e;
-    e.info = c.impl->info();
-    e.impl = c.impl;
-    if (c.fault) e.ref.fault = c.fault;
-    else e.ref.builtin = name;
-    try {
-      e.unavailable = c.impl->unavailable();
-    } catch (const std::exception& ex) {
-      e.unavailable = fmt::format("unavailable() threw: {}", ex.what());
-    }
-    reports::KernelReport r;
-    r.version = builtin_version(s);
-    r.origin = {{"kind", c.fault ? "self-test" : "builtin"}, {"capabilities", to_json(e.info.caps)}};
+    auto [e, r] = describe_candidate(s, c);
     add_implementation(s, std::move(e), std::move(r));
   }
   // Each description is a child process that may take its whole deadline: a stop is honoured
@@ -184,7 +245,17 @@ void select_implementations(Session& s) {
   // this process (--in-process: one process, so one CUDA context, for the whole run) beside
   // plug-ins and Python kernels, which always run each case in fresh child processes.
   for (const auto& k : s.implementations) {
-    s.report(k).origin["isolation"] = s.isolated(k) ? "child_per_case" : "in_process";
+    auto& r = s.report(k);
+    r.origin["isolation"] = s.isolated(k) ? "child_per_case" : "in_process";
+    if (!k.decodes()) {
+      r.origin["isolation_note"] = "no child transport exists for prefill and merge kernels yet: registered ones "
+                                   "run in this process, whatever --in-process says for decode kernels";
+    }
+    // The case kinds it is certified on, so a shard or resumed certificate compares each kind's
+    // rows among the implementations that have them (consistency.cpp).
+    for (const CaseKind* kind : case_kinds()) {
+      if (kind->serves(k)) r.kinds.emplace_back(kind->name());
+    }
   }
 }
 

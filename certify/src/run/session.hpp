@@ -22,6 +22,8 @@
 #include "mla/certify/protocol.hpp"
 #include "mla/certify/twin.hpp"
 #include "mla/core/kernel.hpp"
+#include "mla/core/merge.hpp"
+#include "mla/core/prefill_kernel.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
 #include "mla/judge/attention.hpp"
@@ -50,6 +52,14 @@ struct Implementation {
   uint32_t append_formats = 0, append_scale_fmts = 0;  // plug-ins with an append entry (ABI 1.1)
   uint32_t append_fp8_recipes = 0;                     // MLA_PLUGIN_RECIPE_* its FP8 append writes
   std::size_t report_index = 0;                         // its KernelReport in the certificate
+  // An implementation of one other kind only (exactly one set, impl then null): a registered
+  // prefill or merge kernel. `info` then holds its name, backend, description and out dtype
+  // alone. There is no child transport for these kinds: they run in this process.
+  const PrefillImpl* prefill = nullptr;
+  const MergeImpl* merge = nullptr;
+  // Whether it has the decode entry point (every registered decode kernel, fault kernel,
+  // plug-in and Python kernel; a prefill or merge kernel has none).
+  bool decodes() const { return !prefill && !merge; }
 };
 
 // A case of the plan: the family as the certificate names it, the catalog file, the case.
@@ -124,6 +134,8 @@ class Session {
   std::vector<Implementation> implementations;
   std::vector<std::unique_ptr<AttentionImpl>> fault_kernels;  // owned; implementations point at them
   std::vector<CaseRef> attention_cases;
+  // The stored cases of the kinds that plan them one by one (prefill, merge), by kind name.
+  std::map<std::string, std::vector<CaseRef>> kind_cases;
   // Every file of the catalog by the family its `family` attribute names (never by its file
   // name), in name order; every one of them read through in a child first (golden_check.hpp).
   std::map<std::string, std::vector<std::string>> family_files;
@@ -163,7 +175,10 @@ class Session {
   void save();
   // The certificate as written: this run's rows, then those kept from outside its selection.
   reports::Certificate with_outside() const;
-  bool isolated(const Implementation& k) const { return k.external || options.isolate || !k.impl; }
+  // A prefill or merge kernel never is: no child transport exists for those kinds yet.
+  bool isolated(const Implementation& k) const {
+    return k.decodes() && (k.external || options.isolate || !k.impl);
+  }
   // Whether a case of the selection belongs to this run's --shard (always, without one).
   bool in_shard(const std::string& family, const std::string& name) const {
     return options.shard_count == 0 || shard_of(family, name, options.shard_count) == options.shard_index;

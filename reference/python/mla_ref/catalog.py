@@ -28,7 +28,7 @@ class Family:
     seed: int | None   # None for a generated family: its cases come from the run's seed
     kind: str          # one of KINDS
     case_kind: str     # the `kind` attribute every case carries
-    certify: str       # the case kind of `mla certify` that certifies it ("decode", "append"), or "none"
+    certify: str       # the case kind of `mla certify` that certifies it ("decode", "append", "prefill", "merge"), or "none"
     certified_as: str  # the family name of its certificate rows
     about: str
     generated: bool = False  # drawn at run time, no stored file

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "mla/certify/protocol.hpp"
 #include "mla/core/kernel.hpp"
@@ -19,6 +20,11 @@ namespace mla::certify {
 // model, prepare, and every run timed and compared bitwise with the first; inputs checksummed
 // before and after. Never throws: a kernel's exception becomes Status::error.
 RunResult execute(const AttentionImpl& impl, const AttnInputs& in, int repeats, bool enforce_caps);
+
+// Where `b` (a repeated run's `what`: "out", "lse") differs from `a`, bitwise, so that NaN
+// payloads and signed zeros count too (run() must be repeatable exactly); nullopt when equal.
+std::optional<std::string> first_difference(const std::vector<double>& a, const std::vector<double>& b,
+                                            const char* what);
 
 // A Python kernel (`mla certify --python SPEC`): its children are the user's Python running the
 // door's child (kernels/python/mla_door/child.py), never this executable.

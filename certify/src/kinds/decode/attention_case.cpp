@@ -41,6 +41,7 @@ class AttentionCase {
     // Results that --resume may keep; the order of the certificate stays the order of the run.
     std::vector<const Implementation*> pending;
     for (const auto& k : s_.implementations) {
+      if (!k.decodes()) continue;
       if (auto kept = s_.kept(k, ref_)) {
         s_.record(k, std::move(*kept));
         if (has_twin(k)) {
@@ -326,7 +327,7 @@ void certify_attention_case(Session& s, const CaseRef& ref, std::size_t i) { Att
 void ask_catalog_claims(Session& s) {
   std::vector<const Implementation*> asking;
   for (const auto& k : s.implementations) {
-    if (k.can_implement && !k.unavailable) asking.push_back(&k);
+    if (k.decodes() && k.can_implement && !k.unavailable) asking.push_back(&k);
   }
   if (asking.empty()) return;
   std::map<const Implementation*, std::vector<ClaimQuestion>> questions;

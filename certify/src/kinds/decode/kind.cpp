@@ -21,6 +21,7 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 void progress_line(Session& s, std::size_t i, std::size_t n, const CaseRef& ref, double secs) {
   std::string verdicts;
   for (const auto& k : s.implementations) {
+    if (!k.decodes()) continue;
     const auto& cases = s.report(k).cases;
     if (cases.empty()) continue;
     verdicts += fmt::format(" {}={}", k.info.name, tol::to_string(cases.back().verdict));
@@ -35,7 +36,7 @@ class DecodeKind final : public CaseKind {
   golden::FamilyKind loads() const override { return golden::FamilyKind::attention; }
   bool common() const override { return true; }
   std::vector<std::string> drawn_files() const override { return {kFresh}; }
-  bool serves(const Implementation&) const override { return true; }
+  bool serves(const Implementation& k) const override { return k.decodes(); }
 
   void plan(Session& s, const golden::Family& fam, const std::vector<std::string>& files,
             std::vector<std::string>&) const override {
@@ -56,8 +57,13 @@ class DecodeKind final : public CaseKind {
     }
   }
 
-  bool has_cases(const Session& s) const override { return !s.attention_cases.empty(); }
-  std::string why_none(const Session&) const override { return "no decode case"; }
+  bool has_cases(const Session& s) const override {
+    return !s.attention_cases.empty() && std::any_of(s.implementations.begin(), s.implementations.end(),
+                                                     [this](const Implementation& k) { return serves(k); });
+  }
+  std::string why_none(const Session& s) const override {
+    return s.attention_cases.empty() ? "no decode case" : "no selected implementation has the decode entry point";
+  }
 
   void cut_to_shard(Session& s) const override {
     const auto before = s.attention_cases.size();
@@ -76,7 +82,10 @@ class DecodeKind final : public CaseKind {
   }
 
   bool certify_stored(Session& s) const override {
-    s.progress << fmt::format("mla certify: {} implementations x {} cases from {}\n", s.implementations.size(),
+    const auto decoders = std::count_if(s.implementations.begin(), s.implementations.end(),
+                                        [](const Implementation& k) { return k.decodes(); });
+    if (decoders == 0) return true;  // only kernels of other kinds selected: no row to write
+    s.progress << fmt::format("mla certify: {} implementations x {} cases from {}\n", decoders,
                               s.attention_cases.size(), s.cert.goldens_dir);
     ask_catalog_claims(s);
     for (std::size_t i = 0; i < s.attention_cases.size(); ++i) {

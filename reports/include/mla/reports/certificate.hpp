@@ -101,6 +101,10 @@ struct KernelReport {
   // by the output dtype), lse and index conventions, FP8 append recipes, whether it has a
   // can_implement. Null in certificates written before declarations were recorded.
   nlohmann::json declared;
+  // The case kinds (mla certify's catalog words: decode, append, prefill, merge) it is certified
+  // on. Empty in certificates written before kinds other than decode and append had kernels of
+  // their own: such a kernel has the decode entry (and the append one where it has append rows).
+  std::vector<std::string> kinds;
   std::vector<std::string> notes;  // informational, never part of the verdict
   std::optional<std::string> unavailable;
   std::vector<CaseResult> cases;

@@ -1,0 +1,134 @@
+// The merge kind: every registered merge of two attention states (mla/core/merge.hpp's MergeImpl)
+// on every case of the catalog's merge families, then on cases drawn inside its claims. Judged by
+// judge_merge (judge/merge.hpp) against the C++ fp64 oracle (mla::ref::merge_states), computed
+// here. There is no child transport for merges yet: their kernels run in this process.
+#include <fmt/format.h>
+
+#include "kinds/kinds.hpp"
+#include "kinds/merge/merge_rows.hpp"
+#include "kinds/stored_kind.hpp"
+#include "mla/core/sha256.hpp"
+#include "mla/golden/golden.hpp"
+#include "mla/judge/merge.hpp"
+
+namespace mla::certify {
+namespace {
+
+using tol::Verdict;
+
+nlohmann::json shape_json(const MergeShape& s) {
+  return {{"tokens", s.tokens}, {"heads", s.heads}, {"head_dim", s.head_dim}, {"dtype", to_string(s.dtype)}};
+}
+
+template <class T>
+void add_digest(std::string& d, std::span<const T> v) {
+  d += sha256_hex({reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()});
+}
+
+// A stored case as the kernel's inputs: its values are exact values of the state dtype, so
+// re-encoding them loses nothing.
+MergeBuffers inputs_of(const golden::MergeCase& c) {
+  MergeBuffers b;
+  b.shape = {c.tokens, static_cast<int>(c.heads), static_cast<int>(c.head_dim), state_dtype_from_string(c.out_dtype)};
+  for (const double x : c.out_a) append_state_value(b.shape.dtype, x, b.out_a);
+  for (const double x : c.out_b) append_state_value(b.shape.dtype, x, b.out_b);
+  b.lse_a.assign(c.lse_a.begin(), c.lse_a.end());
+  b.lse_b.assign(c.lse_b.begin(), c.lse_b.end());
+  return b;
+}
+
+class MergeKind final : public StoredCasesKind {
+ public:
+  std::string_view name() const override { return "merge"; }
+  std::string_view families_are() const override { return "merge families"; }
+  golden::FamilyKind loads() const override { return golden::FamilyKind::merge; }
+  std::vector<std::string> drawn_files() const override { return {kFreshMergeFile}; }
+  bool serves(const Implementation& k) const override { return k.merge != nullptr; }
+  void certify_fresh(Session& s, const Implementation& k, uint64_t seed) const override {
+    certify_fresh_merge(s, k, seed);
+  }
+
+ protected:
+  void certify_case(Session& s, const CaseRef& ref, const std::vector<const Implementation*>& pending) const override {
+    golden::MergeCase c;
+    MergeBuffers in;
+    ref::MergeResult truth;
+    try {
+      c = golden::load_merge_case(s.catalog.file(ref.file), ref.name);
+      in = inputs_of(c);
+      truth = merge_truth(in.view());
+    } catch (const std::exception& e) {
+      for (const auto* k : pending) {
+        auto r = s.base_result(ref);
+        r.verdict = Verdict::error;
+        r.reasons.push_back(fmt::format("case failed to load: {}", e.what()));
+        s.record(*k, std::move(r));
+      }
+      return;
+    }
+    for (const auto* k : pending) s.record(*k, merge_row(s, *k, ref, c.description, in.view(), truth));
+  }
+};
+
+}  // namespace
+
+ref::MergeResult merge_truth(const MergeInputs& in) {
+  const auto& s = in.shape;
+  const auto n = static_cast<std::size_t>(s.tokens) * static_cast<std::size_t>(s.heads) * static_cast<std::size_t>(s.head_dim);
+  std::vector<double> a(n), b(n);
+  for (std::size_t i = 0; i < n; ++i) a[i] = state_value(s.dtype, in.out_a, i), b[i] = state_value(s.dtype, in.out_b, i);
+  const std::vector<double> la(in.lse_a.begin(), in.lse_a.end()), lb(in.lse_b.begin(), in.lse_b.end());
+  return ref::merge_states(s.tokens, s.heads, s.head_dim, a, la, b, lb);
+}
+
+reports::CaseResult merge_row(Session& s, const Implementation& k, const CaseRef& ref, const std::string& description,
+                              const MergeInputs& in, const ref::MergeResult& truth) {
+  auto r = s.base_result(ref);
+  r.description = description;
+  r.shape = shape_json(in.shape);
+  const MergeImpl& impl = *k.merge;
+  if (k.unavailable) {
+    r.verdict = Verdict::skipped;
+    r.reasons.push_back(*k.unavailable);
+    return r;
+  }
+  try {
+    if (auto no = impl.check(in.shape)) {
+      r.verdict = Verdict::not_claimed;
+      r.reasons.push_back(*no);
+      return r;
+    }
+    const auto cost = impl.cost(in.shape);
+    r.bytes = cost.bytes;
+    r.flops = cost.flops;
+  } catch (const std::exception& e) {
+    r.verdict = Verdict::error;
+    r.reasons.push_back(fmt::format("the claim could not be decided (check() or cost()): {}", e.what()));
+    return r;
+  }
+  // The one boundary between the canonical conventions and the kernel's declared ones.
+  const auto& conv = impl.info().conventions;
+  MergeInputs kin = in;
+  const auto lse_a = merge_lse_to_kernel(conv, in.shape, in.lse_a);
+  const auto lse_b = merge_lse_to_kernel(conv, in.shape, in.lse_b);
+  if (lse_a) kin.lse_a = *lse_a;
+  if (lse_b) kin.lse_b = *lse_b;
+  auto run = call_in_process<PreparedMerge, MergeOutputs>(
+      [&] { return impl.prepare(kin); }, in_process_calls(s), [&] {
+        std::string d;
+        add_digest(d, kin.out_a), add_digest(d, kin.out_b), add_digest(d, kin.lse_a), add_digest(d, kin.lse_b);
+        return d;
+      });
+  judge_in_process<MergeOutputs>(r, run, [&] {
+    outputs_to_canonical(conv, in.shape, run.outputs);
+    return judge_merge(in.shape, run.outputs, {truth.out, truth.lse});
+  });
+  return r;
+}
+
+const CaseKind& merge_kind() {
+  static const MergeKind kind;
+  return kind;
+}
+
+}  // namespace mla::certify

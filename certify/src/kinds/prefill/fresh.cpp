@@ -1,0 +1,155 @@
+// The prefill cases drawn at run time (family fresh, rows of file fresh_prefill): from the run's
+// seed, per implementation, inside its claims, so no stored answer can stand in for a computed
+// one. Each is a few hundred tokens at most (well under a tenth of a second on one core for the
+// oracles and two calls): the CI runs the certifier many times.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "kinds/prefill/prefill_rows.hpp"
+#include "kinds/stored_kind.hpp"
+#include "mla/core/generator.hpp"
+
+namespace mla::certify {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class Draw {
+ public:
+  explicit Draw(uint64_t seed) : state_(seed) {}
+  uint64_t next() { return gen::mix64(state_++ + 0x9E3779B97F4A7C15ull); }
+  int in(int lo, int hi) { return hi <= lo ? lo : lo + static_cast<int>(next() % static_cast<uint64_t>(hi - lo + 1)); }
+
+ private:
+  uint64_t state_;
+};
+
+struct Seq {
+  int s_q = 0, s_k = 0;
+};
+
+// The inputs of one drawn case: q with standard deviation `q_std`, keys and values 1; the rope
+// part of k (its last 64 of 192) one k_pe per token shared by every head, as MLA's MHA form has it.
+PrefillBuffers build(uint64_t seed, int heads, bool causal, const std::vector<Seq>& seqs, double q_std) {
+  PrefillBuffers b;
+  b.cu_seqlens_q = {0};
+  b.cu_seqlens_k = {0};
+  for (const auto& s : seqs) {
+    b.cu_seqlens_q.push_back(b.cu_seqlens_q.back() + s.s_q);
+    b.cu_seqlens_k.push_back(b.cu_seqlens_k.back() + s.s_k);
+  }
+  b.shape.batch = static_cast<int>(seqs.size());
+  b.shape.heads = heads;
+  b.shape.total_q = b.cu_seqlens_q.back();
+  b.shape.total_k = b.cu_seqlens_k.back();
+  b.shape.causal = causal;
+  b.softmax_scale = 1.0 / std::sqrt(static_cast<double>(kMhaDqk));
+  const auto hq = static_cast<std::size_t>(heads);
+  b.q.resize(static_cast<std::size_t>(b.shape.total_q) * hq * kMhaDqk);
+  b.k.resize(static_cast<std::size_t>(b.shape.total_k) * hq * kMhaDqk);
+  b.v.resize(static_cast<std::size_t>(b.shape.total_k) * hq * kMhaDv);
+  std::vector<uint16_t> k_pe(static_cast<std::size_t>(b.shape.total_k) * kMhaRope);
+  gen::fill_bf16(seed, 1, 0.0, q_std, b.q);
+  gen::fill_bf16(seed, 2, 0.0, 1.0, b.k);
+  gen::fill_bf16(seed, 3, 0.0, 1.0, b.v);
+  gen::fill_bf16(seed, 4, 0.0, 1.0, k_pe);
+  for (std::size_t t = 0; t < static_cast<std::size_t>(b.shape.total_k); ++t) {
+    for (std::size_t h = 0; h < hq; ++h) {
+      std::copy_n(k_pe.begin() + static_cast<std::ptrdiff_t>(t * kMhaRope), kMhaRope,
+                  b.k.begin() + static_cast<std::ptrdiff_t>((t * hq + h) * kMhaDqk + kMhaNope));
+    }
+  }
+  return b;
+}
+
+std::string lengths(const std::vector<Seq>& seqs) {
+  std::vector<std::string> parts;
+  for (const auto& s : seqs) parts.push_back(fmt::format("{}x{}", s.s_q, s.s_k));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+}  // namespace
+
+std::vector<DrawnPrefill> draw_prefill_cases(uint64_t seed, const PrefillCapabilities& caps) {
+  Draw d(hash_text(seed, "prefill"));
+  const int hmin = std::max(1, caps.min_heads), hmax = std::max(hmin, std::min(caps.max_heads, 128));
+  const auto odd_heads = [&] { return std::clamp(d.in(hmin, std::min(hmax, 7)) | 1, hmin, hmax); };
+  // A kernel that claims fixed-length batches only gets every sequence of a case as its `keep`-th.
+  const auto claimable = [&](std::vector<Seq> seqs, std::size_t keep) {
+    if (!caps.varlen) std::fill(seqs.begin(), seqs.end(), seqs[keep]);
+    return seqs;
+  };
+  std::vector<DrawnPrefill> cases;
+  const auto add = [&](const std::string& what, const std::string& about, bool causal, const std::vector<Seq>& seqs,
+                       double q_std) {
+    const int h = odd_heads();
+    DrawnPrefill c;
+    c.name = fmt::format("prefill_{}_h{}", what, h);
+    c.description = fmt::format("{} ({}, {} heads, sequences s_q x s_k: {}; drawn from seed {}, truth from the C++ "
+                                "oracles)",
+                                about, causal ? "causal, bottom-right" : "non-causal", h, lengths(seqs), seed);
+    c.inputs = build(d.next(), h, causal, seqs, q_std);
+    cases.push_back(std::move(c));
+  };
+  // Causal where it claims causal calls, else the context-chunk call (the same lengths).
+  const bool causal = caps.causal;
+  if (caps.causal || caps.non_causal) {
+    // The tile edges of the field's kernels (64-row blocks) and the empty and one-token sequences.
+    std::vector<Seq> seqs;
+    for (const int n : {0, 1, 63, 64, 65}) seqs.push_back({n, n});
+    std::rotate(seqs.begin(), seqs.begin() + d.in(0, 4), seqs.end());
+    const auto at65 = static_cast<std::size_t>(std::find_if(seqs.begin(), seqs.end(), [](Seq s) { return s.s_q == 65; }) - seqs.begin());
+    add("varlen", "varlen lengths 0, 1, 63, 64, 65", causal, claimable(seqs, at65), 1.0);
+  }
+  if (caps.causal) {
+    // Chunked prefill over a cached prefix: fewer queries than keys, bottom-right aligned.
+    const int q1 = d.in(1, 8), q2 = d.in(9, 20);
+    add("chunk", "a chunk with fewer queries than keys", true,
+        claimable({{q1, q1 + d.in(20, 70)}, {q2, q2 + d.in(1, 10)}}, 0), 1.0);
+  }
+  if (caps.non_causal) {
+    // The context chunk of chunked prefill, one sequence of which has no cached key.
+    add("context", "a non-causal context chunk, one sequence with no key", false,
+        claimable({{d.in(2, 8), d.in(10, 60)}, {d.in(2, 8), 0}, {d.in(1, 6), d.in(1, 12)}}, 0), 1.0);
+  }
+  if (caps.causal || caps.non_causal) {
+    // Logits in the hundreds: a softmax without its running maximum overflows.
+    const int n = d.in(16, 40);
+    add("q_std", "q with standard deviation 100", causal, {{n, n}}, 100.0);
+  }
+  return cases;
+}
+
+void certify_fresh_prefill(Session& s, const Implementation& k, uint64_t seed) {
+  if (!k.prefill || k.unavailable) return;
+  std::vector<DrawnPrefill> cases;
+  try {
+    cases = draw_prefill_cases(seed, k.prefill->info().caps);
+  } catch (const std::exception& e) {
+    auto r = s.base_result({kFresh, kFreshPrefillFile, "prefill"});
+    r.verdict = tol::Verdict::error;
+    r.reasons.push_back(fmt::format("fresh prefill cases cannot be drawn: {}", e.what()));
+    if (s.in_shard(kFresh, r.name)) s.record(k, std::move(r));
+    return;
+  }
+  // In name order, as every drawn row of a run (`mla merge` puts a shard's rows in that order).
+  std::sort(cases.begin(), cases.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (const auto& c : cases) {
+    if (stop_requested(s)) break;
+    if (drawn_case(s, k, kFreshPrefillFile, c.name) != Drawn::run) continue;
+    const auto t0 = Clock::now();
+    const auto in = c.inputs.view();
+    PrefillReference reference(in);
+    s.record(k, prefill_row(s, k, {kFresh, kFreshPrefillFile, c.name}, c.description, in, reference));
+    s.progress << fmt::format("[fresh] {} {:.2f}s: {}={}\n", c.name,
+                              std::chrono::duration<double>(Clock::now() - t0).count(), k.info.name,
+                              tol::to_string(s.report(k).cases.back().verdict));
+  }
+  s.save();
+}
+
+}  // namespace mla::certify

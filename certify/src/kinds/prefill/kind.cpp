@@ -1,0 +1,138 @@
+// The prefill kind: every registered prefill implementation (mla/core/prefill_kernel.hpp's
+// PrefillImpl; MLA's prefill in the MHA form) on every case of the catalog's prefill families,
+// then on cases drawn inside its claims. Judged by judge_prefill (judge/prefill.hpp) against the
+// C++ fp64 oracle and, for a kernel that is not fp64, the bf16 pipeline (ref/prefill.hpp), both
+// computed here. There is no child transport for prefill yet: its kernels run in this process.
+#include <fmt/format.h>
+
+#include "kinds/kinds.hpp"
+#include "kinds/prefill/prefill_rows.hpp"
+#include "kinds/stored_kind.hpp"
+#include "mla/core/sha256.hpp"
+#include "mla/golden/golden.hpp"
+#include "mla/judge/prefill.hpp"
+#include "mla/ref/prefill.hpp"
+
+namespace mla::certify {
+namespace {
+
+using tol::Verdict;
+
+nlohmann::json shape_json(const PrefillInputs& in) {
+  auto j = to_json(in.shape);
+  std::vector<int64_t> q, k;
+  for (const auto& seq : prefill_sequences(in)) q.push_back(seq.s_q), k.push_back(seq.s_k);
+  j["seqlens_q"] = q;
+  j["seqlens_k"] = k;
+  return j;
+}
+
+template <class T>
+void add_digest(std::string& d, std::span<const T> v) {
+  d += sha256_hex({reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()});
+}
+
+class PrefillKind final : public StoredCasesKind {
+ public:
+  std::string_view name() const override { return "prefill"; }
+  std::string_view families_are() const override { return "prefill families"; }
+  golden::FamilyKind loads() const override { return golden::FamilyKind::prefill; }
+  std::vector<std::string> drawn_files() const override { return {kFreshPrefillFile}; }
+  bool serves(const Implementation& k) const override { return k.prefill != nullptr; }
+  void certify_fresh(Session& s, const Implementation& k, uint64_t seed) const override {
+    certify_fresh_prefill(s, k, seed);
+  }
+
+ protected:
+  void certify_case(Session& s, const CaseRef& ref, const std::vector<const Implementation*>& pending) const override {
+    golden::PrefillCase c;
+    try {
+      c = golden::load_prefill_case(s.catalog.file(ref.file), ref.name);
+    } catch (const std::exception& e) {
+      for (const auto* k : pending) {
+        auto r = s.base_result(ref);
+        r.verdict = Verdict::error;
+        r.reasons.push_back(fmt::format("case failed to load: {}", e.what()));
+        s.record(*k, std::move(r));
+      }
+      return;
+    }
+    const auto in = c.inputs();
+    PrefillReference reference(in);
+    for (const auto* k : pending) s.record(*k, prefill_row(s, *k, ref, c.description, in, reference));
+  }
+};
+
+}  // namespace
+
+const PrefillOutputs& PrefillReference::truth() {
+  if (!truth_) truth_ = ref::prefill_attention(in_);
+  return *truth_;
+}
+
+const PrefillOutputs& PrefillReference::same_dtype() {
+  if (!same_) same_ = ref::prefill_same_dtype(in_, OutDType::bf16);
+  return *same_;
+}
+
+reports::CaseResult prefill_row(Session& s, const Implementation& k, const CaseRef& ref, const std::string& description,
+                                const PrefillInputs& in, PrefillReference& reference) {
+  auto r = s.base_result(ref);
+  r.description = description;
+  r.shape = shape_json(in);
+  const PrefillImpl& impl = *k.prefill;
+  if (k.unavailable) {
+    r.verdict = Verdict::skipped;
+    r.reasons.push_back(*k.unavailable);
+    return r;
+  }
+  try {
+    if (auto no = impl.check(in)) {
+      r.verdict = Verdict::not_claimed;
+      r.reasons.push_back(*no);
+      return r;
+    }
+    const auto cost = impl.cost(in);
+    r.bytes = cost.bytes;
+    r.flops = cost.flops;
+  } catch (const std::exception& e) {
+    // A capability query that throws is a defect of the implementation, not of the run.
+    r.verdict = Verdict::error;
+    r.reasons.push_back(fmt::format("the claim could not be decided (check() or cost()): {}", e.what()));
+    return r;
+  }
+  // The one boundary between the canonical conventions and the kernel's declared ones.
+  const auto& conv = impl.info().conventions;
+  PrefillInputs kin = in;
+  const auto padded = v_to_kernel(conv, in);
+  if (padded) {
+    kin.v = *padded;
+    kin.shape.d_v = kernel_v_width(conv, in.shape);
+  }
+  auto run = call_in_process<PreparedPrefill, PrefillOutputs>(
+      [&] { return impl.prepare(kin); }, in_process_calls(s), [&] {
+        std::string d;
+        add_digest(d, kin.q), add_digest(d, kin.k), add_digest(d, kin.v);
+        add_digest(d, kin.cu_seqlens_q), add_digest(d, kin.cu_seqlens_k);
+        return d;
+      });
+  judge_in_process<PrefillOutputs>(r, run, [&] {
+    outputs_to_canonical(conv, in.shape, run.outputs);
+    const auto& truth = reference.truth();
+    PrefillTruth t{truth.out, truth.lse, {}, {}};
+    // The ratio rule's reference, for a kernel that is not fp64 (judge_prefill arms it then).
+    if (impl.info().out_dtype != OutDType::f64) {
+      const auto& same = reference.same_dtype();
+      t.same_dtype_out = same.out, t.same_dtype_lse = same.lse;
+    }
+    return judge_prefill(in.shape, {impl.info().out_dtype, impl.info().compute}, run.outputs, t);
+  });
+  return r;
+}
+
+const CaseKind& prefill_kind() {
+  static const PrefillKind kind;
+  return kind;
+}
+
+}  // namespace mla::certify

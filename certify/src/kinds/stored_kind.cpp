@@ -1,0 +1,139 @@
+// The stored cases of the prefill and merge kinds, planned, sharded, resumed and certified one by
+// one (stored_kind.hpp).
+#include "kinds/stored_kind.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "mla/golden/golden.hpp"
+
+namespace mla::certify {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+bool any_served(const Session& s, const CaseKind& kind) {
+  return std::any_of(s.implementations.begin(), s.implementations.end(),
+                     [&](const Implementation& k) { return kind.serves(k); });
+}
+
+const std::vector<CaseRef>& cases_of(const Session& s, const CaseKind& kind) {
+  static const std::vector<CaseRef> none;
+  const auto it = s.kind_cases.find(std::string(kind.name()));
+  return it == s.kind_cases.end() ? none : it->second;
+}
+
+}  // namespace
+
+void StoredCasesKind::plan(Session& s, const golden::Family& fam, const std::vector<std::string>& files,
+                           std::vector<std::string>& unused) const {
+  // Its entry says a family of this kind was selected (why_none), with or without cases.
+  auto& cases = s.kind_cases[std::string(name())];
+  if (!any_served(s, *this)) {
+    for (const auto& f : files) {
+      unused.push_back(fmt::format("{} (family {}: certified for {} implementations; none is selected)", f, fam.name,
+                                   name()));
+    }
+    return;
+  }
+  if (files.empty()) {
+    const auto note = fmt::format("family {} is not in the catalog (no file of MANIFEST.sha256 says family {})",
+                                  fam.certified_as, fam.name);
+    if (!s.options.families.empty()) throw UsageError(note);
+    s.cert.notes.push_back(note);
+    s.progress << "warning: " << note << "\n";
+    return;
+  }
+  for (const auto& file : files) {
+    for (const auto& c : golden::read_file_info(s.catalog.file(file)).cases) {
+      if (s.case_regex && !std::regex_search(fam.certified_as + "/" + c, *s.case_regex)) continue;
+      cases.push_back({fam.certified_as, file, c});
+    }
+  }
+}
+
+bool StoredCasesKind::has_cases(const Session& s) const { return any_served(s, *this) && !cases_of(s, *this).empty(); }
+
+std::string StoredCasesKind::why_none(const Session& s) const {
+  if (!s.kind_cases.count(std::string(name()))) return {};  // none of its families is selected
+  if (!any_served(s, *this)) return fmt::format("no selected implementation has the {} entry point", name());
+  return fmt::format("no {} case", name());
+}
+
+void StoredCasesKind::cut_to_shard(Session& s) const {
+  const auto it = s.kind_cases.find(std::string(name()));
+  if (it == s.kind_cases.end()) return;
+  const auto before = it->second.size();
+  std::erase_if(it->second, [&](const CaseRef& r) { return !s.in_shard(r.family, r.name); });
+  s.progress << fmt::format("mla certify: shard {} of {}: {} of {} {} cases\n", s.options.shard_index,
+                            s.options.shard_count, it->second.size(), before, name());
+}
+
+std::function<bool(const reports::CaseResult&)> StoredCasesKind::reruns(const Session& s) const {
+  std::set<std::string> selected;
+  for (const auto& ref : cases_of(s, *this)) selected.insert(ref.key());
+  return [selected = std::move(selected)](const reports::CaseResult& r) {
+    return selected.count(r.file + "/" + r.name) > 0;
+  };
+}
+
+bool StoredCasesKind::certify_stored(Session& s) const {
+  const auto& cases = cases_of(s, *this);
+  if (cases.empty() || !any_served(s, *this)) return true;
+  std::vector<const Implementation*> served;
+  for (const auto& k : s.implementations) {
+    if (serves(k)) served.push_back(&k);
+  }
+  s.progress << fmt::format("mla certify: {} {} implementations x {} cases, in this process\n", served.size(), name(),
+                            cases.size());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    if (stop_requested(s)) return false;
+    const auto t0 = Clock::now();
+    const auto& ref = cases[i];
+    std::vector<const Implementation*> pending;
+    for (const auto* k : served) {
+      if (auto kept = s.kept(*k, ref)) s.record(*k, std::move(*kept));
+      else pending.push_back(k);
+    }
+    if (!pending.empty()) {
+      // Checked again right before it is read, as every stored case is: a golden file changed
+      // since the start of the run is never believed.
+      std::optional<std::string> changed;
+      try {
+        golden::verify_file(s.catalog, ref.file);
+      } catch (const std::exception& e) {
+        changed = e.what();
+      }
+      if (!changed) certify_case(s, ref, pending);
+      for (const auto* k : changed ? pending : std::vector<const Implementation*>{}) {
+        auto r = s.base_result(ref);
+        r.verdict = tol::Verdict::error;
+        r.reasons.push_back(fmt::format("golden file {} failed re-verification before loading: {}", ref.file, *changed));
+        s.record(*k, std::move(r));
+      }
+    }
+    update_notes(s.cert);
+    s.cert.wall_seconds = seconds_since(s.started);
+    s.save();
+    std::string verdicts;
+    for (const auto* k : served) {
+      verdicts += fmt::format(" {}={}", k->info.name, tol::to_string(s.report(*k).cases.back().verdict));
+    }
+    s.progress << fmt::format("[{}/{}] {}/{} {:.2f}s:{}\n", i + 1, cases.size(), ref.family, ref.name,
+                              seconds_since(t0), verdicts);
+  }
+  return true;
+}
+
+Drawn drawn_case(Session& s, const Implementation& k, const std::string& file, const std::string& name) {
+  if (s.case_regex && !std::regex_search(fresh_key(name), *s.case_regex)) return Drawn::not_selected;
+  if (!s.in_shard(kFresh, name)) return Drawn::not_selected;
+  if (auto kept = s.kept_drawn(k, {kFresh, file, name})) {
+    s.record(k, std::move(*kept));
+    return Drawn::kept;
+  }
+  return Drawn::run;
+}
+
+}  // namespace mla::certify

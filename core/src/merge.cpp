@@ -129,6 +129,14 @@ std::optional<std::vector<float>> merge_lse_to_kernel(const MergeConventions& c,
   return std::vector<float>(k.begin(), k.end());
 }
 
+MergeInputs inputs_to_kernel(const MergeConventions& c, const MergeInputs& in, std::vector<float>& lse_a_storage,
+                             std::vector<float>& lse_b_storage) {
+  MergeInputs k = in;
+  if (auto a = merge_lse_to_kernel(c, in.shape, in.lse_a)) lse_a_storage = std::move(*a), k.lse_a = lse_a_storage;
+  if (auto b = merge_lse_to_kernel(c, in.shape, in.lse_b)) lse_b_storage = std::move(*b), k.lse_b = lse_b_storage;
+  return k;
+}
+
 void outputs_to_canonical(const MergeConventions& c, const MergeShape& s, MergeOutputs& o) {
   if (canonical(c) || static_cast<int64_t>(o.lse.size()) != s.heads * s.tokens || s.tokens == 0) return;
   o.lse = lse_to_canonical(base_and_layout(c), as_decode_lse(s), o.lse);

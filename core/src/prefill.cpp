@@ -116,6 +116,17 @@ std::optional<std::vector<uint16_t>> v_to_kernel(const PrefillConventions& c, co
   return padded;
 }
 
+PrefillInputs inputs_to_kernel(const PrefillConventions& c, const PrefillInputs& in,
+                               std::vector<uint16_t>& v_storage) {
+  PrefillInputs k = in;
+  if (auto padded = v_to_kernel(c, in)) {
+    v_storage = std::move(*padded);
+    k.v = v_storage;
+    k.shape.d_v = kernel_v_width(c, in.shape);
+  }
+  return k;
+}
+
 void outputs_to_canonical(const PrefillConventions& c, const PrefillShape& s, PrefillOutputs& o) {
   const int64_t rows = s.total_q * s.heads;
   if (c.v_padded && static_cast<int64_t>(o.out.size()) == rows * s.d_qk) {

@@ -6,7 +6,9 @@
 // kernel that throws is an ERROR with its message, one whose second call differs a FAIL, a dtype
 // it does not claim NOT_CLAIMED with its reason; shards merged with `mla merge` and a --resume keep
 // their rows (a kernel record without `kinds`, as older certificates have, reads as a decode
-// kernel's); the certificate records each kernel's kinds and declared conventions.
+// kernel's); the certificate records each kernel's kinds and declared conventions. Every planted
+// prefill and merge bug of kernels/faults, selected with --fault, gets from the certifier the
+// verdict it gets when called and judged directly on each stored case, and is red on a drawn case.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,10 +20,13 @@
 #include "mla/certify/certify.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
+#include "mla/faults/faults.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
+#include "mla/judge/merge.hpp"
 #include "mla/ref/prefill.hpp"
 #include "mla/registry/registry.hpp"
+#include "support/host_call.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -438,6 +443,73 @@ TEST(CertifyPrefillMerge, ShardsMergedAndAResumeKeepPrefillAndMergeRows) {
   }
   EXPECT_NE(progress.find("resume: kept " + std::to_string(rows) + " of " + std::to_string(rows)), std::string::npos)
       << progress;
+}
+
+}  // namespace
+
+namespace {
+
+// What the planted bug gets when the tests call it directly (suites/support/host_call.hpp) on a
+// stored case: the certifier's verdict on that case must be the same.
+std::string direct_verdict(const std::string& fault, const fs::path& file, const std::string& kind,
+                           const std::string& name) {
+  if (kind == "prefill") {
+    const auto k = mla::faults::make_prefill(fault);
+    const auto c = mla::golden::load_prefill_case(file, name);
+    return mla::testing::judge_prefill_case(k->info(), c, mla::testing::call_prefill(*k, c.inputs())).pass() ? "PASS" : "FAIL";
+  }
+  const auto k = mla::faults::make_merge(fault);
+  const auto c = mla::golden::load_merge_case(file, name);
+  const auto in = mla::testing::merge_inputs(c);
+  return mla::judge_merge(in.shape, mla::testing::call_merge(*k, in.view()), {c.truth_out, c.truth_lse}).pass() ? "PASS" : "FAIL";
+}
+
+TEST(CertifyPrefillMerge, EveryPlantedPrefillAndMergeBugGetsTheVerdictItGetsWhenCalledDirectly) {
+  mla::register_builtin_kernels();
+  const TempDir tmp("prefill-merge-faults");
+  std::vector<std::tuple<std::string, std::string, std::string>> planted;  // fault, kernel, kind
+  for (const auto& f : mla::faults::prefill_names()) planted.emplace_back(f, mla::faults::make_prefill(f)->info().name, "prefill");
+  for (const auto& f : mla::faults::merge_names()) planted.emplace_back(f, mla::faults::make_merge(f)->info().name, "merge");
+  auto o = options(tmp.path() / "faults", {});
+  for (const auto& [fault, name, kind] : planted) o.faults.push_back(fault), o.kernels.push_back(name);
+  const auto cert = certify(o);
+  const auto catalog = mla::golden::open_catalog(kGoldens, false);
+  for (const auto& [fault, name, kind] : planted) {
+    SCOPED_TRACE(name);
+    const auto& k = kernel(cert, name);
+    EXPECT_EQ(k["origin"]["kind"], "self-test");
+    EXPECT_EQ(k["kinds"], json::array({kind}));
+    const auto file = catalog.file(mla::golden::family(kind).file());
+    int stored = 0, red_drawn = 0;
+    for (const auto& r : k["cases"]) {
+      red_drawn += r["family"] == "fresh" && r["verdict"] == "FAIL";
+      if (r["family"] != kind) continue;
+      ++stored;
+      const auto c = r["case"].get<std::string>();
+      EXPECT_EQ(r["verdict"].get<std::string>(), direct_verdict(fault, file, kind, c)) << c << ": " << r["reasons"].dump();
+    }
+    EXPECT_EQ(stored, static_cast<int>(stored_cases(kind).size()));
+    // The stored verdicts are the direct ones (the mutation score of test_prefill_merge_faults
+    // holds each bug red somewhere there); the drawn cases, which nothing can be tuned to, must
+    // catch every bug on their own too.
+    EXPECT_GT(red_drawn, 0) << "a planted bug no drawn case catches";
+  }
+}
+
+TEST(CertifyPrefillMerge, AnUnknownFaultNamesTheFaultsOfEveryKind) {
+  const TempDir tmp("prefill-merge-unknown-fault");
+  auto o = options(tmp.path() / "unknown", {});
+  o.faults = {"no_such_fault"};
+  try {
+    (void)certify(o);
+    ADD_FAILURE() << "an unknown fault was accepted";
+  } catch (const mla::certify::UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("no_such_fault"), std::string::npos) << what;
+    for (const auto* names : {&mla::faults::names(), &mla::faults::prefill_names(), &mla::faults::merge_names()}) {
+      for (const auto& n : *names) EXPECT_NE(what.find(n), std::string::npos) << n << " missing from: " << what;
+    }
+  }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // A prefill or merge implementation called as the host calls one (inputs in the kernel's
-// declared conventions, its outputs made canonical: mla/core/prefill.hpp's v_to_kernel and
-// outputs_to_canonical, mla/core/merge.hpp's merge_lse_to_kernel and outputs_to_canonical) and
+// declared conventions, its outputs made canonical: the inputs_to_kernel and
+// outputs_to_canonical of mla/core/prefill.hpp and mla/core/merge.hpp) and
 // judged against a stored case by the one judge with that case's truth: what every test over the
 // prefill and merge goldens does, declared once.
 #pragma once
@@ -17,12 +17,8 @@
 namespace mla::testing {
 
 inline PrefillOutputs call_prefill(const PrefillImpl& k, const PrefillInputs& canonical) {
-  PrefillInputs in = canonical;
-  const auto padded = v_to_kernel(k.info().conventions, canonical);
-  if (padded) {
-    in.v = *padded;
-    in.shape.d_v = kernel_v_width(k.info().conventions, canonical.shape);
-  }
+  std::vector<uint16_t> v;
+  const PrefillInputs in = inputs_to_kernel(k.info().conventions, canonical, v);
   auto p = k.prepare(in);
   p->run();
   p->synchronize();
@@ -54,11 +50,8 @@ inline MergeBuffers merge_inputs(const golden::MergeCase& c) {
 }
 
 inline MergeOutputs call_merge(const MergeImpl& k, const MergeInputs& canonical) {
-  MergeInputs in = canonical;
-  const auto a = merge_lse_to_kernel(k.info().conventions, canonical.shape, canonical.lse_a);
-  const auto b = merge_lse_to_kernel(k.info().conventions, canonical.shape, canonical.lse_b);
-  if (a) in.lse_a = *a;
-  if (b) in.lse_b = *b;
+  std::vector<float> lse_a, lse_b;
+  const MergeInputs in = inputs_to_kernel(k.info().conventions, canonical, lse_a, lse_b);
   auto p = k.prepare(in);
   p->run();
   p->synchronize();

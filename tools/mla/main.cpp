@@ -195,8 +195,9 @@ struct CertifyCommand {
                     "machine); `mla merge` combines the N shards' certificates");
     // --kernel-extra: the option's former name, still accepted so existing scripts keep working.
     cmd->add_option("--fault,--kernel-extra", o.faults,
-                    "test only: add a deliberately broken implementation (kernels/faults: dropped_last ignores each "
-                    "sequence's last cached token; throws, leaky, bf16_only are certifier self-tests)");
+                    "test only: add a deliberately broken implementation (kernels/faults/include/mla/faults/faults.hpp "
+                    "lists them: decode ones such as dropped_last, the planted prefill and merge bugs such as "
+                    "causal_off_by_one and pos_inf_lse_as_number; throws, leaky, bf16_only are certifier self-tests)");
   }
 
   int run() {

@@ -202,13 +202,26 @@ void select_implementations(Session& s) {
   register_builtin_kernels();
   std::vector<Candidate> pool;
   for (const auto& k : Registry::instance().attention()) pool.push_back({.impl = k.get()});
+  // --fault names one planted bug of any kind: the decode faults, the prefill faults and the
+  // merge faults share one namespace (faults.hpp keeps the three lists disjoint).
+  const auto has = [](const std::vector<std::string>& v, const std::string& n) {
+    return std::find(v.begin(), v.end(), n) != v.end();
+  };
   for (const auto& name : o.faults) {
-    const auto& known = faults::names();
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      throw UsageError(fmt::format("unknown fault kernel '{}' (known: {})", name, fmt::join(known, ", ")));
+    if (has(faults::names(), name)) {
+      s.fault_kernels.push_back(faults::make(name));
+      pool.push_back({.impl = s.fault_kernels.back().get(), .fault = name});
+    } else if (has(faults::prefill_names(), name)) {
+      s.prefill_fault_kernels.push_back(faults::make_prefill(name));
+      pool.push_back({.prefill = s.prefill_fault_kernels.back().get(), .fault = name});
+    } else if (has(faults::merge_names(), name)) {
+      s.merge_fault_kernels.push_back(faults::make_merge(name));
+      pool.push_back({.merge = s.merge_fault_kernels.back().get(), .fault = name});
+    } else {
+      throw UsageError(fmt::format("unknown fault kernel '{}' (decode: {}; prefill: {}; merge: {})", name,
+                                   fmt::join(faults::names(), ", "), fmt::join(faults::prefill_names(), ", "),
+                                   fmt::join(faults::merge_names(), ", ")));
     }
-    s.fault_kernels.push_back(faults::make(name));
-    pool.push_back({.impl = s.fault_kernels.back().get(), .fault = name});
   }
   for (const auto& k : Registry::instance().prefill()) pool.push_back({.prefill = k.get()});
   for (const auto& k : Registry::instance().merge()) pool.push_back({.merge = k.get()});

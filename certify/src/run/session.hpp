@@ -133,6 +133,8 @@ class Session {
   // The plan (plan.cpp).
   std::vector<Implementation> implementations;
   std::vector<std::unique_ptr<AttentionImpl>> fault_kernels;  // owned; implementations point at them
+  std::vector<std::unique_ptr<PrefillImpl>> prefill_fault_kernels;  // likewise, for --fault of a prefill bug
+  std::vector<std::unique_ptr<MergeImpl>> merge_fault_kernels;      // and of a merge bug
   std::vector<CaseRef> attention_cases;
   // The stored cases of the kinds that plan them one by one (prefill, merge), by kind name.
   std::map<std::string, std::vector<CaseRef>> kind_cases;

@@ -108,11 +108,8 @@ reports::CaseResult merge_row(Session& s, const Implementation& k, const CaseRef
   }
   // The one boundary between the canonical conventions and the kernel's declared ones.
   const auto& conv = impl.info().conventions;
-  MergeInputs kin = in;
-  const auto lse_a = merge_lse_to_kernel(conv, in.shape, in.lse_a);
-  const auto lse_b = merge_lse_to_kernel(conv, in.shape, in.lse_b);
-  if (lse_a) kin.lse_a = *lse_a;
-  if (lse_b) kin.lse_b = *lse_b;
+  std::vector<float> lse_a, lse_b;
+  const MergeInputs kin = inputs_to_kernel(conv, in, lse_a, lse_b);
   auto run = call_in_process<PreparedMerge, MergeOutputs>(
       [&] { return impl.prepare(kin); }, in_process_calls(s), [&] {
         std::string d;

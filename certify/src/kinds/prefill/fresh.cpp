@@ -11,7 +11,9 @@
 
 #include "kinds/prefill/prefill_rows.hpp"
 #include "kinds/stored_kind.hpp"
+#include "mla/core/config.hpp"
 #include "mla/core/generator.hpp"
+#include "mla/core/presets.hpp"
 
 namespace mla::certify {
 namespace {
@@ -32,9 +34,15 @@ struct Seq {
   int s_q = 0, s_k = 0;
 };
 
+// The two softmax scales a prefill kernel meets: DeepSeek-V3's under YaRN (192^-0.5 · mscale²,
+// 0.1352), what a deployment passes, and the plain 192^-0.5 of a model without YaRN. Drawn cases
+// use both, so a kernel that drops (or hard-codes) the mscale² factor is red on fresh cases too.
+double yarn_scale() { return softmax_scale(preset("v3").config); }
+double plain_scale() { return 1.0 / std::sqrt(static_cast<double>(kMhaDqk)); }
+
 // The inputs of one drawn case: q with standard deviation `q_std`, keys and values 1; the rope
 // part of k (its last 64 of 192) one k_pe per token shared by every head, as MLA's MHA form has it.
-PrefillBuffers build(uint64_t seed, int heads, bool causal, const std::vector<Seq>& seqs, double q_std) {
+PrefillBuffers build(uint64_t seed, int heads, bool causal, const std::vector<Seq>& seqs, double q_std, double scale) {
   PrefillBuffers b;
   b.cu_seqlens_q = {0};
   b.cu_seqlens_k = {0};
@@ -47,7 +55,7 @@ PrefillBuffers build(uint64_t seed, int heads, bool causal, const std::vector<Se
   b.shape.total_q = b.cu_seqlens_q.back();
   b.shape.total_k = b.cu_seqlens_k.back();
   b.shape.causal = causal;
-  b.softmax_scale = 1.0 / std::sqrt(static_cast<double>(kMhaDqk));
+  b.softmax_scale = scale;
   const auto hq = static_cast<std::size_t>(heads);
   b.q.resize(static_cast<std::size_t>(b.shape.total_q) * hq * kMhaDqk);
   b.k.resize(static_cast<std::size_t>(b.shape.total_k) * hq * kMhaDqk);
@@ -85,14 +93,14 @@ std::vector<DrawnPrefill> draw_prefill_cases(uint64_t seed, const PrefillCapabil
   };
   std::vector<DrawnPrefill> cases;
   const auto add = [&](const std::string& what, const std::string& about, bool causal, const std::vector<Seq>& seqs,
-                       double q_std) {
+                       double q_std, double scale) {
     const int h = odd_heads();
     DrawnPrefill c;
     c.name = fmt::format("prefill_{}_h{}", what, h);
-    c.description = fmt::format("{} ({}, {} heads, sequences s_q x s_k: {}; drawn from seed {}, truth from the C++ "
-                                "oracles)",
-                                about, causal ? "causal, bottom-right" : "non-causal", h, lengths(seqs), seed);
-    c.inputs = build(d.next(), h, causal, seqs, q_std);
+    c.description = fmt::format("{} ({}, {} heads, sequences s_q x s_k: {}, softmax scale {:.10f}; drawn from seed "
+                                "{}, truth from the C++ oracles)",
+                                about, causal ? "causal, bottom-right" : "non-causal", h, lengths(seqs), scale, seed);
+    c.inputs = build(d.next(), h, causal, seqs, q_std, scale);
     cases.push_back(std::move(c));
   };
   // Causal where it claims causal calls, else the context-chunk call (the same lengths).
@@ -103,23 +111,24 @@ std::vector<DrawnPrefill> draw_prefill_cases(uint64_t seed, const PrefillCapabil
     for (const int n : {0, 1, 63, 64, 65}) seqs.push_back({n, n});
     std::rotate(seqs.begin(), seqs.begin() + d.in(0, 4), seqs.end());
     const auto at65 = static_cast<std::size_t>(std::find_if(seqs.begin(), seqs.end(), [](Seq s) { return s.s_q == 65; }) - seqs.begin());
-    add("varlen", "varlen lengths 0, 1, 63, 64, 65", causal, claimable(seqs, at65), 1.0);
+    add("varlen", "varlen lengths 0, 1, 63, 64, 65", causal, claimable(seqs, at65), 1.0, yarn_scale());
   }
   if (caps.causal) {
     // Chunked prefill over a cached prefix: fewer queries than keys, bottom-right aligned.
     const int q1 = d.in(1, 8), q2 = d.in(9, 20);
     add("chunk", "a chunk with fewer queries than keys", true,
-        claimable({{q1, q1 + d.in(20, 70)}, {q2, q2 + d.in(1, 10)}}, 0), 1.0);
+        claimable({{q1, q1 + d.in(20, 70)}, {q2, q2 + d.in(1, 10)}}, 0), 1.0, yarn_scale());
   }
   if (caps.non_causal) {
     // The context chunk of chunked prefill, one sequence of which has no cached key.
     add("context", "a non-causal context chunk, one sequence with no key", false,
-        claimable({{d.in(2, 8), d.in(10, 60)}, {d.in(2, 8), 0}, {d.in(1, 6), d.in(1, 12)}}, 0), 1.0);
+        claimable({{d.in(2, 8), d.in(10, 60)}, {d.in(2, 8), 0}, {d.in(1, 6), d.in(1, 12)}}, 0), 1.0, yarn_scale());
   }
   if (caps.causal || caps.non_causal) {
-    // Logits in the hundreds: a softmax without its running maximum overflows.
+    // Logits in the hundreds: a softmax without its running maximum overflows (the plain scale,
+    // which makes them larger still).
     const int n = d.in(16, 40);
-    add("q_std", "q with standard deviation 100", causal, {{n, n}}, 100.0);
+    add("q_std", "q with standard deviation 100", causal, {{n, n}}, 100.0, plain_scale());
   }
   return cases;
 }

@@ -103,12 +103,8 @@ reports::CaseResult prefill_row(Session& s, const Implementation& k, const CaseR
   }
   // The one boundary between the canonical conventions and the kernel's declared ones.
   const auto& conv = impl.info().conventions;
-  PrefillInputs kin = in;
-  const auto padded = v_to_kernel(conv, in);
-  if (padded) {
-    kin.v = *padded;
-    kin.shape.d_v = kernel_v_width(conv, in.shape);
-  }
+  std::vector<uint16_t> v_storage;
+  const PrefillInputs kin = inputs_to_kernel(conv, in, v_storage);
   auto run = call_in_process<PreparedPrefill, PrefillOutputs>(
       [&] { return impl.prepare(kin); }, in_process_calls(s), [&] {
         std::string d;

@@ -81,6 +81,10 @@ MergeConventions merge_conventions_from_json(const nlohmann::json& j);  // throw
 // nullopt when its conventions are canonical.
 std::optional<std::vector<float>> merge_lse_to_kernel(const MergeConventions& c, const MergeShape& s,
                                                       std::span<const float> lse);
+// The canonical inputs as a kernel with conventions `c` takes them (both lse arrays converted into
+// the two storages, which the returned view then points into): the one boundary every host crosses.
+MergeInputs inputs_to_kernel(const MergeConventions& c, const MergeInputs& in, std::vector<float>& lse_a_storage,
+                             std::vector<float>& lse_b_storage);
 // The kernel's outputs made canonical in place (lse only; a wrong size is left for the judge).
 void outputs_to_canonical(const MergeConventions& c, const MergeShape& s, MergeOutputs& o);
 

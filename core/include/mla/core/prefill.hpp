@@ -122,6 +122,11 @@ int kernel_v_width(const PrefillConventions& c, const PrefillShape& s);
 // V [total_k, h, 128] padded with zeros to [total_k, h, 192] when the kernel declares v_padded;
 // nullopt when it does not (the canonical V is passed as it is).
 std::optional<std::vector<uint16_t>> v_to_kernel(const PrefillConventions& c, const PrefillInputs& in);
+// The canonical inputs as a kernel with conventions `c` takes them: the one boundary every host
+// (the certifier, the tests) crosses. V is padded into `v_storage` when the kernel declares
+// v_padded (the returned view then points into it, so it must outlive the call), and d_v follows.
+PrefillInputs inputs_to_kernel(const PrefillConventions& c, const PrefillInputs& in,
+                               std::vector<uint16_t>& v_storage);
 
 // The kernel's outputs made canonical in place: out cut from [total_q, h, 192] to 128 per row
 // when padded; lse re-laid out to [h, total_q], base 2 times ln 2, the infinities exchanged for

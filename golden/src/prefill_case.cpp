@@ -267,6 +267,16 @@ void check_merged(const Reader& r, const std::string& p, const std::string& grou
 
 }  // namespace
 
+MergeBuffers MergeCase::inputs() const {
+  MergeBuffers b;
+  b.shape = {tokens, static_cast<int>(heads), static_cast<int>(head_dim), state_dtype_from_string(out_dtype)};
+  for (const double x : out_a) append_state_value(b.shape.dtype, x, b.out_a);
+  for (const double x : out_b) append_state_value(b.shape.dtype, x, b.out_b);
+  b.lse_a.assign(lse_a.begin(), lse_a.end());
+  b.lse_b.assign(lse_b.begin(), lse_b.end());
+  return b;
+}
+
 MergeCase load_merge_case(const std::filesystem::path& file, const std::string& name) {
   const Reader r(file);
   const detail::Header h = detail::read_header(r);

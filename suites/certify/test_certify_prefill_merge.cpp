@@ -460,7 +460,7 @@ std::string direct_verdict(const std::string& fault, const fs::path& file, const
   }
   const auto k = mla::faults::make_merge(fault);
   const auto c = mla::golden::load_merge_case(file, name);
-  const auto in = mla::testing::merge_inputs(c);
+  const auto in = c.inputs();
   return mla::judge_merge(in.shape, mla::testing::call_merge(*k, in.view()), {c.truth_out, c.truth_lse}).pass() ? "PASS" : "FAIL";
 }
 

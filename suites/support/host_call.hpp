@@ -16,15 +16,22 @@
 
 namespace mla::testing {
 
-inline PrefillOutputs call_prefill(const PrefillImpl& k, const PrefillInputs& canonical) {
-  std::vector<uint16_t> v;
-  const PrefillInputs in = inputs_to_kernel(k.info().conventions, canonical, v);
+// prepare, run, synchronize and results of `k` on the canonical inputs crossed into its
+// conventions (the storages hold what inputs_to_kernel converted), the results made canonical.
+template <class Impl, class Inputs, class... Storage>
+auto call_canonical(const Impl& k, const Inputs& canonical, Storage&... storage) {
+  const Inputs in = inputs_to_kernel(k.info().conventions, canonical, storage...);
   auto p = k.prepare(in);
   p->run();
   p->synchronize();
   auto o = p->results();
   outputs_to_canonical(k.info().conventions, canonical.shape, o);
   return o;
+}
+
+inline PrefillOutputs call_prefill(const PrefillImpl& k, const PrefillInputs& canonical) {
+  std::vector<uint16_t> v;
+  return call_canonical(k, canonical, v);
 }
 
 // judge_prefill of `got` against the case's fp64 truth, the stored bf16 pipeline arming the
@@ -37,27 +44,9 @@ inline AttentionJudgement judge_prefill_case(const PrefillKernelInfo& k, const g
   return judge_prefill(c.shape, {k.out_dtype, k.compute}, got, {c.truth_out, c.truth_lse, so, sl});
 }
 
-// A merge case's inputs as a kernel takes them canonically. The stored values are exact values
-// of the dtype: re-encoding them loses nothing.
-inline MergeBuffers merge_inputs(const golden::MergeCase& c) {
-  MergeBuffers b;
-  b.shape = {c.tokens, static_cast<int>(c.heads), static_cast<int>(c.head_dim), state_dtype_from_string(c.out_dtype)};
-  for (const double x : c.out_a) append_state_value(b.shape.dtype, x, b.out_a);
-  for (const double x : c.out_b) append_state_value(b.shape.dtype, x, b.out_b);
-  b.lse_a.assign(c.lse_a.begin(), c.lse_a.end());
-  b.lse_b.assign(c.lse_b.begin(), c.lse_b.end());
-  return b;
-}
-
 inline MergeOutputs call_merge(const MergeImpl& k, const MergeInputs& canonical) {
   std::vector<float> lse_a, lse_b;
-  const MergeInputs in = inputs_to_kernel(k.info().conventions, canonical, lse_a, lse_b);
-  auto p = k.prepare(in);
-  p->run();
-  p->synchronize();
-  auto o = p->results();
-  outputs_to_canonical(k.info().conventions, canonical.shape, o);
-  return o;
+  return call_canonical(k, canonical, lse_a, lse_b);
 }
 
 }  // namespace mla::testing

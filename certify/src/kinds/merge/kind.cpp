@@ -25,18 +25,6 @@ void add_digest(std::string& d, std::span<const T> v) {
   d += sha256_hex({reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()});
 }
 
-// A stored case as the kernel's inputs: its values are exact values of the state dtype, so
-// re-encoding them loses nothing.
-MergeBuffers inputs_of(const golden::MergeCase& c) {
-  MergeBuffers b;
-  b.shape = {c.tokens, static_cast<int>(c.heads), static_cast<int>(c.head_dim), state_dtype_from_string(c.out_dtype)};
-  for (const double x : c.out_a) append_state_value(b.shape.dtype, x, b.out_a);
-  for (const double x : c.out_b) append_state_value(b.shape.dtype, x, b.out_b);
-  b.lse_a.assign(c.lse_a.begin(), c.lse_a.end());
-  b.lse_b.assign(c.lse_b.begin(), c.lse_b.end());
-  return b;
-}
-
 class MergeKind final : public StoredCasesKind {
  public:
   std::string_view name() const override { return "merge"; }
@@ -55,7 +43,7 @@ class MergeKind final : public StoredCasesKind {
     ref::MergeResult truth;
     try {
       c = golden::load_merge_case(s.catalog.file(ref.file), ref.name);
-      in = inputs_of(c);
+      in = c.inputs();
       truth = merge_truth(in.view());
     } catch (const std::exception& e) {
       for (const auto* k : pending) {

@@ -1,6 +1,8 @@
 // mla-bench: the one benchmark driver. Every selected attention implementation over the shared
 // axes (mla/workloads/axes.hpp), each timed where it computes: on the host with the host clock,
-// on a device with CUDA events; the ceilings of whatever is timed are measured in the same run.
+// on a device with CUDA events; the registered prefill and merge implementations over their axes
+// (mla/workloads/phase_axes.hpp) through the same loop on the host (phase_rows.hpp); the ceilings
+// of whatever is timed are measured in the same run.
 //
 //   mla-bench --mla_quick --benchmark_out=run.json
 //   mla-bench --mla_tier=gpu --mla_backend=cuda --mla_quick --benchmark_out=gpu.json
@@ -508,8 +510,12 @@ void add_points_and_kernels_context(const Run& run, const CeilingSet& ceilings) 
     }
     kj.push_back(std::move(j));
   }
-  for (const auto* k : run.phase.prefill) kj.push_back(mla::bench::kernel_json(*k, roof_for(*k, ceilings)));
-  for (const auto* k : run.phase.merge) kj.push_back(mla::bench::kernel_json(*k, roof_for(*k, ceilings)));
+  // A prefill or merge kernel is listed only when it has rows: the report reads every listed
+  // kernel as one with a row at each point of its kind.
+  if (!run.phase.prefill_points.empty())
+    for (const auto* k : run.phase.prefill) kj.push_back(mla::bench::kernel_json(*k, roof_for(*k, ceilings)));
+  if (!run.phase.merge_points.empty())
+    for (const auto* k : run.phase.merge) kj.push_back(mla::bench::kernel_json(*k, roof_for(*k, ceilings)));
   benchmark::AddCustomContext("mla_kernels", kj.dump());
 }
 

@@ -10,6 +10,7 @@
 
 #include "bench_host.hpp"
 #include "harness.hpp"
+#include "phase_rows.hpp"
 #include "mla/core/error.hpp"
 #include "mla/registry/registry.hpp"
 
@@ -90,6 +91,24 @@ void print_table() {
                              j["cache_format"].get<std::string>(), j["seqlen_max"].get<int>(), p.total_tokens(),
                              static_cast<double>(mla::axes::footprint(p).total()) / (1 << 20), p.scaled_from);
   }
+  // The prefill and merge points in the same columns ("-" where a column is decode's alone):
+  // batch = sequences, s_q = the longest query part, seqlen_max = the longest key part.
+  const auto tiers_of = [](unsigned bits) {
+    std::string t;
+    for (auto tier : {mla::axes::cpu_quick, mla::axes::cpu_full, mla::axes::gpu})
+      if (bits & tier) t += (t.empty() ? "" : ",") + std::string(mla::axes::to_string(tier));
+    return t;
+  };
+  for (const auto& p : mla::axes::prefill_catalog()) {
+    const auto j = point_json(p);
+    std::cout << fmt::format("{}\tprefill\t{}\t{}\t{}\t{}\t-\t-\tbf16\t{}\t{}\t{:.1f}\t{}\n", p.name, tiers_of(p.tiers),
+                             p.seqs.size(), j["s_q"].get<int>(), p.heads, j["seqlen_max"].get<int>(), p.total_k(),
+                             static_cast<double>(mla::axes::input_bytes(p)) / (1 << 20), p.scaled_from);
+  }
+  for (const auto& p : mla::axes::merge_catalog())
+    std::cout << fmt::format("{}\tmerge\t{}\t-\t-\t{}\t-\t-\t{}\t-\t{}\t{:.1f}\t{}\n", p.name, tiers_of(p.tiers),
+                             p.shape.heads, mla::to_string(p.shape.dtype), p.shape.tokens,
+                             static_cast<double>(mla::axes::input_bytes(p)) / (1 << 20), p.scaled_from);
 }
 
 // --mla_list_points: the selected points, with the columns torch_side_by_side.py reads.
@@ -110,6 +129,7 @@ std::vector<const mla::axes::AxisPoint*> select_points(const Options& o) {
   if (o.points.empty()) return mla::axes::select(o.tier);
   std::vector<const mla::axes::AxisPoint*> points;
   for (const auto& name : o.points) {
+    if (mla::axes::find_prefill(name) || mla::axes::find_merge(name)) continue;  // select_phase_points
     const auto* p = mla::axes::find(name);
     if (!p) throw mla::Error("no axis point named '" + name + "' (see --mla_list)");
     points.push_back(p);
@@ -117,19 +137,52 @@ std::vector<const mla::axes::AxisPoint*> select_points(const Options& o) {
   return points;
 }
 
-// The registered kernels of this run, as --mla_kernels / --mla_backend / --mla_tier chose them;
-// false (said on stderr) for a name that does not exist.
-bool select_kernels(const Options& o, std::vector<const mla::AttentionImpl*>& impls) {
+PhaseSelection select_phase_points(const Options& o) {
+  PhaseSelection sel;
+  if (o.points.empty()) {
+    sel.prefill_points = mla::axes::select_prefill(o.tier);
+    sel.merge_points = mla::axes::select_merge(o.tier);
+    return sel;
+  }
+  for (const auto& name : o.points) {
+    if (const auto* p = mla::axes::find_prefill(name)) sel.prefill_points.push_back(p);
+    if (const auto* p = mla::axes::find_merge(name)) sel.merge_points.push_back(p);
+  }
+  return sel;
+}
+
+namespace {
+
+// Whether a registered kernel of `backend` named `name` is in this run: named by --mla_kernels
+// (or none named), of --mla_backend (or none given), and not a CPU kernel of a device-only run.
+bool kernel_selected(const Options& o, const std::string& name, const std::string& backend) {
   // The production shapes are for device kernels: the fp64 CPU reference would take minutes per
   // call there, so tier gpu leaves the CPU implementations out unless they are asked for.
   const bool device_only = o.points.empty() && o.tier == mla::axes::gpu && o.kernels.empty() && o.backend.empty();
-  for (const auto& k : mla::Registry::instance().attention()) {
-    const std::string& b = k->info().backend;
-    const bool named = o.kernels.empty() || std::find(o.kernels.begin(), o.kernels.end(), k->info().name) != o.kernels.end();
-    if (named && (o.backend.empty() || b == o.backend) && !(device_only && b == "cpu")) impls.push_back(k.get());
-  }
+  const bool named = o.kernels.empty() || std::find(o.kernels.begin(), o.kernels.end(), name) != o.kernels.end();
+  return named && (o.backend.empty() || backend == o.backend) && !(device_only && backend == "cpu");
+}
+
+}  // namespace
+
+void select_phase_kernels(const Options& o, PhaseSelection& sel) {
+  for (const auto& k : mla::Registry::instance().prefill())
+    if (kernel_selected(o, k->info().name, k->info().backend)) sel.prefill.push_back(k.get());
+  for (const auto& k : mla::Registry::instance().merge())
+    if (kernel_selected(o, k->info().name, k->info().backend)) sel.merge.push_back(k.get());
+}
+
+// The registered kernels of this run, as --mla_kernels / --mla_backend / --mla_tier chose them;
+// false (said on stderr) for a name that does not exist.
+bool select_kernels(const Options& o, std::vector<const mla::AttentionImpl*>& impls) {
+  for (const auto& k : mla::Registry::instance().attention())
+    if (kernel_selected(o, k->info().name, k->info().backend)) impls.push_back(k.get());
+  const auto& reg = mla::Registry::instance();
+  const auto in = [](const auto& impls_of_kind, const std::string& name) {
+    return std::any_of(impls_of_kind.begin(), impls_of_kind.end(), [&](const auto& k) { return k->info().name == name; });
+  };
   for (const auto& name : o.kernels)
-    if (!mla::Registry::instance().find(name)) {
+    if (!reg.find(name) && !in(reg.prefill(), name) && !in(reg.merge(), name)) {
       std::cerr << "mla-bench: no implementation named '" << name << "'\n";
       return false;
     }

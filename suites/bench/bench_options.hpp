@@ -10,7 +10,10 @@
 
 #include "mla/certify/external_bench.hpp"
 #include "mla/core/kernel.hpp"
+#include "mla/core/merge.hpp"
+#include "mla/core/prefill_kernel.hpp"
 #include "mla/workloads/axes.hpp"
+#include "mla/workloads/phase_axes.hpp"
 
 namespace mla::bench {
 
@@ -45,8 +48,21 @@ Options take_options(int& argc, char** argv);
 std::vector<const axes::AxisPoint*> select_points(const Options& o);
 
 // The registered kernels of this run, as --mla_kernels / --mla_backend / --mla_tier chose them;
-// false (said on stderr) for a name that does not exist.
+// false (said on stderr) for a name that no registry (decode, prefill, merge) holds.
 bool select_kernels(const Options& o, std::vector<const AttentionImpl*>& impls);
+
+// The prefill and merge rows of this run: their points (phase_axes.hpp) as --mla_points /
+// --mla_tier chose them, and the registered prefill and merge kernels as --mla_kernels /
+// --mla_backend / --mla_tier chose them (the same rules as the decode ones).
+struct PhaseSelection {
+  std::vector<const axes::PrefillPoint*> prefill_points;
+  std::vector<const axes::MergePoint*> merge_points;
+  std::vector<const PrefillImpl*> prefill;
+  std::vector<const MergeImpl*> merge;
+  bool any() const { return (!prefill_points.empty() && !prefill.empty()) || (!merge_points.empty() && !merge.empty()); }
+};
+PhaseSelection select_phase_points(const Options& o);
+void select_phase_kernels(const Options& o, PhaseSelection& sel);
 
 // The kernels of --mla_plugin and --mla_python, opened in the order given. Throws
 // mla::certify::UsageError naming the library or spec that cannot be opened.

@@ -37,7 +37,7 @@ CaseCache& cache() {
 
 }  // namespace
 
-double HostClockTimer::time_call(PreparedAttention& run) {
+double HostClockTimer::time_call(TimedCall& run) {
   const auto t0 = Clock::now();
   run.run();
   run.synchronize();
@@ -93,14 +93,47 @@ std::optional<std::string> refusal(const RowCase& rc) {
     const auto scale = p.shape.cache_format == CacheFormat::fp8 ? std::optional<ScaleFmt>(p.scale_fmt) : std::nullopt;
     if (auto why = rc.claim(p.shape, scale)) return "unsupported: the kernel's can_implement: " + *why;
   }
-  const auto fp = axes::footprint(p);
-  if (rc.mem_budget && fp.peak() > rc.mem_budget / 4)
-    return fmt::format("too large for this machine: inputs {:.2f} GiB > a quarter of the {:.2f} GiB budget",
-                       static_cast<double>(fp.peak()) / (1 << 30), static_cast<double>(rc.mem_budget) / (1 << 30));
-  return std::nullopt;
+  return too_large(axes::footprint(p).peak(), rc.mem_budget);
 }
 
 }  // namespace
+
+std::optional<std::string> too_large(std::size_t bytes, std::size_t budget) {
+  if (!budget || bytes <= budget / 4) return std::nullopt;
+  return fmt::format("too large for this machine: inputs {:.2f} GiB > a quarter of the {:.2f} GiB budget",
+                     static_cast<double>(bytes) / (1 << 30), static_cast<double>(budget) / (1 << 30));
+}
+
+bool time_calls(benchmark::State& st, CallTimer& timer, TimedCall& call, RowResult& r, const SelfTimed* self_timed) {
+  // The whole loop, flushes included, against what the machine did meanwhile (machine_load).
+  const MachineCpu m0 = machine_cpu();
+  const double loop_c0 = process_cpu_seconds();
+  const auto loop_t0 = Clock::now();
+  bool ok = true;
+  for (auto _ : st) {
+    double dt = 0;
+    double c0 = 0;
+    try {
+      timer.flush();
+      c0 = process_cpu_seconds();
+      dt = timer.time_call(call);
+    } catch (const std::exception& e) {
+      // Inside the loop, so Google Benchmark ends the run cleanly (its documented pattern).
+      r.error = std::string("error in run(): ") + e.what();
+      st.SkipWithError(r.error.c_str());
+      ok = false;
+      break;
+    }
+    r.cpu_seconds += process_cpu_seconds() - c0;
+    if (const auto own = self_timed ? self_timed->last_run_seconds() : std::nullopt)
+      r.round_trip_seconds += std::exchange(dt, *own);
+    st.SetIterationTime(dt);
+    r.seconds.push_back(dt);
+  }
+  const double loop_wall = std::chrono::duration<double>(Clock::now() - loop_t0).count();
+  r.load = machine_load(m0, machine_cpu(), process_cpu_seconds() - loop_c0, loop_wall);
+  return ok;
+}
 
 RowResult time_kernel_row(benchmark::State& st, const RowCase& rc, RowSide& side) {
   RowResult r;
@@ -128,32 +161,8 @@ RowResult time_kernel_row(benchmark::State& st, const RowCase& rc, RowSide& side
     // time; the timer's interval also holds the trip to it, kept apart (the path's own cost is its
     // empty twin's row).
     const auto* self_timed = dynamic_cast<const SelfTimed*>(&run);
-    // The whole loop, flushes included, against what the machine did meanwhile (machine_load).
-    const MachineCpu m0 = machine_cpu();
-    const double loop_c0 = process_cpu_seconds();
-    const auto loop_t0 = Clock::now();
-    for (auto _ : st) {
-      double dt = 0;
-      double c0 = 0;
-      try {
-        timer->flush();
-        c0 = process_cpu_seconds();
-        dt = timer->time_call(run);
-      } catch (const std::exception& e) {
-        // Inside the loop, so Google Benchmark ends the run cleanly (its documented pattern).
-        r.error = std::string("error in run(): ") + e.what();
-        st.SkipWithError(r.error.c_str());
-        side.after_failure(row);
-        break;
-      }
-      r.cpu_seconds += process_cpu_seconds() - c0;
-      if (const auto own = self_timed ? self_timed->last_run_seconds() : std::nullopt)
-        r.round_trip_seconds += std::exchange(dt, *own);
-      st.SetIterationTime(dt);
-      r.seconds.push_back(dt);
-    }
-    const double loop_wall = std::chrono::duration<double>(Clock::now() - loop_t0).count();
-    r.load = machine_load(m0, machine_cpu(), process_cpu_seconds() - loop_c0, loop_wall);
+    PreparedCall<PreparedAttention> call(run);
+    if (!time_calls(st, *timer, call, r, self_timed)) side.after_failure(row);
     if (st.error_occurred()) return r;
     // The mean trip per call around a self-timed kernel's own clock: its time plus the path's.
     if (r.round_trip_seconds > 0 && !r.seconds.empty())

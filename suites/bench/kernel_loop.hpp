@@ -26,6 +26,27 @@
 
 namespace mla::bench {
 
+// One call of a prepared kernel of any kind (decode attention, prefill, merge) as the timers
+// drive it: the timed work and the wait for its completion.
+class TimedCall {
+ public:
+  virtual ~TimedCall() = default;
+  virtual void run() = 0;
+  virtual void synchronize() = 0;
+};
+
+// A prepared call of any kind (PreparedAttention, PreparedPrefill, PreparedMerge) as a TimedCall.
+template <class Prepared>
+class PreparedCall final : public TimedCall {
+ public:
+  explicit PreparedCall(Prepared& p) : p_(p) {}
+  void run() override { p_.run(); }
+  void synchronize() override { p_.synchronize(); }
+
+ private:
+  Prepared& p_;
+};
+
 // How one call is timed and what is evicted before it (untimed).
 class CallTimer {
  public:
@@ -35,7 +56,7 @@ class CallTimer {
   virtual void flush() {}
   // Times one call of `run` (its work through completion); returns the seconds of the timed
   // interval. Throws what run() throws.
-  virtual double time_call(PreparedAttention& run) = 0;
+  virtual double time_call(TimedCall& run) = 0;
   // Whether a cache was evicted before each call (the row's cold_cache counter).
   virtual bool flushed() const = 0;
 };
@@ -47,7 +68,7 @@ class HostClockTimer : public CallTimer {
   void flush() override {
     if (flush_) flush_();
   }
-  double time_call(PreparedAttention& run) override;
+  double time_call(TimedCall& run) override;
   bool flushed() const override { return static_cast<bool>(flush_); }
 
  private:
@@ -110,6 +131,18 @@ class RowSide {
 // per iteration (manual time), then side.finish(). A row that is not timed is a SkipWithError
 // with the reason, which the result carries too.
 RowResult time_kernel_row(benchmark::State& st, const RowCase& rc, RowSide& side);
+
+// "too large for this machine: ..." when inputs of `bytes` exceed a quarter of `budget` (0: no
+// limit), else nullopt: the refusal of every kind's rows.
+std::optional<std::string> too_large(std::size_t bytes, std::size_t budget);
+
+// The per-call loop of every row, whatever its kind: per iteration the timer's flush (untimed),
+// one timed call (manual time), the CPU time of the call; the machine's load over the whole loop
+// (flushes included). `self_timed`: the call's own clock replaces the timer's interval (kept as
+// round_trip_seconds). A call that throws ends the row: r.error holds "error in run(): ...", the
+// state is a SkipWithError, and false is returned (the caller notes what the call may have broken).
+bool time_calls(benchmark::State& st, CallTimer& timer, TimedCall& call, RowResult& r,
+                const SelfTimed* self_timed = nullptr);
 
 // The inputs of the current point and the prepared call of the current kernel there, shared by
 // every row (one point's inputs alive at a time, on the host and on a device), and the judge.

@@ -1,6 +1,8 @@
 // mla-bench: the one benchmark driver. Every selected attention implementation over the shared
 // axes (mla/workloads/axes.hpp), each timed where it computes: on the host with the host clock,
-// on a device with CUDA events; the ceilings of whatever is timed are measured in the same run.
+// on a device with CUDA events; the registered prefill and merge implementations over their axes
+// (mla/workloads/phase_axes.hpp) through the same loop on the host (phase_rows.hpp); the ceilings
+// of whatever is timed are measured in the same run.
 //
 //   mla-bench --mla_quick --benchmark_out=run.json
 //   mla-bench --mla_tier=gpu --mla_backend=cuda --mla_quick --benchmark_out=gpu.json
@@ -93,6 +95,7 @@
 #include "ceilings.hpp"
 #include "harness.hpp"
 #include "kernel_loop.hpp"
+#include "phase_rows.hpp"
 #include "mla/certify/external_bench.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
@@ -148,12 +151,13 @@ int probe_gpu() {
 // Which host ceilings judge an implementation. Device implementations get none here (the
 // device side gives the `cuda` ones their device's roofs) rather than a CPU number that would
 // make a GPU look 100x past its roof.
-mla::bench::Roof roof_for(const mla::KernelInfo& info, const CeilingSet& c) {
+// Every kind (decode, prefill, merge) is held to the same roofs by the precision it computes in.
+mla::bench::Roof roof_for(const std::string& backend, mla::OutDType compute, const CeilingSet& c) {
   mla::bench::Roof r;
-  if (info.backend != "cpu") return r;
+  if (backend != "cpu") return r;
   r.bw_name = "read_bw";  // the kernels mostly read: the read-only probe is their bandwidth roof
   r.bw = c.read_bw;
-  if (info.out_dtype == mla::OutDType::f64) {
+  if (compute == mla::OutDType::f64) {
     r.peak = c.fma_f64;
     r.peak_name = "fma_f64";
   } else {
@@ -163,38 +167,60 @@ mla::bench::Roof roof_for(const mla::KernelInfo& info, const CeilingSet& c) {
   }
   return r;
 }
+mla::bench::Roof roof_for(const mla::KernelInfo& info, const CeilingSet& c) { return roof_for(info.backend, info.out_dtype, c); }
+template <class PhaseImpl>
+mla::bench::Roof roof_for(const PhaseImpl& impl, const CeilingSet& c) {
+  const auto k = mla::bench::facts_of(impl);
+  return roof_for(k.backend, k.compute, c);
+}
 
 // The host's side of the one timing loop (kernel_loop.hpp): the host clock after an LLC
 // eviction, the host roofs, and what the process and the machine's other tenants did with the
-// CPUs meanwhile.
-class HostSide : public mla::bench::RowSide {
+// CPUs meanwhile; the same for decode rows (RowSide) and prefill and merge rows (PhaseSide).
+class HostSide : public mla::bench::RowSide, public mla::bench::PhaseSide {
  public:
   HostSide(const CeilingSet* ceilings, mla::bench::CacheFlusher* flusher, std::size_t flush_min_bytes, int threads)
       : ceilings_(ceilings), flusher_(flusher), flush_min_bytes_(flush_min_bytes), threads_(threads) {}
 
   std::unique_ptr<mla::bench::CallTimer> timer(const mla::bench::RowCase& rc, mla::PreparedAttention&) override {
-    // Host caches only, and only for a host kernel: a device kernel timed here (no usable
-    // device) would need a device-side flush. Tiny points (the edges) are timed warm too:
-    // evicting the LLC costs milliseconds, so a cold measurement of a microsecond call would
-    // spend minutes flushing for no roofline value.
-    const bool cold = flusher_ && rc.impl->info().backend == "cpu" &&
-                      mla::axes::footprint(*rc.point).total() >= flush_min_bytes_;
-    if (!cold) return std::make_unique<mla::bench::HostClockTimer>();
-    return std::make_unique<mla::bench::HostClockTimer>([f = flusher_] { f->flush(); });
+    return host_timer(rc.impl->info().backend, mla::axes::footprint(*rc.point).total());
+  }
+  std::unique_ptr<mla::bench::CallTimer> timer(const mla::bench::KernelFacts& k, std::size_t input_bytes) override {
+    return host_timer(k.backend, input_bytes);
   }
 
   void finish(benchmark::State& st, const mla::bench::RowCase& rc, const mla::AttnInputs&,
               const mla::bench::RowResult& r) override {
-    const mla::AttentionImpl& impl = *rc.impl;
+    const auto& i = rc.impl->info();
+    finish_row(st, {i.name, i.backend, i.out_dtype}, rc.out_of_process, r);
+  }
+  void finish(benchmark::State& st, const mla::bench::KernelFacts& k, const mla::bench::RowResult& r) override {
+    finish_row(st, k, false, r);
+  }
+
+ private:
+  std::unique_ptr<mla::bench::CallTimer> host_timer(const std::string& backend, std::size_t input_bytes) const {
+    // Host caches only, and only for a host kernel: a device kernel timed here (no usable
+    // device) would need a device-side flush. Tiny points (the edges) are timed warm too:
+    // evicting the LLC costs milliseconds, so a cold measurement of a microsecond call would
+    // spend minutes flushing for no roofline value.
+    const bool cold = flusher_ && backend == "cpu" && input_bytes >= flush_min_bytes_;
+    if (!cold) return std::make_unique<mla::bench::HostClockTimer>();
+    return std::make_unique<mla::bench::HostClockTimer>([f = flusher_] { f->flush(); });
+  }
+
+  // The counters and label of a timed row of any kind; `k.compute` picks the FMA roof.
+  void finish_row(benchmark::State& st, const mla::bench::KernelFacts& k, bool out_of_process,
+                  const mla::bench::RowResult& r) const {
     using C = benchmark::Counter;
     const double seconds = r.total();
-    const std::string bound = mla::bench::roofline_counters(st, r.cost, seconds, roof_for(impl.info(), *ceilings_));
+    const std::string bound = mla::bench::roofline_counters(st, r.cost, seconds, roof_for(k.backend, k.compute, *ceilings_));
     st.counters["cold_cache"] = C(r.flushed ? 1.0 : 0.0);
     // CPU time the process got during the timed calls per wall second and thread: below 1 the
     // implementation was descheduled (a busy machine), so its times overstate its cost.
     // A Python kernel computes in the door's child, whose CPU time this process does not see: no
     // CPU figures for it rather than a share of 0 that would read as "descheduled".
-    const bool own_cpu = impl.info().backend == "cpu" && !rc.out_of_process;
+    const bool own_cpu = k.backend == "cpu" && !out_of_process;
     if (own_cpu && seconds > 0) st.counters["cpu_share"] = C(r.cpu_seconds / (seconds * threads_));
     // Who else had the CPUs while this row ran: other processes' work in CPUs' worth, the
     // hypervisor's steal, and the fraction of the time a runnable task waited for a CPU. A
@@ -209,7 +235,7 @@ class HostSide : public mla::bench::RowSide {
     // machine the wall rate (pct_of_flop_ceiling) also counts the time other processes held the
     // cores; this one does not, so the two together tell a slow kernel from a busy machine.
     if (own_cpu && r.cpu_seconds > 0) {
-      const bool f64 = impl.info().out_dtype == mla::OutDType::f64;
+      const bool f64 = k.compute == mla::OutDType::f64;
       const double per_cpu = f64 ? ceilings_->fma_f64_per_cpu_second : ceilings_->fma_f32_per_cpu_second;
       if (per_cpu > 0)
         st.counters["pct_of_flop_ceiling_per_cpu_second"] =
@@ -219,11 +245,10 @@ class HostSide : public mla::bench::RowSide {
       st.SetLabel(fmt::format("{}{}", bound, r.flushed ? "" : "; warm caches"));
     } else {
       st.SetLabel(fmt::format("no ceiling: none measured for backend {} in this run; device caches not flushed",
-                              impl.info().backend));
+                              k.backend));
     }
   }
 
- private:
   const CeilingSet* ceilings_;
   mla::bench::CacheFlusher* flusher_;  // nullptr: --mla_no_flush
   std::size_t flush_min_bytes_;        // points with smaller inputs are timed with warm caches
@@ -366,6 +391,7 @@ struct Run {
   std::map<const mla::AttentionImpl*, const mla::certify::ExternalBenchKernel*> external_of;
   std::optional<std::string> device_why;  // nullopt: a device is usable
   std::size_t budget = 0;                 // host memory budget (--mla_max_mem_gib)
+  mla::bench::PhaseSelection phase;       // the prefill and merge rows (host side)
 
   // A `cuda` kernel is timed on the device when there is one; without one it goes through the
   // host side, whose first refusal (unavailable) gives the row its reason.
@@ -407,6 +433,7 @@ std::optional<int> take_command_line(int& argc, char** argv, Options& o, Run& ru
     (void)mla::gen::threads();  // a malformed MLA_THREADS is a usage error, not a failure mid-run
     (void)mla::simd_isa();      // a malformed MLA_ISA is a usage error here, not an error row
     run.points = select_points(o);
+    run.phase = mla::bench::select_phase_points(o);
     for (const auto& name : o.external_points)
       if (std::none_of(run.points.begin(), run.points.end(), [&](const auto* p) { return p->name == name; }))
         throw mla::Error("--mla_external_points: '" + name + "' is not one of this run's points");
@@ -436,6 +463,7 @@ std::optional<int> take_kernels(const Options& o, Run& run) {
     return kExitSetup;
   }
   if (!select_kernels(o, run.impls)) return kExitUsage;
+  mla::bench::select_phase_kernels(o, run.phase);
   try {
     run.externals = open_external_kernels(o);
   } catch (const std::exception& e) {
@@ -452,7 +480,7 @@ std::optional<int> take_kernels(const Options& o, Run& run) {
   const bool all_device = !run.impls.empty() && std::all_of(run.impls.begin(), run.impls.end(), [](const auto* k) {
     return k->info().backend == "cuda";
   });
-  if (all_device && run.device_why) {
+  if (all_device && !run.phase.any() && run.device_why) {
     std::cerr << "mla-bench: skipped: every selected kernel needs a GPU: " << *run.device_why << "\n";
     return kExitNoGpu;
   }
@@ -466,6 +494,8 @@ std::optional<int> take_kernels(const Options& o, Run& run) {
 void add_points_and_kernels_context(const Run& run, const CeilingSet& ceilings) {
   nlohmann::ordered_json pj = nlohmann::ordered_json::object();
   for (const auto* p : run.points) pj[p->name] = mla::bench::point_json(*p);
+  for (const auto* p : run.phase.prefill_points) pj[p->name] = mla::bench::point_json(*p);
+  for (const auto* p : run.phase.merge_points) pj[p->name] = mla::bench::point_json(*p);
   benchmark::AddCustomContext("mla_points", pj.dump());
   nlohmann::ordered_json kj = nlohmann::ordered_json::array();
   for (const auto* k : run.impls) {
@@ -480,7 +510,33 @@ void add_points_and_kernels_context(const Run& run, const CeilingSet& ceilings) 
     }
     kj.push_back(std::move(j));
   }
+  // A prefill or merge kernel is listed only when it has rows: the report reads every listed
+  // kernel as one with a row at each point of its kind.
+  if (!run.phase.prefill_points.empty())
+    for (const auto* k : run.phase.prefill) kj.push_back(mla::bench::kernel_json(*k, roof_for(*k, ceilings)));
+  if (!run.phase.merge_points.empty())
+    for (const auto* k : run.phase.merge) kj.push_back(mla::bench::kernel_json(*k, roof_for(*k, ceilings)));
   benchmark::AddCustomContext("mla_kernels", kj.dump());
+}
+
+// The prefill and merge rows, point-major like the decode rows, on the host side (the device side
+// times decode kernels only).
+void register_phase_rows(const Run& run, HostSide& host_side) {
+  const auto add = [](const std::string& name, std::function<void(benchmark::State&)> body) {
+    benchmark::RegisterBenchmark(name.c_str(), std::move(body))->UseManualTime()->Unit(benchmark::kMillisecond);
+  };
+  for (const auto* p : run.phase.prefill_points)
+    for (const auto* k : run.phase.prefill) {
+      const mla::bench::PrefillRowCase rc{k, p, run.budget};
+      add(fmt::format("mla/{}/{}", k->info().name, p->name),
+          [&host_side, rc](benchmark::State& st) { (void)mla::bench::time_prefill_row(st, rc, host_side); });
+    }
+  for (const auto* p : run.phase.merge_points)
+    for (const auto* k : run.phase.merge) {
+      const mla::bench::MergeRowCase rc{k, p, run.budget};
+      add(fmt::format("mla/{}/{}", k->info().name, p->name),
+          [&host_side, rc](benchmark::State& st) { (void)mla::bench::time_merge_row(st, rc, host_side); });
+    }
 }
 
 // Google Benchmark over the registered rows; the JSON file (--benchmark_out) rewritten after
@@ -503,8 +559,10 @@ int run_benchmarks(const Options& o) {
   }
   benchmark::Shutdown();
   std::cerr << fmt::format("[mla-bench] kernels judged before timing; {} point truths computed in {:.1f} s (untimed)\n",
-                           mla::bench::point_judge().truths(), mla::bench::point_judge().truth_seconds());
+                           mla::bench::point_judge().truths() + mla::bench::phase_truths(),
+                           mla::bench::point_judge().truth_seconds() + mla::bench::phase_truth_seconds());
   mla::bench::release_case_cache();  // before the CUDA runtime is torn down at exit
+  mla::bench::release_phase_cache();
   if (const std::string why = stopped(); !why.empty()) {
     std::cerr << "mla-bench: stopped timing at " << why << "\n";
     return kExitPoisoned;
@@ -523,7 +581,7 @@ int main(int argc, char** argv) {
 
   // The host ceilings, eviction and context only when something is timed on the host: a
   // device run does not spend its time on probes no row is judged against.
-  const bool host = run.any(false);
+  const bool host = run.any(false) || run.phase.any();
   const std::size_t llc = mla::bench::last_level_cache_bytes();
   const std::size_t stream_bytes = o.stream_mib << 20;
   CeilingSet ceilings;
@@ -587,6 +645,7 @@ int main(int argc, char** argv) {
       b->UseManualTime()->Unit(benchmark::kMillisecond);
       if (rc.overhead) b->Iterations(mla::bench::kOverheadCalls);
     }
+  register_phase_rows(run, host_side);
 #if MLA_BENCH_WITH_GPU
   if (gpu) {
     std::vector<const mla::AttentionImpl*> device_impls;

@@ -37,11 +37,14 @@ std::optional<std::string> PointJudge::failure(const AttentionImpl& impl, Prepar
                              point, dt);
   }
   const Declaration declared{impl.info().out_dtype, impl.info().compute};
-  const AttentionJudgement j = judge_attention(in.shape, declared, got, truth_->view());
-  if (j.pass()) return verdicts_[key] = std::nullopt;
+  return verdicts_[key] = not_timed_reason(judge_attention(in.shape, declared, got, truth_->view()));
+}
+
+std::optional<std::string> not_timed_reason(const AttentionJudgement& j) {
+  if (j.pass()) return std::nullopt;
   std::string why;
   for (const auto& r : j.reasons) why += (why.empty() ? "" : "; ") + r;
-  return verdicts_[key] = fmt::format("not timed: FAIL ({})", why);
+  return fmt::format("not timed: FAIL ({})", why);
 }
 
 }  // namespace mla::bench

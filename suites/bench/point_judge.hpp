@@ -10,9 +10,14 @@
 #include <string>
 
 #include "mla/core/kernel.hpp"
+#include "mla/judge/attention.hpp"
 #include "mla/judge/computed.hpp"
 
 namespace mla::bench {
+
+// The row's reason for a judgement it did not pass ("not timed: FAIL (reason; reason)"), or
+// nullopt for a PASS: the one wording of every kind's failed rows (decode, prefill, merge).
+std::optional<std::string> not_timed_reason(const AttentionJudgement& j);
 
 class PointJudge {
  public:

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <regex>
 #include <set>
 
@@ -14,6 +15,7 @@
 #include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/workloads/axes.hpp"
+#include "mla/workloads/phase_axes.hpp"
 
 namespace ax = mla::axes;
 
@@ -267,4 +269,115 @@ TEST(AxesBuild, RejectsInconsistentPoints) {
   ax::AxisPoint q = point("edge_len1");
   q.seqlens[0] = 1000;  // needs more pages than max_blocks
   EXPECT_THROW(ax::build_inputs(q), mla::Error);
+}
+
+// ---- the prefill and merge axes (mla/workloads/phase_axes.hpp) ----------------------------------
+
+namespace {
+
+// The checks every point of any kind gets: a well-formed name unique across the three tables (a
+// --mla_points name selects one point of one kind), a tier, quick inside full, and a CPU point
+// names the production point of its kind that it was reduced from.
+template <class P>
+void check_declaration(const P& p, std::set<std::string>& names, std::set<uint64_t>& seeds,
+                       const std::function<const P*(std::string_view)>& find) {
+  SCOPED_TRACE(p.name);
+  EXPECT_TRUE(std::regex_match(p.name, std::regex("[a-z0-9_]+")));
+  EXPECT_TRUE(names.insert(p.name).second) << "duplicate name";
+  EXPECT_TRUE(seeds.insert(p.seed).second) << "seed shared with another prefill or merge point";
+  EXPECT_NE(p.tiers, 0u);
+  if (p.in(ax::cpu_quick)) EXPECT_TRUE(p.in(ax::cpu_full)) << "quick must be a subset of full";
+  const bool cpu = p.name.rfind("cpu_", 0) == 0;
+  EXPECT_EQ(cpu, !p.scaled_from.empty());
+  if (cpu) {
+    EXPECT_FALSE(p.in(ax::gpu));
+    const auto* from = find(p.scaled_from.substr(0, p.scaled_from.find(':')));
+    ASSERT_NE(from, nullptr) << "scaled_from names no point: " << p.scaled_from;
+    EXPECT_TRUE(from->in(ax::gpu)) << "scaled from a point that is not a production one";
+  }
+}
+
+}  // namespace
+
+TEST(PhaseAxes, NamesTiersSeedsAndScaledFromAreDeclared) {
+  std::set<std::string> names;
+  for (const auto& p : ax::catalog()) names.insert(p.name);
+  std::set<uint64_t> seeds;
+  for (const auto& p : ax::prefill_catalog())
+    check_declaration<ax::PrefillPoint>(p, names, seeds, [](std::string_view n) { return ax::find_prefill(n); });
+  for (const auto& p : ax::merge_catalog())
+    check_declaration<ax::MergePoint>(p, names, seeds, [](std::string_view n) { return ax::find_merge(n); });
+  EXPECT_EQ(ax::find_prefill("cpu_merge_f32_t2048_h16_d128"), nullptr);
+  EXPECT_EQ(ax::find_merge("no_such_point"), nullptr);
+}
+
+TEST(PhaseAxes, CoverTheProductionShapesAndTheQuickTierHoldsEachKindOfCall) {
+  const auto& pc = ax::prefill_catalog();
+  const auto prefill_has = [&](std::function<bool(const ax::PrefillPoint&)> pred) { return std::any_of(pc.begin(), pc.end(), pred); };
+  const auto single_causal = [](const ax::PrefillPoint& p) { return p.causal && p.seqs.size() == 1 && p.seqs[0].s_q == p.seqs[0].s_k; };
+  const auto skewed = [](const ax::PrefillPoint& p) {
+    const auto [lo, hi] = std::minmax_element(p.seqs.begin(), p.seqs.end(), [](auto a, auto b) { return a.s_k < b.s_k; });
+    return p.seqs.size() > 2 && hi->s_k >= 8 * lo->s_k;
+  };
+  const auto chunk = [](const ax::PrefillPoint& p) {
+    return p.causal && std::any_of(p.seqs.begin(), p.seqs.end(), [](auto s) { return s.s_q > 0 && s.s_q < s.s_k; });
+  };
+  for (int32_t n : {1024, 4096, 16384})
+    for (int h : {16, 128})
+      EXPECT_TRUE(prefill_has([&](const auto& p) { return p.in(ax::gpu) && single_causal(p) && p.seqs[0].s_q == n && p.heads == h; }))
+          << "causal prefill of " << n << " tokens at " << h << " heads";
+  EXPECT_TRUE(prefill_has([&](const auto& p) { return p.in(ax::gpu) && skewed(p); }));
+  EXPECT_TRUE(prefill_has([&](const auto& p) { return p.in(ax::gpu) && chunk(p); }));
+  for (const auto& want : {std::function<bool(const ax::PrefillPoint&)>(single_causal), {skewed}, {chunk}})
+    EXPECT_TRUE(prefill_has([&](const auto& p) { return p.in(ax::cpu_quick) && want(p); }));
+
+  const auto& mc = ax::merge_catalog();
+  for (const auto dt : {mla::StateDType::bf16, mla::StateDType::f32})
+    for (int d : {128, 512})
+      EXPECT_TRUE(std::any_of(mc.begin(), mc.end(), [&](const auto& p) {
+        return p.in(ax::gpu) && p.shape.dtype == dt && p.shape.head_dim == d;
+      })) << mla::to_string(dt) << " d" << d;
+  EXPECT_TRUE(std::any_of(mc.begin(), mc.end(), [](const auto& p) {
+    return p.rows == ax::MergeRows::empty_sides && p.in(ax::cpu_quick) && p.in(ax::gpu);
+  }));
+  EXPECT_FALSE(ax::select_merge(ax::cpu_quick).empty());
+}
+
+TEST(PhaseAxes, PrefillInputsAreTheGeneratorsWithTheRopePartSharedAcrossHeads) {
+  const auto* p = ax::find_prefill("cpu_prefill_varlen_skew_h16");
+  ASSERT_NE(p, nullptr);
+  const auto b = ax::build_inputs(*p);
+  EXPECT_EQ(b.shape.total_q, p->total_q());
+  EXPECT_EQ(b.shape.total_k, p->total_k());
+  EXPECT_EQ(b.softmax_scale, ax::deepseek_v3_softmax_scale());
+  EXPECT_EQ(b.cu_seqlens_q.size(), p->seqs.size() + 1);
+  EXPECT_EQ(ax::input_bytes(*p), (b.q.size() + b.k.size() + b.v.size()) * 2 +
+                                     (b.cu_seqlens_q.size() + b.cu_seqlens_k.size()) * 4);
+  std::vector<uint16_t> q(b.q.size()), v(b.v.size()), k_pe(static_cast<std::size_t>(b.shape.total_k) * mla::kMhaRope);
+  mla::gen::fill_bf16(p->seed, 1, 0.0, p->q_std, q);
+  mla::gen::fill_bf16(p->seed, 3, 0.0, 1.0, v);
+  mla::gen::fill_bf16(p->seed, 4, 0.0, 1.0, k_pe);
+  EXPECT_EQ(b.q, q);
+  EXPECT_EQ(b.v, v);
+  const auto h = static_cast<std::size_t>(p->heads);
+  for (std::size_t t = 0; t < static_cast<std::size_t>(b.shape.total_k); t += 97)
+    for (std::size_t hh = 0; hh < h; ++hh)
+      ASSERT_EQ(0, std::memcmp(&b.k[(t * h + hh) * mla::kMhaDqk + mla::kMhaNope], &k_pe[t * mla::kMhaRope], mla::kMhaRope * 2))
+          << "token " << t << " head " << hh;
+}
+
+TEST(PhaseAxes, MergeEdgeRowsHoldEveryEmptySideWithNaNOutsThere) {
+  const auto* p = ax::find_merge("merge_edge_empty_sides_bf16_t64_h16_d128");
+  ASSERT_NE(p, nullptr);
+  const auto b = ax::build_inputs(*p);
+  EXPECT_EQ(ax::input_bytes(*p), b.out_a.size() + b.out_b.size() + (b.lse_a.size() + b.lse_b.size()) * 4);
+  const auto n = static_cast<std::size_t>(p->shape.tokens), d = static_cast<std::size_t>(p->shape.head_dim);
+  for (std::size_t t = 0; t < n; ++t) {
+    const std::size_t i = t;  // head 0
+    const bool a_empty = t % 4 == 0 || t % 4 == 2, b_empty = t % 4 == 1 || t % 4 == 2;
+    EXPECT_EQ(b.lse_a[i] == std::numeric_limits<float>::infinity(), a_empty) << t;
+    EXPECT_EQ(b.lse_b[i] == -std::numeric_limits<float>::infinity(), b_empty) << t;
+    EXPECT_EQ(std::isnan(mla::state_value(p->shape.dtype, b.out_a, t * p->shape.heads * d)), a_empty) << t;
+    EXPECT_EQ(std::isnan(mla::state_value(p->shape.dtype, b.out_b, t * p->shape.heads * d)), b_empty) << t;
+  }
 }

@@ -45,7 +45,7 @@ class RecordingSide : public mla::bench::RowSide {
       while (std::chrono::steady_clock::now() < until) {
       }
     }
-    double time_call(mla::PreparedAttention& run) override {
+    double time_call(mla::bench::TimedCall& run) override {
       ++side.calls;
       return mla::bench::HostClockTimer().time_call(run);
     }

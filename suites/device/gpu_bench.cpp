@@ -83,7 +83,7 @@ class DeviceTimer : public bench::CallTimer {
     fl_->flush(nullptr);
     MLA_CUDA_CHECK(cudaDeviceSynchronize());  // the implementation's stream is not ordered after ours
   }
-  double time_call(PreparedAttention& run) override {
+  double time_call(bench::TimedCall& run) override {
     if (bound_) {
       const cudaStream_t s = bound_->stream();
       events_->start(s);

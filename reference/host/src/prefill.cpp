@@ -185,4 +185,13 @@ MergeResult merge_states(int64_t tokens, int64_t heads, int64_t head_dim, std::s
   return r;
 }
 
+MergeResult merge_states(const MergeInputs& in) {
+  const auto& s = in.shape;
+  const auto n = static_cast<std::size_t>(s.tokens) * static_cast<std::size_t>(s.heads) * static_cast<std::size_t>(s.head_dim);
+  std::vector<double> a(n), b(n);
+  for (std::size_t i = 0; i < n; ++i) a[i] = state_value(s.dtype, in.out_a, i), b[i] = state_value(s.dtype, in.out_b, i);
+  const std::vector<double> la(in.lse_a.begin(), in.lse_a.end()), lb(in.lse_b.begin(), in.lse_b.end());
+  return merge_states(s.tokens, s.heads, s.head_dim, a, la, b, lb);
+}
+
 }  // namespace mla::ref

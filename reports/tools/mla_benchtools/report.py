@@ -22,7 +22,7 @@ from .plots import plot_bandwidth, plot_roofline
 # Below this share of a core per thread while timed, a row is flagged as measured on a busy machine.
 BUSY_SHARE = 0.9
 
-AXIS_ORDER = ["decode_memory", "decode_compute", "long_context", "varlen", "sparse", "fp8", "edge"]
+AXIS_ORDER = ["decode_memory", "decode_compute", "long_context", "varlen", "sparse", "fp8", "edge", "prefill", "merge"]
 
 # What each kind of case (the axis mla-bench records for its point) measures, for the headings.
 KIND_TITLES = {
@@ -33,12 +33,15 @@ KIND_TITLES = {
     "sparse": "sparse (top-k) decode",
     "fp8": "dense decode over the FP8 cache",
     "edge": "edge cases (empty and one-token sequences, odd head counts, page boundaries, extreme values)",
+    "prefill": "prefill in the MHA form (compute-bound: causal, skewed varlen, a chunk over a cached prefix)",
+    "merge": "merge of two partial attention states (memory-bound; empty sides as an edge)",
     "other": "cases of no known kind",
 }
 
 # The first word of a point's name (after a cpu_ prefix) -> its kind, as the axis table names them.
 _NAME_KINDS = {"decode": "decode_memory", "compute": "decode_compute", "long": "long_context",
-               "varlen": "varlen", "sparse": "sparse", "fp8": "fp8", "edge": "edge"}
+               "varlen": "varlen", "sparse": "sparse", "fp8": "fp8", "edge": "edge",
+               "prefill": "prefill", "merge": "merge"}
 
 
 def kind_from_name(point: str) -> str:
@@ -404,9 +407,13 @@ def _md_shapes(run: BenchRun, pts: list[str]) -> list[str]:
     L.append("")
     L.append("| case | b | s_q | h | cache | top-k | max s_k | reduced from |")
     L.append("|---|---|---|---|---|---|---|---|")
+    # Prefill and merge points have no cache or top-k (a merge has no batch either): "–" there,
+    # and a merge's state dtype in the cache column.
     for p, d in scaled:
-        L.append(f"| {p} | {d['batch']} | {d['s_q']} | {d['heads']} | {d['cache_format']} | {d['topk']} | "
-                 f"{d['seqlen_max']} | {_md_escape(d['scaled_from'])} |")
+        g = lambda k: d.get(k, "–")  # noqa: E731
+        cache = d.get("cache_format", d.get("dtype", "–"))
+        L.append(f"| {p} | {g('batch')} | {g('s_q')} | {g('heads')} | {cache} | {g('topk')} | "
+                 f"{g('seqlen_max')} | {_md_escape(d['scaled_from'])} |")
     L.append("")
     return L
 

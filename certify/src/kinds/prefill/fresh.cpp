@@ -14,6 +14,7 @@
 #include "mla/core/config.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/core/presets.hpp"
+#include "mla/workloads/phase_axes.hpp"
 
 namespace mla::certify {
 namespace {
@@ -30,9 +31,7 @@ class Draw {
   uint64_t state_;
 };
 
-struct Seq {
-  int s_q = 0, s_k = 0;
-};
+using Seq = axes::PrefillSeq;
 
 // The two softmax scales a prefill kernel meets: DeepSeek-V3's under YaRN (192^-0.5 · mscale²,
 // 0.1352), what a deployment passes, and the plain 192^-0.5 of a model without YaRN. Drawn cases
@@ -40,38 +39,10 @@ struct Seq {
 double yarn_scale() { return softmax_scale(preset("v3").config); }
 double plain_scale() { return 1.0 / std::sqrt(static_cast<double>(kMhaDqk)); }
 
-// The inputs of one drawn case: q with standard deviation `q_std`, keys and values 1; the rope
-// part of k (its last 64 of 192) one k_pe per token shared by every head, as MLA's MHA form has it.
+// The inputs of one drawn case: the benchmarks' prefill inputs (mla/workloads/phase_axes.hpp),
+// so a drawn case and a bench point of the same lengths and seed are the same bytes.
 PrefillBuffers build(uint64_t seed, int heads, bool causal, const std::vector<Seq>& seqs, double q_std, double scale) {
-  PrefillBuffers b;
-  b.cu_seqlens_q = {0};
-  b.cu_seqlens_k = {0};
-  for (const auto& s : seqs) {
-    b.cu_seqlens_q.push_back(b.cu_seqlens_q.back() + s.s_q);
-    b.cu_seqlens_k.push_back(b.cu_seqlens_k.back() + s.s_k);
-  }
-  b.shape.batch = static_cast<int>(seqs.size());
-  b.shape.heads = heads;
-  b.shape.total_q = b.cu_seqlens_q.back();
-  b.shape.total_k = b.cu_seqlens_k.back();
-  b.shape.causal = causal;
-  b.softmax_scale = scale;
-  const auto hq = static_cast<std::size_t>(heads);
-  b.q.resize(static_cast<std::size_t>(b.shape.total_q) * hq * kMhaDqk);
-  b.k.resize(static_cast<std::size_t>(b.shape.total_k) * hq * kMhaDqk);
-  b.v.resize(static_cast<std::size_t>(b.shape.total_k) * hq * kMhaDv);
-  std::vector<uint16_t> k_pe(static_cast<std::size_t>(b.shape.total_k) * kMhaRope);
-  gen::fill_bf16(seed, 1, 0.0, q_std, b.q);
-  gen::fill_bf16(seed, 2, 0.0, 1.0, b.k);
-  gen::fill_bf16(seed, 3, 0.0, 1.0, b.v);
-  gen::fill_bf16(seed, 4, 0.0, 1.0, k_pe);
-  for (std::size_t t = 0; t < static_cast<std::size_t>(b.shape.total_k); ++t) {
-    for (std::size_t h = 0; h < hq; ++h) {
-      std::copy_n(k_pe.begin() + static_cast<std::ptrdiff_t>(t * kMhaRope), kMhaRope,
-                  b.k.begin() + static_cast<std::ptrdiff_t>((t * hq + h) * kMhaDqk + kMhaNope));
-    }
-  }
-  return b;
+  return axes::build_prefill(seed, heads, causal, seqs, q_std, scale);
 }
 
 std::string lengths(const std::vector<Seq>& seqs) {

@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "mla/core/merge.hpp"
 #include "mla/core/prefill.hpp"
 
 namespace mla::ref {
@@ -42,5 +43,8 @@ struct MergeResult {
 };
 MergeResult merge_states(int64_t tokens, int64_t heads, int64_t head_dim, std::span<const double> out_a,
                          std::span<const double> lse_a, std::span<const double> out_b, std::span<const double> lse_b);
+// The fp64 truth of a canonical merge: merge_states on `in`'s values, widened exactly from its
+// state dtype (what the certifier and the benchmarks judge a merge kernel against).
+MergeResult merge_states(const MergeInputs& in);
 
 }  // namespace mla::ref

@@ -1,0 +1,283 @@
+#include "phase_rows.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "mla/core/error.hpp"
+#include "mla/judge/merge.hpp"
+#include "mla/judge/prefill.hpp"
+#include "mla/ref/prefill.hpp"
+#include "point_judge.hpp"
+
+namespace mla::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One prefill point's canonical inputs and truths, and the current kernel's prepared call there
+// (its inputs in the kernel's conventions: V padded into v_storage when it declares so).
+struct PrefillState {
+  std::string point;
+  std::optional<PrefillBuffers> in;
+  std::optional<PrefillOutputs> truth, same_dtype;
+  std::string key;
+  std::vector<uint16_t> v_storage;
+  std::unique_ptr<PreparedPrefill> prepared;
+};
+
+// One merge point's canonical inputs and truth, and the current kernel's prepared call there (the
+// lse in the kernel's base and layout in the two storages).
+struct MergeState {
+  std::string point;
+  std::optional<MergeBuffers> in;
+  std::optional<ref::MergeResult> truth;
+  std::string key;
+  std::vector<float> lse_a, lse_b;
+  std::unique_ptr<PreparedMerge> prepared;
+};
+
+struct Cache {
+  PrefillState prefill;
+  MergeState merge;
+  std::map<std::string, std::optional<std::string>> verdicts;  // "kernel/point": nullopt = PASS
+  int truths = 0;
+  double truth_seconds = 0;
+};
+
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+// Runs `f` (a truth of `point`), counting its time as the run's judging cost.
+template <class F>
+auto timed_truth(const std::string& point, const char* what, F f) {
+  const auto t0 = Clock::now();
+  auto r = f();
+  const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+  ++cache().truths;
+  cache().truth_seconds += dt;
+  std::cerr << fmt::format("[mla-bench] truth of {} ({}) in {:.2f} s\n", point, what, dt);
+  return r;
+}
+
+// The inputs of `p`, built when the point changes (one point's inputs alive at a time: the other
+// kind's state is dropped too).
+template <class State, class Point>
+State& point_state(State& s, const Point& p) {
+  if (s.point == p.name && s.in) return s;
+  cache().prefill = PrefillState{};
+  cache().merge = MergeState{};
+  const auto t0 = Clock::now();
+  s.in.emplace(axes::build_inputs(p));
+  s.point = p.name;
+  std::cerr << fmt::format("[mla-bench] built inputs of {} ({:.1f} MiB) in {:.2f} s\n", p.name,
+                           static_cast<double>(axes::input_bytes(p)) / (1 << 20),
+                           std::chrono::duration<double>(Clock::now() - t0).count());
+  return s;
+}
+
+// One untimed call of `run`: the reason a row is not timed when it throws, else nullopt and `got`.
+template <class Prepared, class Outputs>
+std::optional<std::string> judged_call(Prepared& run, Outputs& got) {
+  try {
+    run.run();
+    run.synchronize();
+    got = run.results();
+  } catch (const UnsupportedError& e) {
+    return fmt::format("not timed: refused at run time: {}", e.what());
+  } catch (const std::exception& e) {
+    return fmt::format("not timed: ERROR in run(): {}", e.what());
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> judge_prefill_call(const PrefillImpl& impl, PrefillState& s) {
+  const PrefillInputs in = s.in->view();
+  PrefillOutputs got;
+  if (auto why = judged_call(*s.prepared, got)) return why;
+  outputs_to_canonical(impl.info().conventions, in.shape, got);
+  if (!s.truth) s.truth = timed_truth(s.point, "fp64 oracle", [&] { return ref::prefill_attention(in); });
+  PrefillTruth t{s.truth->out, s.truth->lse, {}, {}};
+  // The ratio rule's reference, for a kernel that is not fp64 (judge_prefill arms it then).
+  if (impl.info().out_dtype != OutDType::f64) {
+    if (!s.same_dtype)
+      s.same_dtype = timed_truth(s.point, "bf16 pipeline", [&] { return ref::prefill_same_dtype(in, OutDType::bf16); });
+    t.same_dtype_out = s.same_dtype->out, t.same_dtype_lse = s.same_dtype->lse;
+  }
+  return not_timed_reason(judge_prefill(in.shape, {impl.info().out_dtype, impl.info().compute}, got, t));
+}
+
+std::optional<std::string> judge_merge_call(const MergeImpl& impl, MergeState& s) {
+  const MergeInputs in = s.in->view();
+  MergeOutputs got;
+  if (auto why = judged_call(*s.prepared, got)) return why;
+  outputs_to_canonical(impl.info().conventions, in.shape, got);
+  if (!s.truth) s.truth = timed_truth(s.point, "fp64 oracle", [&] { return ref::merge_states(in); });
+  return not_timed_reason(judge_merge(in.shape, got, {s.truth->out, s.truth->lse}));
+}
+
+// A judged kernel ready to time: the byte/FLOP model of one call and the call.
+struct Ready {
+  CostModel cost;
+  std::unique_ptr<TimedCall> call;
+};
+using Setup = std::variant<std::string, Ready>;  // the reason the row is not timed, or the call
+
+// What every prefill and merge row does the same way: the refusals before any input exists, the
+// kind's setup (inputs, check, prepare, judge), then the one per-call loop and the side's counters.
+RowResult phase_row(benchmark::State& st, const KernelFacts& k, std::optional<std::string> unavailable,
+                    std::size_t input_bytes, std::size_t budget, const std::function<Setup()>& setup, PhaseSide& side) {
+  RowResult r;
+  auto skip = [&](std::string why) {
+    r.error = std::move(why);
+    st.SkipWithError(r.error.c_str());
+    return r;
+  };
+  if (unavailable) return skip("unavailable: " + *unavailable);
+  if (auto why = too_large(input_bytes, budget)) return skip(*why);
+  try {
+    Setup s = setup();
+    if (auto* why = std::get_if<std::string>(&s)) return skip(*why);
+    Ready& ready = std::get<Ready>(s);
+    r.cost = ready.cost;
+    const std::unique_ptr<CallTimer> timer = side.timer(k, input_bytes);
+    r.flushed = timer->flushed();
+    (void)time_calls(st, *timer, *ready.call, r);
+    if (st.error_occurred()) return r;
+    side.finish(st, k, r);
+  } catch (const UnsupportedError& e) {
+    return skip(std::string("unsupported: ") + e.what());
+  } catch (const std::exception& e) {
+    return skip(std::string("error: ") + e.what());
+  }
+  return r;
+}
+
+// The verdict of the kernel of `key` at its point, judged once (Google Benchmark calls a row's
+// body once per repetition).
+std::optional<std::string> verdict(const std::string& key, const std::function<std::optional<std::string>()>& judge) {
+  auto& v = cache().verdicts;
+  if (const auto it = v.find(key); it != v.end()) return it->second;
+  return v[key] = judge();
+}
+
+}  // namespace
+
+KernelFacts facts_of(const PrefillImpl& impl) {
+  const auto& i = impl.info();
+  return {i.name, i.backend, i.out_dtype == OutDType::f64 ? OutDType::f64 : OutDType::f32};
+}
+
+KernelFacts facts_of(const MergeImpl& impl) { return {impl.info().name, impl.info().backend, OutDType::f32}; }
+
+nlohmann::ordered_json point_json(const axes::PrefillPoint& p) {
+  int32_t sq_max = 0, sk_max = 0;
+  for (const auto& q : p.seqs) sq_max = std::max(sq_max, q.s_q), sk_max = std::max(sk_max, q.s_k);
+  const auto b = static_cast<double>(p.seqs.size());
+  return {{"axis", "prefill"},         {"why", p.why},
+          {"scaled_from", p.scaled_from}, {"batch", p.seqs.size()},
+          {"s_q", sq_max},             {"heads", p.heads},
+          {"causal", p.causal},        {"total_q", p.total_q()},
+          {"total_k", p.total_k()},    {"seqlen_max", sk_max},
+          {"seqlen_mean", b > 0 ? static_cast<double>(p.total_k()) / b : 0.0},
+          {"total_tokens", p.total_k()}, {"seed", p.seed}};
+}
+
+nlohmann::ordered_json point_json(const axes::MergePoint& p) {
+  return {{"axis", "merge"},
+          {"why", p.why},
+          {"scaled_from", p.scaled_from},
+          {"heads", p.shape.heads},
+          {"head_dim", p.shape.head_dim},
+          {"dtype", to_string(p.shape.dtype)},
+          {"rows", p.rows == axes::MergeRows::finite ? "finite" : "empty_sides"},
+          {"total_tokens", p.shape.tokens},
+          {"seed", p.seed}};
+}
+
+namespace {
+
+template <class Impl>
+nlohmann::ordered_json phase_kernel_json(const Impl& impl, const char* kind, const Roof& roof) {
+  const auto why = impl.unavailable();
+  const KernelFacts k = facts_of(impl);
+  auto name_or_null = [](const std::string& s) { return s.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(s); };
+  return {{"name", k.name},
+          {"kind", kind},
+          {"backend", k.backend},
+          {"description", impl.info().description},
+          {"role", to_string(impl.info().role)},
+          {"out_dtype", to_string(k.compute)},
+          {"unavailable", why ? *why : ""},
+          {"roof_bw", name_or_null(roof.bw_name)},
+          {"roof_peak", name_or_null(roof.peak_name)}};
+}
+
+}  // namespace
+
+nlohmann::ordered_json kernel_json(const PrefillImpl& impl, const Roof& roof) {
+  return phase_kernel_json(impl, "prefill", roof);
+}
+nlohmann::ordered_json kernel_json(const MergeImpl& impl, const Roof& roof) { return phase_kernel_json(impl, "merge", roof); }
+
+RowResult time_prefill_row(benchmark::State& st, const PrefillRowCase& rc, PhaseSide& side) {
+  const PrefillImpl& impl = *rc.impl;
+  const axes::PrefillPoint& p = *rc.point;
+  return phase_row(st, facts_of(impl), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
+    PrefillState& s = point_state(cache().prefill, p);
+    const PrefillInputs in = s.in->view();
+    if (auto no = impl.check(in)) return "unsupported: " + *no;
+    const std::string key = impl.info().name + "/" + p.name;
+    if (s.key != key || !s.prepared) {
+      s.prepared.reset();
+      s.key.clear();
+      // The one boundary between the canonical conventions and the kernel's declared ones.
+      s.prepared = impl.prepare(inputs_to_kernel(impl.info().conventions, in, s.v_storage));
+      s.key = key;
+    }
+    if (auto why = verdict(key, [&] { return judge_prefill_call(impl, s); })) return *why;
+    // The byte/FLOP model of exactly the call timed: one run() over the point's inputs.
+    return Ready{impl.cost(in), std::make_unique<PreparedCall<PreparedPrefill>>(*s.prepared)};
+  }, side);
+}
+
+RowResult time_merge_row(benchmark::State& st, const MergeRowCase& rc, PhaseSide& side) {
+  const MergeImpl& impl = *rc.impl;
+  const axes::MergePoint& p = *rc.point;
+  return phase_row(st, facts_of(impl), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
+    if (auto no = impl.check(p.shape)) return "unsupported: " + *no;
+    MergeState& s = point_state(cache().merge, p);
+    const MergeInputs in = s.in->view();
+    const std::string key = impl.info().name + "/" + p.name;
+    if (s.key != key || !s.prepared) {
+      s.prepared.reset();
+      s.key.clear();
+      s.prepared = impl.prepare(inputs_to_kernel(impl.info().conventions, in, s.lse_a, s.lse_b));
+      s.key = key;
+    }
+    if (auto why = verdict(key, [&] { return judge_merge_call(impl, s); })) return *why;
+    return Ready{impl.cost(p.shape), std::make_unique<PreparedCall<PreparedMerge>>(*s.prepared)};
+  }, side);
+}
+
+int phase_truths() { return cache().truths; }
+double phase_truth_seconds() { return cache().truth_seconds; }
+
+void release_phase_cache() {
+  Cache& c = cache();
+  c.prefill = PrefillState{};
+  c.merge = MergeState{};
+  c.verdicts.clear();
+}
+
+}  // namespace mla::bench

@@ -1,0 +1,82 @@
+// The prefill and merge rows of mla-bench (`mla/<kernel>/<point>`, the point names carrying the
+// kind: prefill_..., cpu_prefill_..., merge_..., cpu_merge_...), through the same per-call loop,
+// timers, flush policy and counters as the decode rows (kernel_loop.hpp, time_calls): refusals
+// with their reasons, the point's inputs and the kernel's prepared call kept across Google
+// Benchmark's repetitions (one point's inputs alive at a time), the judge before timing, then
+// the timed calls.
+//
+// Speed only where correct: each kernel's output at the point is judged before timing, prefill by
+// judge_prefill against the fp64 oracle mla::ref::prefill_attention (and, for a kernel that is
+// not fp64, the bf16 pipeline mla::ref::prefill_same_dtype the ratio rule measures against), merge
+// by judge_merge against mla::ref::merge_states; inputs cross to the kernel's conventions and its
+// outputs back through the one boundary (inputs_to_kernel, outputs_to_canonical). A point it does
+// not pass is a "not timed: FAIL (...)" row.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include <benchmark/benchmark.h>
+#include <nlohmann/json.hpp>
+
+#include "harness.hpp"
+#include "kernel_loop.hpp"
+#include "mla/core/merge.hpp"
+#include "mla/core/prefill_kernel.hpp"
+#include "mla/workloads/phase_axes.hpp"
+
+namespace mla::bench {
+
+// What the host side needs of a kernel of any kind to time it and count its row.
+struct KernelFacts {
+  std::string name, backend;
+  // The precision its FLOPs run in: f64 is judged against the fp64 FMA roof, else the fp32 one.
+  OutDType compute = OutDType::f64;
+};
+KernelFacts facts_of(const PrefillImpl& impl);
+// Merge kernels declare state dtypes, not a compute precision: they compute in fp32 (no merge
+// kernel widens to fp64), and are memory-bound whichever FMA roof they are held to.
+KernelFacts facts_of(const MergeImpl& impl);
+
+// The points and kernels in the JSON context (mla_points, mla_kernels), in the decode rows'
+// vocabulary where it applies (axis, why, scaled_from, heads, total_tokens, seed; a kernel's
+// backend, role, out_dtype, roofs) plus each kind's own shape fields.
+nlohmann::ordered_json point_json(const axes::PrefillPoint& p);
+nlohmann::ordered_json point_json(const axes::MergePoint& p);
+nlohmann::ordered_json kernel_json(const PrefillImpl& impl, const Roof& roof);
+nlohmann::ordered_json kernel_json(const MergeImpl& impl, const Roof& roof);
+
+// How the run times and counts a prefill or merge row (mla-bench's host side).
+class PhaseSide {
+ public:
+  virtual ~PhaseSide() = default;
+  // The timer of a row whose canonical inputs take `input_bytes`.
+  virtual std::unique_ptr<CallTimer> timer(const KernelFacts& k, std::size_t input_bytes) = 0;
+  // The counters and label of a row that was timed.
+  virtual void finish(benchmark::State& st, const KernelFacts& k, const RowResult& r) = 0;
+};
+
+struct PrefillRowCase {
+  const PrefillImpl* impl = nullptr;
+  const axes::PrefillPoint* point = nullptr;
+  std::size_t mem_budget = 0;  // refuse points whose inputs exceed a quarter of it (0: no limit)
+};
+struct MergeRowCase {
+  const MergeImpl* impl = nullptr;
+  const axes::MergePoint* point = nullptr;
+  std::size_t mem_budget = 0;
+};
+
+// One row as a Google Benchmark function body; a row that is not timed is a SkipWithError with
+// the reason, which the result carries too.
+RowResult time_prefill_row(benchmark::State& st, const PrefillRowCase& rc, PhaseSide& side);
+RowResult time_merge_row(benchmark::State& st, const MergeRowCase& rc, PhaseSide& side);
+
+// Truths computed for prefill and merge points and their seconds (untimed), for the run's summary.
+int phase_truths();
+double phase_truth_seconds();
+// Frees the cached inputs, prepared calls and truths.
+void release_phase_cache();
+
+}  // namespace mla::bench

@@ -1,0 +1,181 @@
+// The prefill and merge rows of mla-bench: through the one per-call loop with a recording side
+// (timed and finished with the kernel's own cost model; a planted wrong kernel, which no flag of
+// mla-bench selects because the faults are not registered, never reaches the timer), and end to
+// end: mla-bench on one prefill and one merge point writes timed rows against the ceilings it
+// measured, with model_flops the registered kernel's cost() of the point, computed here.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <tuple>
+#include <unistd.h>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "phase_rows.hpp"
+#include "mla/faults/faults.hpp"
+#include "mla/registry/registry.hpp"
+
+namespace {
+
+namespace ax = mla::axes;
+
+constexpr const char* kPrefillPoint = "cpu_prefill_varlen_skew_h16";
+constexpr const char* kMergePoint = "merge_edge_empty_sides_bf16_t64_h16_d128";
+
+// Counts timer calls and finishes; a host clock without eviction.
+class RecordingSide : public mla::bench::PhaseSide {
+ public:
+  int calls = 0, finishes = 0;
+  std::unique_ptr<mla::bench::CallTimer> timer(const mla::bench::KernelFacts&, std::size_t) override {
+    struct Timer : mla::bench::CallTimer {
+      explicit Timer(RecordingSide& s) : side(s) {}
+      RecordingSide& side;
+      double time_call(mla::bench::TimedCall& run) override {
+        ++side.calls;
+        return mla::bench::HostClockTimer().time_call(run);
+      }
+      bool flushed() const override { return false; }
+    };
+    return std::make_unique<Timer>(*this);
+  }
+  void finish(benchmark::State&, const mla::bench::KernelFacts&, const mla::bench::RowResult&) override { ++finishes; }
+};
+
+// Runs `body` as one Google Benchmark row of `iterations` calls; returns its error ("" = timed).
+std::string run_row(const std::string& name, int iterations, std::function<void(benchmark::State&)> body) {
+  struct Collect : benchmark::BenchmarkReporter {
+    std::string error = "not run";
+    bool ReportContext(const Context&) override { return true; }
+    void ReportRuns(const std::vector<Run>& runs) override {
+      for (const auto& r : runs) error = r.error_occurred ? r.error_message : "";
+    }
+  } collect;
+  benchmark::RegisterBenchmark(name.c_str(), std::move(body))->UseManualTime()->Iterations(iterations);
+  benchmark::SetBenchmarkFilter("^" + name + "/");
+  benchmark::RunSpecifiedBenchmarks(&collect);
+  benchmark::ClearRegisteredBenchmarks();
+  return collect.error;
+}
+
+const mla::PrefillImpl& prefill_kernel(const std::string& name) {
+  for (const auto& k : mla::Registry::instance().prefill())
+    if (k->info().name == name) return *k;
+  throw std::runtime_error("no prefill kernel " + name);
+}
+
+const mla::MergeImpl& merge_kernel(const std::string& name) {
+  for (const auto& k : mla::Registry::instance().merge())
+    if (k->info().name == name) return *k;
+  throw std::runtime_error("no merge kernel " + name);
+}
+
+class PhaseRows : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { mla::register_builtin_kernels(); }
+  void TearDown() override { mla::bench::release_phase_cache(); }
+};
+
+TEST_F(PhaseRows, ATimedRowCarriesTheKernelsOwnCostModelAndFinishesOnce) {
+  const auto* p = ax::find_prefill(kPrefillPoint);
+  ASSERT_NE(p, nullptr);
+  const auto& k = prefill_kernel("cpu_prefill_fp64");
+  RecordingSide side;
+  mla::bench::RowResult r;
+  const auto error = run_row("phase/prefill_ok", 3, [&](benchmark::State& st) {
+    r = mla::bench::time_prefill_row(st, {&k, p, 0}, side);
+  });
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(side.calls, 3);
+  EXPECT_EQ(side.finishes, 1);
+  const auto in = ax::build_inputs(*p);
+  EXPECT_EQ(r.cost.flops, k.cost(in.view()).flops);
+  EXPECT_EQ(r.cost.bytes, k.cost(in.view()).bytes);
+}
+
+TEST_F(PhaseRows, APlantedWrongKernelIsNotTimedAndSaysFail) {
+  RecordingSide side;
+  // 192^-0.5 instead of the V3 scale the point passes.
+  const auto bad_prefill = mla::faults::make_prefill("no_mscale");
+  auto error = run_row("phase/prefill_fault", 2, [&](benchmark::State& st) {
+    (void)mla::bench::time_prefill_row(st, {bad_prefill.get(), ax::find_prefill(kPrefillPoint), 0}, side);
+  });
+  EXPECT_EQ(error.rfind("not timed: FAIL (", 0), 0u) << error;
+  // +inf (an empty side, FA2's) taken for a number: NaN rows at the edge point.
+  const auto bad_merge = mla::faults::make_merge("pos_inf_lse_as_number");
+  error = run_row("phase/merge_fault", 2, [&](benchmark::State& st) {
+    (void)mla::bench::time_merge_row(st, {bad_merge.get(), ax::find_merge(kMergePoint), 0}, side);
+  });
+  EXPECT_EQ(error.rfind("not timed: FAIL (", 0), 0u) << error;
+  // The registered merge passes the same point.
+  error = run_row("phase/merge_ok", 2, [&](benchmark::State& st) {
+    (void)mla::bench::time_merge_row(st, {&merge_kernel("cpu_merge_f32"), ax::find_merge(kMergePoint), 0}, side);
+  });
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(side.calls, 2);  // the merge that passed; neither fault reached the timer
+}
+
+TEST_F(PhaseRows, TooLargeIsRefusedBeforeAnyInputIsBuilt) {
+  RecordingSide side;
+  const auto error = run_row("phase/too_large", 2, [&](benchmark::State& st) {
+    (void)mla::bench::time_prefill_row(st, {&prefill_kernel("cpu_prefill_fp64"), ax::find_prefill(kPrefillPoint), 1}, side);
+  });
+  EXPECT_EQ(error.rfind("too large for this machine: ", 0), 0u) << error;
+  EXPECT_EQ(side.calls, 0);
+}
+
+// The benchmark JSON's row of `kernel` at `point` (the median aggregate, else the first run).
+const nlohmann::json* row_of(const nlohmann::json& doc, const std::string& kernel, const std::string& point) {
+  const nlohmann::json* found = nullptr;
+  for (const auto& b : doc["benchmarks"]) {
+    if (b.value("run_name", "") != "mla/" + kernel + "/" + point + "/manual_time") continue;
+    if (!found || b.value("aggregate_name", "") == "median") found = &b;
+  }
+  return found;
+}
+
+TEST_F(PhaseRows, MlaBenchWritesTimedPrefillAndMergeRowsAgainstItsCeilings) {
+  const auto out = std::filesystem::temp_directory_path() / ("mla_bench_phase_" + std::to_string(::getpid()) + ".json");
+  const std::string cmd = std::string("\"") + MLA_BENCH_EXE + "\" --mla_quick --mla_points=" + kPrefillPoint +
+                          ",cpu_merge_bf16_t2048_h16_d128 --mla_kernels=cpu_prefill_fp64,cpu_merge_f32 "
+                          "--mla_stream_mib=64 --mla_ceiling_reps=1 --benchmark_repetitions=2 "
+                          "--benchmark_out=" + out.string() + " > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream f(out);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(out);
+  // The cv aggregate of a constant counter is 0/0, written as NaN (which the report's Python
+  // reads); nlohmann's strict parser wants null there.
+  for (const std::string nan : {"-NaN", "NaN"})
+    for (std::size_t at; (at = text.find(": " + nan)) != std::string::npos;) text.replace(at + 2, nan.size(), "null");
+  const auto doc = nlohmann::json::parse(text);
+  // Points and kernels in the context, as the report reads them.
+  const auto points = nlohmann::json::parse(doc["context"]["mla_points"].get<std::string>());
+  EXPECT_EQ(points[kPrefillPoint]["axis"], "prefill");
+  EXPECT_EQ(points["cpu_merge_bf16_t2048_h16_d128"]["axis"], "merge");
+
+  const auto* pp = ax::find_prefill(kPrefillPoint);
+  const auto* mp = ax::find_merge("cpu_merge_bf16_t2048_h16_d128");
+  const auto& pk = prefill_kernel("cpu_prefill_fp64");
+  const auto& mk = merge_kernel("cpu_merge_f32");
+  const double prefill_flops = pk.cost(ax::build_inputs(*pp).view()).flops;
+  const double merge_flops = mk.cost(mp->shape).flops;
+  for (const auto& [kernel, point, flops, memory_bound] :
+       {std::tuple{pk.info().name, pp->name, prefill_flops, 0.0}, std::tuple{mk.info().name, mp->name, merge_flops, 1.0}}) {
+    SCOPED_TRACE(kernel + "/" + point);
+    const auto* r = row_of(doc, kernel, point);
+    ASSERT_NE(r, nullptr);
+    EXPECT_FALSE(r->value("error_occurred", false)) << r->value("error_message", "");
+    ASSERT_TRUE(r->contains("pct_of_ceiling"));
+    EXPECT_GT((*r)["pct_of_ceiling"].get<double>(), 0);
+    EXPECT_DOUBLE_EQ((*r)["model_flops"].get<double>(), flops);
+    // Prefill's intensity (tens of FLOPs a byte) is past any CPU's ridge point, merge's (a third
+    // of a FLOP a byte) below it.
+    EXPECT_EQ((*r)["memory_bound"].get<double>(), memory_bound);
+  }
+}
+
+}  // namespace

@@ -1,0 +1,279 @@
+#include "mla/workloads/phase_axes.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "mla/core/error.hpp"
+#include "mla/core/generator.hpp"
+
+namespace mla::axes {
+namespace {
+
+constexpr unsigned kQuick = cpu_quick | cpu_full;  // the quick run is a subset of the full one
+constexpr unsigned kFull = cpu_full;
+constexpr unsigned kGpu = gpu;
+
+PrefillPoint prefill(std::string name, unsigned tiers, int heads, std::vector<PrefillSeq> seqs, uint64_t seed,
+                     std::string why, std::string scaled_from = {}) {
+  PrefillPoint p;
+  p.name = std::move(name);
+  p.tiers = tiers;
+  p.heads = heads;
+  p.seqs = std::move(seqs);
+  p.seed = seed;
+  p.why = std::move(why);
+  p.scaled_from = std::move(scaled_from);
+  return p;
+}
+
+// One sequence of `long_len` tokens among `n_short` of `short_len` (the long one in the middle,
+// so neither end of the batch is the special one).
+std::vector<PrefillSeq> skewed(int32_t long_len, int n_short, int32_t short_len) {
+  std::vector<PrefillSeq> s(static_cast<std::size_t>(n_short), PrefillSeq{short_len, short_len});
+  s.insert(s.begin() + n_short / 2, PrefillSeq{long_len, long_len});
+  return s;
+}
+
+std::vector<PrefillPoint> build_prefill_catalog() {
+  std::vector<PrefillPoint> t;
+  // --- production (tier gpu): one causal sequence of 1K, 4K, 16K tokens at 16 and 128 heads ---
+  uint64_t seed = 1001;
+  for (const int32_t n : {1024, 4096, 16384})
+    for (const int h : {16, 128})
+      t.push_back(prefill(fmt::format("prefill_causal_t{}_h{}", n, h), kGpu, h, {{n, n}}, seed++,
+                          "compute-bound causal prefill (MHA form), the prefill kernels' headline shape"));
+  t.push_back(prefill("prefill_varlen_skew_h128", kGpu, 128, skewed(8192, 32, 256), 1011,
+                      "skewed varlen prefill: one 8K sequence among 32 of 256 tokens (16K in all), the "
+                      "load-balance hazard of a per-sequence split"));
+  t.push_back(prefill("prefill_chunk_h128_sq1024_sk16384", kGpu, 128, {{1024, 16384}}, 1012,
+                      "chunked prefill: 1K new tokens over a 15K cached prefix, bottom-right causal"));
+
+  // --- CPU tiers: the fp64 oracle judges every kernel first, in about a second on 2 cores -----
+  t.push_back(prefill("cpu_prefill_causal_t512_h16", kQuick, 16, {{512, 512}}, 1051, "causal prefill on the CPU",
+                      "prefill_causal_t1024_h16: tokens halved so the fp64 oracle runs in about a second"));
+  t.push_back(prefill("cpu_prefill_varlen_skew_h16", kQuick, 16, skewed(256, 7, 32), 1052,
+                      "skewed varlen prefill on the CPU: one 256 among 7 of 32 tokens",
+                      "prefill_varlen_skew_h128: heads 128 -> 16, sequences 8K/256 -> 256/32, 32 short -> 7"));
+  t.push_back(prefill("cpu_prefill_chunk_h16_sq64_sk1024", kQuick, 16, {{64, 1024}}, 1053,
+                      "chunked prefill on the CPU: 64 new tokens over a 960-token prefix",
+                      "prefill_chunk_h128_sq1024_sk16384: heads 128 -> 16, tokens / 16"));
+  t.push_back(prefill("cpu_prefill_causal_t1024_h16", kFull, 16, {{1024, 1024}}, 1054,
+                      "causal prefill on the CPU, the longer sequence",
+                      "prefill_causal_t4096_h16: tokens / 4 so the fp64 oracle fits a CI run"));
+  t.push_back(prefill("cpu_prefill_causal_t256_h128", kFull, 128, {{256, 256}}, 1055,
+                      "causal prefill on the CPU at 128 heads",
+                      "prefill_causal_t4096_h128: tokens / 16 so the fp64 oracle fits a CI run"));
+  return t;
+}
+
+MergePoint merge(std::string name, unsigned tiers, MergeShape shape, uint64_t seed, std::string why,
+                 std::string scaled_from = {}, MergeRows rows = MergeRows::finite) {
+  MergePoint p;
+  p.name = std::move(name);
+  p.tiers = tiers;
+  p.shape = shape;
+  p.seed = seed;
+  p.why = std::move(why);
+  p.scaled_from = std::move(scaled_from);
+  p.rows = rows;
+  return p;
+}
+
+std::vector<MergePoint> build_merge_catalog() {
+  std::vector<MergePoint> t;
+  const auto name = [](const char* prefix, const MergeShape& s) {
+    return fmt::format("{}_{}_t{}_h{}_d{}", prefix, to_string(s.dtype), s.tokens, s.heads, s.head_dim);
+  };
+  // --- production (tier gpu): a 16K-token prefill's states (d 128) and MLA's latent V (d 512) --
+  uint64_t seed = 1101;
+  for (const auto dt : {StateDType::bf16, StateDType::f32}) {
+    const MergeShape v{16384, 128, kMhaDv, dt}, latent{4096, 128, 512, dt};
+    t.push_back(merge(name("merge", v), kGpu, v, seed++, "memory-bound merge of a 16K-token prefill's partial states"));
+    t.push_back(merge(name("merge", latent), kGpu, latent, seed++, "memory-bound merge of latent (d 512) states"));
+  }
+  // --- CPU tiers ---------------------------------------------------------------------------------
+  seed = 1151;
+  for (const auto dt : {StateDType::bf16, StateDType::f32}) {
+    const MergeShape v{2048, 16, kMhaDv, dt}, latent{512, 16, 512, dt};
+    t.push_back(merge(name("cpu_merge", v), kQuick, v, seed++, "memory-bound merge on the CPU",
+                      fmt::format("merge_{}_t16384_h128_d128: tokens and heads / 8 so the fp64 oracle fits a CI run",
+                                  to_string(dt))));
+    t.push_back(merge(name("cpu_merge", latent), kFull, latent, seed++, "memory-bound merge of latent states on the CPU",
+                      fmt::format("merge_{}_t4096_h128_d512: tokens and heads / 8", to_string(dt))));
+  }
+  // --- edge: the empty sides (+inf, -inf, both), NaN in the out a merge must not read ----------
+  const MergeShape e{64, 16, kMhaDv, StateDType::bf16};
+  t.push_back(merge("merge_edge_empty_sides_bf16_t64_h16_d128", kQuick | kGpu, e, 1191,
+                    "merge edge: rows cycle a empty (+inf), b empty (-inf), both empty, finite; NaN outs on empty sides",
+                    {}, MergeRows::empty_sides));
+  return t;
+}
+
+// Checks a table's declarations: names unique (across decode, prefill and merge: --mla_points
+// selects by name alone) and well formed, tiers set.
+template <class P>
+void check_names(const std::vector<P>& points, std::set<std::string>& seen) {
+  for (const auto& p : points) {
+    if (p.name.empty() || !std::all_of(p.name.begin(), p.name.end(), [](char c) {
+          return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+        }))
+      throw Error(fmt::format("axis point '{}': a name is [a-z0-9_]+", p.name));
+    if (!seen.insert(p.name).second) throw Error(fmt::format("axis point '{}' is declared twice", p.name));
+    if (p.tiers == 0) throw Error(fmt::format("axis point '{}' is in no tier", p.name));
+  }
+}
+
+// Both tables, checked once against each other and the decode table.
+struct Tables {
+  std::vector<PrefillPoint> prefill = build_prefill_catalog();
+  std::vector<MergePoint> merge = build_merge_catalog();
+  Tables() {
+    std::set<std::string> seen;
+    for (const auto& p : catalog()) seen.insert(p.name);
+    check_names(prefill, seen);
+    check_names(merge, seen);
+  }
+};
+
+const Tables& tables() {
+  static const Tables t;
+  return t;
+}
+
+}  // namespace
+
+int64_t PrefillPoint::total_q() const {
+  int64_t n = 0;
+  for (const auto& s : seqs) n += s.s_q;
+  return n;
+}
+
+int64_t PrefillPoint::total_k() const {
+  int64_t n = 0;
+  for (const auto& s : seqs) n += s.s_k;
+  return n;
+}
+
+const std::vector<PrefillPoint>& prefill_catalog() { return tables().prefill; }
+const std::vector<MergePoint>& merge_catalog() { return tables().merge; }
+
+const PrefillPoint* find_prefill(std::string_view name) {
+  for (const auto& p : prefill_catalog())
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+const MergePoint* find_merge(std::string_view name) {
+  for (const auto& p : merge_catalog())
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+std::vector<const PrefillPoint*> select_prefill(Tier t) {
+  std::vector<const PrefillPoint*> out;
+  for (const auto& p : prefill_catalog())
+    if (p.in(t)) out.push_back(&p);
+  return out;
+}
+
+std::vector<const MergePoint*> select_merge(Tier t) {
+  std::vector<const MergePoint*> out;
+  for (const auto& p : merge_catalog())
+    if (p.in(t)) out.push_back(&p);
+  return out;
+}
+
+PrefillBuffers build_prefill(uint64_t seed, int heads, bool causal, const std::vector<PrefillSeq>& seqs, double q_std,
+                             double softmax_scale) {
+  PrefillBuffers b;
+  b.cu_seqlens_q = {0};
+  b.cu_seqlens_k = {0};
+  for (const auto& s : seqs) {
+    b.cu_seqlens_q.push_back(b.cu_seqlens_q.back() + s.s_q);
+    b.cu_seqlens_k.push_back(b.cu_seqlens_k.back() + s.s_k);
+  }
+  b.shape.batch = static_cast<int>(seqs.size());
+  b.shape.heads = heads;
+  b.shape.total_q = b.cu_seqlens_q.back();
+  b.shape.total_k = b.cu_seqlens_k.back();
+  b.shape.causal = causal;
+  b.softmax_scale = softmax_scale;
+  const auto hq = static_cast<std::size_t>(heads);
+  b.q.resize(static_cast<std::size_t>(b.shape.total_q) * hq * kMhaDqk);
+  b.k.resize(static_cast<std::size_t>(b.shape.total_k) * hq * kMhaDqk);
+  b.v.resize(static_cast<std::size_t>(b.shape.total_k) * hq * kMhaDv);
+  std::vector<uint16_t> k_pe(static_cast<std::size_t>(b.shape.total_k) * kMhaRope);
+  gen::fill_bf16(seed, 1, 0.0, q_std, b.q);
+  gen::fill_bf16(seed, 2, 0.0, 1.0, b.k);
+  gen::fill_bf16(seed, 3, 0.0, 1.0, b.v);
+  gen::fill_bf16(seed, 4, 0.0, 1.0, k_pe);
+  for (std::size_t t = 0; t < static_cast<std::size_t>(b.shape.total_k); ++t) {
+    for (std::size_t h = 0; h < hq; ++h) {
+      std::copy_n(k_pe.begin() + static_cast<std::ptrdiff_t>(t * kMhaRope), kMhaRope,
+                  b.k.begin() + static_cast<std::ptrdiff_t>((t * hq + h) * kMhaDqk + kMhaNope));
+    }
+  }
+  return b;
+}
+
+PrefillBuffers build_inputs(const PrefillPoint& p) {
+  auto b = build_prefill(p.seed, p.heads, p.causal, p.seqs, p.q_std, deepseek_v3_softmax_scale());
+  validate_prefill_inputs(b.view(), p.name);
+  return b;
+}
+
+MergeBuffers build_inputs(const MergePoint& p) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  MergeBuffers b;
+  b.shape = p.shape;
+  const auto n = static_cast<std::size_t>(p.shape.tokens), h = static_cast<std::size_t>(p.shape.heads);
+  const auto d = static_cast<std::size_t>(p.shape.head_dim);
+  b.lse_a.resize(n * h);
+  b.lse_b.resize(n * h);
+  // Row t of an empty_sides point: t % 4 = 0 a empty (+inf, FA2's), 1 b empty (-inf, FA3's),
+  // 2 both empty, 3 finite.
+  for (std::size_t hh = 0; hh < h; ++hh)
+    for (std::size_t t = 0; t < n; ++t) {
+      const std::size_t i = hh * n + t;
+      double a = -5 + 25 * gen::uniform01(p.seed, 1, 2 * i), bb = -5 + 25 * gen::uniform01(p.seed, 1, 2 * i + 1);
+      if (p.rows == MergeRows::empty_sides) {
+        if (t % 4 == 0 || t % 4 == 2) a = kInf;
+        if (t % 4 == 1 || t % 4 == 2) bb = -kInf;
+      }
+      b.lse_a[i] = static_cast<float>(a);
+      b.lse_b[i] = static_cast<float>(bb);
+    }
+  const std::size_t bpv = bytes_per_value(p.shape.dtype);
+  b.out_a.reserve(n * h * d * bpv);
+  b.out_b.reserve(n * h * d * bpv);
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t hh = 0; hh < h; ++hh) {
+      const std::size_t li = hh * n + t;
+      const bool ea = std::isinf(b.lse_a[li]), eb = std::isinf(b.lse_b[li]);
+      for (std::size_t j = 0; j < d; ++j) {
+        const uint64_t e = (t * h + hh) * d + j;
+        append_state_value(p.shape.dtype, ea ? kNaN : gen::value(p.seed, 2, e, 0, 1), b.out_a);
+        append_state_value(p.shape.dtype, eb ? kNaN : gen::value(p.seed, 3, e, 0, 1), b.out_b);
+      }
+    }
+  validate_merge_inputs(b.view(), p.name);
+  return b;
+}
+
+std::size_t input_bytes(const PrefillPoint& p) {
+  const auto h = static_cast<std::size_t>(p.heads);
+  return static_cast<std::size_t>(p.total_q()) * h * kMhaDqk * 2 +
+         static_cast<std::size_t>(p.total_k()) * h * (kMhaDqk + kMhaDv) * 2 + 2 * (p.seqs.size() + 1) * 4;
+}
+
+std::size_t input_bytes(const MergePoint& p) {
+  const auto values = static_cast<std::size_t>(p.shape.tokens) * static_cast<std::size_t>(p.shape.heads);
+  return 2 * values * static_cast<std::size_t>(p.shape.head_dim) * bytes_per_value(p.shape.dtype) + 2 * values * 4;
+}
+
+}  // namespace mla::axes

@@ -286,7 +286,9 @@ void check_declaration(const P& p, std::set<std::string>& names, std::set<uint64
   EXPECT_TRUE(names.insert(p.name).second) << "duplicate name";
   EXPECT_TRUE(seeds.insert(p.seed).second) << "seed shared with another prefill or merge point";
   EXPECT_NE(p.tiers, 0u);
-  if (p.in(ax::cpu_quick)) EXPECT_TRUE(p.in(ax::cpu_full)) << "quick must be a subset of full";
+  if (p.in(ax::cpu_quick)) {
+    EXPECT_TRUE(p.in(ax::cpu_full)) << "quick must be a subset of full";
+  }
   const bool cpu = p.name.rfind("cpu_", 0) == 0;
   EXPECT_EQ(cpu, !p.scaled_from.empty());
   if (cpu) {

@@ -394,7 +394,9 @@ TEST(FreshAppend, CasesAreDrawnFromTheSeedOverEveryClaimedFormatAndTheReferenceP
       const auto& c = cases[i];
       SCOPED_TRACE(c.name);
       names.insert(c.name);
-      if (i > 0) EXPECT_LT(cases[i - 1].name, c.name) << "in name order";
+      if (i > 0) {
+        EXPECT_LT(cases[i - 1].name, c.name) << "in name order";
+      }
       EXPECT_EQ(c.in.positions, again[i].in.positions) << "the seed reproduces the case";
       EXPECT_EQ(c.in.latent, again[i].in.latent);
       const int32_t ps = c.in.page_size, msl = static_cast<int32_t>(c.in.max_seq_len);
@@ -461,7 +463,9 @@ TEST(FreshAppend, CorrectAppendsAreGreenAndEachAppendBugRedWhereItShows) {
       if (k.name == "append_writes_neighbour" && !rejected) want = Verdict::fail;
       if (k.name == "append_no_capacity_check" && rejected) want = Verdict::fail;
       EXPECT_EQ(c.verdict, want) << fmt::format("{}", fmt::join(c.reasons, " | "));
-      if (k.name == "flashmla_append" && c.name.starts_with("append/fp8")) EXPECT_TRUE(c.name.ends_with("_flashmla/" + c.name.substr(c.name.rfind('/') + 1))) << "judged by the recipe it declares";
+      if (k.name == "flashmla_append" && c.name.starts_with("append/fp8")) {
+        EXPECT_TRUE(c.name.ends_with("_flashmla/" + c.name.substr(c.name.rfind('/') + 1))) << "judged by the recipe it declares";
+      }
     }
   }
 }

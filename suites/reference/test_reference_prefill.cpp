@@ -168,9 +168,13 @@ TEST(MergeStates, EmptySidesAndFarApartStatesNeverGiveNaN) {
       // merge is the other side exactly.
       const bool a_only = eb || (!ea && rows[t].first - rows[t].second >= 1000);
       const bool b_only = ea || (!eb && rows[t].second - rows[t].first >= 1000);
-      if (ea && eb) EXPECT_EQ(o, 0.0);
-      else if (a_only) EXPECT_EQ(o, 1.0 + d);
-      else if (b_only) EXPECT_EQ(o, -3.0 - d);
+      if (ea && eb) {
+        EXPECT_EQ(o, 0.0);
+      } else if (a_only) {
+        EXPECT_EQ(o, 1.0 + d);
+      } else if (b_only) {
+        EXPECT_EQ(o, -3.0 - d);
+      }
     }
     const double l = r.lse[static_cast<std::size_t>(t)];
     if (ea && eb) EXPECT_EQ(l, -kInf);

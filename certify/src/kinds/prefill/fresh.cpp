@@ -11,9 +11,8 @@
 
 #include "kinds/prefill/prefill_rows.hpp"
 #include "kinds/stored_kind.hpp"
-#include "mla/core/config.hpp"
 #include "mla/core/generator.hpp"
-#include "mla/core/presets.hpp"
+#include "mla/workloads/axes.hpp"
 #include "mla/workloads/phase_axes.hpp"
 
 namespace mla::certify {
@@ -36,7 +35,7 @@ using Seq = axes::PrefillSeq;
 // The two softmax scales a prefill kernel meets: DeepSeek-V3's under YaRN (192^-0.5 · mscale²,
 // 0.1352), what a deployment passes, and the plain 192^-0.5 of a model without YaRN. Drawn cases
 // use both, so a kernel that drops (or hard-codes) the mscale² factor is red on fresh cases too.
-double yarn_scale() { return softmax_scale(preset("v3").config); }
+double yarn_scale() { return axes::deepseek_v3_softmax_scale(); }
 double plain_scale() { return 1.0 / std::sqrt(static_cast<double>(kMhaDqk)); }
 
 // The inputs of one drawn case: the benchmarks' prefill inputs (mla/workloads/phase_axes.hpp),

@@ -320,12 +320,15 @@ def _md_results(run: BenchRun, cases: list[Case], kernels: list[str], pts: list[
              " (bandwidth when the arithmetic intensity is below the ridge point, else compute). CPU share: process"
              " CPU time per wall second and thread during the timed calls (median; 1.00 = never descheduled).")
     L.append("")
-    header = ("| case | implementation | time (ms) | reps | GB/s | TFLOP/s | FLOP/B | % of ceiling | bound | CPU share |"
-              + "".join(f" × vs `{b}` |" for b in baselines))
-    sep = "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(baselines)
     for kind, kpts in groups:
+        # Speed-ups only against the baselines measured on this kind's points: a decode baseline
+        # has nothing to say about a prefill or merge row.
+        kb = [b for b in baselines if any(mets.get((b, p)) for p in kpts)]
+        header = ("| case | implementation | time (ms) | reps | GB/s | TFLOP/s | FLOP/B | % of ceiling | bound | CPU share |"
+                  + "".join(f" × vs `{b}` |" for b in kb))
+        sep = "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(kb)
         L += [f"### {kind}", "", header, sep]
-        L += [_md_result_row(p, k, by_key[(k, p)], mets[(k, p)], mets, baselines, cert_status)
+        L += [_md_result_row(p, k, by_key[(k, p)], mets[(k, p)], mets, kb, cert_status)
               for p in kpts for k in kernels if mets.get((k, p))]
         L.append("")
     return L

@@ -424,3 +424,29 @@ def test_published_rooflines_label_every_point_and_no_two_labels_overlap():
             for j in range(i + 1, len(boxes)):
                 assert not boxes[i].overlaps(boxes[j]), (path, labels[i].get_text(), labels[j].get_text())
         plt.close(fig)
+
+
+def _detail_headers(md):
+    """kind -> the header line of its detail table."""
+    section = md.split("\n## Results in detail\n", 1)[1].split("\n## ", 1)[0]
+    headers, kind = {}, None
+    for line in section.splitlines():
+        if line.startswith("### "):
+            kind = line[4:]
+        elif line.startswith("| case |") and kind is not None:
+            headers[kind] = line
+    return headers
+
+
+def test_speed_ups_are_only_against_baselines_measured_on_the_kinds_points(run):
+    # A decode baseline has nothing to say about a prefill or merge row: each detail table names
+    # only the baselines timed on at least one of its points, and every one of those.
+    for r in [run] + [benchjson.load(p) for p in PUBLISHED_BENCH]:
+        mets = {(c.kernel, c.point): report.metrics_for(r, c) for c in r.kernel_cases()}
+        baselines = report.default_baselines(r)
+        headers = _detail_headers(report.render_markdown(r))
+        assert headers
+        for kind, kpts in report.kind_groups(r, list(dict.fromkeys(c.kernel for c in r.kernel_cases())),
+                                             report.ordered_points(r), mets):
+            want = [b for b in baselines if any(mets.get((b, p)) for p in kpts)]
+            assert headers[kind].endswith("| CPU share |" + "".join(f" × vs `{b}` |" for b in want)), (kind, headers[kind])

@@ -124,10 +124,8 @@ double e4m3_to_double(uint8_t bits) {
   return negative ? -v : v;
 }
 
-namespace {
-
-// Every e4m3 code's value, built once from e4m3_to_double (so the table cannot disagree with it;
-// suites/core checks all 256 entries through fp8_dequantize_token too).
+// Built from e4m3_to_double, so the table cannot disagree with it (suites/core checks all 256
+// entries through fp8_dequantize_token too).
 const std::array<double, 256>& e4m3_table() {
   static const std::array<double, 256> t = [] {
     std::array<double, 256> v{};
@@ -136,8 +134,6 @@ const std::array<double, 256>& e4m3_table() {
   }();
   return t;
 }
-
-}  // namespace
 
 const char* to_string(ScaleFmt f) { return f == ScaleFmt::ue8m0 ? "ue8m0" : "fp32"; }
 

@@ -22,7 +22,7 @@ class IndexerLogitsPrepared final : public PreparedIndexerLogits {
  public:
   explicit IndexerLogitsPrepared(const IndexerLogitsInputs& in)
       : in_(in), out_(static_cast<std::size_t>(in.shape.rows() * in.shape.cols())) {
-    for (int c = 0; c < 256; ++c) value_[static_cast<std::size_t>(c)] = static_cast<float>(e4m3_to_double(static_cast<uint8_t>(c)));
+    for (int c = 0; c < 256; ++c) value_[static_cast<std::size_t>(c)] = static_cast<float>(e4m3_table()[static_cast<std::size_t>(c)]);
   }
   void run() override {
     const auto in = in_.view();

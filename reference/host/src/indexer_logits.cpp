@@ -12,15 +12,6 @@ namespace {
 
 constexpr int64_t kDim = kIndexerHeadDim;
 
-const std::array<double, 256>& e4m3_values() {
-  static const std::array<double, 256> t = [] {
-    std::array<double, 256> v{};
-    for (int c = 0; c < 256; ++c) v[static_cast<std::size_t>(c)] = e4m3_to_double(static_cast<uint8_t>(c));
-    return v;
-  }();
-  return t;
-}
-
 }  // namespace
 
 double exact_sum(std::vector<double> x) {
@@ -58,7 +49,7 @@ double exact_sum(std::vector<double> x) {
 
 IndexerLogitSum indexer_logit_sum(const IndexerLogitsInputs& in, int64_t row, const uint8_t* key, bool relu) {
   const int64_t heads = in.shape.heads;
-  const auto& val = e4m3_values();
+  const auto& val = e4m3_table();
   const uint8_t* q = in.q.data() + row * heads * kDim;
   const float* w = in.weights.data() + row * heads;
   std::vector<double> parts;

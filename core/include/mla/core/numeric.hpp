@@ -1,6 +1,7 @@
 // Exact codecs for the storage formats of the goldens and caches (fixtures/SCHEMA.md).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -24,6 +25,8 @@ double f16_to_double(uint16_t bits);
 // to 2^-9. Encoding rounds to nearest even and saturates finite overflow to ±448 (NaN -> 0x7F).
 uint8_t e4m3_from_double(double x);
 double e4m3_to_double(uint8_t bits);
+// Every e4m3 code's value (e4m3_to_double of each), built once: for decoders that read a table.
+const std::array<double, 256>& e4m3_table();
 
 // The 656-byte FP8 cache token (V3.2 layout): [512 e4m3 | 4 float32 scales | 64 bf16 rope].
 inline constexpr std::size_t kFp8TokenBytes = 656;

@@ -55,6 +55,36 @@ std::string indexer_recipe_formula(ScaleFmt fmt, IndexerScaleOp op) {
                      fmt == ScaleFmt::ue8m0 ? " rounded up to a power of two" : " in float32");
 }
 
+std::vector<std::vector<uint16_t>> indexer_edge_keys() {
+  // O(1) values of both signs, a fixed pattern (the edges are what matter here).
+  const auto ordinary = [] {
+    std::vector<uint16_t> k(static_cast<std::size_t>(kDim));
+    for (int64_t d = 0; d < kDim; ++d) k[static_cast<std::size_t>(d)] = bf16_from_float(static_cast<float>((d * 37) % 17 - 8) / 8.0f);
+    return k;
+  };
+  std::vector<std::vector<uint16_t>> keys;
+  keys.emplace_back(static_cast<std::size_t>(kDim), bf16_from_float(0.0f));
+  auto big = ordinary();
+  big[0] = 0x7F7F, big[1] = 0xFF7F, big[2] = bf16_from_float(-1e37f);
+  keys.push_back(big);
+  auto saturating = ordinary();
+  for (uint32_t b = 0x3F80; b < 0x4000; ++b) {
+    const float a = bf16_to_float(static_cast<uint16_t>(b));
+    if (a / (a / 448.0f) > 448.0f) {
+      saturating[7] = static_cast<uint16_t>(b);
+      break;
+    }
+  }
+  keys.push_back(saturating);
+  std::vector<uint16_t> tiny(static_cast<std::size_t>(kDim));
+  for (int64_t d = 0; d < kDim; ++d) tiny[static_cast<std::size_t>(d)] = bf16_from_float((d % 2 ? -1e-6f : 1e-5f) * static_cast<float>(d % 7));
+  keys.push_back(tiny);
+  auto neg_zero = ordinary();
+  neg_zero[5] = 0x8000;
+  keys.push_back(neg_zero);
+  return keys;
+}
+
 int64_t indexer_code_offset(int64_t block_size, int64_t slot) {
   return (slot / block_size) * block_size * kTokenBytes + (slot % block_size) * kDim;
 }

@@ -103,13 +103,14 @@ struct Ranges {
   }
 };
 
-// The dimensions of a kernel without the decode entry (prefill, merge), from the shapes its
-// rows record and the capabilities it declared: only those its rows have.
+// The dimensions of a kernel without the decode entry (prefill, merge, top-k, indexer append),
+// from the shapes its rows record and the capabilities it declared: only those its rows have.
 std::vector<Coverage::Row> other_kind_table(const KernelReport& k) {
   const json caps = k.origin.is_object() && k.origin.contains("capabilities") ? k.origin.at("capabilities") : json{};
   Span heads, heads_ok, total_q, total_q_ok, total_k, total_k_ok;
-  std::set<std::string> calls, calls_ok, dtypes, dtypes_ok;
-  std::set<int64_t> dims, dims_ok;
+  std::set<std::string> calls, calls_ok, dtypes, dtypes_ok, fmts, fmts_ok;
+  std::set<int64_t> dims, dims_ok, ks, ks_ok, blocks, blocks_ok;
+  Span row_n, row_n_ok;
   for (const auto& r : k.cases) {
     const bool ok = r.verdict == Verdict::pass;
     const auto add_span = [&](const char* key, Span& all, Span& passed) {
@@ -128,11 +129,21 @@ std::vector<Coverage::Row> other_kind_table(const KernelReport& k) {
     }
     if (auto d = str_of(r.shape, "dtype")) dtypes.insert(*d), ok ? (void)dtypes_ok.insert(*d) : void();
     if (auto d = int_of(r.shape, "head_dim")) dims.insert(*d), ok ? (void)dims_ok.insert(*d) : void();
+    if (auto v = int_of(r.shape, "k")) ks.insert(*v), ok ? (void)ks_ok.insert(*v) : void();
+    if (auto v = int_of(r.shape, "block_size")) blocks.insert(*v), ok ? (void)blocks_ok.insert(*v) : void();
+    if (auto f = str_of(r.shape, "scale_fmt")) fmts.insert(*f), ok ? (void)fmts_ok.insert(*f) : void();
+    add_span("n", row_n, row_n_ok);
   }
   const auto claimed = [&](const char* key) -> std::string {
     if (!caps.is_object() || !caps.contains(key)) return "-";
     const auto& v = caps.at(key);
-    if (v.is_array()) return v.empty() ? "any" : fmt::format("{}", fmt::join(v, ", "));
+    if (v.is_array()) {
+      // Each element as it reads: a string's text, a number's digits (joining the json values
+      // themselves would read every one as a string).
+      std::vector<std::string> items;
+      for (const auto& x : v) items.push_back(x.is_string() ? x.get<std::string>() : x.dump());
+      return items.empty() ? "any" : fmt::format("{}", fmt::join(items, ", "));
+    }
     return v.dump();
   };
   std::vector<Coverage::Row> t;
@@ -153,6 +164,13 @@ std::vector<Coverage::Row> other_kind_table(const KernelReport& k) {
   if (total_k.lo) t.push_back({"key rows per call", total_k.text(), max_tokens, total_k_ok.text()});
   if (!dtypes.empty()) t.push_back({"state dtypes", listed(dtypes), claimed("dtypes"), listed(dtypes_ok)});
   if (!dims.empty()) t.push_back({"head dims", listed(dims), claimed("head_dims"), listed(dims_ok)});
+  if (!ks.empty()) t.push_back({"k (indices per row)", listed(ks), claimed("ks"), listed(ks_ok)});
+  if (!fmts.empty()) t.push_back({"scale formats", listed(fmts), claimed("scale_fmts"), listed(fmts_ok)});
+  if (!blocks.empty()) t.push_back({"block sizes", listed(blocks), claimed("block_sizes"), listed(blocks_ok)});
+  if (row_n.lo) {
+    const std::string c = claimed("max_n") == "-" || claimed("max_n") == "0" ? "any" : "≤ " + claimed("max_n");
+    t.push_back({"logits per row", row_n.text(), c, row_n_ok.text()});
+  }
   return t;
 }
 

@@ -28,6 +28,7 @@ using mla::certify::testing::kFresh;
 using mla::certify::testing::plugin_path;
 using mla::certify::testing::quote;
 using mla::certify::testing::run_command;
+using mla::certify::testing::kernel;
 using mla::certify::testing::slurp;
 using mla::certify::testing::TempDir;
 using mla::certify::testing::without_timings;
@@ -59,13 +60,6 @@ Run certify(const fs::path& out, const std::string& args, const fs::path& golden
   r.output = p.out;
   if (fs::exists(out / "certificate.json")) r.cert = json::parse(slurp(out / "certificate.json"));
   return r;
-}
-
-const json& kernel(const json& cert, const std::string& name) {
-  for (const auto& k : cert["kernels"]) {
-    if (k["name"] == name) return k;
-  }
-  throw std::runtime_error("no kernel " + name);
 }
 
 int kept_count(const std::string& output) {

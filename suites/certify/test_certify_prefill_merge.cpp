@@ -32,6 +32,8 @@
 namespace {
 
 namespace fs = std::filesystem;
+using mla::certify::testing::certify_here;
+using mla::certify::testing::kernel;
 using mla::certify::testing::slurp;
 using mla::certify::testing::TempDir;
 using nlohmann::json;
@@ -200,29 +202,7 @@ void register_broken_kernels() {
 // ---- running the certifier here ----------------------------------------------------------------
 
 mla::certify::Options options(const fs::path& out, std::vector<std::string> kernels) {
-  mla::certify::Options o;
-  o.goldens = kGoldens;
-  o.out = out;
-  o.self_exe = MLA_CLI_EXE;
-  o.kernels = std::move(kernels);
-  o.families = {"prefill", "merge", "fresh"};
-  o.seed = 11;
-  o.isolate = false;
-  return o;
-}
-
-json certify(const mla::certify::Options& o, std::string* progress = nullptr) {
-  std::ostringstream said;
-  (void)mla::certify::run(o, said);
-  if (progress) *progress = said.str();
-  return json::parse(slurp(o.out / "certificate.json"));
-}
-
-const json& kernel(const json& cert, const std::string& name) {
-  for (const auto& k : cert["kernels"]) {
-    if (k["name"] == name) return k;
-  }
-  throw std::runtime_error("no kernel " + name + " in the certificate");
+  return mla::certify::testing::in_process_options(out, std::move(kernels), {"prefill", "merge", "fresh"});
 }
 
 // A kernel's rows, in the certificate's order.
@@ -264,7 +244,7 @@ TEST(CertifyPrefillMerge, EveryRegisteredKernelPassesItsKindAndNoKernelGetsAnoth
   auto o = options(tmp.path() / "all", all);
   o.families.push_back("attn_core");
   o.case_regex = "^(prefill|merge|fresh)/|^attn_core/h3_sq2_short$";
-  const auto cert = certify(o);
+  const auto cert = certify_here(o);
   const auto stored_prefill = stored_cases("prefill"), stored_merge = stored_cases("merge");
   const std::vector<std::tuple<std::vector<std::string>, std::string, std::vector<std::string>>> kinds = {
       {prefill, "prefill", stored_prefill}, {merge, "merge", stored_merge}};
@@ -309,7 +289,7 @@ TEST(CertifyPrefillMerge, EveryRegisteredKernelPassesItsKindAndNoKernelGetsAnoth
 TEST(CertifyPrefillMerge, ABrokenPrefillAndABrokenMergeAreRedWhereTheirBugChangesTheAnswer) {
   register_broken_kernels();
   const TempDir tmp("prefill-merge-broken");
-  const auto cert = certify(options(tmp.path() / "broken", {"test_prefill_drops_last_key", "test_merge_reads_empty_side"}));
+  const auto cert = certify_here(options(tmp.path() / "broken", {"test_prefill_drops_last_key", "test_merge_reads_empty_side"}));
   // Dropping a key changes every row that attends one: every case here has keys.
   int prefill_fail = 0;
   for (const auto& r : kernel(cert, "test_prefill_drops_last_key")["cases"]) {
@@ -345,7 +325,7 @@ TEST(CertifyPrefillMerge, ABrokenPrefillAndABrokenMergeAreRedWhereTheirBugChange
 TEST(CertifyPrefillMerge, AThrowingKernelIsAnErrorAStatefulOneFailsAndAnUnclaimedDtypeIsNotClaimed) {
   register_broken_kernels();
   const TempDir tmp("prefill-merge-paths");
-  const auto cert = certify(options(tmp.path() / "paths", {"test_prefill_throws", "test_merge_leaky_f32"}));
+  const auto cert = certify_here(options(tmp.path() / "paths", {"test_prefill_throws", "test_merge_leaky_f32"}));
   const auto& throws = kernel(cert, "test_prefill_throws")["cases"];
   ASSERT_FALSE(throws.empty());
   for (const auto& r : throws) {
@@ -377,13 +357,13 @@ TEST(CertifyPrefillMerge, ShardsMergedAndAResumeKeepPrefillAndMergeRows) {
   auto o = options(tmp.path() / "whole", kernels);
   o.families.push_back("attn_core");
   o.case_regex = "^(prefill|merge|fresh)/|^attn_core/h3_sq2_short$";
-  const auto whole = certify(o);
+  const auto whole = certify_here(o);
   std::vector<fs::path> parts;
   for (int i = 1; i <= 2; ++i) {
     auto p = o;
     p.out = tmp.path() / ("shard" + std::to_string(i));
     p.shard_index = i, p.shard_count = 2;
-    (void)certify(p);
+    (void)certify_here(p);
     parts.push_back(p.out);
   }
   std::ostringstream said;
@@ -435,7 +415,7 @@ TEST(CertifyPrefillMerge, ShardsMergedAndAResumeKeepPrefillAndMergeRows) {
   auto r = o;
   r.resume = true;
   std::string progress;
-  const auto resumed = certify(r, &progress);
+  const auto resumed = certify_here(r, &progress);
   std::size_t rows = 0;
   for (const auto& name : kernels) {
     EXPECT_EQ(row_keys(kernel(resumed, name)), row_keys(kernel(whole, name))) << name;
@@ -472,7 +452,7 @@ TEST(CertifyPrefillMerge, EveryPlantedPrefillAndMergeBugGetsTheVerdictItGetsWhen
   for (const auto& f : mla::faults::merge_names()) planted.emplace_back(f, mla::faults::make_merge(f)->info().name, "merge");
   auto o = options(tmp.path() / "faults", {});
   for (const auto& [fault, name, kind] : planted) o.faults.push_back(fault), o.kernels.push_back(name);
-  const auto cert = certify(o);
+  const auto cert = certify_here(o);
   const auto catalog = mla::golden::open_catalog(kGoldens, false);
   for (const auto& [fault, name, kind] : planted) {
     SCOPED_TRACE(name);
@@ -501,12 +481,13 @@ TEST(CertifyPrefillMerge, AnUnknownFaultNamesTheFaultsOfEveryKind) {
   auto o = options(tmp.path() / "unknown", {});
   o.faults = {"no_such_fault"};
   try {
-    (void)certify(o);
+    (void)certify_here(o);
     ADD_FAILURE() << "an unknown fault was accepted";
   } catch (const mla::certify::UsageError& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("no_such_fault"), std::string::npos) << what;
-    for (const auto* names : {&mla::faults::names(), &mla::faults::prefill_names(), &mla::faults::merge_names()}) {
+    for (const auto* names : {&mla::faults::names(), &mla::faults::prefill_names(), &mla::faults::merge_names(),
+                              &mla::faults::topk_names(), &mla::faults::indexer_append_names()}) {
       for (const auto& n : *names) EXPECT_NE(what.find(n), std::string::npos) << n << " missing from: " << what;
     }
   }

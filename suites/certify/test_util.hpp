@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mla/certify/certify.hpp"
 #include "mla/golden/families.hpp"
 #include "support/temp_dir.hpp"
 
@@ -31,6 +32,40 @@ inline std::string slurp(const std::filesystem::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// A kernel's record in a certificate (JSON), by name; throws when it has none.
+inline const nlohmann::json& kernel(const nlohmann::json& cert, const std::string& name) {
+  for (const auto& k : cert["kernels"]) {
+    if (k["name"] == name) return k;
+  }
+  throw std::runtime_error("no kernel " + name + " in the certificate");
+}
+
+#if defined(MLA_CLI_EXE) && defined(MLA_SOURCE_DIR)
+// The options of a run in this process (registered kernels in it too) over the committed
+// catalog, with a fixed seed: `kernels` on `families` into `out`.
+inline mla::certify::Options in_process_options(const std::filesystem::path& out, std::vector<std::string> kernels,
+                                                std::vector<std::string> families) {
+  mla::certify::Options o;
+  o.goldens = std::filesystem::path(MLA_SOURCE_DIR) / "fixtures" / "goldens";
+  o.out = out;
+  o.self_exe = MLA_CLI_EXE;
+  o.kernels = std::move(kernels);
+  o.families = std::move(families);
+  o.seed = 11;
+  o.isolate = false;
+  return o;
+}
+#endif
+
+// `mla certify` as a library in this process (its children, which read the goldens through, are
+// the mla executable the options name); the certificate it wrote, and what it said in `progress`.
+inline nlohmann::json certify_here(const mla::certify::Options& o, std::string* progress = nullptr) {
+  std::ostringstream said;
+  (void)mla::certify::run(o, said);
+  if (progress) *progress = said.str();
+  return nlohmann::json::parse(slurp(o.out / "certificate.json"));
 }
 
 struct Proc {

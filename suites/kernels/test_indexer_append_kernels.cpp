@@ -3,9 +3,9 @@
 // random keys and the edge keys (all zero: the amax clamp; bf16's largest values; a quotient
 // past 448: saturation; values under the clamp), with skipped tokens, a partial last block and
 // block sizes 1, 16 and 64, judged by judge_indexer_append against a cache filled with a
-// sentinel pattern; the field's bugs, planted in a writer here, each FAIL with the reason that
-// names them; malformed calls are refused naming the field; and the C++ oracle's quantization is
-// the Python reference indexer's (indexer.quantize) byte for byte.
+// sentinel pattern; the field's bugs (the append fault kernels of kernels/faults) each FAIL with
+// the reason that names them; malformed calls are refused naming the field; and the C++ oracle's
+// quantization is the Python reference indexer's (indexer.quantize) byte for byte.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -23,6 +23,7 @@
 
 #include "mla/core/error.hpp"
 #include "mla/core/indexer_cache.hpp"
+#include "mla/faults/faults.hpp"
 #include "mla/judge/indexer_append.hpp"
 #include "mla/ref/indexer_append.hpp"
 #include "mla/registry/registry.hpp"
@@ -43,17 +44,8 @@ struct Problem {
   IndexerAppendInputs view() const { return {shape, keys, slots, cache}; }
 };
 
-// A bf16 amax whose float32 quotient amax / float32(amax / 448) is past 448: the encoder must
-// saturate it to 448, not to NaN. Searched, not assumed.
-uint16_t saturating_amax() {
-  for (uint32_t b = 0x3F80; b < 0x4000; ++b) {
-    const float a = bf16_to_float(static_cast<uint16_t>(b));
-    if (a / (a / 448.0f) > 448.0f) return static_cast<uint16_t>(b);
-  }
-  return 0;
-}
-
-// Random keys, each token its own magnitude 10^U(-3, 3), and the edge keys on tokens 0..4.
+// Random keys, each token its own magnitude 10^U(-3, 3), and the edge keys
+// (indexer_edge_keys) on the first tokens.
 std::vector<uint16_t> make_keys(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal;
@@ -63,22 +55,9 @@ std::vector<uint16_t> make_keys(int64_t n, uint64_t seed) {
     const float mag = std::pow(10.0f, decade(rng));
     for (int64_t d = 0; d < kD; ++d) k[static_cast<std::size_t>(t * kD + d)] = bf16_from_float(mag * normal(rng));
   }
-  auto key = [&](int64_t t) { return k.begin() + t * kD; };
-  if (n > 0) std::fill(key(0), key(0) + kD, bf16_from_float(0.0f));  // amax 0: the 1e-4 clamp
-  if (n > 1) {  // bf16's largest finite values beside ordinary ones (whose codes underflow to 0)
-    key(1)[0] = 0x7F7F;
-    key(1)[1] = 0xFF7F;
-    key(1)[2] = bf16_from_float(-1e37f);
-  }
-  if (n > 2) key(2)[7] = saturating_amax();  // the rest is O(1) and smaller
-  if (n > 3) {
-    for (int64_t d = 0; d < kD; ++d) key(3)[d] = bf16_from_float((d % 2 ? -1e-6f : 1e-5f) * static_cast<float>(d % 7));
-  }
-  if (n > 4) key(4)[5] = 0x8000;  // a negative zero among ordinary values
-  if (n > 2) {
-    for (int64_t d = 0; d < kD; ++d) {
-      if (d != 7) key(2)[d] = bf16_from_float(std::clamp(bf16_to_float(key(2)[d]), -1.0f, 1.0f));
-    }
+  const auto edges = indexer_edge_keys();
+  for (std::size_t t = 0; t < edges.size() && static_cast<int64_t>(t) < n; ++t) {
+    std::copy(edges[t].begin(), edges[t].end(), k.begin() + static_cast<std::ptrdiff_t>(t) * kD);
   }
   return k;
 }
@@ -165,7 +144,7 @@ TEST(IndexerCache, TheTokenBytesAreThePresetModelsAndTheBlockLayoutCoversEveryBy
 TEST(IndexerCache, TheEdgeKeysQuantizeAsTheRecipeSays) {
   const auto keys = make_keys(5, 1);
   auto key = [&](int64_t t) { return std::span<const uint16_t>(keys).subspan(static_cast<std::size_t>(t * kD), kD); };
-  ASSERT_NE(saturating_amax(), 0) << "no bf16 amax whose float32 quotient passes 448";
+  ASSERT_TRUE(key(2)[7] >= 0x3F80 && key(2)[7] < 0x4000) << "no bf16 amax in [1, 2) whose float32 quotient passes 448";
   for (const ScaleFmt fmt : {ScaleFmt::fp32, ScaleFmt::ue8m0}) {
     SCOPED_TRACE(to_string(fmt));
     // All zero: the clamp, before dividing (2^-22 rounded up; the MLA writer's clamp after
@@ -244,82 +223,50 @@ TEST(IndexerAppendKernels, ANameIsUniqueAcrossTheRegistrysLists) {
   EXPECT_THROW(fresh.add(std::make_unique<NamedMerge>("cpu_indexer_append")), Error);
 }
 
-// The field's bugs, planted in a plain serial writer that is otherwise right.
-enum class Bug { none, interleaved, truncating, fp32_for_ue8m0, writes_skipped, writes_neighbour };
-
-std::vector<uint8_t> planted(const Problem& p, Bug bug) {
-  std::vector<uint8_t> cache = p.cache;
-  const int64_t bs = p.shape.block_size, n_slots = p.shape.num_blocks * bs;
-  for (int64_t t = 0; t < p.shape.num_tokens; ++t) {
-    int64_t slot = p.slots[static_cast<std::size_t>(t)];
-    if (slot < 0) {
-      if (bug != Bug::writes_skipped) continue;
-      slot += n_slots;  // Python-style negative indexing: -1 is the last slot
-    }
-    float k[kD], amax = 0;
-    for (int64_t d = 0; d < kD; ++d) amax = std::max(amax, std::fabs(k[d] = bf16_to_float(p.keys[t * kD + d])));
-    const ScaleFmt fmt = bug == Bug::fp32_for_ue8m0 ? ScaleFmt::fp32 : p.shape.scale_fmt;
-    const float scale = indexer_key_scale(amax, fmt, IndexerScaleOp::divide);
-    uint8_t codes[kD];
-    for (int64_t d = 0; d < kD; ++d) {
-      const float q = k[d] / scale;
-      codes[d] = e4m3_from_double(q);
-      // Toward zero: the lower-magnitude neighbour whenever the nearest one is above.
-      if (bug == Bug::truncating && std::fabs(e4m3_to_double(codes[d])) > std::fabs(q) && (codes[d] & 0x7F) > 0) {
-        --codes[d];
-      }
-    }
-    if (bug == Bug::interleaved) {
-      std::memcpy(cache.data() + slot * kIndexerTokenBytes, codes, kD);
-      std::memcpy(cache.data() + slot * kIndexerTokenBytes + kD, &scale, sizeof scale);
-      continue;
-    }
-    std::memcpy(cache.data() + indexer_code_offset(bs, slot), codes, kD);
-    std::memcpy(cache.data() + indexer_scale_offset(bs, slot), &scale, sizeof scale);
-    // The token's 132-byte record copied into the codes area: 4 bytes into the next slot.
-    if (bug == Bug::writes_neighbour) std::memcpy(cache.data() + indexer_code_offset(bs, slot) + kD, &scale, sizeof scale);
-  }
-  return cache;
+// What a kernel leaves in the cache on `p`: one call, as the host makes it.
+std::vector<uint8_t> written(const IndexerAppendImpl& k, const Problem& p) {
+  auto prepared = k.prepare(p.view());
+  prepared->run();
+  prepared->synchronize();
+  return prepared->results();
 }
 
-TEST(IndexerAppendKernels, ThePlantedWriterIsRightWithoutItsBug) {
-  // The baseline of the bug test below: the same writer without a bug passes.
-  for (const ScaleFmt fmt : {ScaleFmt::fp32, ScaleFmt::ue8m0}) {
-    for (const auto& p : problems(fmt)) {
-      const auto j = judge_indexer_append(p.view(), IndexerScaleOp::divide, planted(p, Bug::none));
-      EXPECT_EQ(j.verdict, tol::Verdict::pass) << p.name << " " << to_string(fmt) << "\n" << all(j.reasons);
-    }
-  }
+// The registered float32 writer (divide): the right bytes the tests below start from.
+std::vector<uint8_t> right(const Problem& p) {
+  register_builtin_kernels();
+  return written(*Registry::instance().find_indexer_append("cpu_indexer_append"), p);
 }
 
 TEST(IndexerAppendKernels, EachPlantedBugFailsWithTheReasonThatNamesIt) {
   struct Expect {
-    Bug bug;
+    const char* fault;  // faults::make_indexer_append's name
     ScaleFmt fmt;
     const char* reason;  // the diagnosis
     const char* detail;  // the byte-level reason that names token, slot and byte offset
   };
   const Expect expects[] = {
-      {Bug::interleaved, ScaleFmt::ue8m0, "layout: each token's scale is stored right after its 128 codes", "codes: "},
-      {Bug::truncating, ScaleFmt::fp32, "is the other e4m3 neighbour of k / scale: the kernel does not round to nearest even",
+      {"scale_after_each_token", ScaleFmt::ue8m0, "layout: each token's scale is stored right after its 128 codes", "codes: "},
+      {"truncating_codes", ScaleFmt::fp32, "is the other e4m3 neighbour of k / scale: the kernel does not round to nearest even",
        "codes: "},
-      {Bug::fp32_for_ue8m0, ScaleFmt::ue8m0, "every wrong scale is fp32 scales, divide", "scales: "},
-      {Bug::writes_skipped, ScaleFmt::ue8m0, "holds the codes of skipped token", "untouched: "},
-      {Bug::writes_neighbour, ScaleFmt::fp32, "is next to token", "untouched: "},
+      {"fp32_scale_for_ue8m0", ScaleFmt::ue8m0, "every wrong scale is fp32 scales, divide", "scales: "},
+      {"writes_skipped_token", ScaleFmt::ue8m0, "holds the codes of skipped token", "untouched: "},
+      {"writes_past_codes", ScaleFmt::fp32, "is next to token", "untouched: "},
   };
+  ASSERT_EQ(std::size(expects), faults::indexer_append_names().size()) << "every planted append bug has a line here";
   for (const auto& e : expects) {
+    const auto k = faults::make_indexer_append(e.fault);
     // block_size 1 has no interleaving to see (a block of one token is both layouts); the other
     // problems must all show each bug.
     for (const auto& p : {shuffled_64(e.fmt), partial_16(e.fmt)}) {
-      if (e.bug == Bug::writes_skipped && p.name != "shuffled_bs64") continue;  // the one with skipped tokens
+      if (std::string(e.fault) == "writes_skipped_token" && p.name != "shuffled_bs64") continue;  // the one with skipped tokens
       SCOPED_TRACE(p.name + " " + e.reason);
-      const auto j = judge_indexer_append(p.view(), IndexerScaleOp::divide, planted(p, e.bug));
+      const auto j = judge_indexer_append(p.view(), k->info().conventions.fp32_scale_op, written(*k, p));
       EXPECT_EQ(j.verdict, tol::Verdict::fail);
       const std::string r = all(j.reasons);
       std::printf("[indexer append] planted bug on %s:\n%s", p.name.c_str(), r.c_str());
       EXPECT_NE(r.find(e.reason), std::string::npos) << r;
       // The layout explains every wrong byte: no second diagnosis.
-      if (e.bug == Bug::interleaved) {
+      if (std::string(e.fault) == "scale_after_each_token") {
         EXPECT_EQ(r.find("next to token"), std::string::npos) << r;
       }
       const auto at = r.find(e.detail);
@@ -340,7 +287,7 @@ TEST(IndexerAppendKernels, TheDeclaredFloat32OperationDecidesTheScales) {
   // The float32 reciprocal of 448 moves some fp32 scales by an ulp: a divide kernel judged as
   // times_reciprocal FAILs, and the diagnosis names the operation it uses.
   const auto p = shuffled_64(ScaleFmt::fp32);
-  const auto divide = planted(p, Bug::none);
+  const auto divide = right(p);
   const auto j = judge_indexer_append(p.view(), IndexerScaleOp::times_reciprocal, divide);
   EXPECT_EQ(j.verdict, tol::Verdict::fail);
   EXPECT_NE(all(j.reasons).find("every wrong scale is fp32 scales, divide"), std::string::npos) << all(j.reasons);
@@ -353,7 +300,7 @@ TEST(IndexerAppendKernels, TheDeclaredFloat32OperationDecidesTheScales) {
 TEST(IndexerAppendKernels, CodesAreJudgedByTheirBytesNotOnlyTheirValues) {
   // +0 and -0 decode to the same value; the cache must still hold the oracle's byte.
   const auto p = partial_16(ScaleFmt::ue8m0);
-  auto after = planted(p, Bug::none);
+  auto after = right(p);
   const int64_t at = indexer_code_offset(p.shape.block_size, p.slots[0]);  // token 0: the all-zero key
   ASSERT_EQ(after[static_cast<std::size_t>(at)], 0x00);
   after[static_cast<std::size_t>(at)] = 0x80;
@@ -376,7 +323,7 @@ TEST(IndexerAppendKernels, TheCostModelCountsTheTokensWritten) {
 
 TEST(IndexerAppendKernels, AWrongSizedCacheFailsNamingTheSizes) {
   const auto p = partial_16(ScaleFmt::ue8m0);
-  auto after = planted(p, Bug::none);
+  auto after = right(p);
   after.pop_back();
   const auto j = judge_indexer_append(p.view(), IndexerScaleOp::divide, after);
   EXPECT_EQ(j.verdict, tol::Verdict::fail);

@@ -363,6 +363,10 @@ TEST(PrefillMergeFaults, FaultKernelsAreNamedApartAndNeverRegistered) {
   };
   for (const auto& n : faults::prefill_names()) claim(n, faults::make_prefill(n)->info().name, faults::make_prefill(n)->info().role);
   for (const auto& n : faults::merge_names()) claim(n, faults::make_merge(n)->info().name, faults::make_merge(n)->info().role);
+  for (const auto& n : faults::topk_names()) claim(n, faults::make_topk(n)->info().name, faults::make_topk(n)->info().role);
+  for (const auto& n : faults::indexer_append_names()) {
+    claim(n, faults::make_indexer_append(n)->info().name, faults::make_indexer_append(n)->info().role);
+  }
   // The two that declare a convention they then break, declare it.
   EXPECT_TRUE(faults::make_prefill("v_unpadded_stride")->info().conventions.v_padded);
   EXPECT_EQ(faults::make_merge("lse_base2_as_natural")->info().conventions.lse_base, LseBase::two);

@@ -4,7 +4,8 @@
 // k > n, all-equal rows and near-ties; the topk.dominance.* entries of the tolerance table
 // against their witnesses (a selection through a float32 transform, a selection on bf16
 // roundings, each breaking ties the other way: at most half of the bound); the planted bugs of
-// the field, each FAIL with its reason; and the contract's validation.
+// the field (the top-k fault kernels of kernels/faults), each FAIL with its reason; and the
+// contract's validation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "mla/core/error.hpp"
 #include "mla/core/numeric.hpp"
 #include "mla/core/threads.hpp"
+#include "mla/faults/faults.hpp"
 #include "mla/judge/topk.hpp"
 #include "mla/registry/registry.hpp"
 
@@ -293,75 +295,26 @@ TEST(TopkKernels, ABf16SelectionDeclaredFloat32Fails) {
   EXPECT_TRUE(has_reason(j, "a clear top-100 member was dropped")) << first_reason(j);
 }
 
-// ---- planted bugs: each a selection written here, judged as the host judges a kernel ----------
-enum class Bug {
-  none,                        // the harness itself: must pass
-  last_valid_dropped,          // scans [start, end - 1): the largest logit at the last valid position is lost
-  masked_filler,               // fills a short row with -inf positions (torch.topk's filler) instead of -1
-  range_end_ignored,           // scans [start, n): a prefill row selects its future (causal) positions
-  duplicate,                   // the last slot repeats the first
-  absolute_declared_relative,  // writes columns, declares indices relative to the start
-  relative_declared_absolute,  // writes offsets from the start, declares columns
-  one_short,                   // one index fewer than min(k, valid)
-  padding_first,               // the -1 padding before the selection
-  unsorted_declared_sorted,    // ascending order, declared sorted
-  index_past_row,              // pads with n instead of -1
-};
+// ---- planted bugs: the top-k fault kernels (kernels/faults), called and judged as the host does --
 
 struct Planted {
-  Bug bug;
-  const char* name;
+  const char* fault;     // faults::make_topk's name
   const char* scenario;
-  const char* reason;  // a fragment every judgement of it must contain
+  const char* reason;    // a fragment every judgement of it must contain
 };
 
 const Planted kPlanted[] = {
-    {Bug::last_valid_dropped, "last_valid_dropped", "last_is_max", "a clear top-32 member was dropped"},
-    {Bug::masked_filler, "masked_filler", "mostly_masked", "a masked position"},
-    {Bug::range_end_ignored, "range_end_ignored", "causal", "outside the row's valid range"},
-    {Bug::duplicate, "duplicate", "random", "appears twice"},
-    {Bug::absolute_declared_relative, "absolute_declared_relative", "random", "outside the row's valid range"},
-    {Bug::relative_declared_absolute, "relative_declared_absolute", "random", "outside the row's valid range"},
-    {Bug::one_short, "one_short", "random", "valid distinct indices, expected min(k = 32"},
-    {Bug::padding_first, "padding_first", "random_masked", "after the -1 padding"},
-    {Bug::unsorted_declared_sorted, "unsorted_declared_sorted", "random", "declared sorted"},
-    {Bug::index_past_row, "index_past_row", "random_masked", "outside the logits row"},
+    {"last_valid_dropped", "last_is_max", "a clear top-32 member was dropped"},
+    {"masked_filler", "mostly_masked", "a masked position"},
+    {"range_end_ignored", "causal", "outside the row's valid range"},
+    {"duplicate", "random", "appears twice"},
+    {"absolute_declared_relative", "random", "outside the row's valid range"},
+    {"relative_declared_absolute", "random", "outside the row's valid range"},
+    {"one_short", "random", "valid distinct indices, expected min(k = 32"},
+    {"padding_first", "random_masked", "after the -1 padding"},
+    {"unsorted_declared_sorted", "random", "declared sorted"},
+    {"index_past_row", "random_masked", "outside the logits row"},
 };
-
-// The buggy selection of one row, in the conventions it declares.
-std::vector<int64_t> buggy_row(const TopkInputs& in, int64_t r, Bug bug) {
-  const auto& s = in.shape;
-  const float* row = in.logits.data() + r * s.n;
-  const int64_t b = in.starts[static_cast<std::size_t>(r)];
-  int64_t e = std::max(b, static_cast<int64_t>(in.ends[static_cast<std::size_t>(r)]));
-  if (bug == Bug::last_valid_dropped) e = std::max(b, e - 1);
-  if (bug == Bug::range_end_ignored) e = s.n;
-  std::vector<int64_t> pick, masked;
-  for (int64_t j = b; j < e; ++j) (std::isfinite(row[j]) ? pick : masked).push_back(j);
-  std::sort(pick.begin(), pick.end(), [&](int64_t x, int64_t y) { return row[x] != row[y] ? row[x] > row[y] : x < y; });
-  if (static_cast<int64_t>(pick.size()) > s.k) pick.resize(static_cast<std::size_t>(s.k));
-  if (bug == Bug::masked_filler) {
-    for (std::size_t i = 0; i < masked.size() && static_cast<int64_t>(pick.size()) < s.k; ++i) pick.push_back(masked[i]);
-  }
-  if (bug == Bug::duplicate && pick.size() >= 2) pick.back() = pick.front();
-  if (bug == Bug::one_short && !pick.empty()) pick.pop_back();
-  if (bug == Bug::unsorted_declared_sorted) std::reverse(pick.begin(), pick.end());
-  if (bug == Bug::relative_declared_absolute) {
-    for (auto& x : pick) x -= b;
-  }
-  std::vector<int64_t> out(static_cast<std::size_t>(s.k), bug == Bug::index_past_row ? s.n : -1);
-  const std::size_t pad = static_cast<std::size_t>(s.k) - pick.size();
-  std::copy(pick.begin(), pick.end(), out.begin() + (bug == Bug::padding_first ? static_cast<std::ptrdiff_t>(pad) : 0));
-  return out;
-}
-
-// A sorted absolute kernel, except the base bugs: unsorted as vLLM's relative top-k, so that the
-// order check does not speak first.
-TopkConventions declared(Bug bug) {
-  if (bug == Bug::absolute_declared_relative) return {IndexBase::relative, false};
-  if (bug == Bug::relative_declared_absolute) return {IndexBase::absolute, false};
-  return {IndexBase::absolute, true};
-}
 
 // The random case with every non-empty row's last position holding a clear maximum.
 TopkBuffers last_is_max_case() {
@@ -375,38 +328,19 @@ TopkBuffers last_is_max_case() {
 
 TEST(TopkKernels, EachPlantedBugFailsWithItsReason) {
   const auto last_is_max = last_is_max_case();
+  ASSERT_EQ(std::size(kPlanted), faults::topk_names().size()) << "every planted top-k bug has a scenario here";
   for (const auto& p : kPlanted) {
-    SCOPED_TRACE(p.name);
+    SCOPED_TRACE(p.fault);
+    const auto k = faults::make_topk(p.fault);
     const auto& in = std::string(p.scenario) == "last_is_max" ? last_is_max : scenario(p.scenario);
     const auto v = in.view();
-    TopkOutputs o;
-    for (int64_t r = 0; r < in.shape.rows; ++r) {
-      const auto row = buggy_row(v, r, p.bug);
-      o.indices.insert(o.indices.end(), row.begin(), row.end());
-    }
-    topk_outputs_to_canonical(declared(p.bug), v, o);
-    const auto j = judge_topk(v, o, LogitsPrecision::f32, declared(p.bug).sorted);
+    const auto j = judge_topk(v, call(*k, v), k->info().precision, k->info().conventions.sorted);
     EXPECT_FALSE(j.pass());
     EXPECT_GT(j.rows_failed, 0);
     EXPECT_TRUE(has_reason(j, p.reason)) << "first reason: " << first_reason(j);
     EXPECT_EQ(first_reason(j).rfind("row ", 0), 0u) << "a reason names its row: " << first_reason(j);
-    std::printf("[topk bug] %s on %s: %lld rows fail; %s\n", p.name, p.scenario, static_cast<long long>(j.rows_failed),
-                first_reason(j).c_str());
-  }
-}
-
-// The same bug-free selection passes: the planted bugs fail for their bug, not for the harness.
-TEST(TopkKernels, ThePlantedHarnessWithoutABugPasses) {
-  for (const auto& [name, in] : scenarios()) {
-    const auto v = in.view();
-    TopkOutputs o;
-    for (int64_t r = 0; r < in.shape.rows; ++r) {
-      const auto row = buggy_row(v, r, Bug::none);
-      o.indices.insert(o.indices.end(), row.begin(), row.end());
-    }
-    topk_outputs_to_canonical(declared(Bug::none), v, o);
-    const auto j = judge_topk(v, o, LogitsPrecision::f32, declared(Bug::none).sorted);
-    EXPECT_TRUE(j.pass()) << name << ": " << first_reason(j);
+    std::printf("[topk bug] %s on %s: %lld rows fail; %s\n", k->info().name.c_str(), p.scenario,
+                static_cast<long long>(j.rows_failed), first_reason(j).c_str());
   }
 }
 

@@ -196,8 +196,9 @@ struct CertifyCommand {
     // --kernel-extra: the option's former name, still accepted so existing scripts keep working.
     cmd->add_option("--fault,--kernel-extra", o.faults,
                     "test only: add a deliberately broken implementation (kernels/faults/include/mla/faults/faults.hpp "
-                    "lists them: decode ones such as dropped_last, the planted prefill and merge bugs such as "
-                    "causal_off_by_one and pos_inf_lse_as_number; throws, leaky, bf16_only are certifier self-tests)");
+                    "lists them: decode ones such as dropped_last, the planted prefill, merge, top-k and indexer "
+                    "append bugs such as causal_off_by_one, pos_inf_lse_as_number, last_valid_dropped and "
+                    "scale_after_each_token; throws, leaky, bf16_only are certifier self-tests)");
   }
 
   int run() {

@@ -9,5 +9,7 @@ const CaseKind& decode_kind();  // kinds/decode/kind.cpp
 const CaseKind& append_kind();  // kinds/append/kind.cpp
 const CaseKind& prefill_kind();  // kinds/prefill/kind.cpp
 const CaseKind& merge_kind();    // kinds/merge/kind.cpp
+const CaseKind& topk_kind();     // kinds/topk/kind.cpp
+const CaseKind& indexer_append_kind();  // kinds/indexer_append/kind.cpp
 
 }  // namespace mla::certify

@@ -25,7 +25,8 @@ const CaseKind* find_in(const std::vector<const CaseKind*>& kinds, std::string_v
 // The list itself, unchecked (check_catalog_kinds needs it before case_kinds() may return it).
 const std::vector<const CaseKind*>& registered() {
   // Run order: the kinds every implementation has first (common()), then the others.
-  static const std::vector<const CaseKind*> kinds{&decode_kind(), &append_kind(), &prefill_kind(), &merge_kind()};
+  static const std::vector<const CaseKind*> kinds{&decode_kind(), &append_kind(), &prefill_kind(), &merge_kind(),
+                                                  &topk_kind(), &indexer_append_kind()};
   return kinds;
 }
 
@@ -41,10 +42,15 @@ void check_catalog_kinds(const std::vector<golden::Family>& families) {
                               "(registered: {}, or {})",
                               f.name, f.certify, fmt::join(kind_names(kinds), ", "), golden::kNotCertified));
     }
-    if (k->loads() != f.kind) {
+    if (!k->loads()) {
+      throw Error(fmt::format("the catalog description: family '{}': {} cases are all drawn at run time (family {}); "
+                              "no stored family is certified as {}",
+                              f.name, f.certify, golden::kFreshFamily, f.certify));
+    }
+    if (*k->loads() != f.kind) {
       throw Error(fmt::format("the catalog description: family '{}' is certified as {} cases, which are read from "
                               "{} families; it is a {} family",
-                              f.name, f.certify, golden::to_string(k->loads()), golden::to_string(f.kind)));
+                              f.name, f.certify, golden::to_string(*k->loads()), golden::to_string(f.kind)));
     }
   }
 }

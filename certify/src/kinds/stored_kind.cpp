@@ -13,11 +13,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-bool any_served(const Session& s, const CaseKind& kind) {
-  return std::any_of(s.implementations.begin(), s.implementations.end(),
-                     [&](const Implementation& k) { return kind.serves(k); });
-}
-
 const std::vector<CaseRef>& cases_of(const Session& s, const CaseKind& kind) {
   static const std::vector<CaseRef> none;
   const auto it = s.kind_cases.find(std::string(kind.name()));
@@ -25,6 +20,11 @@ const std::vector<CaseRef>& cases_of(const Session& s, const CaseKind& kind) {
 }
 
 }  // namespace
+
+bool any_served(const Session& s, const CaseKind& kind) {
+  return std::any_of(s.implementations.begin(), s.implementations.end(),
+                     [&](const Implementation& k) { return kind.serves(k); });
+}
 
 void StoredCasesKind::plan(Session& s, const golden::Family& fam, const std::vector<std::string>& files,
                            std::vector<std::string>& unused) const {

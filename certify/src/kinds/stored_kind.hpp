@@ -1,7 +1,8 @@
 // Private to mla_certify: what the kinds whose kernels are registered ones of one kind only
-// (prefill, merge) share. Their stored cases are planned one by one (Session::kind_cases), each
-// certified for the implementations with the kind's entry point; their kernels run in this
-// process (no child transport exists for them yet), each call repeated and compared bitwise.
+// (prefill, merge, top-k) share. Their kernels run in this process (no child transport exists
+// for them yet), each call repeated and compared bitwise. The stored cases of prefill and merge
+// are planned one by one (Session::kind_cases), each certified for the implementations with the
+// kind's entry point.
 #pragma once
 
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -16,6 +18,7 @@
 #include "mla/certify/case_kind.hpp"
 #include "mla/certify/child.hpp"
 #include "mla/core/error.hpp"
+#include "mla/core/sha256.hpp"
 #include "mla/judge/attention.hpp"
 #include "run/session.hpp"
 
@@ -49,6 +52,28 @@ struct InProcessRun {
   double run_seconds = 0;
   std::vector<std::string> reasons;   // FAIL reasons: calls that differ, inputs changed by the kernel
 };
+
+// Appends the sha256 of `v`'s bytes to `d`: the digest of a kernel's inputs, before and after.
+template <class T>
+void add_digest(std::string& d, std::span<const T> v) {
+  d += sha256_hex({reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()});
+}
+
+// Where a repeated call's `what` (`b`) differs from the first call's (`a`); nullopt when equal.
+template <class T>
+std::optional<std::string> first_value_difference(const std::vector<T>& a, const std::vector<T>& b, const char* what) {
+  if (a.size() != b.size()) return fmt::format("{}: a repeated call returned {} values, the first {}", what, b.size(), a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) return fmt::format("{}: a repeated call differs at [{}]: {} after {}", what, i, b[i], a[i]);
+  }
+  return std::nullopt;
+}
+inline std::optional<std::string> first_index_difference(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  return first_value_difference(a, b, "indices");
+}
+inline std::optional<std::string> first_byte_difference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  return first_value_difference(a, b, "cache bytes");
+}
 
 // Calls `prepare()`'s result `calls` times (at least 2: a second call must repeat the first
 // bitwise), timing each; `inputs_digest` is taken before and after, so a kernel that writes its
@@ -85,8 +110,16 @@ InProcessRun<Outputs> call_in_process(const std::function<std::unique_ptr<Prepar
       if (call == 0) {
         r.outputs = std::move(res);
       } else if (r.reasons.empty()) {
-        if (auto d = first_difference(r.outputs.out, res.out, "out")) r.reasons.push_back(*d);
-        if (auto d = first_difference(r.outputs.lse, res.lse, "lse")) r.reasons.push_back(*d);
+        if constexpr (std::is_same_v<Outputs, std::vector<uint8_t>>) {
+          // A cache: the same bytes.
+          if (auto d = first_byte_difference(r.outputs, res)) r.reasons.push_back(*d);
+        } else if constexpr (requires { res.indices; }) {
+          // A selection: the same indices in the same slots.
+          if (auto d = first_index_difference(r.outputs.indices, res.indices)) r.reasons.push_back(*d);
+        } else {
+          if (auto d = first_difference(r.outputs.out, res.out, "out")) r.reasons.push_back(*d);
+          if (auto d = first_difference(r.outputs.lse, res.lse, "lse")) r.reasons.push_back(*d);
+        }
       }
     }
     r.run_seconds = best;
@@ -105,10 +138,11 @@ InProcessRun<Outputs> call_in_process(const std::function<std::unique_ptr<Prepar
 }
 
 // The row of a run: a refusal after check() accepted is a broken claim (FAIL), an exception
-// ERROR, else the run's own reasons and the judgement `judge()` makes of its canonical outputs.
+// ERROR, else the run's own reasons and the judgement `judge(r)` makes of its canonical outputs:
+// it adds its comparisons to the row and returns its failed rules.
 template <class Outputs>
 void judge_in_process(reports::CaseResult& r, const InProcessRun<Outputs>& run,
-                      const std::function<AttentionJudgement()>& judge) {
+                      const std::function<std::vector<std::string>(reports::CaseResult&)>& judge) {
   using Status = typename InProcessRun<Outputs>::Status;
   if (run.status == Status::unsupported) {
     r.verdict = tol::Verdict::fail;
@@ -124,10 +158,7 @@ void judge_in_process(reports::CaseResult& r, const InProcessRun<Outputs>& run,
   r.run_seconds = run.run_seconds;
   r.reasons = run.reasons;
   try {
-    auto j = judge();
-    r.out = std::move(j.out);
-    r.lse = std::move(j.lse);
-    for (auto& why : j.reasons) r.reasons.push_back(std::move(why));
+    for (auto& why : judge(r)) r.reasons.push_back(std::move(why));
   } catch (const std::exception& e) {
     r.verdict = tol::Verdict::error;
     r.reasons.push_back(fmt::format("the results could not be judged: {}", e.what()));
@@ -136,8 +167,46 @@ void judge_in_process(reports::CaseResult& r, const InProcessRun<Outputs>& run,
   r.verdict = r.reasons.empty() ? tol::Verdict::pass : tol::Verdict::fail;
 }
 
+// The same for an attention-shaped judgement (out and lse against the truth).
+template <class Outputs>
+void judge_in_process(reports::CaseResult& r, const InProcessRun<Outputs>& run,
+                      const std::function<AttentionJudgement()>& judge) {
+  judge_in_process<Outputs>(r, run, [&](reports::CaseResult& row) {
+    auto j = judge();
+    row.out = std::move(j.out);
+    row.lse = std::move(j.lse);
+    return std::move(j.reasons);
+  });
+}
+
+// Whether `impl` claims the case (its check() on `shape`), its cost model (cost() on `in`)
+// recorded in the row; false when that decides the row: NOT_CLAIMED with check()'s reason, or
+// ERROR when either throws (a capability query that throws is a defect of the implementation,
+// not of the run).
+template <class Impl, class Shape, class In>
+bool claimed_with_cost(reports::CaseResult& r, const Impl& impl, const Shape& shape, const In& in) {
+  try {
+    if (auto no = impl.check(shape)) {
+      r.verdict = tol::Verdict::not_claimed;
+      r.reasons.push_back(*no);
+      return false;
+    }
+    const auto cost = impl.cost(in);
+    r.bytes = cost.bytes;
+    r.flops = cost.flops;
+  } catch (const std::exception& e) {
+    r.verdict = tol::Verdict::error;
+    r.reasons.push_back(fmt::format("the claim could not be decided (check() or cost()): {}", e.what()));
+    return false;
+  }
+  return true;
+}
+
 // The calls of a case: --repeat, at least two (the second must repeat the first bitwise).
 inline int in_process_calls(const Session& s) { return std::max(2, s.options.repeats); }
+
+// Whether some implementation of the run has `kind`'s entry point.
+bool any_served(const Session& s, const CaseKind& kind);
 
 // What becomes of a drawn case of `name` (rows of `file`, family fresh) for `k`: not this run's
 // (--case, --shard), its previous row kept by --resume (recorded here), or to be run.

@@ -48,6 +48,20 @@ nlohmann::json declared_json(const Implementation& e) {
     const auto& i = e.prefill->info();
     return {{"precision", to_json(precision_class(i), i.compute.has_value())}, {"conventions", to_json(i.conventions)}};
   }
+  if (e.indexer_append) {
+    // Its scales' float32 operation decides the fp32 scales the judge expects.
+    const auto& i = e.indexer_append->info();
+    std::vector<std::string> fmts;
+    for (const auto f : i.scale_fmts) fmts.emplace_back(to_string(f));
+    return {{"precision", "exact bytes"}, {"scale_fmts", fmts}, {"block_sizes", i.block_sizes},
+            {"conventions", {{"fp32_scale_op", to_string(i.conventions.fp32_scale_op)}}}};
+  }
+  if (e.topk) {
+    // A top-k's precision is the one its logits are compared in, which picks its tolerance
+    // entry (topk.dominance.<precision>).
+    const auto& i = e.topk->info();
+    return {{"precision", to_string(i.precision)}, {"ks", i.ks}, {"max_n", i.max_n}, {"conventions", to_json(i.conventions)}};
+  }
   if (e.merge) {
     // A merge has no precision class of its own: each case is judged by the entry of its state
     // dtype (merge.out.<dtype>, merge.lse.f32).
@@ -87,6 +101,8 @@ void add_implementation(Session& s, Implementation e, reports::KernelReport r) {
     // `mla kernels` lists them.
     r.out_dtype = fmt::format("{}", fmt::join(dtype_names(e.merge->info()), "|"));
   }
+  if (e.topk) r.out_dtype = "int32";  // the indices it selects
+  if (e.indexer_append) r.out_dtype = "fp8 cache";  // the 132-byte tokens it writes
   r.unavailable = e.unavailable;
   r.declared = declared_json(e);
   e.report_index = s.cert.kernels.size();
@@ -153,9 +169,15 @@ struct Candidate {
   const AttentionImpl* impl = nullptr;
   const PrefillImpl* prefill = nullptr;
   const MergeImpl* merge = nullptr;
+  const TopkImpl* topk = nullptr;
+  const IndexerAppendImpl* indexer_append = nullptr;
   std::optional<std::string> fault;
   const std::string& name() const {
-    return impl ? impl->info().name : prefill ? prefill->info().name : merge->info().name;
+    return impl      ? impl->info().name
+           : prefill ? prefill->info().name
+           : merge   ? merge->info().name
+           : topk    ? topk->info().name
+                     : indexer_append->info().name;
   }
 };
 
@@ -186,12 +208,26 @@ std::pair<Implementation, reports::KernelReport> describe_candidate(const Sessio
     e.prefill = c.prefill;
     availability(c.prefill);
     caps = to_json(i.caps);
-  } else {
+  } else if (c.merge) {
     const auto& i = c.merge->info();
     e.info.name = i.name, e.info.backend = i.backend, e.info.description = i.description;
     e.merge = c.merge;
     availability(c.merge);
     caps = {{"dtypes", dtype_names(i)}, {"head_dims", i.head_dims}};
+  } else if (c.topk) {
+    const auto& i = c.topk->info();
+    e.info.name = i.name, e.info.backend = i.backend, e.info.description = i.description;
+    e.topk = c.topk;
+    availability(c.topk);
+    caps = {{"ks", i.ks}, {"max_n", i.max_n}};
+  } else {
+    const auto& i = c.indexer_append->info();
+    e.info.name = i.name, e.info.backend = i.backend, e.info.description = i.description;
+    e.indexer_append = c.indexer_append;
+    availability(c.indexer_append);
+    std::vector<std::string> fmts;
+    for (const auto f : i.scale_fmts) fmts.emplace_back(to_string(f));
+    caps = {{"scale_fmts", fmts}, {"block_sizes", i.block_sizes}};
   }
   r.origin = {{"kind", c.fault ? "self-test" : "builtin"}, {"capabilities", caps}};
   return {std::move(e), std::move(r)};
@@ -202,8 +238,8 @@ void select_implementations(Session& s) {
   register_builtin_kernels();
   std::vector<Candidate> pool;
   for (const auto& k : Registry::instance().attention()) pool.push_back({.impl = k.get()});
-  // --fault names one planted bug of any kind: the decode faults, the prefill faults and the
-  // merge faults share one namespace (faults.hpp keeps the three lists disjoint).
+  // --fault names one planted bug of any kind: the decode, prefill, merge, top-k and indexer
+  // append faults share one namespace (faults.hpp keeps the lists disjoint).
   const auto has = [](const std::vector<std::string>& v, const std::string& n) {
     return std::find(v.begin(), v.end(), n) != v.end();
   };
@@ -217,14 +253,24 @@ void select_implementations(Session& s) {
     } else if (has(faults::merge_names(), name)) {
       s.merge_fault_kernels.push_back(faults::make_merge(name));
       pool.push_back({.merge = s.merge_fault_kernels.back().get(), .fault = name});
+    } else if (has(faults::topk_names(), name)) {
+      s.topk_fault_kernels.push_back(faults::make_topk(name));
+      pool.push_back({.topk = s.topk_fault_kernels.back().get(), .fault = name});
+    } else if (has(faults::indexer_append_names(), name)) {
+      s.indexer_append_fault_kernels.push_back(faults::make_indexer_append(name));
+      pool.push_back({.indexer_append = s.indexer_append_fault_kernels.back().get(), .fault = name});
     } else {
-      throw UsageError(fmt::format("unknown fault kernel '{}' (decode: {}; prefill: {}; merge: {})", name,
-                                   fmt::join(faults::names(), ", "), fmt::join(faults::prefill_names(), ", "),
-                                   fmt::join(faults::merge_names(), ", ")));
+      throw UsageError(fmt::format("unknown fault kernel '{}' (decode: {}; prefill: {}; merge: {}; top-k: {}; indexer "
+                                   "append: {})",
+                                   name, fmt::join(faults::names(), ", "), fmt::join(faults::prefill_names(), ", "),
+                                   fmt::join(faults::merge_names(), ", "), fmt::join(faults::topk_names(), ", "),
+                                   fmt::join(faults::indexer_append_names(), ", ")));
     }
   }
   for (const auto& k : Registry::instance().prefill()) pool.push_back({.prefill = k.get()});
   for (const auto& k : Registry::instance().merge()) pool.push_back({.merge = k.get()});
+  for (const auto& k : Registry::instance().topk()) pool.push_back({.topk = k.get()});
+  for (const auto& k : Registry::instance().indexer_append()) pool.push_back({.indexer_append = k.get()});
   std::set<std::string> known;
   for (const auto& c : pool) known.insert(c.name());
   for (const auto& want : o.kernels) {
@@ -261,7 +307,7 @@ void select_implementations(Session& s) {
     auto& r = s.report(k);
     r.origin["isolation"] = s.isolated(k) ? "child_per_case" : "in_process";
     if (!k.decodes()) {
-      r.origin["isolation_note"] = "no child transport exists for prefill and merge kernels yet: registered ones "
+      r.origin["isolation_note"] = "no child transport exists for kernels of other kinds than decode yet: registered ones "
                                    "run in this process, whatever --in-process says for decode kernels";
     }
     // The case kinds it is certified on, so a shard or resumed certificate compares each kind's

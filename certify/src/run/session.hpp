@@ -24,6 +24,8 @@
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
+#include "mla/core/indexer_cache.hpp"
+#include "mla/core/topk.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
 #include "mla/judge/attention.hpp"
@@ -53,13 +55,15 @@ struct Implementation {
   uint32_t append_fp8_recipes = 0;                     // MLA_PLUGIN_RECIPE_* its FP8 append writes
   std::size_t report_index = 0;                         // its KernelReport in the certificate
   // An implementation of one other kind only (exactly one set, impl then null): a registered
-  // prefill or merge kernel. `info` then holds its name, backend, description and out dtype
+  // prefill, merge, top-k or indexer append kernel. `info` then holds its name, backend, description and out dtype
   // alone. There is no child transport for these kinds: they run in this process.
   const PrefillImpl* prefill = nullptr;
   const MergeImpl* merge = nullptr;
+  const TopkImpl* topk = nullptr;
+  const IndexerAppendImpl* indexer_append = nullptr;
   // Whether it has the decode entry point (every registered decode kernel, fault kernel,
-  // plug-in and Python kernel; a prefill or merge kernel has none).
-  bool decodes() const { return !prefill && !merge; }
+  // plug-in and Python kernel; a prefill, merge, top-k or indexer append kernel has none).
+  bool decodes() const { return !prefill && !merge && !topk && !indexer_append; }
 };
 
 // A case of the plan: the family as the certificate names it, the catalog file, the case.
@@ -135,6 +139,8 @@ class Session {
   std::vector<std::unique_ptr<AttentionImpl>> fault_kernels;  // owned; implementations point at them
   std::vector<std::unique_ptr<PrefillImpl>> prefill_fault_kernels;  // likewise, for --fault of a prefill bug
   std::vector<std::unique_ptr<MergeImpl>> merge_fault_kernels;      // and of a merge bug
+  std::vector<std::unique_ptr<TopkImpl>> topk_fault_kernels;        // and of a top-k bug
+  std::vector<std::unique_ptr<IndexerAppendImpl>> indexer_append_fault_kernels;  // and of an indexer append bug
   std::vector<CaseRef> attention_cases;
   // The stored cases of the kinds that plan them one by one (prefill, merge), by kind name.
   std::map<std::string, std::vector<CaseRef>> kind_cases;
@@ -177,7 +183,7 @@ class Session {
   void save();
   // The certificate as written: this run's rows, then those kept from outside its selection.
   reports::Certificate with_outside() const;
-  // A prefill or merge kernel never is: no child transport exists for those kinds yet.
+  // A kernel of another kind than decode never is: no child transport exists for those kinds yet.
   bool isolated(const Implementation& k) const {
     return k.decodes() && (k.external || options.isolate || !k.impl);
   }

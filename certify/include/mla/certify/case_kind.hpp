@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,8 +38,9 @@ class CaseKind {
   virtual std::string_view name() const = 0;
   // How help texts and errors name its families ("decode families", "plug-in appends").
   virtual std::string_view families_are() const = 0;
-  // The golden loader its stored cases are read with.
-  virtual golden::FamilyKind loads() const = 0;
+  // The golden loader its stored cases are read with; nullopt for a kind whose every case is
+  // drawn at run time (top-k: its truth is the logits it is given), which no family may name.
+  virtual std::optional<golden::FamilyKind> loads() const = 0;
   // Whether every implementation of a run is certified on each of its stored cases (so shards
   // and resumed runs can be checked to hold the same rows for all of them), rather than only
   // the implementations with its entry point. Those kinds' stored rows come first in a run and

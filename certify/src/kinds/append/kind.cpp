@@ -27,7 +27,7 @@ class AppendKind final : public CaseKind {
  public:
   std::string_view name() const override { return "append"; }
   std::string_view families_are() const override { return "plug-in appends"; }
-  golden::FamilyKind loads() const override { return golden::FamilyKind::layer; }
+  std::optional<golden::FamilyKind> loads() const override { return golden::FamilyKind::layer; }
   bool common() const override { return false; }
   std::vector<std::string> drawn_files() const override { return {kFreshAppendFile}; }
   bool serves(const Implementation& k) const override { return k.external && k.append_formats != 0; }

@@ -33,7 +33,7 @@ class DecodeKind final : public CaseKind {
  public:
   std::string_view name() const override { return "decode"; }
   std::string_view families_are() const override { return "decode families"; }
-  golden::FamilyKind loads() const override { return golden::FamilyKind::attention; }
+  std::optional<golden::FamilyKind> loads() const override { return golden::FamilyKind::attention; }
   bool common() const override { return true; }
   std::vector<std::string> drawn_files() const override { return {kFresh}; }
   bool serves(const Implementation& k) const override { return k.decodes(); }

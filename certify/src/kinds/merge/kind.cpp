@@ -20,16 +20,11 @@ nlohmann::json shape_json(const MergeShape& s) {
   return {{"tokens", s.tokens}, {"heads", s.heads}, {"head_dim", s.head_dim}, {"dtype", to_string(s.dtype)}};
 }
 
-template <class T>
-void add_digest(std::string& d, std::span<const T> v) {
-  d += sha256_hex({reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()});
-}
-
 class MergeKind final : public StoredCasesKind {
  public:
   std::string_view name() const override { return "merge"; }
   std::string_view families_are() const override { return "merge families"; }
-  golden::FamilyKind loads() const override { return golden::FamilyKind::merge; }
+  std::optional<golden::FamilyKind> loads() const override { return golden::FamilyKind::merge; }
   std::vector<std::string> drawn_files() const override { return {kFreshMergeFile}; }
   bool serves(const Implementation& k) const override { return k.merge != nullptr; }
   void certify_fresh(Session& s, const Implementation& k, uint64_t seed) const override {
@@ -73,20 +68,7 @@ reports::CaseResult merge_row(Session& s, const Implementation& k, const CaseRef
     r.reasons.push_back(*k.unavailable);
     return r;
   }
-  try {
-    if (auto no = impl.check(in.shape)) {
-      r.verdict = Verdict::not_claimed;
-      r.reasons.push_back(*no);
-      return r;
-    }
-    const auto cost = impl.cost(in.shape);
-    r.bytes = cost.bytes;
-    r.flops = cost.flops;
-  } catch (const std::exception& e) {
-    r.verdict = Verdict::error;
-    r.reasons.push_back(fmt::format("the claim could not be decided (check() or cost()): {}", e.what()));
-    return r;
-  }
+  if (!claimed_with_cost(r, impl, in.shape, in.shape)) return r;
   // The one boundary between the canonical conventions and the kernel's declared ones.
   const auto& conv = impl.info().conventions;
   std::vector<float> lse_a, lse_b;

@@ -27,16 +27,11 @@ nlohmann::json shape_json(const PrefillInputs& in) {
   return j;
 }
 
-template <class T>
-void add_digest(std::string& d, std::span<const T> v) {
-  d += sha256_hex({reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()});
-}
-
 class PrefillKind final : public StoredCasesKind {
  public:
   std::string_view name() const override { return "prefill"; }
   std::string_view families_are() const override { return "prefill families"; }
-  golden::FamilyKind loads() const override { return golden::FamilyKind::prefill; }
+  std::optional<golden::FamilyKind> loads() const override { return golden::FamilyKind::prefill; }
   std::vector<std::string> drawn_files() const override { return {kFreshPrefillFile}; }
   bool serves(const Implementation& k) const override { return k.prefill != nullptr; }
   void certify_fresh(Session& s, const Implementation& k, uint64_t seed) const override {
@@ -86,21 +81,7 @@ reports::CaseResult prefill_row(Session& s, const Implementation& k, const CaseR
     r.reasons.push_back(*k.unavailable);
     return r;
   }
-  try {
-    if (auto no = impl.check(in)) {
-      r.verdict = Verdict::not_claimed;
-      r.reasons.push_back(*no);
-      return r;
-    }
-    const auto cost = impl.cost(in);
-    r.bytes = cost.bytes;
-    r.flops = cost.flops;
-  } catch (const std::exception& e) {
-    // A capability query that throws is a defect of the implementation, not of the run.
-    r.verdict = Verdict::error;
-    r.reasons.push_back(fmt::format("the claim could not be decided (check() or cost()): {}", e.what()));
-    return r;
-  }
+  if (!claimed_with_cost(r, impl, in, in)) return r;
   // The one boundary between the canonical conventions and the kernel's declared ones.
   const auto& conv = impl.info().conventions;
   std::vector<uint16_t> v_storage;

@@ -49,6 +49,14 @@ float indexer_key_scale(double amax, ScaleFmt fmt, IndexerScaleOp op);
 // The recipe as messages name it: "max(amax, 1e-4) / 448 rounded up to a power of two".
 std::string indexer_recipe_formula(ScaleFmt fmt, IndexerScaleOp op);
 
+// The keys every quantizer of this recipe must get right, one 128-value key each, in this order:
+// all zero (the 1e-4 clamp); bf16's largest finite values (+-3.39e38, -1e37) among O(1) ones,
+// whose codes underflow to 0; an amax whose float32 quotient amax / float32(amax / 448) is past
+// 448 (searched, not assumed: the encoder must saturate it to 448, not to NaN) among values in
+// [-1, 1]; values under the clamp (|k| <= 6e-5); a negative zero among O(1) values. Tests and the
+// certifier's drawn appends put them among random keys.
+std::vector<std::vector<uint16_t>> indexer_edge_keys();
+
 struct IndexerAppendShape {
   int64_t num_tokens = 0;
   int64_t num_blocks = 0;

@@ -2,10 +2,12 @@
 // (`mla certify --fault NAME`) to prove that the suite catches the bug each one carries
 // and that every path of the certifier (FAIL, ERROR, a repeatability FAIL, UNSUPPORTED) is taken
 // when it should be. Never registered. Each wraps the registered oracle (cpu_mla_fp64) and
-// applies its fault outside it, so no oracle has a fault switch. The prefill and merge kinds have
-// their planted bugs here too (prefill_names(), merge_names()): the fp64 oracles of
-// mla/ref/prefill.hpp called on inputs the bug rewrites, or, where a bug lives in the arithmetic
-// itself, that arithmetic written in the fault's own file.
+// applies its fault outside it, so no oracle has a fault switch. The prefill, merge and top-k
+// kinds have their planted bugs here too (prefill_names(), merge_names(), topk_names()): the fp64
+// oracles of mla/ref/prefill.hpp called on inputs the bug rewrites, or, where a bug lives in the
+// arithmetic or the selection itself, that code written in the fault's own file. So do the
+// indexer cache's appends (indexer_append_names()). The lists are disjoint, so `--fault NAME`
+// names one bug of one kind.
 //
 // This folder is the one home of broken implementations: these, the variants of the plug-in
 // template with one real-world bug or attack each (plugins/), and plug-ins whose descriptor
@@ -19,6 +21,8 @@
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
+#include "mla/core/indexer_cache.hpp"
+#include "mla/core/topk.hpp"
 
 namespace mla::faults {
 
@@ -92,5 +96,42 @@ std::unique_ptr<PrefillImpl> make_prefill(const std::string& name);
 const std::vector<std::string>& merge_names();
 // Throws mla::Error naming the known merge faults on an unknown name.
 std::unique_ptr<MergeImpl> make_merge(const std::string& name);
+
+// The top-k bugs (topk_faults.cpp), each kernel named cpu_topk_<fault>: the exact selection
+// (cpu_topk_exact's: sorted, absolute, float32 compares) with one bug of the field each, every
+// one FAIL on every drawn top-k case of `mla certify` (each holds a row that shows it):
+//   last_valid_dropped          never selects a row's last valid position: the largest logit
+//                               sitting there (the newest key of a decode row) is lost.
+//   range_end_ignored           scans to the end of the logits row instead of the row's end: a
+//                               prefill row selects positions after its own (the causal future).
+//   masked_filler               fills a row with fewer valid positions than k with -inf
+//                               positions (torch.topk over a masked row) instead of -1.
+//   duplicate                   the last selected slot repeats the first.
+//   one_short                   one index fewer than min(k, valid positions).
+//   padding_first               the -1 padding before the selection (a reader of a prefix,
+//                               FlashMLA's topk_length, reads padding).
+//   unsorted_declared_sorted    ascending order while declaring the selection sorted.
+//   index_past_row              pads with n instead of -1.
+//   absolute_declared_relative  writes columns, declares indices relative to the row's start.
+//   relative_declared_absolute  writes offsets from the row's start, declares columns.
+const std::vector<std::string>& topk_names();
+// Throws mla::Error naming the known top-k faults on an unknown name.
+std::unique_ptr<TopkImpl> make_topk(const std::string& name);
+
+// The indexer key cache append bugs (indexer_append_faults.cpp), each kernel named
+// cpu_indexer_append_<fault>, ue8m0 and fp32 scales by division; each FAIL on every drawn
+// indexer_append case of `mla certify` that has what it needs (a block of more than one token, a
+// skipped token), with the judge's diagnosis:
+//   scale_after_each_token  stores each token's scale right after its 128 codes (the MLA FP8
+//                           token's layout) instead of in the block's scale area after all codes.
+//   truncating_codes        rounds each code toward zero instead of to nearest even.
+//   fp32_scale_for_ue8m0    writes float32 scales when the call asks for ue8m0 ones.
+//   writes_skipped_token    writes a token whose slot is negative into the slot that many from
+//                           the end (Python's negative indexing) instead of skipping it.
+//   writes_past_codes       copies the scale after the token's codes as well: 4 bytes into the
+//                           next slot's codes.
+const std::vector<std::string>& indexer_append_names();
+// Throws mla::Error naming the known indexer append faults on an unknown name.
+std::unique_ptr<IndexerAppendImpl> make_indexer_append(const std::string& name);
 
 }  // namespace mla::faults

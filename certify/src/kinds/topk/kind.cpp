@@ -1,0 +1,64 @@
+// The top-k kind: every registered top-k selection (mla/core/topk.hpp's TopkImpl) on cases drawn
+// inside its claims at run time (topk/fresh.cpp), its indices made canonical from its declared
+// base (topk_outputs_to_canonical) and judged by judge_topk (judge/topk.hpp) against the logits
+// it was given, with the tolerance entry of its declared logits precision. It has no stored
+// family: a selection's truth is its input, so a stored case would only be one more drawn case
+// that a kernel could be tuned to. Its kernels run in this process (no child transport yet).
+#include <fmt/format.h>
+
+#include "kinds/kinds.hpp"
+#include "kinds/drawn_kind.hpp"
+#include "kinds/topk/topk_rows.hpp"
+#include "mla/core/sha256.hpp"
+#include "mla/judge/topk.hpp"
+
+namespace mla::certify {
+namespace {
+
+using tol::Verdict;
+
+// The row of `k` on one drawn case: NOT_CLAIMED with its check()'s reason, else its calls in
+// this process judged by judge_topk.
+reports::CaseResult topk_row(Session& s, const Implementation& k, const DrawnTopk& c) {
+  auto r = drawn_row(s, kFreshTopkFile, c.name, c.description);
+  const auto in = c.inputs.view();
+  r.shape = {{"rows", in.shape.rows}, {"n", in.shape.n}, {"k", in.shape.k}};
+  const TopkImpl& impl = *k.topk;
+  if (!claimed_with_cost(r, impl, in.shape, in)) return r;
+  auto run = call_in_process<PreparedTopk, TopkOutputs>(
+      [&] { return impl.prepare(in); }, in_process_calls(s), [&] {
+        std::string d;
+        add_digest(d, in.logits), add_digest(d, in.starts), add_digest(d, in.ends);
+        return d;
+      });
+  judge_in_process<TopkOutputs>(r, run, [&](reports::CaseResult&) {
+    // The one boundary between the kernel's index base and the canonical (absolute) one.
+    const auto& info = impl.info();
+    topk_outputs_to_canonical(info.conventions, in, run.outputs);
+    return judge_topk(in, run.outputs, info.precision, info.conventions.sorted).reasons;
+  });
+  return r;
+}
+
+class TopkKind final : public DrawnOnlyKind {
+ public:
+  std::string_view name() const override { return "topk"; }
+  std::string_view families_are() const override { return "top-k selections (drawn at run time only)"; }
+  std::vector<std::string> drawn_files() const override { return {kFreshTopkFile}; }
+  bool serves(const Implementation& k) const override { return k.topk != nullptr; }
+
+ protected:
+  std::string file() const override { return kFreshTopkFile; }
+  std::vector<DrawnCase> draw(const Implementation& k, uint64_t seed) const override {
+    return as_drawn(draw_topk_cases(seed, k.topk->info()), &topk_row);
+  }
+};
+
+}  // namespace
+
+const CaseKind& topk_kind() {
+  static const TopkKind kind;
+  return kind;
+}
+
+}  // namespace mla::certify

@@ -1,0 +1,317 @@
+// L0: the kinds of `mla certify` whose every case is drawn at run time (top-k, the indexer key
+// cache append), run as a library in this process. Every registered kernel of each passes every
+// case drawn for it and gets no row of another kind, with its declared conventions recorded,
+// while a decode kernel beside them gets none of theirs; every planted bug of kernels/faults,
+// selected with --fault, is FAIL on every drawn case its bug applies to (an fp32-for-ue8m0 scale
+// bug on the ue8m0 cases), with the judge's reason. Top-k: a claim of one k gets that k's cases
+// only; a kernel that throws is an ERROR with its message, one whose second call differs a FAIL;
+// the same seed draws the same cases; a selection without the fresh family, or whose --case
+// matches no drawn case, is refused saying why.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <sstream>
+
+#include "mla/certify/certify.hpp"
+#include "mla/core/indexer_cache.hpp"
+#include "mla/core/topk.hpp"
+#include "mla/faults/faults.hpp"
+#include "mla/registry/registry.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using mla::certify::testing::certify_here;
+using mla::certify::testing::kernel;
+using mla::certify::testing::slurp;
+using mla::certify::testing::TempDir;
+using nlohmann::json;
+
+const std::string kDecode = "cpu_mla_fp64";
+constexpr const char* kTopkFile = "fresh_topk";
+constexpr const char* kAppendFile = "fresh_indexer_append";
+
+// ---- kernels registered in this process only: cpu_topk_exact behind another behaviour ----------
+
+class Wrapped : public mla::TopkImpl {
+ public:
+  Wrapped(std::string name, std::vector<int> ks) {
+    info_ = exact().info();
+    info_.name = std::move(name);
+    info_.role = mla::KernelRole::optimized;
+    info_.ks = std::move(ks);
+  }
+  const mla::TopkKernelInfo& info() const override { return info_; }
+
+ protected:
+  static const mla::TopkImpl& exact() {
+    mla::register_builtin_kernels();
+    return *mla::Registry::instance().find_topk("cpu_topk_exact");
+  }
+  mla::TopkKernelInfo info_;
+};
+
+// Correct, claiming k = 64 only.
+class OnlyK64 final : public Wrapped {
+ public:
+  OnlyK64() : Wrapped("test_topk_only_k64", {64}) {}
+  std::unique_ptr<mla::PreparedTopk> prepare(const mla::TopkInputs& in) const override { return exact().prepare(in); }
+};
+
+// run() throws.
+class Throws final : public Wrapped {
+ public:
+  Throws() : Wrapped("test_topk_throws", {}) {}
+  std::unique_ptr<mla::PreparedTopk> prepare(const mla::TopkInputs&) const override {
+    struct P final : mla::PreparedTopk {
+      void run() override { throw std::runtime_error("injected failure in run()"); }
+      mla::TopkOutputs results() override { return {}; }
+    };
+    return std::make_unique<P>();
+  }
+};
+
+// Right on its first call; from the second on, the first two slots of row 0 swapped (state
+// carried from one call into the next: a valid selection, but not the same one).
+class SecondCallDiffers final : public Wrapped {
+ public:
+  SecondCallDiffers() : Wrapped("test_topk_second_call_differs", {}) {}
+  std::unique_ptr<mla::PreparedTopk> prepare(const mla::TopkInputs& in) const override {
+    struct P final : mla::PreparedTopk {
+      std::unique_ptr<mla::PreparedTopk> inner;
+      int calls = 0;
+      void run() override { inner->run(), ++calls; }
+      mla::TopkOutputs results() override {
+        auto o = inner->results();
+        if (calls > 1 && o.indices.size() >= 2) std::swap(o.indices[0], o.indices[1]);
+        return o;
+      }
+    };
+    auto p = std::make_unique<P>();
+    p->inner = exact().prepare(in);
+    return p;
+  }
+};
+
+void register_test_kernels() {
+  static const bool once = [] {
+    mla::register_builtin_kernels();
+    mla::Registry::instance().add(std::make_unique<OnlyK64>());
+    mla::Registry::instance().add(std::make_unique<Throws>());
+    mla::Registry::instance().add(std::make_unique<SecondCallDiffers>());
+    return true;
+  }();
+  (void)once;
+}
+
+// ---- running the certifier here ----------------------------------------------------------------
+
+mla::certify::Options options(const fs::path& out, std::vector<std::string> kernels) {
+  return mla::certify::testing::in_process_options(out, std::move(kernels), {"fresh"});
+}
+
+std::vector<const json*> rows_of(const json& k, const char* file) {
+  std::vector<const json*> rows;
+  for (const auto& r : k["cases"]) {
+    if (r["file"] == file) rows.push_back(&r);
+  }
+  return rows;
+}
+std::vector<const json*> topk_rows(const json& k) { return rows_of(k, kTopkFile); }
+
+bool builtin(const std::string& name) { return name.rfind("test_", 0) != 0; }
+
+TEST(CertifyTopk, EveryRegisteredTopkPassesEveryDrawnCaseAndNoKernelGetsAnotherKindsRows) {
+  mla::register_builtin_kernels();
+  std::vector<std::string> names;
+  for (const auto& k : mla::Registry::instance().topk()) {
+    if (builtin(k->info().name)) names.push_back(k->info().name);
+  }
+  ASSERT_GE(names.size(), 2u);
+  auto all = names;
+  all.push_back(kDecode);
+  const TempDir tmp("topk-all");
+  auto o = options(tmp.path() / "all", all);
+  o.families.push_back("attn_core");
+  o.case_regex = "^fresh/topk_|^attn_core/h3_sq2_short$";
+  const auto cert = certify_here(o);
+  for (const auto& name : names) {
+    SCOPED_TRACE(name);
+    const auto& k = kernel(cert, name);
+    const auto& info = mla::Registry::instance().find_topk(name)->info();
+    EXPECT_EQ(k["kinds"], json::array({"topk"}));
+    EXPECT_EQ(k["origin"]["isolation"], "in_process");
+    EXPECT_EQ(k["declared"]["conventions"], to_json(info.conventions));
+    EXPECT_EQ(k["declared"]["precision"], mla::to_string(info.precision));
+    std::set<int> ks;
+    for (const auto& r : k["cases"]) {
+      EXPECT_EQ(r["file"], kTopkFile) << "a row of another kind: " << r["family"] << "/" << r["case"];
+      EXPECT_EQ(r["verdict"], "PASS") << r["case"] << ": " << r["reasons"].dump();
+      ks.insert(r["shape"]["k"].get<int>());
+    }
+    // No k claimed: V3.2's 2048 and 64, each with rows longer and shorter than k.
+    EXPECT_EQ(topk_rows(k).size(), 4u);
+    EXPECT_EQ(ks, (std::set<int>{64, 2048}));
+  }
+  const auto& d = kernel(cert, kDecode);
+  EXPECT_EQ(d["kinds"], json::array({"decode"}));
+  EXPECT_TRUE(topk_rows(d).empty());
+  EXPECT_FALSE(d["cases"].empty());
+  // The Markdown shows the top-k dimensions for these kernels.
+  const auto md = slurp(tmp.path() / "all" / "certificate.md");
+  EXPECT_NE(md.find("| k (indices per row) | 64, 2048 |"), std::string::npos) << md;
+}
+
+TEST(CertifyTopk, EveryPlantedTopkBugIsRedOnEveryDrawnCase) {
+  mla::register_builtin_kernels();
+  const TempDir tmp("topk-faults");
+  auto o = options(tmp.path() / "faults", {});
+  std::vector<std::string> kernels;
+  for (const auto& f : mla::faults::topk_names()) {
+    o.faults.push_back(f);
+    kernels.push_back(mla::faults::make_topk(f)->info().name);
+  }
+  o.kernels = kernels;
+  const auto cert = certify_here(o);
+  for (const auto& name : kernels) {
+    SCOPED_TRACE(name);
+    const auto& k = kernel(cert, name);
+    EXPECT_EQ(k["origin"]["kind"], "self-test");
+    EXPECT_EQ(k["kinds"], json::array({"topk"}));
+    const auto rows = topk_rows(k);
+    EXPECT_EQ(rows.size(), 4u);
+    // Each drawn case holds a row that shows every one of these bugs.
+    for (const auto* r : rows) {
+      EXPECT_EQ((*r)["verdict"], "FAIL") << (*r)["case"];
+      ASSERT_FALSE((*r)["reasons"].empty());
+      EXPECT_EQ((*r)["reasons"][0].get<std::string>().rfind("row ", 0), 0u) << "the judge's reason names its row";
+    }
+  }
+}
+
+TEST(CertifyTopk, AClaimOfOneKAThrowingKernelAndAKernelWhoseSecondCallDiffers) {
+  register_test_kernels();
+  const TempDir tmp("topk-paths");
+  const auto cert = certify_here(options(tmp.path() / "paths", {"test_topk_only_k64", "test_topk_throws", "test_topk_second_call_differs"}));
+  const auto& only = kernel(cert, "test_topk_only_k64");
+  ASSERT_EQ(topk_rows(only).size(), 2u);
+  for (const auto* r : topk_rows(only)) {
+    EXPECT_EQ((*r)["shape"]["k"], 64);
+    EXPECT_EQ((*r)["verdict"], "PASS") << (*r)["reasons"].dump();
+  }
+  for (const auto* r : topk_rows(kernel(cert, "test_topk_throws"))) {
+    EXPECT_EQ((*r)["verdict"], "ERROR");
+    EXPECT_NE((*r)["reasons"].dump().find("injected failure in run()"), std::string::npos) << (*r)["reasons"].dump();
+  }
+  for (const auto* r : topk_rows(kernel(cert, "test_topk_second_call_differs"))) {
+    EXPECT_EQ((*r)["verdict"], "FAIL");
+    EXPECT_NE((*r)["reasons"].dump().find("a repeated call differs"), std::string::npos) << (*r)["reasons"].dump();
+  }
+}
+
+TEST(CertifyTopk, TheSameSeedDrawsTheSameCasesAndAnotherSeedOthers) {
+  const TempDir tmp("topk-seed");
+  const auto names = [](const json& cert) {
+    std::vector<std::string> n;
+    for (const auto* r : topk_rows(kernel(cert, "cpu_topk_exact"))) n.push_back((*r)["case"].get<std::string>() + (*r)["description"].get<std::string>());
+    return n;
+  };
+  const auto a = certify_here(options(tmp.path() / "a", {"cpu_topk_exact"}));
+  const auto b = certify_here(options(tmp.path() / "b", {"cpu_topk_exact"}));
+  auto o = options(tmp.path() / "c", {"cpu_topk_exact"});
+  o.seed = 12;
+  const auto c = certify_here(o);
+  EXPECT_EQ(names(a), names(b));
+  EXPECT_NE(names(a), names(c)) << "the seed is in each drawn case's description";
+}
+
+TEST(CertifyTopk, ACaseSelectionThatMatchesNoDrawnCaseIsRefused) {
+  const TempDir tmp("topk-no-match");
+  auto o = options(tmp.path() / "none", {"cpu_topk_exact"});
+  o.families.clear();  // every family: the selection must find a case somewhere
+  o.case_regex = "^no/such$";
+  try {
+    (void)certify_here(o);
+    ADD_FAILURE() << "a selection without any case was accepted";
+  } catch (const mla::certify::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("no drawn topk case matches --case"), std::string::npos) << e.what();
+  }
+  // One that matches a drawn case runs it alone.
+  o.case_regex = "rows_shorter_than_k";
+  o.out = tmp.path() / "some";
+  const auto rows = topk_rows(kernel(certify_here(o), "cpu_topk_exact"));
+  EXPECT_EQ(rows.size(), 2u);
+}
+
+TEST(CertifyTopk, ATopkSelectionWithoutTheFreshFamilyIsRefusedSayingWhereItsCasesComeFrom) {
+  const TempDir tmp("topk-no-fresh");
+  auto o = options(tmp.path() / "none", {"cpu_topk_exact"});
+  o.families = {"attn_core"};
+  try {
+    (void)certify_here(o);
+    ADD_FAILURE() << "a selection without any case was accepted";
+  } catch (const mla::certify::UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("topk cases are drawn at run time only"), std::string::npos) << what;
+    EXPECT_NE(what.find("fresh"), std::string::npos) << what;
+  }
+}
+
+// ---- the indexer key cache append -------------------------------------------------------------
+
+TEST(CertifyIndexerAppend, EveryRegisteredAppendWritesTheOraclesBytesOnEveryDrawnCase) {
+  mla::register_builtin_kernels();
+  std::vector<std::string> names;
+  for (const auto& k : mla::Registry::instance().indexer_append()) names.push_back(k->info().name);
+  ASSERT_FALSE(names.empty());
+  auto all = names;
+  all.push_back("cpu_topk_exact");
+  const TempDir tmp("indexer-append-all");
+  const auto cert = certify_here(options(tmp.path() / "all", all));
+  for (const auto& name : names) {
+    SCOPED_TRACE(name);
+    const auto& k = kernel(cert, name);
+    const auto& info = mla::Registry::instance().find_indexer_append(name)->info();
+    EXPECT_EQ(k["kinds"], json::array({"indexer_append"}));
+    EXPECT_EQ(k["declared"]["conventions"]["fp32_scale_op"], mla::to_string(info.conventions.fp32_scale_op));
+    std::set<std::string> fmts;
+    for (const auto& r : k["cases"]) {
+      EXPECT_EQ(r["file"], kAppendFile) << "a row of another kind: " << r["case"];
+      EXPECT_EQ(r["verdict"], "PASS") << r["case"] << ": " << r["reasons"].dump();
+      fmts.insert(r["shape"]["scale_fmt"].get<std::string>());
+    }
+    // Per scale format it claims, block sizes 64 and 16.
+    EXPECT_EQ(rows_of(k, kAppendFile).size(), 2 * info.scale_fmts.size());
+    EXPECT_EQ(fmts.size(), info.scale_fmts.size());
+  }
+  EXPECT_TRUE(rows_of(kernel(cert, "cpu_topk_exact"), kAppendFile).empty());
+  EXPECT_TRUE(topk_rows(kernel(cert, names.front())).empty());
+}
+
+TEST(CertifyIndexerAppend, EveryPlantedAppendBugIsRedOnEveryDrawnCaseItAppliesTo) {
+  mla::register_builtin_kernels();
+  const TempDir tmp("indexer-append-faults");
+  auto o = options(tmp.path() / "faults", {});
+  std::vector<std::pair<std::string, std::string>> planted;  // fault, kernel
+  for (const auto& f : mla::faults::indexer_append_names()) {
+    o.faults.push_back(f);
+    planted.emplace_back(f, mla::faults::make_indexer_append(f)->info().name);
+    o.kernels.push_back(planted.back().second);
+  }
+  const auto cert = certify_here(o);
+  for (const auto& [fault, name] : planted) {
+    SCOPED_TRACE(name);
+    const auto& k = kernel(cert, name);
+    EXPECT_EQ(k["origin"]["kind"], "self-test");
+    const auto rows = rows_of(k, kAppendFile);
+    EXPECT_EQ(rows.size(), 4u);
+    for (const auto* r : rows) {
+      // Float32 scales written for ue8m0 ones change nothing where float32 ones are asked for.
+      const bool applies = fault != "fp32_scale_for_ue8m0" || (*r)["shape"]["scale_fmt"] == "ue8m0";
+      EXPECT_EQ((*r)["verdict"], applies ? "FAIL" : "PASS") << (*r)["case"] << ": " << (*r)["reasons"].dump();
+    }
+  }
+}
+
+}  // namespace

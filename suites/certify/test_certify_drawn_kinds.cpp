@@ -1,9 +1,10 @@
 // L0: the kinds of `mla certify` whose every case is drawn at run time (top-k, the indexer key
-// cache append), run as a library in this process. Every registered kernel of each passes every
+// cache append, the indexer logits), run as a library in this process. Every registered kernel of each passes every
 // case drawn for it and gets no row of another kind, with its declared conventions recorded,
 // while a decode kernel beside them gets none of theirs; every planted bug of kernels/faults,
 // selected with --fault, is FAIL on every drawn case its bug applies to (an fp32-for-ue8m0 scale
-// bug on the ue8m0 cases), with the judge's reason. Top-k: a claim of one k gets that k's cases
+// bug on the ue8m0 cases, a logits scale read from the wrong place on paged calls, a later
+// token's position on next_n 2 calls) and PASS on the others, with the judge's reason. Top-k: a claim of one k gets that k's cases
 // only; a kernel that throws is an ERROR with its message, one whose second call differs a FAIL;
 // the same seed draws the same cases; a selection without the fresh family, or whose --case
 // matches no drawn case, is refused saying why.
@@ -31,6 +32,7 @@ using nlohmann::json;
 const std::string kDecode = "cpu_mla_fp64";
 constexpr const char* kTopkFile = "fresh_topk";
 constexpr const char* kAppendFile = "fresh_indexer_append";
+constexpr const char* kLogitsFile = "fresh_indexer_logits";
 
 // ---- kernels registered in this process only: cpu_topk_exact behind another behaviour ----------
 
@@ -309,6 +311,57 @@ TEST(CertifyIndexerAppend, EveryPlantedAppendBugIsRedOnEveryDrawnCaseItAppliesTo
     for (const auto* r : rows) {
       // Float32 scales written for ue8m0 ones change nothing where float32 ones are asked for.
       const bool applies = fault != "fp32_scale_for_ue8m0" || (*r)["shape"]["scale_fmt"] == "ue8m0";
+      EXPECT_EQ((*r)["verdict"], applies ? "FAIL" : "PASS") << (*r)["case"] << ": " << (*r)["reasons"].dump();
+    }
+  }
+}
+
+// ---- the indexer logits ------------------------------------------------------------------------
+
+TEST(CertifyIndexerLogits, EveryRegisteredLogitsKernelPassesEveryDrawnCall) {
+  mla::register_builtin_kernels();
+  std::vector<std::string> names;
+  for (const auto& k : mla::Registry::instance().indexer_logits()) names.push_back(k->info().name);
+  ASSERT_FALSE(names.empty());
+  const TempDir tmp("indexer-logits-all");
+  const auto cert = certify_here(options(tmp.path() / "all", names));
+  for (const auto& name : names) {
+    SCOPED_TRACE(name);
+    const auto& k = kernel(cert, name);
+    EXPECT_EQ(k["kinds"], json::array({"indexer_logits"}));
+    std::set<std::string> layouts;
+    for (const auto& r : k["cases"]) {
+      EXPECT_EQ(r["file"], kLogitsFile) << "a row of another kind: " << r["case"];
+      EXPECT_EQ(r["verdict"], "PASS") << r["case"] << ": " << r["reasons"].dump();
+      layouts.insert(r["shape"]["layout"].get<std::string>());
+    }
+    // Both layouts it claims; paged with next_n 1 and 2.
+    EXPECT_EQ(layouts.size(), mla::Registry::instance().find_indexer_logits(name)->info().layouts.size());
+    EXPECT_GE(rows_of(k, kLogitsFile).size(), 3u);
+  }
+}
+
+TEST(CertifyIndexerLogits, EveryPlantedLogitsBugIsRedOnEveryDrawnCallItAppliesTo) {
+  mla::register_builtin_kernels();
+  const TempDir tmp("indexer-logits-faults");
+  auto o = options(tmp.path() / "faults", {});
+  std::vector<std::pair<std::string, std::string>> planted;  // fault, kernel
+  for (const auto& f : mla::faults::indexer_logits_names()) {
+    o.faults.push_back(f);
+    planted.emplace_back(f, mla::faults::make_indexer_logits(f)->info().name);
+    o.kernels.push_back(planted.back().second);
+  }
+  const auto cert = certify_here(o);
+  for (const auto& [fault, name] : planted) {
+    SCOPED_TRACE(name);
+    const auto rows = rows_of(kernel(cert, name), kLogitsFile);
+    EXPECT_EQ(rows.size(), 3u);
+    for (const auto* r : rows) {
+      const auto& shape = (*r)["shape"];
+      const bool paged = shape["layout"] == "paged";
+      // A scale's place exists only in the paged cache; a later query token only with next_n 2.
+      const bool applies = (fault != "reads_scale_after_codes" || paged) &&
+                           (fault != "sees_later_token" || (paged && shape["next_n"] == 2));
       EXPECT_EQ((*r)["verdict"], applies ? "FAIL" : "PASS") << (*r)["case"] << ": " << (*r)["reasons"].dump();
     }
   }

@@ -487,7 +487,8 @@ TEST(CertifyPrefillMerge, AnUnknownFaultNamesTheFaultsOfEveryKind) {
     const std::string what = e.what();
     EXPECT_NE(what.find("no_such_fault"), std::string::npos) << what;
     for (const auto* names : {&mla::faults::names(), &mla::faults::prefill_names(), &mla::faults::merge_names(),
-                              &mla::faults::topk_names(), &mla::faults::indexer_append_names()}) {
+                              &mla::faults::topk_names(), &mla::faults::indexer_append_names(),
+                              &mla::faults::indexer_logits_names()}) {
       for (const auto& n : *names) EXPECT_NE(what.find(n), std::string::npos) << n << " missing from: " << what;
     }
   }

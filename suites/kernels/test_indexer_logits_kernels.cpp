@@ -3,9 +3,9 @@
 // next_n 1 and 2 (context lengths 0, 1 and around the block edges, a permuted block table whose
 // unused entries and cache blocks hold garbage, NaN codes included) and on ragged calls (a causal
 // prefill after a prefix, two packed sequences, empty rows); the tolerance entry against its
-// witnesses; the field's bugs, planted in a plain serial kernel, each FAIL with their reason;
-// malformed calls are refused naming the field; the cost model; and the C++ oracle computes the
-// Python reference indexer's logits_truth on the same codes, scales and weights.
+// witnesses; the field's bugs (the logits fault kernels of kernels/faults) each FAIL with their
+// reason; malformed calls are refused naming the field; the cost model; and the C++ oracle
+// computes the Python reference indexer's logits_truth on the same codes, scales and weights.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -24,6 +24,7 @@
 #include "mla/core/error.hpp"
 #include "mla/core/indexer_cache.hpp"
 #include "mla/core/indexer_logits.hpp"
+#include "mla/faults/faults.hpp"
 #include "mla/judge/indexer_logits.hpp"
 #include "mla/ref/indexer_append.hpp"
 #include "mla/ref/indexer_logits.hpp"
@@ -250,58 +251,12 @@ TEST(IndexerLogitsKernels, ClaimsAreChecked) {
   EXPECT_NE(k.check(t).value_or("").find("ragged"), std::string::npos);
 }
 
-// The field's bugs, planted in a plain serial float32 kernel that is otherwise right. It finds
-// keys on its own (not through indexer_logits_key), so that the scale's place can be planted.
-// `reversed`: it adds the dims and the heads from the last, another order of the same sums.
-enum class Bug { none, no_relu, scale_twice, scale_after_token, sees_later_token, masked_finite, bf16_accumulation };
-
-std::vector<float> planted(const IndexerLogitsInputs& in, Bug bug, bool reversed = false) {
-  const auto& s = in.shape;
-  const int64_t rows = s.rows(), cols = s.cols();
-  std::vector<float> out(static_cast<std::size_t>(rows * cols), bug == Bug::masked_finite ? 0.0f : kNegInf);
-  float value[256];
-  for (int c = 0; c < 256; ++c) value[c] = static_cast<float>(e4m3_to_double(static_cast<uint8_t>(c)));
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t begin = 0, end = 0;
-    if (s.layout == IndexerLogitsLayout::paged) {
-      const int64_t ctx = in.context_lens[static_cast<std::size_t>(r / s.next_n)];
-      // The bug: every query token of the step sees the whole context, the later tokens' too.
-      end = bug == Bug::sees_later_token ? ctx : std::max<int64_t>(0, ctx - s.next_n + r % s.next_n + 1);
-    } else {
-      begin = in.ks[static_cast<std::size_t>(r)];
-      end = std::max(begin, static_cast<int64_t>(in.ke[static_cast<std::size_t>(r)]));
-    }
-    for (int64_t p = begin; p < end; ++p) {
-      const uint8_t* k = nullptr;
-      float scale = 0;
-      if (s.layout == IndexerLogitsLayout::paged) {
-        const int64_t block = in.block_table[static_cast<std::size_t>(r / s.next_n * s.max_blocks + p / s.block_size)];
-        const int64_t slot = block * s.block_size + p % s.block_size;
-        k = in.cache.data() + indexer_code_offset(s.block_size, slot);
-        // The bug: the scale looked for right after the token's codes, as in a 132-byte record.
-        const int64_t scale_at = bug == Bug::scale_after_token ? slot * kIndexerTokenBytes + kD
-                                                               : indexer_scale_offset(s.block_size, slot);
-        std::memcpy(&scale, in.cache.data() + scale_at, sizeof scale);
-      } else {
-        k = in.k_codes.data() + p * kD;
-        scale = in.k_scales[static_cast<std::size_t>(p)];
-      }
-      float sum = 0;
-      for (int64_t hi = 0; hi < s.heads; ++hi) {
-        const int64_t h = reversed ? s.heads - 1 - hi : hi;
-        float dot = 0;
-        for (int64_t di = 0; di < kD; ++di) {
-          const int64_t d = reversed ? kD - 1 - di : di;
-          dot += value[in.q[static_cast<std::size_t>((r * s.heads + h) * kD + d)]] * value[k[d]];
-          // The bug: a bfloat16 accumulator (8 significant bits), the precision the bound must reject.
-          if (bug == Bug::bf16_accumulation) dot = bf16_to_float(bf16_from_float(dot));
-        }
-        sum += (bug == Bug::no_relu ? dot : std::max(dot, 0.0f)) * in.weights[static_cast<std::size_t>(r * s.heads + h)];
-      }
-      out[static_cast<std::size_t>(r * cols + p)] = sum * scale * (bug == Bug::scale_twice ? scale : 1.0f);
-    }
-  }
-  return out;
+// What a kernel returns on `in`: one call, as the host makes it.
+std::vector<float> logits_of(const IndexerLogitsImpl& k, const IndexerLogitsInputs& in) {
+  auto prepared = k.prepare(in);
+  prepared->run();
+  prepared->synchronize();
+  return prepared->results();
 }
 
 TEST(IndexerLogitsKernels, TheWitnessesUseLittleOfTheEntry) {
@@ -310,6 +265,7 @@ TEST(IndexerLogitsKernels, TheWitnessesUseLittleOfTheEntry) {
   register_builtin_kernels();
   const auto* k = Registry::instance().find_indexer_logits("cpu_indexer_logits");
   ASSERT_NE(k, nullptr);
+  const auto reversed = faults::make_indexer_logits_reversed_witness();
   // Besides the problems, one without cancellation: every code and weight positive, so each
   // logit is its whole magnitude and float32's relative error shows at full size.
   auto cases = problems();
@@ -324,7 +280,7 @@ TEST(IndexerLogitsKernels, TheWitnessesUseLittleOfTheEntry) {
     auto prepared = k->prepare(p.view());
     prepared->run();
     const auto jk = judge_indexer_logits(p.view(), prepared->results());
-    const auto js = judge_indexer_logits(p.view(), planted(p.view(), Bug::none, true));
+    const auto js = judge_indexer_logits(p.view(), logits_of(*reversed, p.view()));
     EXPECT_EQ(jk.verdict, tol::Verdict::pass) << p.name << "\n" << all(jk.reasons);
     EXPECT_EQ(js.verdict, tol::Verdict::pass) << p.name << "\n" << all(js.reasons);
     kernel = std::max(kernel, jk.max_bound_use);
@@ -341,31 +297,35 @@ TEST(IndexerLogitsKernels, TheWitnessesUseLittleOfTheEntry) {
 
 TEST(IndexerLogitsKernels, EachPlantedBugFailsWithItsReason) {
   struct Expect {
-    Bug bug;
+    const char* fault;  // faults::make_indexer_logits's name
     const char* reason;
   };
   const Expect expects[] = {
-      {Bug::no_relu, "the relu is not applied"},
-      {Bug::scale_twice, "k_scale is applied twice"},
-      {Bug::scale_after_token, "uses the 4 bytes right after its key's codes as its scale"},
-      {Bug::sees_later_token, "an earlier token sees a later one's position"},
-      {Bug::masked_finite, "outside the row's valid range are not -inf"},
-      {Bug::bf16_accumulation, "outside the bound of indexer.logits.f32"},
+      {"no_relu", "the relu is not applied"},
+      {"scale_twice", "k_scale is applied twice"},
+      {"reads_scale_after_codes", "uses the 4 bytes right after its key's codes as its scale"},
+      {"sees_later_token", "an earlier token sees a later one's position"},
+      {"masked_as_zero", "outside the row's valid range are not -inf"},
+      {"bf16_accumulation", "outside the bound of indexer.logits.f32"},
   };
+  ASSERT_EQ(std::size(expects), faults::indexer_logits_names().size()) << "every planted logits bug has a line here";
   for (const auto& e : expects) {
+    const auto k = faults::make_indexer_logits(e.fault);
+    const std::string fault = e.fault;
     for (const auto& p : problems()) {
       // Only a paged call has a scale area and several query tokens per sequence.
       const bool paged = p.b.shape.layout == IndexerLogitsLayout::paged;
-      if ((e.bug == Bug::scale_after_token && !paged) || (e.bug == Bug::sees_later_token && p.b.shape.next_n < 2)) continue;
+      if ((fault == "reads_scale_after_codes" && !paged) || (fault == "sees_later_token" && p.b.shape.next_n < 2)) continue;
       SCOPED_TRACE(p.name + " " + e.reason);
-      const auto j = judge_indexer_logits(p.view(), planted(p.view(), e.bug));
+      const auto j = judge_indexer_logits(p.view(), logits_of(*k, p.view()));
       EXPECT_EQ(j.verdict, tol::Verdict::fail);
       const std::string r = all(j.reasons);
       std::printf("[indexer logits] planted bug on %s (bound use %.3g):\n%s", p.name.c_str(), j.max_bound_use, r.c_str());
       EXPECT_NE(r.find(e.reason), std::string::npos) << r;
       // No other bug's diagnosis: each names only the bug that explains every wrong element.
       for (const auto& other : expects) {
-        if (other.bug != e.bug && other.bug != Bug::masked_finite && other.bug != Bug::bf16_accumulation) {
+        const std::string o = other.fault;
+        if (o != fault && o != "masked_as_zero" && o != "bf16_accumulation") {
           EXPECT_EQ(r.find(other.reason), std::string::npos) << r;
         }
       }
@@ -378,7 +338,8 @@ TEST(IndexerLogitsKernels, EachPlantedBugFailsWithItsReason) {
 
 TEST(IndexerLogitsKernels, AWrongSizedResultFailsNamingTheSizes) {
   const auto p = ragged_mixed();
-  auto got = planted(p.view(), Bug::none);
+  register_builtin_kernels();
+  auto got = logits_of(*Registry::instance().find_indexer_logits("cpu_indexer_logits"), p.view());
   got.pop_back();
   const auto j = judge_indexer_logits(p.view(), got);
   EXPECT_EQ(j.verdict, tol::Verdict::fail);

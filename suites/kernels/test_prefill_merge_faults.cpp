@@ -358,6 +358,7 @@ TEST(PrefillMergeFaults, FaultKernelsAreNamedApartAndNeverRegistered) {
     EXPECT_EQ(reg.find_merge(kernel), nullptr);
     EXPECT_EQ(reg.find_topk(kernel), nullptr);
     EXPECT_EQ(reg.find_indexer_append(kernel), nullptr);
+    EXPECT_EQ(reg.find_indexer_logits(kernel), nullptr);
     EXPECT_NE(role, KernelRole::oracle);
     EXPECT_EQ(kernel.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_"), std::string::npos);
   };
@@ -366,6 +367,9 @@ TEST(PrefillMergeFaults, FaultKernelsAreNamedApartAndNeverRegistered) {
   for (const auto& n : faults::topk_names()) claim(n, faults::make_topk(n)->info().name, faults::make_topk(n)->info().role);
   for (const auto& n : faults::indexer_append_names()) {
     claim(n, faults::make_indexer_append(n)->info().name, faults::make_indexer_append(n)->info().role);
+  }
+  for (const auto& n : faults::indexer_logits_names()) {
+    claim(n, faults::make_indexer_logits(n)->info().name, faults::make_indexer_logits(n)->info().role);
   }
   // The two that declare a convention they then break, declare it.
   EXPECT_TRUE(faults::make_prefill("v_unpadded_stride")->info().conventions.v_padded);

@@ -196,9 +196,10 @@ struct CertifyCommand {
     // --kernel-extra: the option's former name, still accepted so existing scripts keep working.
     cmd->add_option("--fault,--kernel-extra", o.faults,
                     "test only: add a deliberately broken implementation (kernels/faults/include/mla/faults/faults.hpp "
-                    "lists them: decode ones such as dropped_last, the planted prefill, merge, top-k and indexer "
-                    "append bugs such as causal_off_by_one, pos_inf_lse_as_number, last_valid_dropped and "
-                    "scale_after_each_token; throws, leaky, bf16_only are certifier self-tests)");
+                    "lists them: decode ones such as dropped_last, the planted prefill, merge, top-k, indexer "
+                    "append and indexer logits bugs such as causal_off_by_one, pos_inf_lse_as_number, "
+                    "last_valid_dropped, scale_after_each_token and no_relu; throws, leaky, bf16_only are "
+                    "certifier self-tests)");
   }
 
   int run() {

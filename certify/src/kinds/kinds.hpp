@@ -11,5 +11,6 @@ const CaseKind& prefill_kind();  // kinds/prefill/kind.cpp
 const CaseKind& merge_kind();    // kinds/merge/kind.cpp
 const CaseKind& topk_kind();     // kinds/topk/kind.cpp
 const CaseKind& indexer_append_kind();  // kinds/indexer_append/kind.cpp
+const CaseKind& indexer_logits_kind();  // kinds/indexer_logits/kind.cpp
 
 }  // namespace mla::certify

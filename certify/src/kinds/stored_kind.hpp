@@ -113,6 +113,10 @@ InProcessRun<Outputs> call_in_process(const std::function<std::unique_ptr<Prepar
         if constexpr (std::is_same_v<Outputs, std::vector<uint8_t>>) {
           // A cache: the same bytes.
           if (auto d = first_byte_difference(r.outputs, res)) r.reasons.push_back(*d);
+        } else if constexpr (std::is_same_v<Outputs, std::vector<float>>) {
+          // Scores: the same values, bit for bit (NaN payloads and signed zeros too).
+          const std::vector<double> a(r.outputs.begin(), r.outputs.end()), b(res.begin(), res.end());
+          if (auto d = first_difference(a, b, "logits")) r.reasons.push_back(*d);
         } else if constexpr (requires { res.indices; }) {
           // A selection: the same indices in the same slots.
           if (auto d = first_index_difference(r.outputs.indices, res.indices)) r.reasons.push_back(*d);

@@ -48,6 +48,14 @@ nlohmann::json declared_json(const Implementation& e) {
     const auto& i = e.prefill->info();
     return {{"precision", to_json(precision_class(i), i.compute.has_value())}, {"conventions", to_json(i.conventions)}};
   }
+  if (e.indexer_logits) {
+    // Judged by the one entry indexer.logits.f32, whatever the kernel computes in.
+    const auto& i = e.indexer_logits->info();
+    std::vector<std::string> layouts;
+    for (const auto l : i.layouts) layouts.emplace_back(to_string(l));
+    return {{"precision", "indexer.logits.f32"}, {"layouts", layouts}, {"next_ns", i.next_ns}, {"heads", i.heads},
+            {"block_sizes", i.block_sizes}, {"max_context", i.max_context}};
+  }
   if (e.indexer_append) {
     // Its scales' float32 operation decides the fp32 scales the judge expects.
     const auto& i = e.indexer_append->info();
@@ -103,6 +111,7 @@ void add_implementation(Session& s, Implementation e, reports::KernelReport r) {
   }
   if (e.topk) r.out_dtype = "int32";  // the indices it selects
   if (e.indexer_append) r.out_dtype = "fp8 cache";  // the 132-byte tokens it writes
+  if (e.indexer_logits) r.out_dtype = "f32";        // the scores
   r.unavailable = e.unavailable;
   r.declared = declared_json(e);
   e.report_index = s.cert.kernels.size();
@@ -171,13 +180,15 @@ struct Candidate {
   const MergeImpl* merge = nullptr;
   const TopkImpl* topk = nullptr;
   const IndexerAppendImpl* indexer_append = nullptr;
+  const IndexerLogitsImpl* indexer_logits = nullptr;
   std::optional<std::string> fault;
   const std::string& name() const {
     return impl      ? impl->info().name
            : prefill ? prefill->info().name
            : merge   ? merge->info().name
            : topk    ? topk->info().name
-                     : indexer_append->info().name;
+           : indexer_append ? indexer_append->info().name
+                            : indexer_logits->info().name;
   }
 };
 
@@ -220,6 +231,15 @@ std::pair<Implementation, reports::KernelReport> describe_candidate(const Sessio
     e.topk = c.topk;
     availability(c.topk);
     caps = {{"ks", i.ks}, {"max_n", i.max_n}};
+  } else if (c.indexer_logits) {
+    const auto& i = c.indexer_logits->info();
+    e.info.name = i.name, e.info.backend = i.backend, e.info.description = i.description;
+    e.indexer_logits = c.indexer_logits;
+    availability(c.indexer_logits);
+    std::vector<std::string> layouts;
+    for (const auto l : i.layouts) layouts.emplace_back(to_string(l));
+    caps = {{"layouts", layouts}, {"next_ns", i.next_ns}, {"heads", i.heads}, {"block_sizes", i.block_sizes},
+            {"max_n", i.max_context}};
   } else {
     const auto& i = c.indexer_append->info();
     e.info.name = i.name, e.info.backend = i.backend, e.info.description = i.description;
@@ -238,8 +258,8 @@ void select_implementations(Session& s) {
   register_builtin_kernels();
   std::vector<Candidate> pool;
   for (const auto& k : Registry::instance().attention()) pool.push_back({.impl = k.get()});
-  // --fault names one planted bug of any kind: the decode, prefill, merge, top-k and indexer
-  // append faults share one namespace (faults.hpp keeps the lists disjoint).
+  // --fault names one planted bug of any kind: the decode, prefill, merge, top-k, indexer append
+  // and indexer logits faults share one namespace (faults.hpp keeps the lists disjoint).
   const auto has = [](const std::vector<std::string>& v, const std::string& n) {
     return std::find(v.begin(), v.end(), n) != v.end();
   };
@@ -259,18 +279,23 @@ void select_implementations(Session& s) {
     } else if (has(faults::indexer_append_names(), name)) {
       s.indexer_append_fault_kernels.push_back(faults::make_indexer_append(name));
       pool.push_back({.indexer_append = s.indexer_append_fault_kernels.back().get(), .fault = name});
+    } else if (has(faults::indexer_logits_names(), name)) {
+      s.indexer_logits_fault_kernels.push_back(faults::make_indexer_logits(name));
+      pool.push_back({.indexer_logits = s.indexer_logits_fault_kernels.back().get(), .fault = name});
     } else {
       throw UsageError(fmt::format("unknown fault kernel '{}' (decode: {}; prefill: {}; merge: {}; top-k: {}; indexer "
-                                   "append: {})",
+                                   "append: {}; indexer logits: {})",
                                    name, fmt::join(faults::names(), ", "), fmt::join(faults::prefill_names(), ", "),
                                    fmt::join(faults::merge_names(), ", "), fmt::join(faults::topk_names(), ", "),
-                                   fmt::join(faults::indexer_append_names(), ", ")));
+                                   fmt::join(faults::indexer_append_names(), ", "),
+                                   fmt::join(faults::indexer_logits_names(), ", ")));
     }
   }
   for (const auto& k : Registry::instance().prefill()) pool.push_back({.prefill = k.get()});
   for (const auto& k : Registry::instance().merge()) pool.push_back({.merge = k.get()});
   for (const auto& k : Registry::instance().topk()) pool.push_back({.topk = k.get()});
   for (const auto& k : Registry::instance().indexer_append()) pool.push_back({.indexer_append = k.get()});
+  for (const auto& k : Registry::instance().indexer_logits()) pool.push_back({.indexer_logits = k.get()});
   std::set<std::string> known;
   for (const auto& c : pool) known.insert(c.name());
   for (const auto& want : o.kernels) {

@@ -25,6 +25,7 @@
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
 #include "mla/core/indexer_cache.hpp"
+#include "mla/core/indexer_logits.hpp"
 #include "mla/core/topk.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
@@ -55,15 +56,16 @@ struct Implementation {
   uint32_t append_fp8_recipes = 0;                     // MLA_PLUGIN_RECIPE_* its FP8 append writes
   std::size_t report_index = 0;                         // its KernelReport in the certificate
   // An implementation of one other kind only (exactly one set, impl then null): a registered
-  // prefill, merge, top-k or indexer append kernel. `info` then holds its name, backend, description and out dtype
+  // prefill, merge, top-k, indexer append or indexer logits kernel. `info` then holds its name, backend, description and out dtype
   // alone. There is no child transport for these kinds: they run in this process.
   const PrefillImpl* prefill = nullptr;
   const MergeImpl* merge = nullptr;
   const TopkImpl* topk = nullptr;
   const IndexerAppendImpl* indexer_append = nullptr;
+  const IndexerLogitsImpl* indexer_logits = nullptr;
   // Whether it has the decode entry point (every registered decode kernel, fault kernel,
-  // plug-in and Python kernel; a prefill, merge, top-k or indexer append kernel has none).
-  bool decodes() const { return !prefill && !merge && !topk && !indexer_append; }
+  // plug-in and Python kernel; a kernel of one of the other kinds has none).
+  bool decodes() const { return !prefill && !merge && !topk && !indexer_append && !indexer_logits; }
 };
 
 // A case of the plan: the family as the certificate names it, the catalog file, the case.
@@ -141,6 +143,7 @@ class Session {
   std::vector<std::unique_ptr<MergeImpl>> merge_fault_kernels;      // and of a merge bug
   std::vector<std::unique_ptr<TopkImpl>> topk_fault_kernels;        // and of a top-k bug
   std::vector<std::unique_ptr<IndexerAppendImpl>> indexer_append_fault_kernels;  // and of an indexer append bug
+  std::vector<std::unique_ptr<IndexerLogitsImpl>> indexer_logits_fault_kernels;  // and of an indexer logits bug
   std::vector<CaseRef> attention_cases;
   // The stored cases of the kinds that plan them one by one (prefill, merge), by kind name.
   std::map<std::string, std::vector<CaseRef>> kind_cases;

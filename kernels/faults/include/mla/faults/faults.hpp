@@ -6,7 +6,8 @@
 // kinds have their planted bugs here too (prefill_names(), merge_names(), topk_names()): the fp64
 // oracles of mla/ref/prefill.hpp called on inputs the bug rewrites, or, where a bug lives in the
 // arithmetic or the selection itself, that code written in the fault's own file. So do the
-// indexer cache's appends (indexer_append_names()). The lists are disjoint, so `--fault NAME`
+// indexer cache's appends and the indexer logits (indexer_append_names(), indexer_logits_names()).
+// The lists are disjoint, so `--fault NAME`
 // names one bug of one kind.
 //
 // This folder is the one home of broken implementations: these, the variants of the plug-in
@@ -22,6 +23,7 @@
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
 #include "mla/core/indexer_cache.hpp"
+#include "mla/core/indexer_logits.hpp"
 #include "mla/core/topk.hpp"
 
 namespace mla::faults {
@@ -133,5 +135,23 @@ std::unique_ptr<TopkImpl> make_topk(const std::string& name);
 const std::vector<std::string>& indexer_append_names();
 // Throws mla::Error naming the known indexer append faults on an unknown name.
 std::unique_ptr<IndexerAppendImpl> make_indexer_append(const std::string& name);
+
+// The indexer logits bugs (indexer_logits_faults.cpp), each kernel named
+// cpu_indexer_logits_<fault>: a plain serial float32 kernel, paged and ragged, with one bug each,
+// FAIL on every drawn indexer_logits case of `mla certify` that has what it needs (a paged call
+// for the scale's place, next_n 2 for the later token), with the judge's diagnosis:
+//   no_relu                  sums the heads' dots without the relu.
+//   scale_twice              multiplies by k_scale twice.
+//   reads_scale_after_codes  reads each key's scale from right after its 128 codes (a 132-byte
+//                            record) instead of the block's scale area after all its codes.
+//   sees_later_token         with next_n 2, the first query token sees the second one's position.
+//   masked_as_zero           writes 0, not -inf, outside each row's valid range.
+//   bf16_accumulation        accumulates each dot in bfloat16 (8 significant bits).
+const std::vector<std::string>& indexer_logits_names();
+// Throws mla::Error naming the known indexer logits faults on an unknown name.
+std::unique_ptr<IndexerLogitsImpl> make_indexer_logits(const std::string& name);
+// Not a bug: the same serial float32 loop, right, adding the dims and the heads from the last
+// (selftest_indexer_logits_reversed): the tolerance entry indexer.logits.f32's second witness.
+std::unique_ptr<IndexerLogitsImpl> make_indexer_logits_reversed_witness();
 
 }  // namespace mla::faults

@@ -35,12 +35,15 @@ std::string builtin_version(const Session& s) {
   return fmt::format("{} (commit {})", MLA_VERSION, commit ? commit->substr(0, 12) : std::string("unknown"));
 }
 
-// The state dtypes a merge kernel merges, by name: its claims, its declaration and its out dtype.
-std::vector<std::string> dtype_names(const MergeKernelInfo& i) {
+// Enum values as the certificate writes them (state dtypes, scale formats, layouts).
+template <class T>
+std::vector<std::string> spelled(const std::vector<T>& values) {
   std::vector<std::string> n;
-  for (const auto d : i.dtypes) n.emplace_back(to_string(d));
+  for (const auto v : values) n.emplace_back(to_string(v));
   return n;
 }
+// The state dtypes a merge kernel merges, by name: its claims, its declaration and its out dtype.
+std::vector<std::string> dtype_names(const MergeKernelInfo& i) { return spelled(i.dtypes); }
 
 // What the implementation declared, as the host applies it (the certificate's "declared").
 nlohmann::json declared_json(const Implementation& e) {
@@ -51,17 +54,13 @@ nlohmann::json declared_json(const Implementation& e) {
   if (e.indexer_logits) {
     // Judged by the one entry indexer.logits.f32, whatever the kernel computes in.
     const auto& i = e.indexer_logits->info();
-    std::vector<std::string> layouts;
-    for (const auto l : i.layouts) layouts.emplace_back(to_string(l));
-    return {{"precision", "indexer.logits.f32"}, {"layouts", layouts}, {"next_ns", i.next_ns}, {"heads", i.heads},
+    return {{"precision", "indexer.logits.f32"}, {"layouts", spelled(i.layouts)}, {"next_ns", i.next_ns}, {"heads", i.heads},
             {"block_sizes", i.block_sizes}, {"max_context", i.max_context}};
   }
   if (e.indexer_append) {
     // Its scales' float32 operation decides the fp32 scales the judge expects.
     const auto& i = e.indexer_append->info();
-    std::vector<std::string> fmts;
-    for (const auto f : i.scale_fmts) fmts.emplace_back(to_string(f));
-    return {{"precision", "exact bytes"}, {"scale_fmts", fmts}, {"block_sizes", i.block_sizes},
+    return {{"precision", "exact bytes"}, {"scale_fmts", spelled(i.scale_fmts)}, {"block_sizes", i.block_sizes},
             {"conventions", {{"fp32_scale_op", to_string(i.conventions.fp32_scale_op)}}}};
   }
   if (e.topk) {
@@ -206,6 +205,14 @@ std::pair<Implementation, reports::KernelReport> describe_candidate(const Sessio
       e.unavailable = fmt::format("unavailable() threw: {}", ex.what());
     }
   };
+  // A kernel of another kind than decode: its name, backend and description, and whether it is
+  // available; its info for the fields of its kind.
+  const auto adopt = [&](auto* k) -> decltype(k->info()) {
+    const auto& i = k->info();
+    e.info.name = i.name, e.info.backend = i.backend, e.info.description = i.description;
+    availability(k);
+    return i;
+  };
   json caps;
   if (c.impl) {
     e.info = c.impl->info();
@@ -213,41 +220,27 @@ std::pair<Implementation, reports::KernelReport> describe_candidate(const Sessio
     availability(c.impl);
     caps = to_json(e.info.caps);
   } else if (c.prefill) {
-    const auto& i = c.prefill->info();
-    e.info.name = i.name, e.info.backend = i.backend, e.info.description = i.description;
+    const auto& i = adopt(c.prefill);
     e.info.out_dtype = i.out_dtype;
     e.prefill = c.prefill;
-    availability(c.prefill);
     caps = to_json(i.caps);
   } else if (c.merge) {
-    const auto& i = c.merge->info();
-    e.info.name = i.name, e.info.backend = i.backend, e.info.description = i.description;
+    const auto& i = adopt(c.merge);
     e.merge = c.merge;
-    availability(c.merge);
     caps = {{"dtypes", dtype_names(i)}, {"head_dims", i.head_dims}};
   } else if (c.topk) {
-    const auto& i = c.topk->info();
-    e.info.name = i.name, e.info.backend = i.backend, e.info.description = i.description;
+    const auto& i = adopt(c.topk);
     e.topk = c.topk;
-    availability(c.topk);
     caps = {{"ks", i.ks}, {"max_n", i.max_n}};
   } else if (c.indexer_logits) {
-    const auto& i = c.indexer_logits->info();
-    e.info.name = i.name, e.info.backend = i.backend, e.info.description = i.description;
+    const auto& i = adopt(c.indexer_logits);
     e.indexer_logits = c.indexer_logits;
-    availability(c.indexer_logits);
-    std::vector<std::string> layouts;
-    for (const auto l : i.layouts) layouts.emplace_back(to_string(l));
-    caps = {{"layouts", layouts}, {"next_ns", i.next_ns}, {"heads", i.heads}, {"block_sizes", i.block_sizes},
+    caps = {{"layouts", spelled(i.layouts)}, {"next_ns", i.next_ns}, {"heads", i.heads}, {"block_sizes", i.block_sizes},
             {"max_n", i.max_context}};
   } else {
-    const auto& i = c.indexer_append->info();
-    e.info.name = i.name, e.info.backend = i.backend, e.info.description = i.description;
+    const auto& i = adopt(c.indexer_append);
     e.indexer_append = c.indexer_append;
-    availability(c.indexer_append);
-    std::vector<std::string> fmts;
-    for (const auto f : i.scale_fmts) fmts.emplace_back(to_string(f));
-    caps = {{"scale_fmts", fmts}, {"block_sizes", i.block_sizes}};
+    caps = {{"scale_fmts", spelled(i.scale_fmts)}, {"block_sizes", i.block_sizes}};
   }
   r.origin = {{"kind", c.fault ? "self-test" : "builtin"}, {"capabilities", caps}};
   return {std::move(e), std::move(r)};

@@ -14,8 +14,6 @@
 namespace mla::certify {
 namespace {
 
-using tol::Verdict;
-
 reports::CaseResult append_row(Session& s, const Implementation& k, const DrawnIndexerAppend& c) {
   auto r = drawn_row(s, kFreshIndexerAppendFile, c.name, c.description);
   const auto in = c.inputs.view();

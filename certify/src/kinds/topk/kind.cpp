@@ -15,8 +15,6 @@
 namespace mla::certify {
 namespace {
 
-using tol::Verdict;
-
 // The row of `k` on one drawn case: NOT_CLAIMED with its check()'s reason, else its calls in
 // this process judged by judge_topk.
 reports::CaseResult topk_row(Session& s, const Implementation& k, const DrawnTopk& c) {

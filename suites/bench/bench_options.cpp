@@ -109,6 +109,16 @@ void print_table() {
     std::cout << fmt::format("{}\tmerge\t{}\t-\t-\t{}\t-\t-\t{}\t-\t{}\t{:.1f}\t{}\n", p.name, tiers_of(p.tiers),
                              p.shape.heads, mla::to_string(p.shape.dtype), p.shape.tokens,
                              static_cast<double>(mla::axes::input_bytes(p)) / (1 << 20), p.scaled_from);
+  // Indexer logits: batch = sequences (paged) or query rows (ragged), s_q = next_n, page_size =
+  // the block size, seqlen_max = each sequence's context (ragged: the keys); cache the 132-byte
+  // indexer cache; input_MiB counts the logits written too.
+  for (const auto& p : mla::axes::indexer_logits_catalog()) {
+    const auto j = point_json(p);
+    std::cout << fmt::format("{}\tindexer_logits\t{}\t{}\t{}\t{}\t{}\t-\tindexer_fp8\t{}\t{}\t{:.1f}\t{}\n", p.name,
+                             tiers_of(p.tiers), p.batch, j["s_q"].get<int64_t>(), p.heads, j["page_size"].get<int64_t>(),
+                             p.context, j["total_tokens"].get<int64_t>(),
+                             static_cast<double>(mla::axes::input_bytes(p)) / (1 << 20), p.scaled_from);
+  }
 }
 
 // --mla_list_points: the selected points, with the columns torch_side_by_side.py reads.
@@ -129,7 +139,8 @@ std::vector<const mla::axes::AxisPoint*> select_points(const Options& o) {
   if (o.points.empty()) return mla::axes::select(o.tier);
   std::vector<const mla::axes::AxisPoint*> points;
   for (const auto& name : o.points) {
-    if (mla::axes::find_prefill(name) || mla::axes::find_merge(name)) continue;  // select_phase_points
+    if (mla::axes::find_prefill(name) || mla::axes::find_merge(name) || mla::axes::find_indexer_logits(name))
+      continue;  // select_phase_points
     const auto* p = mla::axes::find(name);
     if (!p) throw mla::Error("no axis point named '" + name + "' (see --mla_list)");
     points.push_back(p);
@@ -142,11 +153,13 @@ PhaseSelection select_phase_points(const Options& o) {
   if (o.points.empty()) {
     sel.prefill_points = mla::axes::select_prefill(o.tier);
     sel.merge_points = mla::axes::select_merge(o.tier);
+    sel.indexer_logits_points = mla::axes::select_indexer_logits(o.tier);
     return sel;
   }
   for (const auto& name : o.points) {
     if (const auto* p = mla::axes::find_prefill(name)) sel.prefill_points.push_back(p);
     if (const auto* p = mla::axes::find_merge(name)) sel.merge_points.push_back(p);
+    if (const auto* p = mla::axes::find_indexer_logits(name)) sel.indexer_logits_points.push_back(p);
   }
   return sel;
 }
@@ -170,6 +183,8 @@ void select_phase_kernels(const Options& o, PhaseSelection& sel) {
     if (kernel_selected(o, k->info().name, k->info().backend)) sel.prefill.push_back(k.get());
   for (const auto& k : mla::Registry::instance().merge())
     if (kernel_selected(o, k->info().name, k->info().backend)) sel.merge.push_back(k.get());
+  for (const auto& k : mla::Registry::instance().indexer_logits())
+    if (kernel_selected(o, k->info().name, k->info().backend)) sel.indexer_logits.push_back(k.get());
 }
 
 // The registered kernels of this run, as --mla_kernels / --mla_backend / --mla_tier chose them;
@@ -182,7 +197,7 @@ bool select_kernels(const Options& o, std::vector<const mla::AttentionImpl*>& im
     return std::any_of(impls_of_kind.begin(), impls_of_kind.end(), [&](const auto& k) { return k->info().name == name; });
   };
   for (const auto& name : o.kernels)
-    if (!reg.find(name) && !in(reg.prefill(), name) && !in(reg.merge(), name)) {
+    if (!reg.find(name) && !in(reg.prefill(), name) && !in(reg.merge(), name) && !in(reg.indexer_logits(), name)) {
       std::cerr << "mla-bench: no implementation named '" << name << "'\n";
       return false;
     }

@@ -59,7 +59,12 @@ struct PhaseSelection {
   std::vector<const axes::MergePoint*> merge_points;
   std::vector<const PrefillImpl*> prefill;
   std::vector<const MergeImpl*> merge;
-  bool any() const { return (!prefill_points.empty() && !prefill.empty()) || (!merge_points.empty() && !merge.empty()); }
+  std::vector<const axes::IndexerLogitsPoint*> indexer_logits_points;
+  std::vector<const IndexerLogitsImpl*> indexer_logits;
+  bool any() const {
+    return (!prefill_points.empty() && !prefill.empty()) || (!merge_points.empty() && !merge.empty()) ||
+           (!indexer_logits_points.empty() && !indexer_logits.empty());
+  }
 };
 PhaseSelection select_phase_points(const Options& o);
 void select_phase_kernels(const Options& o, PhaseSelection& sel);

@@ -151,7 +151,8 @@ int probe_gpu() {
 // Which host ceilings judge an implementation. Device implementations get none here (the
 // device side gives the `cuda` ones their device's roofs) rather than a CPU number that would
 // make a GPU look 100x past its roof.
-// Every kind (decode, prefill, merge) is held to the same roofs by the precision it computes in.
+// Every kind (decode, prefill, merge, indexer logits) is held to the same roofs by the precision
+// it computes in.
 mla::bench::Roof roof_for(const std::string& backend, mla::OutDType compute, const CeilingSet& c) {
   mla::bench::Roof r;
   if (backend != "cpu") return r;
@@ -496,6 +497,7 @@ void add_points_and_kernels_context(const Run& run, const CeilingSet& ceilings) 
   for (const auto* p : run.points) pj[p->name] = mla::bench::point_json(*p);
   for (const auto* p : run.phase.prefill_points) pj[p->name] = mla::bench::point_json(*p);
   for (const auto* p : run.phase.merge_points) pj[p->name] = mla::bench::point_json(*p);
+  for (const auto* p : run.phase.indexer_logits_points) pj[p->name] = mla::bench::point_json(*p);
   benchmark::AddCustomContext("mla_points", pj.dump());
   nlohmann::ordered_json kj = nlohmann::ordered_json::array();
   for (const auto* k : run.impls) {
@@ -516,11 +518,13 @@ void add_points_and_kernels_context(const Run& run, const CeilingSet& ceilings) 
     for (const auto* k : run.phase.prefill) kj.push_back(mla::bench::kernel_json(*k, roof_for(*k, ceilings)));
   if (!run.phase.merge_points.empty())
     for (const auto* k : run.phase.merge) kj.push_back(mla::bench::kernel_json(*k, roof_for(*k, ceilings)));
+  if (!run.phase.indexer_logits_points.empty())
+    for (const auto* k : run.phase.indexer_logits) kj.push_back(mla::bench::kernel_json(*k, roof_for(*k, ceilings)));
   benchmark::AddCustomContext("mla_kernels", kj.dump());
 }
 
-// The prefill and merge rows, point-major like the decode rows, on the host side (the device side
-// times decode kernels only).
+// The prefill, merge and indexer logits rows, point-major like the decode rows, on the host side
+// (the device side times decode kernels only).
 void register_phase_rows(const Run& run, HostSide& host_side) {
   const auto add = [](const std::string& name, std::function<void(benchmark::State&)> body) {
     benchmark::RegisterBenchmark(name.c_str(), std::move(body))->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -536,6 +540,12 @@ void register_phase_rows(const Run& run, HostSide& host_side) {
       const mla::bench::MergeRowCase rc{k, p, run.budget};
       add(fmt::format("mla/{}/{}", k->info().name, p->name),
           [&host_side, rc](benchmark::State& st) { (void)mla::bench::time_merge_row(st, rc, host_side); });
+    }
+  for (const auto* p : run.phase.indexer_logits_points)
+    for (const auto* k : run.phase.indexer_logits) {
+      const mla::bench::IndexerLogitsRowCase rc{k, p, run.budget};
+      add(fmt::format("mla/{}/{}", k->info().name, p->name),
+          [&host_side, rc](benchmark::State& st) { (void)mla::bench::time_indexer_logits_row(st, rc, host_side); });
     }
 }
 

@@ -11,8 +11,10 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "mla/core/error.hpp"
+#include "mla/judge/indexer_logits.hpp"
 #include "mla/judge/merge.hpp"
 #include "mla/judge/prefill.hpp"
 #include "mla/ref/prefill.hpp"
@@ -45,9 +47,19 @@ struct MergeState {
   std::unique_ptr<PreparedMerge> prepared;
 };
 
+// One indexer logits point's inputs and the current kernel's prepared call (no conventions to
+// cross: the contract has one layout per variant).
+struct IndexerLogitsState {
+  std::string point;
+  std::optional<IndexerLogitsBuffers> in;
+  std::string key;
+  std::unique_ptr<PreparedIndexerLogits> prepared;
+};
+
 struct Cache {
   PrefillState prefill;
   MergeState merge;
+  IndexerLogitsState indexer_logits;
   std::map<std::string, std::optional<std::string>> verdicts;  // "kernel/point": nullopt = PASS
   int truths = 0;
   double truth_seconds = 0;
@@ -77,6 +89,7 @@ State& point_state(State& s, const Point& p) {
   if (s.point == p.name && s.in) return s;
   cache().prefill = PrefillState{};
   cache().merge = MergeState{};
+  cache().indexer_logits = IndexerLogitsState{};
   const auto t0 = Clock::now();
   s.in.emplace(axes::build_inputs(p));
   s.point = p.name;
@@ -124,6 +137,16 @@ std::optional<std::string> judge_merge_call(const MergeImpl& impl, MergeState& s
   outputs_to_canonical(impl.info().conventions, in.shape, got);
   if (!s.truth) s.truth = timed_truth(s.point, "fp64 oracle", [&] { return ref::merge_states(in); });
   return not_timed_reason(judge_merge(in.shape, got, {s.truth->out, s.truth->lse}));
+}
+
+// The oracle's exact scores are computed inside the judge (judge_indexer_logits), once per kernel
+// and point like every verdict here, and counted as the run's judging cost.
+std::optional<std::string> judge_indexer_logits_call(IndexerLogitsState& s) {
+  std::vector<float> got;
+  if (auto why = judged_call(*s.prepared, got)) return why;
+  const auto j = timed_truth(s.point, "exact oracle and judge", [&] { return judge_indexer_logits(s.in->view(), got); });
+  if (j.verdict == tol::Verdict::pass) return std::nullopt;
+  return fmt::format("not timed: FAIL ({})", fmt::join(j.reasons, "; "));
 }
 
 // A judged kernel ready to time: the byte/FLOP model of one call and the call.
@@ -180,6 +203,10 @@ KernelFacts facts_of(const PrefillImpl& impl) {
 
 KernelFacts facts_of(const MergeImpl& impl) { return {impl.info().name, impl.info().backend, OutDType::f32}; }
 
+KernelFacts facts_of(const IndexerLogitsImpl& impl) {
+  return {impl.info().name, impl.info().backend, OutDType::f32};
+}
+
 nlohmann::ordered_json point_json(const axes::PrefillPoint& p) {
   int32_t sq_max = 0, sk_max = 0;
   for (const auto& q : p.seqs) sq_max = std::max(sq_max, q.s_q), sk_max = std::max(sk_max, q.s_k);
@@ -202,6 +229,24 @@ nlohmann::ordered_json point_json(const axes::MergePoint& p) {
           {"dtype", to_string(p.shape.dtype)},
           {"rows", p.rows == axes::MergeRows::finite ? "finite" : "empty_sides"},
           {"total_tokens", p.shape.tokens},
+          {"seed", p.seed}};
+}
+
+nlohmann::ordered_json point_json(const axes::IndexerLogitsPoint& p) {
+  const bool paged = p.layout == IndexerLogitsLayout::paged;
+  const int64_t rows = paged ? p.batch * p.next_n : p.batch;
+  return {{"axis", "indexer_logits"},
+          {"why", p.why},
+          {"scaled_from", p.scaled_from},
+          {"layout", to_string(p.layout)},
+          {"batch", p.batch},
+          {"s_q", paged ? p.next_n : 1},
+          {"heads", p.heads},
+          {"page_size", paged ? p.block_size : 0},
+          {"rows", rows},
+          {"seqlen_max", p.context},
+          {"seqlen_mean", p.context},
+          {"total_tokens", paged ? p.batch * p.context : p.context},
           {"seed", p.seed}};
 }
 
@@ -229,6 +274,9 @@ nlohmann::ordered_json kernel_json(const PrefillImpl& impl, const Roof& roof) {
   return phase_kernel_json(impl, "prefill", roof);
 }
 nlohmann::ordered_json kernel_json(const MergeImpl& impl, const Roof& roof) { return phase_kernel_json(impl, "merge", roof); }
+nlohmann::ordered_json kernel_json(const IndexerLogitsImpl& impl, const Roof& roof) {
+  return phase_kernel_json(impl, "indexer_logits", roof);
+}
 
 RowResult time_prefill_row(benchmark::State& st, const PrefillRowCase& rc, PhaseSide& side) {
   const PrefillImpl& impl = *rc.impl;
@@ -270,6 +318,25 @@ RowResult time_merge_row(benchmark::State& st, const MergeRowCase& rc, PhaseSide
   }, side);
 }
 
+RowResult time_indexer_logits_row(benchmark::State& st, const IndexerLogitsRowCase& rc, PhaseSide& side) {
+  const IndexerLogitsImpl& impl = *rc.impl;
+  const axes::IndexerLogitsPoint& p = *rc.point;
+  return phase_row(st, facts_of(impl), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
+    IndexerLogitsState& s = point_state(cache().indexer_logits, p);
+    const IndexerLogitsInputs in = s.in->view();
+    if (auto no = impl.check(in.shape)) return "unsupported: " + *no;
+    const std::string key = impl.info().name + "/" + p.name;
+    if (s.key != key || !s.prepared) {
+      s.prepared.reset();
+      s.key.clear();
+      s.prepared = impl.prepare(in);
+      s.key = key;
+    }
+    if (auto why = verdict(key, [&] { return judge_indexer_logits_call(s); })) return *why;
+    return Ready{impl.cost(in), std::make_unique<PreparedCall<PreparedIndexerLogits>>(*s.prepared)};
+  }, side);
+}
+
 int phase_truths() { return cache().truths; }
 double phase_truth_seconds() { return cache().truth_seconds; }
 
@@ -277,6 +344,7 @@ void release_phase_cache() {
   Cache& c = cache();
   c.prefill = PrefillState{};
   c.merge = MergeState{};
+  c.indexer_logits = IndexerLogitsState{};
   c.verdicts.clear();
 }
 

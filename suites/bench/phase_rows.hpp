@@ -1,5 +1,6 @@
-// The prefill and merge rows of mla-bench (`mla/<kernel>/<point>`, the point names carrying the
-// kind: prefill_..., cpu_prefill_..., merge_..., cpu_merge_...), through the same per-call loop,
+// The prefill, merge and indexer logits rows of mla-bench (`mla/<kernel>/<point>`, the point
+// names carrying the kind: prefill_..., cpu_prefill_..., merge_..., cpu_merge_...,
+// indexer_logits_..., cpu_indexer_logits_...), through the same per-call loop,
 // timers, flush policy and counters as the decode rows (kernel_loop.hpp, time_calls): refusals
 // with their reasons, the point's inputs and the kernel's prepared call kept across Google
 // Benchmark's repetitions (one point's inputs alive at a time), the judge before timing, then
@@ -22,6 +23,7 @@
 
 #include "harness.hpp"
 #include "kernel_loop.hpp"
+#include "mla/core/indexer_logits.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
 #include "mla/workloads/phase_axes.hpp"
@@ -38,14 +40,18 @@ KernelFacts facts_of(const PrefillImpl& impl);
 // Merge kernels declare state dtypes, not a compute precision: they compute in fp32 (no merge
 // kernel widens to fp64), and are memory-bound whichever FMA roof they are held to.
 KernelFacts facts_of(const MergeImpl& impl);
+// Indexer logits kernels compute in fp32 (the contract's float32 logits); memory-bound too.
+KernelFacts facts_of(const IndexerLogitsImpl& impl);
 
 // The points and kernels in the JSON context (mla_points, mla_kernels), in the decode rows'
 // vocabulary where it applies (axis, why, scaled_from, heads, total_tokens, seed; a kernel's
 // backend, role, out_dtype, roofs) plus each kind's own shape fields.
 nlohmann::ordered_json point_json(const axes::PrefillPoint& p);
 nlohmann::ordered_json point_json(const axes::MergePoint& p);
+nlohmann::ordered_json point_json(const axes::IndexerLogitsPoint& p);
 nlohmann::ordered_json kernel_json(const PrefillImpl& impl, const Roof& roof);
 nlohmann::ordered_json kernel_json(const MergeImpl& impl, const Roof& roof);
+nlohmann::ordered_json kernel_json(const IndexerLogitsImpl& impl, const Roof& roof);
 
 // How the run times and counts a prefill or merge row (mla-bench's host side).
 class PhaseSide {
@@ -68,10 +74,18 @@ struct MergeRowCase {
   std::size_t mem_budget = 0;
 };
 
+struct IndexerLogitsRowCase {
+  const IndexerLogitsImpl* impl = nullptr;
+  const axes::IndexerLogitsPoint* point = nullptr;
+  std::size_t mem_budget = 0;
+};
+
 // One row as a Google Benchmark function body; a row that is not timed is a SkipWithError with
 // the reason, which the result carries too.
 RowResult time_prefill_row(benchmark::State& st, const PrefillRowCase& rc, PhaseSide& side);
 RowResult time_merge_row(benchmark::State& st, const MergeRowCase& rc, PhaseSide& side);
+// Indexer logits: judged by judge_indexer_logits (the exact oracle inside it) before timing.
+RowResult time_indexer_logits_row(benchmark::State& st, const IndexerLogitsRowCase& rc, PhaseSide& side);
 
 // Truths computed for prefill and merge points and their seconds (untimed), for the run's summary.
 int phase_truths();

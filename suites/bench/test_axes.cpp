@@ -309,7 +309,11 @@ TEST(PhaseAxes, NamesTiersSeedsAndScaledFromAreDeclared) {
     check_declaration<ax::PrefillPoint>(p, names, seeds, [](std::string_view n) { return ax::find_prefill(n); });
   for (const auto& p : ax::merge_catalog())
     check_declaration<ax::MergePoint>(p, names, seeds, [](std::string_view n) { return ax::find_merge(n); });
+  for (const auto& p : ax::indexer_logits_catalog())
+    check_declaration<ax::IndexerLogitsPoint>(p, names, seeds,
+                                              [](std::string_view n) { return ax::find_indexer_logits(n); });
   EXPECT_EQ(ax::find_prefill("cpu_merge_f32_t2048_h16_d128"), nullptr);
+  EXPECT_EQ(ax::find_indexer_logits("cpu_merge_f32_t2048_h16_d128"), nullptr);
   EXPECT_EQ(ax::find_merge("no_such_point"), nullptr);
 }
 
@@ -343,6 +347,63 @@ TEST(PhaseAxes, CoverTheProductionShapesAndTheQuickTierHoldsEachKindOfCall) {
     return p.rows == ax::MergeRows::empty_sides && p.in(ax::cpu_quick) && p.in(ax::gpu);
   }));
   EXPECT_FALSE(ax::select_merge(ax::cpu_quick).empty());
+}
+
+// The indexer logits points: the production decode step at next_n 1 and 2 and the ragged prefill
+// on the gpu tier, each kind reduced on the quick tier (next_n 2 on the full one), and an edge
+// point whose context ends inside a block on both.
+TEST(PhaseAxes, IndexerLogitsCoverDecodeStepsPrefillAndAPartlyFilledBlock) {
+  const auto& c = ax::indexer_logits_catalog();
+  const auto has = [&](unsigned tier, mla::IndexerLogitsLayout l, int next_n) {
+    return std::any_of(c.begin(), c.end(), [&](const auto& p) {
+      return (p.tiers & tier) != 0 && p.layout == l && p.next_n == next_n && p.heads == 64;
+    });
+  };
+  for (const int n : {1, 2}) EXPECT_TRUE(has(ax::gpu, mla::IndexerLogitsLayout::paged, n)) << n;
+  EXPECT_TRUE(has(ax::gpu, mla::IndexerLogitsLayout::ragged, 1));
+  EXPECT_TRUE(has(ax::cpu_quick, mla::IndexerLogitsLayout::paged, 1));
+  EXPECT_TRUE(has(ax::cpu_quick, mla::IndexerLogitsLayout::ragged, 1));
+  EXPECT_TRUE(has(ax::cpu_full, mla::IndexerLogitsLayout::paged, 2));
+  EXPECT_TRUE(std::any_of(c.begin(), c.end(), [](const auto& p) {
+    return p.in(ax::cpu_quick) && p.in(ax::gpu) && p.layout == mla::IndexerLogitsLayout::paged &&
+           p.context % p.block_size != 0;
+  }));
+}
+
+// The inputs are valid calls (validate_indexer_logits_inputs passed inside build_inputs), every
+// sequence's blocks are distinct pool blocks, the entries past its last block are not blocks, and
+// input_bytes counts q, weights, the keys read and the logits written.
+TEST(PhaseAxes, IndexerLogitsInputsAreValidPagedAndRaggedCalls) {
+  const auto* p = ax::find_indexer_logits("indexer_logits_edge_paged_b3_n2_bs16_ctx67");
+  ASSERT_NE(p, nullptr);
+  const auto b = ax::build_inputs(*p);
+  const auto& s = b.shape;
+  EXPECT_EQ(s.rows(), p->batch * 2);
+  EXPECT_EQ(s.cols(), p->context);
+  const int64_t used = (p->context + p->block_size - 1) / p->block_size;
+  std::set<int32_t> blocks;
+  for (int64_t q = 0; q < s.batch; ++q) {
+    EXPECT_EQ(b.context_lens[static_cast<std::size_t>(q)], p->context);
+    for (int64_t j = 0; j < s.max_blocks; ++j) {
+      const int32_t e = b.block_table[static_cast<std::size_t>(q * s.max_blocks + j)];
+      if (j < used) {
+        EXPECT_TRUE(e >= 0 && e < s.num_blocks && blocks.insert(e).second) << "sequence " << q << " block " << j;
+      } else {
+        EXPECT_LT(e, 0) << "an entry past the last block must not be a block";
+      }
+    }
+  }
+  EXPECT_EQ(ax::input_bytes(*p), b.q.size() + b.weights.size() * 4 +
+                                     static_cast<std::size_t>(p->batch * p->context * mla::kIndexerTokenBytes) +
+                                     static_cast<std::size_t>(s.rows() * s.cols()) * 4);
+  const auto* r = ax::find_indexer_logits("cpu_indexer_logits_ragged_q128_k1024_h64");
+  ASSERT_NE(r, nullptr);
+  const auto rb = ax::build_inputs(*r);
+  ASSERT_EQ(rb.ke.size(), static_cast<std::size_t>(r->batch));
+  // Bottom-right causal: the last row sees every key, each earlier one a key fewer.
+  EXPECT_EQ(rb.ke.back(), r->context);
+  EXPECT_EQ(rb.ke.front(), r->context - r->batch + 1);
+  EXPECT_TRUE(std::all_of(rb.ks.begin(), rb.ks.end(), [](int32_t k) { return k == 0; }));
 }
 
 TEST(PhaseAxes, PrefillInputsAreTheGeneratorsWithTheRopePartSharedAcrossHeads) {

@@ -1,4 +1,4 @@
-// The prefill and merge rows of mla-bench: through the one per-call loop with a recording side
+// The prefill, merge and indexer logits rows of mla-bench: through the one per-call loop with a recording side
 // (timed and finished with the kernel's own cost model; a planted wrong kernel, which no flag of
 // mla-bench selects because the faults are not registered, never reaches the timer), and end to
 // end: mla-bench on one prefill and one merge point writes timed rows against the ceilings it
@@ -118,6 +118,47 @@ TEST_F(PhaseRows, APlantedWrongKernelIsNotTimedAndSaysFail) {
   EXPECT_EQ(side.calls, 2);  // the merge that passed; neither fault reached the timer
 }
 
+const mla::IndexerLogitsImpl& logits_kernel(const std::string& name) {
+  for (const auto& k : mla::Registry::instance().indexer_logits())
+    if (k->info().name == name) return *k;
+  throw std::runtime_error("no indexer logits kernel " + name);
+}
+
+// The indexer logits rows: the registered kernel is judged by the exact oracle, then timed with
+// its own cost model; a kernel with the relu left out or one whose next_n 2 rows see the later
+// token's position (the edge point's masked diagonal) is not timed, for the judge's reason.
+TEST_F(PhaseRows, IndexerLogitsRowsAreJudgedBeforeTheyAreTimed) {
+  const auto* edge = ax::find_indexer_logits("indexer_logits_edge_paged_b3_n2_bs16_ctx67");
+  ASSERT_NE(edge, nullptr);
+  const auto& k = logits_kernel("cpu_indexer_logits");
+  RecordingSide side;
+  mla::bench::RowResult r;
+  auto error = run_row("phase/logits_ok", 3, [&](benchmark::State& st) {
+    r = mla::bench::time_indexer_logits_row(st, {&k, edge, 0}, side);
+  });
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(side.calls, 3);
+  EXPECT_EQ(side.finishes, 1);
+  const auto in = ax::build_inputs(*edge);
+  EXPECT_EQ(r.cost.flops, k.cost(in.view()).flops);
+  EXPECT_EQ(r.cost.bytes, k.cost(in.view()).bytes);
+  for (const std::string bug : {"no_relu", "sees_later_token"}) {
+    const auto bad = mla::faults::make_indexer_logits(bug);
+    error = run_row("phase/logits_" + bug, 2, [&](benchmark::State& st) {
+      (void)mla::bench::time_indexer_logits_row(st, {bad.get(), edge, 0}, side);
+    });
+    EXPECT_EQ(error.rfind("not timed: FAIL (", 0), 0u) << bug << ": " << error;
+  }
+  EXPECT_EQ(side.calls, 3);  // neither fault reached the timer
+  // A ragged point of the CPU tier is judged and timed the same way.
+  const auto* ragged = ax::find_indexer_logits("cpu_indexer_logits_ragged_q128_k1024_h64");
+  ASSERT_NE(ragged, nullptr);
+  error = run_row("phase/logits_ragged", 1, [&](benchmark::State& st) {
+    (void)mla::bench::time_indexer_logits_row(st, {&k, ragged, 0}, side);
+  });
+  EXPECT_EQ(error, "");
+}
+
 TEST_F(PhaseRows, TooLargeIsRefusedBeforeAnyInputIsBuilt) {
   RecordingSide side;
   const auto error = run_row("phase/too_large", 2, [&](benchmark::State& st) {
@@ -137,10 +178,11 @@ const nlohmann::json* row_of(const nlohmann::json& doc, const std::string& kerne
   return found;
 }
 
-TEST_F(PhaseRows, MlaBenchWritesTimedPrefillAndMergeRowsAgainstItsCeilings) {
+TEST_F(PhaseRows, MlaBenchWritesTimedPrefillMergeAndIndexerLogitsRowsAgainstItsCeilings) {
   const auto out = std::filesystem::temp_directory_path() / ("mla_bench_phase_" + std::to_string(::getpid()) + ".json");
   const std::string cmd = std::string("\"") + MLA_BENCH_EXE + "\" --mla_quick --mla_points=" + kPrefillPoint +
-                          ",cpu_merge_bf16_t2048_h16_d128 --mla_kernels=cpu_prefill_fp64,cpu_merge_f32 "
+                          ",cpu_merge_bf16_t2048_h16_d128,indexer_logits_edge_paged_b3_n2_bs16_ctx67 "
+                          "--mla_kernels=cpu_prefill_fp64,cpu_merge_f32,cpu_indexer_logits "
                           "--mla_stream_mib=64 --mla_ceiling_reps=1 --benchmark_repetitions=2 "
                           "--benchmark_out=" + out.string() + " > /dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
@@ -157,6 +199,7 @@ TEST_F(PhaseRows, MlaBenchWritesTimedPrefillAndMergeRowsAgainstItsCeilings) {
   const auto points = nlohmann::json::parse(doc["context"]["mla_points"].get<std::string>());
   EXPECT_EQ(points[kPrefillPoint]["axis"], "prefill");
   EXPECT_EQ(points["cpu_merge_bf16_t2048_h16_d128"]["axis"], "merge");
+  EXPECT_EQ(points["indexer_logits_edge_paged_b3_n2_bs16_ctx67"]["axis"], "indexer_logits");
 
   const auto* pp = ax::find_prefill(kPrefillPoint);
   const auto* mp = ax::find_merge("cpu_merge_bf16_t2048_h16_d128");
@@ -164,8 +207,12 @@ TEST_F(PhaseRows, MlaBenchWritesTimedPrefillAndMergeRowsAgainstItsCeilings) {
   const auto& mk = merge_kernel("cpu_merge_f32");
   const double prefill_flops = pk.cost(ax::build_inputs(*pp).view()).flops;
   const double merge_flops = mk.cost(mp->shape).flops;
+  const auto* lp = ax::find_indexer_logits("indexer_logits_edge_paged_b3_n2_bs16_ctx67");
+  const auto& lk = logits_kernel("cpu_indexer_logits");
+  const double logits_flops = lk.cost(ax::build_inputs(*lp).view()).flops;
   for (const auto& [kernel, point, flops, memory_bound] :
-       {std::tuple{pk.info().name, pp->name, prefill_flops, 0.0}, std::tuple{mk.info().name, mp->name, merge_flops, 1.0}}) {
+       {std::tuple{pk.info().name, pp->name, prefill_flops, 0.0}, std::tuple{mk.info().name, mp->name, merge_flops, 1.0},
+        std::tuple{lk.info().name, lp->name, logits_flops, 0.0}}) {
     SCOPED_TRACE(kernel + "/" + point);
     const auto* r = row_of(doc, kernel, point);
     ASSERT_NE(r, nullptr);
@@ -175,8 +222,9 @@ TEST_F(PhaseRows, MlaBenchWritesTimedPrefillAndMergeRowsAgainstItsCeilings) {
     EXPECT_DOUBLE_EQ((*r)["model_flops"].get<double>(), flops);
     // The bound is the row's intensity against the ridge of the ceilings measured in this run
     // (which a loaded machine moves: a bandwidth probe that shared its cores reads low), and the
-    // two kinds sit on the sides the models put them: prefill at tens of FLOPs a byte, merge
-    // below one.
+    // kinds sit on the sides the models put them: prefill at tens of FLOPs a byte, merge below
+    // one, the indexer logits at 64 heads about 2 * 64 FLOPs per key byte (each key is scored by
+    // every head), right of every CPU ridge.
     const double ai = (*r)["ai_flop_per_byte"].get<double>(), ridge = (*r)["ridge_flop_per_byte"].get<double>();
     EXPECT_EQ((*r)["memory_bound"].get<double>(), ai < ridge ? 1.0 : 0.0) << "ai " << ai << ", ridge " << ridge;
     if (memory_bound == 1.0) {

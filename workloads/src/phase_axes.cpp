@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <set>
 
@@ -9,6 +10,8 @@
 
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
+#include "mla/core/indexer_cache.hpp"
+#include "mla/core/numeric.hpp"
 
 namespace mla::axes {
 namespace {
@@ -113,6 +116,50 @@ std::vector<MergePoint> build_merge_catalog() {
   return t;
 }
 
+IndexerLogitsPoint logits_point(std::string name, unsigned tiers, IndexerLogitsLayout layout, int64_t batch, int next_n,
+                                int64_t block_size, int64_t context, uint64_t seed, std::string why,
+                                std::string scaled_from = {}) {
+  IndexerLogitsPoint p;
+  p.name = std::move(name);
+  p.tiers = tiers;
+  p.layout = layout;
+  p.batch = batch;
+  p.next_n = next_n;
+  p.block_size = block_size;
+  p.context = context;
+  p.seed = seed;
+  p.why = std::move(why);
+  p.scaled_from = std::move(scaled_from);
+  return p;
+}
+
+std::vector<IndexerLogitsPoint> build_indexer_logits_catalog() {
+  constexpr auto paged = IndexerLogitsLayout::paged, ragged = IndexerLogitsLayout::ragged;
+  std::vector<IndexerLogitsPoint> t;
+  // --- production (tier gpu): a decode step of 64 sequences over 32K tokens (one and two query
+  // tokens, the speculative step), and a 4K-token prefill chunk over 16K keys ----------------
+  for (const int n : {1, 2})
+    t.push_back(logits_point(fmt::format("indexer_logits_paged_b64_n{}_h64_ctx32768", n), kGpu, paged, 64, n, 64, 32768,
+                             1200 + static_cast<uint64_t>(n),
+                             "memory-bound indexer decode step: each sequence's 132-byte keys read once per step"));
+  t.push_back(logits_point("indexer_logits_ragged_q4096_k16384_h64", kGpu, ragged, 4096, 1, 0, 16384, 1203,
+                           "indexer prefill: a 4K-token chunk over 16K keys, bottom-right causal (ragged)"));
+  // --- CPU tiers: the fp64 oracle judges every kernel first --------------------------------------
+  t.push_back(logits_point("cpu_indexer_logits_paged_b4_n1_h64_ctx4096", kQuick, paged, 4, 1, 64, 4096, 1251,
+                           "indexer decode step on the CPU",
+                           "indexer_logits_paged_b64_n1_h64_ctx32768: batch / 16, context / 8"));
+  t.push_back(logits_point("cpu_indexer_logits_paged_b4_n2_h64_ctx4096", kFull, paged, 4, 2, 64, 4096, 1252,
+                           "indexer speculative decode step (two query tokens) on the CPU",
+                           "indexer_logits_paged_b64_n2_h64_ctx32768: batch / 16, context / 8"));
+  t.push_back(logits_point("cpu_indexer_logits_ragged_q128_k1024_h64", kQuick, ragged, 128, 1, 0, 1024, 1253,
+                           "indexer prefill chunk on the CPU",
+                           "indexer_logits_ragged_q4096_k16384_h64: rows / 32, keys / 16"));
+  // --- edge: a context that ends inside a block, on 16-token blocks, two query tokens ----------
+  t.push_back(logits_point("indexer_logits_edge_paged_b3_n2_bs16_ctx67", kQuick | kGpu, paged, 3, 2, 16, 67, 1291,
+                           "indexer edge: the last block partly filled (67 = 4 x 16 + 3), next_n 2's masked diagonal"));
+  return t;
+}
+
 // Checks a table's declarations: names unique (across decode, prefill and merge: --mla_points
 // selects by name alone) and well formed, tiers set.
 template <class P>
@@ -131,11 +178,13 @@ void check_names(const std::vector<P>& points, std::set<std::string>& seen) {
 struct Tables {
   std::vector<PrefillPoint> prefill = build_prefill_catalog();
   std::vector<MergePoint> merge = build_merge_catalog();
+  std::vector<IndexerLogitsPoint> indexer_logits = build_indexer_logits_catalog();
   Tables() {
     std::set<std::string> seen;
     for (const auto& p : catalog()) seen.insert(p.name);
     check_names(prefill, seen);
     check_names(merge, seen);
+    check_names(indexer_logits, seen);
   }
 };
 
@@ -183,6 +232,21 @@ std::vector<const PrefillPoint*> select_prefill(Tier t) {
 std::vector<const MergePoint*> select_merge(Tier t) {
   std::vector<const MergePoint*> out;
   for (const auto& p : merge_catalog())
+    if (p.in(t)) out.push_back(&p);
+  return out;
+}
+
+const std::vector<IndexerLogitsPoint>& indexer_logits_catalog() { return tables().indexer_logits; }
+
+const IndexerLogitsPoint* find_indexer_logits(std::string_view name) {
+  for (const auto& p : indexer_logits_catalog())
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+std::vector<const IndexerLogitsPoint*> select_indexer_logits(Tier t) {
+  std::vector<const IndexerLogitsPoint*> out;
+  for (const auto& p : indexer_logits_catalog())
     if (p.in(t)) out.push_back(&p);
   return out;
 }
@@ -263,6 +327,79 @@ MergeBuffers build_inputs(const MergePoint& p) {
     }
   validate_merge_inputs(b.view(), p.name);
   return b;
+}
+
+namespace {
+
+uint8_t drawn_code(uint64_t seed, uint64_t stream, uint64_t i) {
+  return e4m3_from_double(std::clamp(gen::value(seed, stream, i, 0, 100), -448.0, 448.0));
+}
+
+// Key `i`'s 128 codes and its scale, written where `codes` and `scale` point.
+void drawn_key(uint64_t seed, uint64_t i, uint8_t* codes, uint8_t* scale) {
+  for (int64_t d = 0; d < kIndexerHeadDim; ++d) codes[d] = drawn_code(seed, 3, i * kIndexerHeadDim + d);
+  const float s = std::ldexp(1.0f, -4 - static_cast<int>(gen::bits(seed, 4, i) % 9));
+  std::memcpy(scale, &s, sizeof s);
+}
+
+}  // namespace
+
+IndexerLogitsBuffers build_inputs(const IndexerLogitsPoint& p) {
+  IndexerLogitsBuffers b;
+  IndexerLogitsShape& s = b.shape;
+  s.layout = p.layout;
+  s.batch = p.batch;
+  s.next_n = p.layout == IndexerLogitsLayout::paged ? p.next_n : 1;
+  s.heads = p.heads;
+  const auto rows = static_cast<std::size_t>(s.rows()), heads = static_cast<std::size_t>(p.heads);
+  b.q.resize(rows * heads * kIndexerHeadDim);
+  for (std::size_t i = 0; i < b.q.size(); ++i) b.q[i] = drawn_code(p.seed, 1, i);
+  b.weights.resize(rows * heads);
+  for (std::size_t i = 0; i < b.weights.size(); ++i) b.weights[i] = static_cast<float>(gen::value(p.seed, 2, i, 0, 3.75e-4));
+  if (p.layout == IndexerLogitsLayout::ragged) {
+    s.num_keys = p.context;
+    b.k_codes.resize(static_cast<std::size_t>(p.context) * kIndexerHeadDim);
+    b.k_scales.resize(static_cast<std::size_t>(p.context));
+    for (int64_t k = 0; k < p.context; ++k)
+      drawn_key(p.seed, static_cast<uint64_t>(k), b.k_codes.data() + k * kIndexerHeadDim,
+                reinterpret_cast<uint8_t*>(b.k_scales.data() + k));
+    for (int64_t r = 0; r < p.batch; ++r) {
+      b.ks.push_back(0);
+      b.ke.push_back(static_cast<int32_t>(std::max<int64_t>(0, p.context - p.batch + r + 1)));
+    }
+  } else {
+    const int64_t bs = p.block_size, per_seq = (p.context + bs - 1) / bs;
+    s.block_size = bs;
+    s.max_blocks = per_seq + 1;  // one entry past the last block: never read
+    s.num_blocks = p.batch * per_seq + 1;
+    s.max_context = p.context;
+    b.context_lens.assign(static_cast<std::size_t>(p.batch), static_cast<int32_t>(p.context));
+    b.cache.resize(static_cast<std::size_t>(s.num_blocks * bs * kIndexerTokenBytes));
+    for (std::size_t i = 0; i < b.cache.size(); ++i) b.cache[i] = static_cast<uint8_t>(gen::bits(p.seed, 6, i));
+    b.block_table.assign(static_cast<std::size_t>(p.batch * s.max_blocks), -7);
+    const auto pool = gen::permutation(p.seed, 5, s.num_blocks);
+    std::size_t next = 0;
+    for (int64_t q = 0; q < p.batch; ++q)
+      for (int64_t j = 0; j < per_seq; ++j) {
+        const int64_t block = pool[next++];
+        b.block_table[static_cast<std::size_t>(q * s.max_blocks + j)] = static_cast<int32_t>(block);
+        for (int64_t o = 0; o < bs && j * bs + o < p.context; ++o) {
+          const int64_t slot = block * bs + o;
+          drawn_key(p.seed, static_cast<uint64_t>((q * per_seq + j) * bs + o), b.cache.data() + indexer_code_offset(bs, slot),
+                    b.cache.data() + indexer_scale_offset(bs, slot));
+        }
+      }
+  }
+  validate_indexer_logits_inputs(b.view(), p.name);
+  return b;
+}
+
+std::size_t input_bytes(const IndexerLogitsPoint& p) {
+  const auto rows = static_cast<std::size_t>(p.layout == IndexerLogitsLayout::paged ? p.batch * p.next_n : p.batch);
+  const auto keys = static_cast<std::size_t>(p.layout == IndexerLogitsLayout::paged ? p.batch * p.context : p.context);
+  const std::size_t cols = static_cast<std::size_t>(p.context);
+  return rows * static_cast<std::size_t>(p.heads) * (kIndexerHeadDim + 4) + keys * kIndexerTokenBytes +
+         rows * cols * 4;  // the logits the call writes, allocated with its inputs
 }
 
 std::size_t input_bytes(const PrefillPoint& p) {

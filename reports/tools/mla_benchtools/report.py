@@ -22,7 +22,8 @@ from .plots import plot_bandwidth, plot_roofline
 # Below this share of a core per thread while timed, a row is flagged as measured on a busy machine.
 BUSY_SHARE = 0.9
 
-AXIS_ORDER = ["decode_memory", "decode_compute", "long_context", "varlen", "sparse", "fp8", "edge", "prefill", "merge"]
+AXIS_ORDER = ["decode_memory", "decode_compute", "long_context", "varlen", "sparse", "fp8", "edge", "prefill", "merge",
+              "indexer_logits"]
 
 # What each kind of case (the axis mla-bench records for its point) measures, for the headings.
 KIND_TITLES = {
@@ -35,13 +36,15 @@ KIND_TITLES = {
     "edge": "edge cases (empty and one-token sequences, odd head counts, page boundaries, extreme values)",
     "prefill": "prefill in the MHA form (compute-bound: causal, skewed varlen, a chunk over a cached prefix)",
     "merge": "merge of two partial attention states (memory-bound; empty sides as an edge)",
+    "indexer_logits": "V3.2 lightning-indexer logits over the 132-byte FP8 key cache (paged decode steps, "
+                      "ragged prefill; every key scored by each of 64 heads)",
     "other": "cases of no known kind",
 }
 
 # The first word of a point's name (after a cpu_ prefix) -> its kind, as the axis table names them.
 _NAME_KINDS = {"decode": "decode_memory", "compute": "decode_compute", "long": "long_context",
                "varlen": "varlen", "sparse": "sparse", "fp8": "fp8", "edge": "edge",
-               "prefill": "prefill", "merge": "merge"}
+               "prefill": "prefill", "merge": "merge", "indexer": "indexer_logits"}
 
 
 def kind_from_name(point: str) -> str:

@@ -7,6 +7,14 @@
 // points (tier `gpu`) are the shapes deployed prefill kernels are measured on; the fp64 oracle
 // (mla::ref::prefill_attention) judges every kernel before it is timed, so the CPU tiers hold
 // reduced points, each naming the production point it was reduced from.
+//
+// The indexer logits (mla/core/indexer_logits.hpp): every decode step reads each sequence's whole
+// 132-byte-per-token indexer cache once and writes one float32 logit per (query row, position).
+// Each key is scored by all 64 heads, so the cost model puts about 2 * 64 * 128 FLOPs on each
+// 132-byte key (per query row): right of a CPU's fp32 ridge, and left of the ridge of hardware
+// whose FP8 throughput per byte of bandwidth is higher than that. Its points are paged (the decode
+// call, next_n 1 and 2) and ragged (the prefill call); the exact oracle judges every kernel before
+// it is timed.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mla/core/indexer_logits.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill.hpp"
 #include "mla/workloads/axes.hpp"
@@ -59,6 +68,26 @@ struct MergePoint {
   bool in(Tier t) const { return (tiers & t) != 0; }
 };
 
+// An indexer logits point. Paged: `batch` sequences of `context` tokens each, `next_n` query
+// tokens per sequence, the keys on a shuffled pool of `block_size`-token blocks, the logits
+// `context` wide. Ragged: `batch` query rows (a prefill chunk's tokens) over `context` keys,
+// bottom-right causal (row r sees keys [0, context - batch + r + 1)), next_n 1.
+struct IndexerLogitsPoint {
+  std::string name;
+  std::string why;
+  std::string scaled_from;
+  unsigned tiers = 0;
+  IndexerLogitsLayout layout = IndexerLogitsLayout::paged;
+  int64_t batch = 0;
+  int next_n = 1;
+  int64_t heads = 64;       // V3.2's index_n_heads
+  int64_t block_size = 64;  // paged
+  int64_t context = 0;
+  uint64_t seed = 0;
+
+  bool in(Tier t) const { return (tiers & t) != 0; }
+};
+
 // The tables, in a fixed order; nullptr when absent; the points of tier `t` in table order.
 const std::vector<PrefillPoint>& prefill_catalog();
 const std::vector<MergePoint>& merge_catalog();
@@ -66,6 +95,9 @@ const PrefillPoint* find_prefill(std::string_view name);
 const MergePoint* find_merge(std::string_view name);
 std::vector<const PrefillPoint*> select_prefill(Tier t);
 std::vector<const MergePoint*> select_merge(Tier t);
+const std::vector<IndexerLogitsPoint>& indexer_logits_catalog();
+const IndexerLogitsPoint* find_indexer_logits(std::string_view name);
+std::vector<const IndexerLogitsPoint*> select_indexer_logits(Tier t);
 
 // Prefill inputs of `seqs` from the counter-based generator, keyed by `seed`: q bf16 with std
 // `q_std` (stream 1), k and v bf16 with std 1 (streams 2, 3), and the rope part of k (its last 64
@@ -79,9 +111,16 @@ PrefillBuffers build_inputs(const PrefillPoint& p);
 // outs of std 1 (streams 2 and 3) rounded to the state dtype; an empty side's out is NaN, which
 // the merge must never read.
 MergeBuffers build_inputs(const MergePoint& p);
+// An indexer logits point's inputs: q codes e4m3(N(0, 100) clamped to 448) (stream 1), head
+// weights N(0, 3.75e-4) (stream 2: 1/sqrt(64 heads) times a q scale), each key's 128 codes
+// e4m3(N(0, 100)) (stream 3) with a power-of-two scale in [2^-12, 2^-4] (stream 4, a ue8m0 scale's
+// form); paged: the blocks a shuffled permutation of the pool (stream 5), the bytes no sequence
+// reads and the block-table entries past a sequence's last block garbage.
+IndexerLogitsBuffers build_inputs(const IndexerLogitsPoint& p);
 
 // Host bytes of a point's canonical inputs.
 std::size_t input_bytes(const PrefillPoint& p);
 std::size_t input_bytes(const MergePoint& p);
+std::size_t input_bytes(const IndexerLogitsPoint& p);
 
 }  // namespace mla::axes

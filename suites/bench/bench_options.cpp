@@ -119,6 +119,14 @@ void print_table() {
                              p.context, j["total_tokens"].get<int64_t>(),
                              static_cast<double>(mla::axes::input_bytes(p)) / (1 << 20), p.scaled_from);
   }
+  // Top-k: batch = rows, topk = k, seqlen_max = the logits per row, total_tokens = the logits the
+  // call reads (every row's range).
+  for (const auto& p : mla::axes::topk_catalog()) {
+    const auto j = point_json(p);
+    std::cout << fmt::format("{}\ttopk\t{}\t{}\t-\t-\t-\t{}\tf32\t{}\t{}\t{:.1f}\t{}\n", p.name, tiers_of(p.tiers),
+                             p.shape.rows, p.shape.k, p.shape.n, j["logits_read"].get<int64_t>(),
+                             static_cast<double>(mla::axes::input_bytes(p)) / (1 << 20), p.scaled_from);
+  }
 }
 
 // --mla_list_points: the selected points, with the columns torch_side_by_side.py reads.
@@ -139,7 +147,8 @@ std::vector<const mla::axes::AxisPoint*> select_points(const Options& o) {
   if (o.points.empty()) return mla::axes::select(o.tier);
   std::vector<const mla::axes::AxisPoint*> points;
   for (const auto& name : o.points) {
-    if (mla::axes::find_prefill(name) || mla::axes::find_merge(name) || mla::axes::find_indexer_logits(name))
+    if (mla::axes::find_prefill(name) || mla::axes::find_merge(name) || mla::axes::find_indexer_logits(name) ||
+        mla::axes::find_topk(name))
       continue;  // select_phase_points
     const auto* p = mla::axes::find(name);
     if (!p) throw mla::Error("no axis point named '" + name + "' (see --mla_list)");
@@ -154,12 +163,14 @@ PhaseSelection select_phase_points(const Options& o) {
     sel.prefill_points = mla::axes::select_prefill(o.tier);
     sel.merge_points = mla::axes::select_merge(o.tier);
     sel.indexer_logits_points = mla::axes::select_indexer_logits(o.tier);
+    sel.topk_points = mla::axes::select_topk(o.tier);
     return sel;
   }
   for (const auto& name : o.points) {
     if (const auto* p = mla::axes::find_prefill(name)) sel.prefill_points.push_back(p);
     if (const auto* p = mla::axes::find_merge(name)) sel.merge_points.push_back(p);
     if (const auto* p = mla::axes::find_indexer_logits(name)) sel.indexer_logits_points.push_back(p);
+    if (const auto* p = mla::axes::find_topk(name)) sel.topk_points.push_back(p);
   }
   return sel;
 }
@@ -185,6 +196,8 @@ void select_phase_kernels(const Options& o, PhaseSelection& sel) {
     if (kernel_selected(o, k->info().name, k->info().backend)) sel.merge.push_back(k.get());
   for (const auto& k : mla::Registry::instance().indexer_logits())
     if (kernel_selected(o, k->info().name, k->info().backend)) sel.indexer_logits.push_back(k.get());
+  for (const auto& k : mla::Registry::instance().topk())
+    if (kernel_selected(o, k->info().name, k->info().backend)) sel.topk.push_back(k.get());
 }
 
 // The registered kernels of this run, as --mla_kernels / --mla_backend / --mla_tier chose them;
@@ -197,7 +210,8 @@ bool select_kernels(const Options& o, std::vector<const mla::AttentionImpl*>& im
     return std::any_of(impls_of_kind.begin(), impls_of_kind.end(), [&](const auto& k) { return k->info().name == name; });
   };
   for (const auto& name : o.kernels)
-    if (!reg.find(name) && !in(reg.prefill(), name) && !in(reg.merge(), name) && !in(reg.indexer_logits(), name)) {
+    if (!reg.find(name) && !in(reg.prefill(), name) && !in(reg.merge(), name) && !in(reg.indexer_logits(), name) &&
+        !in(reg.topk(), name)) {
       std::cerr << "mla-bench: no implementation named '" << name << "'\n";
       return false;
     }

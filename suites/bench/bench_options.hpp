@@ -61,9 +61,11 @@ struct PhaseSelection {
   std::vector<const MergeImpl*> merge;
   std::vector<const axes::IndexerLogitsPoint*> indexer_logits_points;
   std::vector<const IndexerLogitsImpl*> indexer_logits;
+  std::vector<const axes::TopkPoint*> topk_points;
+  std::vector<const TopkImpl*> topk;
   bool any() const {
     return (!prefill_points.empty() && !prefill.empty()) || (!merge_points.empty() && !merge.empty()) ||
-           (!indexer_logits_points.empty() && !indexer_logits.empty());
+           (!indexer_logits_points.empty() && !indexer_logits.empty()) || (!topk_points.empty() && !topk.empty());
   }
 };
 PhaseSelection select_phase_points(const Options& o);

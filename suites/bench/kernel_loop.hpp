@@ -103,6 +103,8 @@ struct RowResult {
   // Kernels that clock their own calls (SelfTimed): the sum of the timer's intervals around them,
   // the trip included; 0 for every other kernel.
   double round_trip_seconds = 0;
+  // The logits one call reads, for a kind measured in logits per second (top-k); 0 otherwise.
+  double logits = 0;
   std::string error;
   double total() const {
     double s = 0;

@@ -151,7 +151,7 @@ int probe_gpu() {
 // Which host ceilings judge an implementation. Device implementations get none here (the
 // device side gives the `cuda` ones their device's roofs) rather than a CPU number that would
 // make a GPU look 100x past its roof.
-// Every kind (decode, prefill, merge, indexer logits) is held to the same roofs by the precision
+// Every kind (decode, prefill, merge, indexer logits, top-k) is held to the same roofs by the precision
 // it computes in.
 mla::bench::Roof roof_for(const std::string& backend, mla::OutDType compute, const CeilingSet& c) {
   mla::bench::Roof r;
@@ -217,6 +217,8 @@ class HostSide : public mla::bench::RowSide, public mla::bench::PhaseSide {
     const double seconds = r.total();
     const std::string bound = mla::bench::roofline_counters(st, r.cost, seconds, roof_for(k.backend, k.compute, *ceilings_));
     st.counters["cold_cache"] = C(r.flushed ? 1.0 : 0.0);
+    // A top-k does no arithmetic: its rate is the logits it reads per second (the wall time).
+    if (r.logits > 0) st.counters["logits_per_second"] = C(r.logits, C::kIsIterationInvariantRate);
     // CPU time the process got during the timed calls per wall second and thread: below 1 the
     // implementation was descheduled (a busy machine), so its times overstate its cost.
     // A Python kernel computes in the door's child, whose CPU time this process does not see: no
@@ -498,6 +500,7 @@ void add_points_and_kernels_context(const Run& run, const CeilingSet& ceilings) 
   for (const auto* p : run.phase.prefill_points) pj[p->name] = mla::bench::point_json(*p);
   for (const auto* p : run.phase.merge_points) pj[p->name] = mla::bench::point_json(*p);
   for (const auto* p : run.phase.indexer_logits_points) pj[p->name] = mla::bench::point_json(*p);
+  for (const auto* p : run.phase.topk_points) pj[p->name] = mla::bench::point_json(*p);
   benchmark::AddCustomContext("mla_points", pj.dump());
   nlohmann::ordered_json kj = nlohmann::ordered_json::array();
   for (const auto* k : run.impls) {
@@ -520,10 +523,12 @@ void add_points_and_kernels_context(const Run& run, const CeilingSet& ceilings) 
     for (const auto* k : run.phase.merge) kj.push_back(mla::bench::kernel_json(*k, roof_for(*k, ceilings)));
   if (!run.phase.indexer_logits_points.empty())
     for (const auto* k : run.phase.indexer_logits) kj.push_back(mla::bench::kernel_json(*k, roof_for(*k, ceilings)));
+  if (!run.phase.topk_points.empty())
+    for (const auto* k : run.phase.topk) kj.push_back(mla::bench::kernel_json(*k, roof_for(*k, ceilings)));
   benchmark::AddCustomContext("mla_kernels", kj.dump());
 }
 
-// The prefill, merge and indexer logits rows, point-major like the decode rows, on the host side
+// The prefill, merge, indexer logits and top-k rows, point-major like the decode rows, on the host side
 // (the device side times decode kernels only).
 void register_phase_rows(const Run& run, HostSide& host_side) {
   const auto add = [](const std::string& name, std::function<void(benchmark::State&)> body) {
@@ -546,6 +551,12 @@ void register_phase_rows(const Run& run, HostSide& host_side) {
       const mla::bench::IndexerLogitsRowCase rc{k, p, run.budget};
       add(fmt::format("mla/{}/{}", k->info().name, p->name),
           [&host_side, rc](benchmark::State& st) { (void)mla::bench::time_indexer_logits_row(st, rc, host_side); });
+    }
+  for (const auto* p : run.phase.topk_points)
+    for (const auto* k : run.phase.topk) {
+      const mla::bench::TopkRowCase rc{k, p, run.budget};
+      add(fmt::format("mla/{}/{}", k->info().name, p->name),
+          [&host_side, rc](benchmark::State& st) { (void)mla::bench::time_topk_row(st, rc, host_side); });
     }
 }
 

@@ -16,6 +16,7 @@
 #include "mla/core/error.hpp"
 #include "mla/judge/indexer_logits.hpp"
 #include "mla/judge/merge.hpp"
+#include "mla/judge/topk.hpp"
 #include "mla/judge/prefill.hpp"
 #include "mla/ref/prefill.hpp"
 #include "point_judge.hpp"
@@ -56,10 +57,19 @@ struct IndexerLogitsState {
   std::unique_ptr<PreparedIndexerLogits> prepared;
 };
 
+// One top-k point's inputs and the current kernel's prepared call.
+struct TopkState {
+  std::string point;
+  std::optional<TopkBuffers> in;
+  std::string key;
+  std::unique_ptr<PreparedTopk> prepared;
+};
+
 struct Cache {
   PrefillState prefill;
   MergeState merge;
   IndexerLogitsState indexer_logits;
+  TopkState topk;
   std::map<std::string, std::optional<std::string>> verdicts;  // "kernel/point": nullopt = PASS
   int truths = 0;
   double truth_seconds = 0;
@@ -90,6 +100,7 @@ State& point_state(State& s, const Point& p) {
   cache().prefill = PrefillState{};
   cache().merge = MergeState{};
   cache().indexer_logits = IndexerLogitsState{};
+  cache().topk = TopkState{};
   const auto t0 = Clock::now();
   s.in.emplace(axes::build_inputs(p));
   s.point = p.name;
@@ -149,10 +160,25 @@ std::optional<std::string> judge_indexer_logits_call(IndexerLogitsState& s) {
   return fmt::format("not timed: FAIL ({})", fmt::join(j.reasons, "; "));
 }
 
+// The indices made canonical (the kernel's declared index base), then judged against the logits
+// it was given by judge_topk, with the near-tie tolerance of the precision it declares.
+std::optional<std::string> judge_topk_call(const TopkImpl& impl, TopkState& s) {
+  TopkOutputs got;
+  if (auto why = judged_call(*s.prepared, got)) return why;
+  const TopkInputs in = s.in->view();
+  topk_outputs_to_canonical(impl.info().conventions, in, got);
+  const auto j = timed_truth(s.point, "judge", [&] {
+    return judge_topk(in, got, impl.info().precision, impl.info().conventions.sorted);
+  });
+  if (j.pass()) return std::nullopt;
+  return fmt::format("not timed: FAIL ({})", fmt::join(j.reasons, "; "));
+}
+
 // A judged kernel ready to time: the byte/FLOP model of one call and the call.
 struct Ready {
   CostModel cost;
   std::unique_ptr<TimedCall> call;
+  double logits = 0;  // the logits one call reads (top-k rows); 0 for the other kinds
 };
 using Setup = std::variant<std::string, Ready>;  // the reason the row is not timed, or the call
 
@@ -173,6 +199,7 @@ RowResult phase_row(benchmark::State& st, const KernelFacts& k, std::optional<st
     if (auto* why = std::get_if<std::string>(&s)) return skip(*why);
     Ready& ready = std::get<Ready>(s);
     r.cost = ready.cost;
+    r.logits = ready.logits;
     const std::unique_ptr<CallTimer> timer = side.timer(k, input_bytes);
     r.flushed = timer->flushed();
     (void)time_calls(st, *timer, *ready.call, r);
@@ -202,6 +229,8 @@ KernelFacts facts_of(const PrefillImpl& impl) {
 }
 
 KernelFacts facts_of(const MergeImpl& impl) { return {impl.info().name, impl.info().backend, OutDType::f32}; }
+
+KernelFacts facts_of(const TopkImpl& impl) { return {impl.info().name, impl.info().backend, OutDType::f32}; }
 
 KernelFacts facts_of(const IndexerLogitsImpl& impl) {
   return {impl.info().name, impl.info().backend, OutDType::f32};
@@ -250,6 +279,15 @@ nlohmann::ordered_json point_json(const axes::IndexerLogitsPoint& p) {
           {"seed", p.seed}};
 }
 
+nlohmann::ordered_json point_json(const axes::TopkPoint& p) {
+  const char* rows = p.rows == axes::TopkRows::decode ? "decode" : p.rows == axes::TopkRows::prefill ? "prefill" : "edge";
+  return {{"axis", "topk"},          {"why", p.why},
+          {"scaled_from", p.scaled_from}, {"rows", rows},
+          {"batch", p.shape.rows},   {"topk", p.shape.k},
+          {"seqlen_max", p.shape.n}, {"logits_read", axes::logits_read(p)},
+          {"total_tokens", p.shape.n}, {"seed", p.seed}};
+}
+
 namespace {
 
 template <class Impl>
@@ -274,6 +312,7 @@ nlohmann::ordered_json kernel_json(const PrefillImpl& impl, const Roof& roof) {
   return phase_kernel_json(impl, "prefill", roof);
 }
 nlohmann::ordered_json kernel_json(const MergeImpl& impl, const Roof& roof) { return phase_kernel_json(impl, "merge", roof); }
+nlohmann::ordered_json kernel_json(const TopkImpl& impl, const Roof& roof) { return phase_kernel_json(impl, "topk", roof); }
 nlohmann::ordered_json kernel_json(const IndexerLogitsImpl& impl, const Roof& roof) {
   return phase_kernel_json(impl, "indexer_logits", roof);
 }
@@ -337,6 +376,26 @@ RowResult time_indexer_logits_row(benchmark::State& st, const IndexerLogitsRowCa
   }, side);
 }
 
+RowResult time_topk_row(benchmark::State& st, const TopkRowCase& rc, PhaseSide& side) {
+  const TopkImpl& impl = *rc.impl;
+  const axes::TopkPoint& p = *rc.point;
+  return phase_row(st, facts_of(impl), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
+    if (auto no = impl.check(p.shape)) return "unsupported: " + *no;
+    TopkState& s = point_state(cache().topk, p);
+    const TopkInputs in = s.in->view();
+    const std::string key = impl.info().name + "/" + p.name;
+    if (s.key != key || !s.prepared) {
+      s.prepared.reset();
+      s.key.clear();
+      s.prepared = impl.prepare(in);
+      s.key = key;
+    }
+    if (auto why = verdict(key, [&] { return judge_topk_call(impl, s); })) return *why;
+    return Ready{impl.cost(in), std::make_unique<PreparedCall<PreparedTopk>>(*s.prepared),
+                 static_cast<double>(axes::logits_read(in))};
+  }, side);
+}
+
 int phase_truths() { return cache().truths; }
 double phase_truth_seconds() { return cache().truth_seconds; }
 
@@ -345,6 +404,7 @@ void release_phase_cache() {
   c.prefill = PrefillState{};
   c.merge = MergeState{};
   c.indexer_logits = IndexerLogitsState{};
+  c.topk = TopkState{};
   c.verdicts.clear();
 }
 

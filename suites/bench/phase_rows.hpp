@@ -1,6 +1,6 @@
-// The prefill, merge and indexer logits rows of mla-bench (`mla/<kernel>/<point>`, the point
-// names carrying the kind: prefill_..., cpu_prefill_..., merge_..., cpu_merge_...,
-// indexer_logits_..., cpu_indexer_logits_...), through the same per-call loop,
+// The prefill, merge, indexer logits and top-k rows of mla-bench (`mla/<kernel>/<point>`, the
+// point names carrying the kind: prefill_..., cpu_prefill_..., merge_..., cpu_merge_...,
+// indexer_logits_..., cpu_indexer_logits_..., topk_..., cpu_topk_...), through the same per-call loop,
 // timers, flush policy and counters as the decode rows (kernel_loop.hpp, time_calls): refusals
 // with their reasons, the point's inputs and the kernel's prepared call kept across Google
 // Benchmark's repetitions (one point's inputs alive at a time), the judge before timing, then
@@ -25,6 +25,7 @@
 #include "kernel_loop.hpp"
 #include "mla/core/indexer_logits.hpp"
 #include "mla/core/merge.hpp"
+#include "mla/core/topk.hpp"
 #include "mla/core/prefill_kernel.hpp"
 #include "mla/workloads/phase_axes.hpp"
 
@@ -42,6 +43,8 @@ KernelFacts facts_of(const PrefillImpl& impl);
 KernelFacts facts_of(const MergeImpl& impl);
 // Indexer logits kernels compute in fp32 (the contract's float32 logits); memory-bound too.
 KernelFacts facts_of(const IndexerLogitsImpl& impl);
+// Top-k kernels do no arithmetic (the cost model counts bytes only); fp32 for the roof's sake.
+KernelFacts facts_of(const TopkImpl& impl);
 
 // The points and kernels in the JSON context (mla_points, mla_kernels), in the decode rows'
 // vocabulary where it applies (axis, why, scaled_from, heads, total_tokens, seed; a kernel's
@@ -49,9 +52,11 @@ KernelFacts facts_of(const IndexerLogitsImpl& impl);
 nlohmann::ordered_json point_json(const axes::PrefillPoint& p);
 nlohmann::ordered_json point_json(const axes::MergePoint& p);
 nlohmann::ordered_json point_json(const axes::IndexerLogitsPoint& p);
+nlohmann::ordered_json point_json(const axes::TopkPoint& p);
 nlohmann::ordered_json kernel_json(const PrefillImpl& impl, const Roof& roof);
 nlohmann::ordered_json kernel_json(const MergeImpl& impl, const Roof& roof);
 nlohmann::ordered_json kernel_json(const IndexerLogitsImpl& impl, const Roof& roof);
+nlohmann::ordered_json kernel_json(const TopkImpl& impl, const Roof& roof);
 
 // How the run times and counts a prefill or merge row (mla-bench's host side).
 class PhaseSide {
@@ -74,6 +79,12 @@ struct MergeRowCase {
   std::size_t mem_budget = 0;
 };
 
+struct TopkRowCase {
+  const TopkImpl* impl = nullptr;
+  const axes::TopkPoint* point = nullptr;
+  std::size_t mem_budget = 0;
+};
+
 struct IndexerLogitsRowCase {
   const IndexerLogitsImpl* impl = nullptr;
   const axes::IndexerLogitsPoint* point = nullptr;
@@ -86,6 +97,9 @@ RowResult time_prefill_row(benchmark::State& st, const PrefillRowCase& rc, Phase
 RowResult time_merge_row(benchmark::State& st, const MergeRowCase& rc, PhaseSide& side);
 // Indexer logits: judged by judge_indexer_logits (the exact oracle inside it) before timing.
 RowResult time_indexer_logits_row(benchmark::State& st, const IndexerLogitsRowCase& rc, PhaseSide& side);
+// Top-k: judged by judge_topk before timing; the row also counts the logits a call reads
+// (RowResult::logits, the counter logits_per_second).
+RowResult time_topk_row(benchmark::State& st, const TopkRowCase& rc, PhaseSide& side);
 
 // Truths computed for prefill and merge points and their seconds (untimed), for the run's summary.
 int phase_truths();

@@ -313,7 +313,10 @@ TEST(PhaseAxes, NamesTiersSeedsAndScaledFromAreDeclared) {
     check_declaration<ax::IndexerLogitsPoint>(p, names, seeds,
                                               [](std::string_view n) { return ax::find_indexer_logits(n); });
   EXPECT_EQ(ax::find_prefill("cpu_merge_f32_t2048_h16_d128"), nullptr);
+  for (const auto& p : ax::topk_catalog())
+    check_declaration<ax::TopkPoint>(p, names, seeds, [](std::string_view n) { return ax::find_topk(n); });
   EXPECT_EQ(ax::find_indexer_logits("cpu_merge_f32_t2048_h16_d128"), nullptr);
+  EXPECT_EQ(ax::find_topk("topk_no_such_point"), nullptr);
   EXPECT_EQ(ax::find_merge("no_such_point"), nullptr);
 }
 
@@ -404,6 +407,47 @@ TEST(PhaseAxes, IndexerLogitsInputsAreValidPagedAndRaggedCalls) {
   EXPECT_EQ(rb.ke.back(), r->context);
   EXPECT_EQ(rb.ke.front(), r->context - r->batch + 1);
   EXPECT_TRUE(std::all_of(rb.ks.begin(), rb.ks.end(), [](int32_t k) { return k == 0; }));
+}
+
+// The top-k points: V3.2's k = 2048 everywhere; the edge rows hold every range length the
+// contract distinguishes (empty, one, k - 1, k, k + 1, the whole row), ranges that start past 0,
+// masked positions and exact ties; outside a row's range the logits are NaN; the prefill rows are
+// two causal sequences, the second's ranges starting at n / 2.
+TEST(PhaseAxes, TopkInputsHoldEveryRangeEdgeAndNaNWhereNothingMayRead) {
+  for (const auto& p : ax::topk_catalog()) EXPECT_EQ(p.shape.k, 2048) << p.name;
+  const auto* e = ax::find_topk("topk_edge_r12_n4096_k2048");
+  ASSERT_NE(e, nullptr);
+  const auto b = ax::build_inputs(*e);
+  const int64_t n = e->shape.n, k = e->shape.k;
+  std::set<int64_t> lens;
+  bool shifted = false, masked = false, tie = false;
+  for (std::size_t r = 0; r < b.starts.size(); ++r) {
+    const int64_t s = b.starts[r], en = b.ends[r];
+    lens.insert(en - s);
+    shifted |= s > 0;
+    std::set<float> seen;
+    for (int64_t c = 0; c < n; ++c) {
+      const float v = b.logits[r * static_cast<std::size_t>(n) + static_cast<std::size_t>(c)];
+      if (c < s || c >= en) {
+        EXPECT_TRUE(std::isnan(v)) << "row " << r << " column " << c;
+        continue;
+      }
+      masked |= std::isinf(v);
+      if (std::isfinite(v)) tie |= !seen.insert(v).second;
+    }
+  }
+  for (const int64_t want : {int64_t{0}, int64_t{1}, k - 1, k, k + 1}) EXPECT_TRUE(lens.count(want)) << want;
+  EXPECT_TRUE(lens.count(n) || lens.count(n - 5));
+  EXPECT_TRUE(shifted && masked && tie);
+  const auto* pf = ax::find_topk("cpu_topk_prefill_r256_n4096_k2048");
+  ASSERT_NE(pf, nullptr);
+  const auto pb = ax::build_inputs(*pf);
+  const auto half = static_cast<std::size_t>(pf->shape.rows / 2);
+  EXPECT_EQ(pb.starts.front(), 0);
+  EXPECT_EQ(pb.ends[half - 1], pf->shape.n / 2);  // the first sequence's last row sees all its keys
+  EXPECT_EQ(pb.starts[half], pf->shape.n / 2);
+  EXPECT_EQ(pb.ends.back(), pf->shape.n);
+  EXPECT_EQ(ax::logits_read(*pf), ax::logits_read(pb.view()));
 }
 
 TEST(PhaseAxes, PrefillInputsAreTheGeneratorsWithTheRopePartSharedAcrossHeads) {

@@ -1,4 +1,4 @@
-// The prefill, merge and indexer logits rows of mla-bench: through the one per-call loop with a recording side
+// The prefill, merge, indexer logits and top-k rows of mla-bench: through the one per-call loop with a recording side
 // (timed and finished with the kernel's own cost model; a planted wrong kernel, which no flag of
 // mla-bench selects because the faults are not registered, never reaches the timer), and end to
 // end: mla-bench on one prefill and one merge point writes timed rows against the ceilings it
@@ -159,6 +159,45 @@ TEST_F(PhaseRows, IndexerLogitsRowsAreJudgedBeforeTheyAreTimed) {
   EXPECT_EQ(error, "");
 }
 
+// The top-k rows: both registered top-k kernels pass the edge and the prefill point and are timed
+// with their logits per call; every planted top-k bug is not timed on at least one of the two
+// (the edge rows hold ranges shorter than k, masked positions and ties; the prefill rows ranges
+// that start past 0, where relative and absolute indices differ, and larger logits past their
+// ends).
+TEST_F(PhaseRows, TopkRowsAreJudgedBeforeTheyAreTimedAndCountTheLogitsRead) {
+  const auto* edge = ax::find_topk("topk_edge_r12_n4096_k2048");
+  const auto* prefill = ax::find_topk("cpu_topk_prefill_r256_n4096_k2048");
+  ASSERT_NE(edge, nullptr);
+  ASSERT_NE(prefill, nullptr);
+  RecordingSide side;
+  int timed = 0;
+  for (const auto& k : mla::Registry::instance().topk())
+    for (const auto* p : {edge, prefill}) {
+      SCOPED_TRACE(k->info().name + "/" + p->name);
+      mla::bench::RowResult r;
+      const auto error = run_row("phase/topk_ok", 2, [&](benchmark::State& st) {
+        r = mla::bench::time_topk_row(st, {k.get(), p, 0}, side);
+      });
+      EXPECT_EQ(error, "");
+      timed += 2;
+      EXPECT_EQ(r.logits, static_cast<double>(ax::logits_read(*p)));
+      EXPECT_EQ(r.logits, static_cast<double>(ax::logits_read(ax::build_inputs(*p).view())));
+      EXPECT_GT(r.cost.bytes, 4 * r.logits);  // every logit read once, plus ranges and indices
+    }
+  EXPECT_GE(timed, 4);
+  EXPECT_EQ(side.calls, timed);
+  for (const auto& bug : mla::faults::topk_names()) {
+    const auto bad = mla::faults::make_topk(bug);
+    std::string errors;
+    for (const auto* p : {edge, prefill}) {
+      errors += run_row("phase/topk_" + bug, 1, [&](benchmark::State& st) {
+        (void)mla::bench::time_topk_row(st, {bad.get(), p, 0}, side);
+      }) + " | ";
+    }
+    EXPECT_NE(errors.find("not timed: FAIL ("), std::string::npos) << bug << ": " << errors;
+  }
+}
+
 TEST_F(PhaseRows, TooLargeIsRefusedBeforeAnyInputIsBuilt) {
   RecordingSide side;
   const auto error = run_row("phase/too_large", 2, [&](benchmark::State& st) {
@@ -178,11 +217,12 @@ const nlohmann::json* row_of(const nlohmann::json& doc, const std::string& kerne
   return found;
 }
 
-TEST_F(PhaseRows, MlaBenchWritesTimedPrefillMergeAndIndexerLogitsRowsAgainstItsCeilings) {
+TEST_F(PhaseRows, MlaBenchWritesTimedPhaseRowsAgainstItsCeilings) {
   const auto out = std::filesystem::temp_directory_path() / ("mla_bench_phase_" + std::to_string(::getpid()) + ".json");
   const std::string cmd = std::string("\"") + MLA_BENCH_EXE + "\" --mla_quick --mla_points=" + kPrefillPoint +
-                          ",cpu_merge_bf16_t2048_h16_d128,indexer_logits_edge_paged_b3_n2_bs16_ctx67 "
-                          "--mla_kernels=cpu_prefill_fp64,cpu_merge_f32,cpu_indexer_logits "
+                          ",cpu_merge_bf16_t2048_h16_d128,indexer_logits_edge_paged_b3_n2_bs16_ctx67,"
+                          "topk_edge_r12_n4096_k2048 --mla_kernels=cpu_prefill_fp64,cpu_merge_f32,cpu_indexer_logits,"
+                          "cpu_topk_radix_f32 "
                           "--mla_stream_mib=64 --mla_ceiling_reps=1 --benchmark_repetitions=2 "
                           "--benchmark_out=" + out.string() + " > /dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
@@ -200,6 +240,22 @@ TEST_F(PhaseRows, MlaBenchWritesTimedPrefillMergeAndIndexerLogitsRowsAgainstItsC
   EXPECT_EQ(points[kPrefillPoint]["axis"], "prefill");
   EXPECT_EQ(points["cpu_merge_bf16_t2048_h16_d128"]["axis"], "merge");
   EXPECT_EQ(points["indexer_logits_edge_paged_b3_n2_bs16_ctx67"]["axis"], "indexer_logits");
+  EXPECT_EQ(points["topk_edge_r12_n4096_k2048"]["axis"], "topk");
+  // The top-k row: no FLOPs, memory-bound, and its rate in logits read per second of wall time.
+  const auto* tp = ax::find_topk("topk_edge_r12_n4096_k2048");
+  const auto* tr = row_of(doc, "cpu_topk_radix_f32", tp->name);
+  ASSERT_NE(tr, nullptr);
+  EXPECT_FALSE(tr->value("error_occurred", false)) << tr->value("error_message", "");
+  EXPECT_EQ((*tr)["model_flops"].get<double>(), 0.0);
+  EXPECT_EQ((*tr)["memory_bound"].get<double>(), 1.0);
+  const std::string unit = tr->value("time_unit", "ns");
+  const double per_unit = unit == "s" ? 1.0 : unit == "ms" ? 1e-3 : unit == "us" ? 1e-6 : 1e-9;
+  const double seconds = (*tr)["real_time"].get<double>() * per_unit;  // the mean manual time
+  ASSERT_GT(seconds, 0);
+  // The median aggregate takes the rate's and the time's medians separately over the repetitions,
+  // so the product is the logits read to within the repetitions' spread, not exactly.
+  EXPECT_NEAR((*tr)["logits_per_second"].get<double>() * seconds, static_cast<double>(ax::logits_read(*tp)),
+              0.05 * static_cast<double>(ax::logits_read(*tp)));
 
   const auto* pp = ax::find_prefill(kPrefillPoint);
   const auto* mp = ax::find_merge("cpu_merge_bf16_t2048_h16_d128");

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -160,6 +161,43 @@ std::vector<IndexerLogitsPoint> build_indexer_logits_catalog() {
   return t;
 }
 
+TopkPoint topk_point(std::string name, unsigned tiers, TopkRows rows, int64_t n_rows, int64_t n, uint64_t seed,
+                     std::string why, std::string scaled_from = {}) {
+  TopkPoint p;
+  p.name = std::move(name);
+  p.tiers = tiers;
+  p.rows = rows;
+  p.shape = TopkShape{n_rows, n, 2048};  // V3.2's index_topk
+  p.seed = seed;
+  p.why = std::move(why);
+  p.scaled_from = std::move(scaled_from);
+  return p;
+}
+
+std::vector<TopkPoint> build_topk_catalog() {
+  std::vector<TopkPoint> t;
+  // --- production (tier gpu): a decode step of 64 sequences at 32K and at 128K tokens, and a
+  // 4K-token prefill chunk over 16K keys, 2048 selected per row -----------------------------
+  t.push_back(topk_point("topk_decode_r64_n32768_k2048", kGpu, TopkRows::decode, 64, 32768, 1301,
+                         "top-2048 of a decode step's indexer logits, contexts in [16K, 32K]"));
+  t.push_back(topk_point("topk_decode_r64_n131072_k2048", kGpu, TopkRows::decode, 64, 131072, 1302,
+                         "top-2048 at V3.2's longest context, contexts in [64K, 128K]"));
+  t.push_back(topk_point("topk_prefill_r4096_n16384_k2048", kGpu, TopkRows::prefill, 4096, 16384, 1303,
+                         "top-2048 of a prefill batch: two sequences of 2K tokens over 8K keys each, bottom-right causal"));
+  // --- CPU tiers ---------------------------------------------------------------------------------
+  t.push_back(topk_point("cpu_topk_decode_r8_n32768_k2048", kQuick, TopkRows::decode, 8, 32768, 1351,
+                         "top-2048 of a decode step on the CPU", "topk_decode_r64_n32768_k2048: rows / 8"));
+  t.push_back(topk_point("cpu_topk_decode_r8_n131072_k2048", kFull, TopkRows::decode, 8, 131072, 1352,
+                         "top-2048 at 128K context on the CPU", "topk_decode_r64_n131072_k2048: rows / 8"));
+  t.push_back(topk_point("cpu_topk_prefill_r256_n4096_k2048", kQuick, TopkRows::prefill, 256, 4096, 1353,
+                         "top-2048 of a prefill chunk on the CPU",
+                         "topk_prefill_r4096_n16384_k2048: rows / 16, keys / 4"));
+  // --- edge: empty, one-position and k -/+ 1 ranges, masked positions, exact ties --------------
+  t.push_back(topk_point("topk_edge_r12_n4096_k2048", kQuick | kGpu, TopkRows::edge, 12, 4096, 1391,
+                         "top-k edges: ranges of 0, 1, k - 1, k, k + 1 and n positions, a third masked, exact ties"));
+  return t;
+}
+
 // Checks a table's declarations: names unique (across decode, prefill and merge: --mla_points
 // selects by name alone) and well formed, tiers set.
 template <class P>
@@ -179,12 +217,14 @@ struct Tables {
   std::vector<PrefillPoint> prefill = build_prefill_catalog();
   std::vector<MergePoint> merge = build_merge_catalog();
   std::vector<IndexerLogitsPoint> indexer_logits = build_indexer_logits_catalog();
+  std::vector<TopkPoint> topk = build_topk_catalog();
   Tables() {
     std::set<std::string> seen;
     for (const auto& p : catalog()) seen.insert(p.name);
     check_names(prefill, seen);
     check_names(merge, seen);
     check_names(indexer_logits, seen);
+    check_names(topk, seen);
   }
 };
 
@@ -247,6 +287,21 @@ const IndexerLogitsPoint* find_indexer_logits(std::string_view name) {
 std::vector<const IndexerLogitsPoint*> select_indexer_logits(Tier t) {
   std::vector<const IndexerLogitsPoint*> out;
   for (const auto& p : indexer_logits_catalog())
+    if (p.in(t)) out.push_back(&p);
+  return out;
+}
+
+const std::vector<TopkPoint>& topk_catalog() { return tables().topk; }
+
+const TopkPoint* find_topk(std::string_view name) {
+  for (const auto& p : topk_catalog())
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+std::vector<const TopkPoint*> select_topk(Tier t) {
+  std::vector<const TopkPoint*> out;
+  for (const auto& p : topk_catalog())
     if (p.in(t)) out.push_back(&p);
   return out;
 }
@@ -392,6 +447,75 @@ IndexerLogitsBuffers build_inputs(const IndexerLogitsPoint& p) {
   }
   validate_indexer_logits_inputs(b.view(), p.name);
   return b;
+}
+
+namespace {
+
+// Each row's range [start, end), by the point's TopkRows (the header says how).
+std::vector<std::pair<int32_t, int32_t>> topk_ranges(const TopkPoint& p) {
+  const int64_t rows = p.shape.rows, n = p.shape.n, k = p.shape.k;
+  const std::vector<int64_t> edge_lens{0, 1, k - 1, k, k + 1, n};
+  std::vector<std::pair<int32_t, int32_t>> ranges;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t start = 0, len = n;
+    if (p.rows == TopkRows::decode && r + 1 < rows) len = n / 2 + static_cast<int64_t>(gen::bits(p.seed, 2, r) % (n / 2 + 1));
+    if (p.rows == TopkRows::prefill) {  // two sequences of rows / 2 query tokens over n / 2 keys each
+      const int64_t half_rows = rows / 2;
+      const bool first = r < half_rows;
+      const int64_t seq_rows = first ? half_rows : rows - half_rows, i = first ? r : r - half_rows;
+      const int64_t seq_keys = first ? n / 2 : n - n / 2;
+      start = first ? 0 : n / 2;
+      len = std::max<int64_t>(0, seq_keys - seq_rows + i + 1);
+    }
+    if (p.rows == TopkRows::edge) {
+      start = r % 2 == 0 ? 0 : 5;
+      len = std::min(n - start, edge_lens[static_cast<std::size_t>(r) % edge_lens.size()]);
+    }
+    ranges.emplace_back(static_cast<int32_t>(start), static_cast<int32_t>(start + len));
+  }
+  return ranges;
+}
+
+}  // namespace
+
+int64_t logits_read(const TopkPoint& p) {
+  int64_t n = 0;
+  for (const auto& [s, e] : topk_ranges(p)) n += e - s;
+  return n;
+}
+
+TopkBuffers build_inputs(const TopkPoint& p) {
+  TopkBuffers b;
+  b.shape = p.shape;
+  const int64_t rows = p.shape.rows, n = p.shape.n;
+  b.logits.assign(static_cast<std::size_t>(rows * n), std::numeric_limits<float>::quiet_NaN());
+  for (const auto& [s, e] : topk_ranges(p)) b.starts.push_back(s), b.ends.push_back(e);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto ri = static_cast<std::size_t>(r);
+    for (int64_t c = b.starts[ri]; c < b.ends[ri]; ++c) {
+      const auto i = static_cast<uint64_t>(r * n + c);
+      double v = gen::value(p.seed, 1, i, 0, 1);
+      if (p.rows == TopkRows::edge) v = (c % 3 == 2) ? -std::numeric_limits<double>::infinity() : std::round(v * 4) / 4;
+      b.logits[i] = static_cast<float>(v);
+    }
+    // A prefill row's later keys (its causal future, what the ragged logits hold unless cleaned):
+    // finite and larger than anything in its range, so a selection that reads them takes them.
+    if (p.rows == TopkRows::prefill)
+      for (int64_t c = b.ends[ri]; c < n; ++c) b.logits[static_cast<std::size_t>(r * n + c)] = static_cast<float>(10 + c % 7);
+  }
+  validate_topk_inputs(b.view(), p.name);
+  return b;
+}
+
+int64_t logits_read(const TopkInputs& in) {
+  int64_t n = 0;
+  for (std::size_t r = 0; r < in.starts.size(); ++r) n += std::max(0, in.ends[r] - in.starts[r]);
+  return n;
+}
+
+std::size_t input_bytes(const TopkPoint& p) {
+  const auto rows = static_cast<std::size_t>(p.shape.rows);
+  return rows * static_cast<std::size_t>(p.shape.n) * 4 + rows * 8 + rows * static_cast<std::size_t>(p.shape.k) * 4;
 }
 
 std::size_t input_bytes(const IndexerLogitsPoint& p) {

@@ -23,7 +23,7 @@ from .plots import plot_bandwidth, plot_roofline
 BUSY_SHARE = 0.9
 
 AXIS_ORDER = ["decode_memory", "decode_compute", "long_context", "varlen", "sparse", "fp8", "edge", "prefill", "merge",
-              "indexer_logits"]
+              "indexer_logits", "topk"]
 
 # What each kind of case (the axis mla-bench records for its point) measures, for the headings.
 KIND_TITLES = {
@@ -38,13 +38,15 @@ KIND_TITLES = {
     "merge": "merge of two partial attention states (memory-bound; empty sides as an edge)",
     "indexer_logits": "V3.2 lightning-indexer logits over the 132-byte FP8 key cache (paged decode steps, "
                       "ragged prefill; every key scored by each of 64 heads)",
+    "topk": "V3.2's top-2048 over the indexer logits (no arithmetic: measured in logits read per second)",
     "other": "cases of no known kind",
 }
 
 # The first word of a point's name (after a cpu_ prefix) -> its kind, as the axis table names them.
 _NAME_KINDS = {"decode": "decode_memory", "compute": "decode_compute", "long": "long_context",
                "varlen": "varlen", "sparse": "sparse", "fp8": "fp8", "edge": "edge",
-               "prefill": "prefill", "merge": "merge", "indexer": "indexer_logits"}
+               "prefill": "prefill", "merge": "merge", "indexer": "indexer_logits",
+               "topk": "topk"}
 
 
 def kind_from_name(point: str) -> str:
@@ -267,14 +269,19 @@ def kind_groups(run: BenchRun, kernels: list[str], pts: list[str],
 
 
 def _kind_cell(c: Case | None, m: Metrics | None) -> str:
-    """'1.487 ms · 35.7 % (compute)': the detail row's time, % of ceiling and bound, same rounding."""
+    """'1.487 ms · 35.7 % (compute)': the detail row's time, % of ceiling and bound, same rounding
+    (a top-k's logits per second after its time)."""
     if c is not None and (c.error or "").startswith(NOT_TIMED):
         return "not timed: " + c.error[len(NOT_TIMED):].split(" ", 1)[0]  # the verdict word; the reason is below
     if c is None or m is None:
         return "–"
+    # A kind measured in logits per second (the top-k) has that rate beside its time.
+    lps = c.counters.get("logits_per_second")
+    rate = f" · {lps / 1e6:.4g} M logits/s" if lps else ""
     if m.pct is None:
-        return f"{m.median_s * 1e3:.4g} ms ({_bound_text(c, m)})"
-    return f"{m.median_s * 1e3:.4g} ms · {m.pct:.1f} %" + (" †" if m.over_roof else "") + f" ({_bound_text(c, m)})"
+        return f"{m.median_s * 1e3:.4g} ms{rate} ({_bound_text(c, m)})"
+    return (f"{m.median_s * 1e3:.4g} ms{rate} · {m.pct:.1f} %" + (" †" if m.over_roof else "")
+            + f" ({_bound_text(c, m)})")
 
 
 def _md_kind_table(kind: str, kpts: list[str], kernels: list[str], by_key: dict[tuple, Case],
@@ -461,6 +468,14 @@ def _md_plots(run: BenchRun, kernels: list[str], mets: dict[tuple, Metrics | Non
     if warm and roofline_png:
         L.append("Left out of the roofline (timed with warm caches, so not bounded by the DRAM roof): "
                  + ", ".join(warm) + ".")
+        L.append("")
+    # A kind whose cost model counts no FLOPs (the top-k) has no place on a log-log roofline; its
+    # rate is in its table (% of the bandwidth ceiling, and the logits per second it reports).
+    no_flops = sorted({m.case.point for m in mets.values()
+                       if m and m.bw_roof is not None and m.ai <= 0 and m.case.point not in warm})
+    if no_flops and roofline_png:
+        L.append("Left out of the roofline (no arithmetic in their cost model; see their % of the bandwidth "
+                 "ceiling above): " + ", ".join(no_flops) + ".")
         L.append("")
     if roofline_png:
         L.append(f"![roofline]({roofline_png})")

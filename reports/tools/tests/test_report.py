@@ -314,6 +314,8 @@ def test_kind_from_name_agrees_with_the_axis_every_published_point_records():
     assert report.kind_from_name("decode_b128_h16_sq1_sk1024") == "decode_memory"
     assert report.kind_from_name("cpu_long_b1_h16_sq1_sk131072") == "long_context"
     assert report.kind_from_name("sparse_b64_h128_sq1_sk65536_top2048_fp8") == "sparse"
+    assert report.kind_from_name("cpu_indexer_logits_paged_b4_n1_h64_ctx4096") == "indexer_logits"
+    assert report.kind_from_name("topk_edge_r12_n4096_k2048") == "topk"
     assert report.kind_from_name("my_shape") == "other"
 
 

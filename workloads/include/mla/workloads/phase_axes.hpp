@@ -15,6 +15,9 @@
 // whose FP8 throughput per byte of bandwidth is higher than that. Its points are paged (the decode
 // call, next_n 1 and 2) and ragged (the prefill call); the exact oracle judges every kernel before
 // it is timed.
+//
+// The top-k (mla/core/topk.hpp) selects V3.2's 2048 keys from each row of those logits: no
+// arithmetic (its cost model counts bytes only), measured in logits read per second.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +29,7 @@
 #include "mla/core/indexer_logits.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill.hpp"
+#include "mla/core/topk.hpp"
 #include "mla/workloads/axes.hpp"
 
 namespace mla::axes {
@@ -88,6 +92,30 @@ struct IndexerLogitsPoint {
   bool in(Tier t) const { return (tiers & t) != 0; }
 };
 
+// How a top-k point's rows are laid out: a decode step's (row r one sequence, its range [0, len_r)
+// with len_r drawn in [n/2, n], the last row n), a prefill batch's (two sequences packed as
+// DeepGEMM's ragged logits are: the first half of the rows over keys [0, n/2), the second over
+// [n/2, n), each bottom-right causal, so the second's ranges start at n/2 and a relative index
+// differs from an absolute one), or the edges (ranges of 0, 1, k - 1, k, k + 1 and n positions,
+// every other one starting at 5, a third of each range masked with -inf, the values on a grid of
+// 1/4 so that ties are exact). Outside a row's range the logits are NaN (a kernel must never read
+// them), except after a prefill row's range: there its causal future's logits, finite and larger
+// than every valid one (what the ragged logits hold unless cleaned), so a selection that scans
+// past the range end takes them.
+enum class TopkRows { decode, prefill, edge };
+
+struct TopkPoint {
+  std::string name;
+  std::string why;
+  std::string scaled_from;
+  unsigned tiers = 0;
+  TopkShape shape;
+  TopkRows rows = TopkRows::decode;
+  uint64_t seed = 0;
+
+  bool in(Tier t) const { return (tiers & t) != 0; }
+};
+
 // The tables, in a fixed order; nullptr when absent; the points of tier `t` in table order.
 const std::vector<PrefillPoint>& prefill_catalog();
 const std::vector<MergePoint>& merge_catalog();
@@ -98,6 +126,9 @@ std::vector<const MergePoint*> select_merge(Tier t);
 const std::vector<IndexerLogitsPoint>& indexer_logits_catalog();
 const IndexerLogitsPoint* find_indexer_logits(std::string_view name);
 std::vector<const IndexerLogitsPoint*> select_indexer_logits(Tier t);
+const std::vector<TopkPoint>& topk_catalog();
+const TopkPoint* find_topk(std::string_view name);
+std::vector<const TopkPoint*> select_topk(Tier t);
 
 // Prefill inputs of `seqs` from the counter-based generator, keyed by `seed`: q bf16 with std
 // `q_std` (stream 1), k and v bf16 with std 1 (streams 2, 3), and the rope part of k (its last 64
@@ -117,10 +148,18 @@ MergeBuffers build_inputs(const MergePoint& p);
 // form); paged: the blocks a shuffled permutation of the pool (stream 5), the bytes no sequence
 // reads and the block-table entries past a sequence's last block garbage.
 IndexerLogitsBuffers build_inputs(const IndexerLogitsPoint& p);
+// A top-k point's inputs: the ranges of its TopkRows, logits N(0, 1) in float32 inside them
+// (stream 1; the edge rows' rounded to multiples of 1/4, every third masked), NaN outside.
+TopkBuffers build_inputs(const TopkPoint& p);
+// The logits a top-k call reads: the sum of its rows' range lengths (its logits_per_second), of
+// given inputs or of a point's (from its ranges alone, no logits drawn).
+int64_t logits_read(const TopkInputs& in);
+int64_t logits_read(const TopkPoint& p);
 
 // Host bytes of a point's canonical inputs.
 std::size_t input_bytes(const PrefillPoint& p);
 std::size_t input_bytes(const MergePoint& p);
 std::size_t input_bytes(const IndexerLogitsPoint& p);
+std::size_t input_bytes(const TopkPoint& p);
 
 }  // namespace mla::axes

@@ -213,6 +213,18 @@ RowResult phase_row(benchmark::State& st, const KernelFacts& k, std::optional<st
   return r;
 }
 
+// The kernel's prepared call at the state's point, prepared again only when the kernel or the
+// point changed (Google Benchmark calls a row's body once per repetition). The old call is freed
+// first: two points' prepared inputs are never alive together.
+template <class State, class Make>
+void prepare_once(State& s, const std::string& key, Make make) {
+  if (s.key == key && s.prepared) return;
+  s.prepared.reset();
+  s.key.clear();
+  s.prepared = make();
+  s.key = key;
+}
+
 // The verdict of the kernel of `key` at its point, judged once (Google Benchmark calls a row's
 // body once per repetition).
 std::optional<std::string> verdict(const std::string& key, const std::function<std::optional<std::string>()>& judge) {
@@ -325,13 +337,8 @@ RowResult time_prefill_row(benchmark::State& st, const PrefillRowCase& rc, Phase
     const PrefillInputs in = s.in->view();
     if (auto no = impl.check(in)) return "unsupported: " + *no;
     const std::string key = impl.info().name + "/" + p.name;
-    if (s.key != key || !s.prepared) {
-      s.prepared.reset();
-      s.key.clear();
-      // The one boundary between the canonical conventions and the kernel's declared ones.
-      s.prepared = impl.prepare(inputs_to_kernel(impl.info().conventions, in, s.v_storage));
-      s.key = key;
-    }
+    // The one boundary between the canonical conventions and the kernel's declared ones.
+    prepare_once(s, key, [&] { return impl.prepare(inputs_to_kernel(impl.info().conventions, in, s.v_storage)); });
     if (auto why = verdict(key, [&] { return judge_prefill_call(impl, s); })) return *why;
     // The byte/FLOP model of exactly the call timed: one run() over the point's inputs.
     return Ready{impl.cost(in), std::make_unique<PreparedCall<PreparedPrefill>>(*s.prepared)};
@@ -346,12 +353,7 @@ RowResult time_merge_row(benchmark::State& st, const MergeRowCase& rc, PhaseSide
     MergeState& s = point_state(cache().merge, p);
     const MergeInputs in = s.in->view();
     const std::string key = impl.info().name + "/" + p.name;
-    if (s.key != key || !s.prepared) {
-      s.prepared.reset();
-      s.key.clear();
-      s.prepared = impl.prepare(inputs_to_kernel(impl.info().conventions, in, s.lse_a, s.lse_b));
-      s.key = key;
-    }
+    prepare_once(s, key, [&] { return impl.prepare(inputs_to_kernel(impl.info().conventions, in, s.lse_a, s.lse_b)); });
     if (auto why = verdict(key, [&] { return judge_merge_call(impl, s); })) return *why;
     return Ready{impl.cost(p.shape), std::make_unique<PreparedCall<PreparedMerge>>(*s.prepared)};
   }, side);
@@ -365,12 +367,7 @@ RowResult time_indexer_logits_row(benchmark::State& st, const IndexerLogitsRowCa
     const IndexerLogitsInputs in = s.in->view();
     if (auto no = impl.check(in.shape)) return "unsupported: " + *no;
     const std::string key = impl.info().name + "/" + p.name;
-    if (s.key != key || !s.prepared) {
-      s.prepared.reset();
-      s.key.clear();
-      s.prepared = impl.prepare(in);
-      s.key = key;
-    }
+    prepare_once(s, key, [&] { return impl.prepare(in); });
     if (auto why = verdict(key, [&] { return judge_indexer_logits_call(s); })) return *why;
     return Ready{impl.cost(in), std::make_unique<PreparedCall<PreparedIndexerLogits>>(*s.prepared)};
   }, side);
@@ -384,12 +381,7 @@ RowResult time_topk_row(benchmark::State& st, const TopkRowCase& rc, PhaseSide& 
     TopkState& s = point_state(cache().topk, p);
     const TopkInputs in = s.in->view();
     const std::string key = impl.info().name + "/" + p.name;
-    if (s.key != key || !s.prepared) {
-      s.prepared.reset();
-      s.key.clear();
-      s.prepared = impl.prepare(in);
-      s.key = key;
-    }
+    prepare_once(s, key, [&] { return impl.prepare(in); });
     if (auto why = verdict(key, [&] { return judge_topk_call(impl, s); })) return *why;
     return Ready{impl.cost(in), std::make_unique<PreparedCall<PreparedTopk>>(*s.prepared),
                  static_cast<double>(axes::logits_read(in))};

@@ -530,34 +530,28 @@ void add_points_and_kernels_context(const Run& run, const CeilingSet& ceilings) 
 
 // The prefill, merge, indexer logits and top-k rows, point-major like the decode rows, on the host side
 // (the device side times decode kernels only).
+// One kind's rows: every point of the kind by every kernel of it, `time_row` the kind's body.
+template <class RowCase, class Point, class Impl>
+void register_kind_rows(const std::vector<const Point*>& points, const std::vector<const Impl*>& kernels,
+                        std::size_t budget, HostSide& host_side,
+                        mla::bench::RowResult (*time_row)(benchmark::State&, const RowCase&, mla::bench::PhaseSide&)) {
+  for (const auto* p : points)
+    for (const auto* k : kernels) {
+      const RowCase rc{k, p, budget};
+      benchmark::RegisterBenchmark(fmt::format("mla/{}/{}", k->info().name, p->name).c_str(),
+                                   [&host_side, rc, time_row](benchmark::State& st) { (void)time_row(st, rc, host_side); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+}
+
 void register_phase_rows(const Run& run, HostSide& host_side) {
-  const auto add = [](const std::string& name, std::function<void(benchmark::State&)> body) {
-    benchmark::RegisterBenchmark(name.c_str(), std::move(body))->UseManualTime()->Unit(benchmark::kMillisecond);
-  };
-  for (const auto* p : run.phase.prefill_points)
-    for (const auto* k : run.phase.prefill) {
-      const mla::bench::PrefillRowCase rc{k, p, run.budget};
-      add(fmt::format("mla/{}/{}", k->info().name, p->name),
-          [&host_side, rc](benchmark::State& st) { (void)mla::bench::time_prefill_row(st, rc, host_side); });
-    }
-  for (const auto* p : run.phase.merge_points)
-    for (const auto* k : run.phase.merge) {
-      const mla::bench::MergeRowCase rc{k, p, run.budget};
-      add(fmt::format("mla/{}/{}", k->info().name, p->name),
-          [&host_side, rc](benchmark::State& st) { (void)mla::bench::time_merge_row(st, rc, host_side); });
-    }
-  for (const auto* p : run.phase.indexer_logits_points)
-    for (const auto* k : run.phase.indexer_logits) {
-      const mla::bench::IndexerLogitsRowCase rc{k, p, run.budget};
-      add(fmt::format("mla/{}/{}", k->info().name, p->name),
-          [&host_side, rc](benchmark::State& st) { (void)mla::bench::time_indexer_logits_row(st, rc, host_side); });
-    }
-  for (const auto* p : run.phase.topk_points)
-    for (const auto* k : run.phase.topk) {
-      const mla::bench::TopkRowCase rc{k, p, run.budget};
-      add(fmt::format("mla/{}/{}", k->info().name, p->name),
-          [&host_side, rc](benchmark::State& st) { (void)mla::bench::time_topk_row(st, rc, host_side); });
-    }
+  namespace b = mla::bench;
+  register_kind_rows(run.phase.prefill_points, run.phase.prefill, run.budget, host_side, &b::time_prefill_row);
+  register_kind_rows(run.phase.merge_points, run.phase.merge, run.budget, host_side, &b::time_merge_row);
+  register_kind_rows(run.phase.indexer_logits_points, run.phase.indexer_logits, run.budget, host_side,
+                     &b::time_indexer_logits_row);
+  register_kind_rows(run.phase.topk_points, run.phase.topk, run.budget, host_side, &b::time_topk_row);
 }
 
 // Google Benchmark over the registered rows; the JSON file (--benchmark_out) rewritten after

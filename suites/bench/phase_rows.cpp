@@ -11,7 +11,6 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "mla/core/error.hpp"
 #include "mla/judge/indexer_logits.hpp"
@@ -48,22 +47,18 @@ struct MergeState {
   std::unique_ptr<PreparedMerge> prepared;
 };
 
-// One indexer logits point's inputs and the current kernel's prepared call (no conventions to
-// cross: the contract has one layout per variant).
-struct IndexerLogitsState {
+// One point's inputs and the current kernel's prepared call, for the kinds that keep nothing else
+// (no conventions to cross, the truth computed inside their judges): the indexer logits and the
+// top-k.
+template <class Buffers, class Prepared>
+struct PointState {
   std::string point;
-  std::optional<IndexerLogitsBuffers> in;
+  std::optional<Buffers> in;
   std::string key;
-  std::unique_ptr<PreparedIndexerLogits> prepared;
+  std::unique_ptr<Prepared> prepared;
 };
-
-// One top-k point's inputs and the current kernel's prepared call.
-struct TopkState {
-  std::string point;
-  std::optional<TopkBuffers> in;
-  std::string key;
-  std::unique_ptr<PreparedTopk> prepared;
-};
+using IndexerLogitsState = PointState<IndexerLogitsBuffers, PreparedIndexerLogits>;
+using TopkState = PointState<TopkBuffers, PreparedTopk>;
 
 struct Cache {
   PrefillState prefill;
@@ -156,8 +151,7 @@ std::optional<std::string> judge_indexer_logits_call(IndexerLogitsState& s) {
   std::vector<float> got;
   if (auto why = judged_call(*s.prepared, got)) return why;
   const auto j = timed_truth(s.point, "exact oracle and judge", [&] { return judge_indexer_logits(s.in->view(), got); });
-  if (j.verdict == tol::Verdict::pass) return std::nullopt;
-  return fmt::format("not timed: FAIL ({})", fmt::join(j.reasons, "; "));
+  return not_timed_reason(j.verdict == tol::Verdict::pass, j.reasons);
 }
 
 // The indices made canonical (the kernel's declared index base), then judged against the logits
@@ -170,8 +164,7 @@ std::optional<std::string> judge_topk_call(const TopkImpl& impl, TopkState& s) {
   const auto j = timed_truth(s.point, "judge", [&] {
     return judge_topk(in, got, impl.info().precision, impl.info().conventions.sorted);
   });
-  if (j.pass()) return std::nullopt;
-  return fmt::format("not timed: FAIL ({})", fmt::join(j.reasons, "; "));
+  return not_timed_reason(j.pass(), j.reasons);
 }
 
 // A judged kernel ready to time: the byte/FLOP model of one call and the call.

@@ -40,10 +40,12 @@ std::optional<std::string> PointJudge::failure(const AttentionImpl& impl, Prepar
   return verdicts_[key] = not_timed_reason(judge_attention(in.shape, declared, got, truth_->view()));
 }
 
-std::optional<std::string> not_timed_reason(const AttentionJudgement& j) {
-  if (j.pass()) return std::nullopt;
+std::optional<std::string> not_timed_reason(const AttentionJudgement& j) { return not_timed_reason(j.pass(), j.reasons); }
+
+std::optional<std::string> not_timed_reason(bool pass, const std::vector<std::string>& reasons) {
+  if (pass) return std::nullopt;
   std::string why;
-  for (const auto& r : j.reasons) why += (why.empty() ? "" : "; ") + r;
+  for (const auto& r : reasons) why += (why.empty() ? "" : "; ") + r;
   return fmt::format("not timed: FAIL ({})", why);
 }
 

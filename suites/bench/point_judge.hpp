@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "mla/core/kernel.hpp"
 #include "mla/judge/attention.hpp"
@@ -16,8 +17,10 @@
 namespace mla::bench {
 
 // The row's reason for a judgement it did not pass ("not timed: FAIL (reason; reason)"), or
-// nullopt for a PASS: the one wording of every kind's failed rows (decode, prefill, merge).
+// nullopt for a PASS: the one wording of every kind's failed rows (decode, prefill, merge; the
+// indexer logits and the top-k, whose judgements are their own types, through the second form).
 std::optional<std::string> not_timed_reason(const AttentionJudgement& j);
+std::optional<std::string> not_timed_reason(bool pass, const std::vector<std::string>& reasons);
 
 class PointJudge {
  public:

@@ -275,7 +275,7 @@ TEST(AxesBuild, RejectsInconsistentPoints) {
 
 namespace {
 
-// The checks every point of any kind gets: a well-formed name unique across the three tables (a
+// The checks every point of any kind gets: a well-formed name unique across every table (a
 // --mla_points name selects one point of one kind), a tier, quick inside full, and a CPU point
 // names the production point of its kind that it was reduced from.
 template <class P>
@@ -284,7 +284,7 @@ void check_declaration(const P& p, std::set<std::string>& names, std::set<uint64
   SCOPED_TRACE(p.name);
   EXPECT_TRUE(std::regex_match(p.name, std::regex("[a-z0-9_]+")));
   EXPECT_TRUE(names.insert(p.name).second) << "duplicate name";
-  EXPECT_TRUE(seeds.insert(p.seed).second) << "seed shared with another prefill or merge point";
+  EXPECT_TRUE(seeds.insert(p.seed).second) << "seed shared with another phase point";
   EXPECT_NE(p.tiers, 0u);
   if (p.in(ax::cpu_quick)) {
     EXPECT_TRUE(p.in(ax::cpu_full)) << "quick must be a subset of full";

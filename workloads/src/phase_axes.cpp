@@ -142,7 +142,7 @@ std::vector<IndexerLogitsPoint> build_indexer_logits_catalog() {
   for (const int n : {1, 2})
     t.push_back(logits_point(fmt::format("indexer_logits_paged_b64_n{}_h64_ctx32768", n), kGpu, paged, 64, n, 64, 32768,
                              1200 + static_cast<uint64_t>(n),
-                             "memory-bound indexer decode step: each sequence's 132-byte keys read once per step"));
+                             "indexer decode step: each sequence's 132-byte keys read once per step"));
   t.push_back(logits_point("indexer_logits_ragged_q4096_k16384_h64", kGpu, ragged, 4096, 1, 0, 16384, 1203,
                            "indexer prefill: a 4K-token chunk over 16K keys, bottom-right causal (ragged)"));
   // --- CPU tiers: the fp64 oracle judges every kernel first --------------------------------------
@@ -198,8 +198,8 @@ std::vector<TopkPoint> build_topk_catalog() {
   return t;
 }
 
-// Checks a table's declarations: names unique (across decode, prefill and merge: --mla_points
-// selects by name alone) and well formed, tiers set.
+// Checks a table's declarations: names unique (across the decode table and every phase table:
+// --mla_points selects by name alone) and well formed, tiers set.
 template <class P>
 void check_names(const std::vector<P>& points, std::set<std::string>& seen) {
   for (const auto& p : points) {
@@ -233,6 +233,22 @@ const Tables& tables() {
   return t;
 }
 
+// The point of `table` named `name`, or nullptr; the points of tier `t` in table order.
+template <class P>
+const P* find_in(const std::vector<P>& table, std::string_view name) {
+  for (const auto& p : table)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+template <class P>
+std::vector<const P*> select_in(const std::vector<P>& table, Tier t) {
+  std::vector<const P*> out;
+  for (const auto& p : table)
+    if (p.in(t)) out.push_back(&p);
+  return out;
+}
+
 }  // namespace
 
 int64_t PrefillPoint::total_q() const {
@@ -249,62 +265,18 @@ int64_t PrefillPoint::total_k() const {
 
 const std::vector<PrefillPoint>& prefill_catalog() { return tables().prefill; }
 const std::vector<MergePoint>& merge_catalog() { return tables().merge; }
-
-const PrefillPoint* find_prefill(std::string_view name) {
-  for (const auto& p : prefill_catalog())
-    if (p.name == name) return &p;
-  return nullptr;
-}
-
-const MergePoint* find_merge(std::string_view name) {
-  for (const auto& p : merge_catalog())
-    if (p.name == name) return &p;
-  return nullptr;
-}
-
-std::vector<const PrefillPoint*> select_prefill(Tier t) {
-  std::vector<const PrefillPoint*> out;
-  for (const auto& p : prefill_catalog())
-    if (p.in(t)) out.push_back(&p);
-  return out;
-}
-
-std::vector<const MergePoint*> select_merge(Tier t) {
-  std::vector<const MergePoint*> out;
-  for (const auto& p : merge_catalog())
-    if (p.in(t)) out.push_back(&p);
-  return out;
-}
-
 const std::vector<IndexerLogitsPoint>& indexer_logits_catalog() { return tables().indexer_logits; }
-
-const IndexerLogitsPoint* find_indexer_logits(std::string_view name) {
-  for (const auto& p : indexer_logits_catalog())
-    if (p.name == name) return &p;
-  return nullptr;
-}
-
-std::vector<const IndexerLogitsPoint*> select_indexer_logits(Tier t) {
-  std::vector<const IndexerLogitsPoint*> out;
-  for (const auto& p : indexer_logits_catalog())
-    if (p.in(t)) out.push_back(&p);
-  return out;
-}
-
 const std::vector<TopkPoint>& topk_catalog() { return tables().topk; }
 
-const TopkPoint* find_topk(std::string_view name) {
-  for (const auto& p : topk_catalog())
-    if (p.name == name) return &p;
-  return nullptr;
-}
+const PrefillPoint* find_prefill(std::string_view name) { return find_in(prefill_catalog(), name); }
+const MergePoint* find_merge(std::string_view name) { return find_in(merge_catalog(), name); }
+const IndexerLogitsPoint* find_indexer_logits(std::string_view name) { return find_in(indexer_logits_catalog(), name); }
+const TopkPoint* find_topk(std::string_view name) { return find_in(topk_catalog(), name); }
 
-std::vector<const TopkPoint*> select_topk(Tier t) {
-  std::vector<const TopkPoint*> out;
-  for (const auto& p : topk_catalog())
-    if (p.in(t)) out.push_back(&p);
-  return out;
-}
+std::vector<const PrefillPoint*> select_prefill(Tier t) { return select_in(prefill_catalog(), t); }
+std::vector<const MergePoint*> select_merge(Tier t) { return select_in(merge_catalog(), t); }
+std::vector<const IndexerLogitsPoint*> select_indexer_logits(Tier t) { return select_in(indexer_logits_catalog(), t); }
+std::vector<const TopkPoint*> select_topk(Tier t) { return select_in(topk_catalog(), t); }
 
 PrefillBuffers build_prefill(uint64_t seed, int heads, bool causal, const std::vector<PrefillSeq>& seqs, double q_std,
                              double softmax_scale) {

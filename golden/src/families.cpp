@@ -17,7 +17,8 @@ extern const char* const kCatalogJson;
 
 namespace {
 
-constexpr FamilyKind kKinds[] = {FamilyKind::attention, FamilyKind::layer, FamilyKind::prefill, FamilyKind::merge};
+constexpr FamilyKind kKinds[] = {FamilyKind::attention, FamilyKind::layer, FamilyKind::prefill, FamilyKind::merge,
+                                 FamilyKind::indexer};
 
 bool valid_name(const std::string& n) {
   return !n.empty() && n.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos;
@@ -31,6 +32,7 @@ const char* to_string(FamilyKind kind) {
     case FamilyKind::layer: return "layer";
     case FamilyKind::prefill: return "prefill";
     case FamilyKind::merge: return "merge";
+    case FamilyKind::indexer: return "indexer";
   }
   return "unknown";
 }

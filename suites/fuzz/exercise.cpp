@@ -60,11 +60,13 @@ Outcome exercise_golden_file(const std::filesystem::path& file) {
   const bool layer = family.empty() || is_family(family, fx::FamilyKind::layer);
   const bool prefill = family.empty() || is_family(family, fx::FamilyKind::prefill);
   const bool merge = family.empty() || is_family(family, fx::FamilyKind::merge);
+  const bool indexer = family.empty() || is_family(family, fx::FamilyKind::indexer);
   for (const auto& name : names) {
     if (attn && attempt(o, [&] { (void)fx::load_attn_case(file, name); })) ++o.loaded;
     if (layer && attempt(o, [&] { (void)fx::load_layer_case(file, name); })) ++o.loaded;
     if (prefill && attempt(o, [&] { (void)fx::load_prefill_case(file, name); })) ++o.loaded;
     if (merge && attempt(o, [&] { (void)fx::load_merge_case(file, name); })) ++o.loaded;
+    if (indexer && attempt(o, [&] { (void)fx::load_indexer_case(file, name); })) ++o.loaded;
   }
   return o;
 }

@@ -42,11 +42,15 @@ void Builder::file(hid_t f) {
   const int n = in.ConsumeIntegralInRange<int>(odd() ? 0 : 1, 2);
   for (int i = 0; i < n; ++i) {
     FamilyKind kind = known ? known->kind : FamilyKind::attention;
-    if (odd()) kind = in.PickValueInArray({FamilyKind::attention, FamilyKind::layer, FamilyKind::prefill, FamilyKind::merge});
+    if (odd()) {
+      kind = in.PickValueInArray(
+          {FamilyKind::attention, FamilyKind::layer, FamilyKind::prefill, FamilyKind::merge, FamilyKind::indexer});
+    }
     switch (kind) {
       case FamilyKind::layer: layer_case(cases, family); break;
       case FamilyKind::prefill: prefill_case(cases, family); break;
       case FamilyKind::merge: merge_case(cases, family); break;
+      case FamilyKind::indexer: indexer_case(cases, family); break;
       default: attn_case(cases, family); break;
     }
   }

@@ -1,7 +1,7 @@
 // The builder of fuzz_golden_schema (its file comment says what it is for): the input bytes
 // choose the contents of a golden file, HDF5 writes them. Its attention and layer case writers
-// are here; the prefill and merge ones in schema_prefill_merge.cpp, file() in
-// fuzz_golden_schema.cpp.
+// are here; the prefill and merge ones in schema_prefill_merge.cpp, the indexer one in
+// schema_indexer.cpp, file() in fuzz_golden_schema.cpp.
 #pragma once
 
 #include <fuzzer/FuzzedDataProvider.h>
@@ -501,6 +501,8 @@ struct Builder {
   void typed_out(hid_t g, const std::string& path, const std::string& dtype, std::vector<int64_t> shape,
                  const std::vector<uint8_t>& code);
   void merge_case(hid_t cases, const std::string& family);
+  // The V3.2 indexer cases (schema_indexer.cpp).
+  void indexer_case(hid_t cases, const std::string& family);
   // The whole file: its attributes and cases of its family's kind (fuzz_golden_schema.cpp).
   void file(hid_t f);
 };

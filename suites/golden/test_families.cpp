@@ -30,7 +30,7 @@ TEST(Families, TheDescriptionDeclaresEveryFamilyOnceWithHowItIsJudged) {
   // The lists the tests and the certifier iterate are views of the same description.
   EXPECT_EQ(family_names().size(), all.size());
   std::size_t of_a_kind = 0;
-  for (auto k : {FamilyKind::attention, FamilyKind::layer, FamilyKind::prefill, FamilyKind::merge}) {
+  for (auto k : {FamilyKind::attention, FamilyKind::layer, FamilyKind::prefill, FamilyKind::merge, FamilyKind::indexer}) {
     of_a_kind += family_names(k).size();
   }
   EXPECT_EQ(of_a_kind, all.size());

@@ -120,6 +120,11 @@ TEST_F(RealCatalog, EveryCaseOfEveryFileLoads) {
       } else if (kind == FamilyKind::merge) {
         const MergeCase c = load_merge_case(path, cname);
         EXPECT_EQ(c.truth_lse.size(), static_cast<std::size_t>(c.tokens * c.heads)) << cname;
+      } else if (kind == FamilyKind::indexer) {
+        const IndexerCase c = load_indexer_case(path, cname);
+        ASSERT_FALSE(c.steps.empty()) << cname;
+        EXPECT_EQ(c.steps.back().logits_truth.size(),
+                  static_cast<std::size_t>(c.batch * c.steps.back().seqlen * c.steps.back().end_pos())) << cname;
       } else {
         const LayerCase c = load_layer_case(path, cname);
         SCOPED_TRACE(name + ":" + cname);

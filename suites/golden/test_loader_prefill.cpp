@@ -1,7 +1,7 @@
-// L0: the prefill and merge families of the real catalog load, with what SCHEMA.md promises
-// (cu_seqlens, empty rows, needles, no NaN where none is allowed), and copies of them made to lie
-// (one dataset or attribute rewritten in place) are refused with a FixtureError naming the
-// dataset and what was wrong.
+// L0: the prefill, merge and indexer families of the real catalog load, with what SCHEMA.md
+// promises (cu_seqlens, empty rows, needles, no NaN where none is allowed, causal horizons, top-k
+// rows), and copies of them made to lie (one dataset or attribute rewritten in place) are refused
+// with a FixtureError naming the dataset and what was wrong.
 #include <gtest/gtest.h>
 
 #include <H5Cpp.h>
@@ -34,7 +34,7 @@ class PrefillGoldens : public ::testing::Test {
       GTEST_SKIP() << "no golden catalog at " << dir_ << " (write it with ./mla.sh goldens)";
     }
     cat_ = open_catalog(dir_);
-    for (const char* f : {"prefill.h5", "merge.h5"}) {
+    for (const char* f : {"prefill.h5", "merge.h5", "indexer.h5"}) {
       if (!cat_.sha256.count(f)) GTEST_SKIP() << "the catalog at " << dir_ << " has no " << f << " (./mla.sh goldens)";
     }
   }
@@ -122,6 +122,14 @@ void set_int_attr(H5::H5File& f, const std::string& group, const std::string& na
   g.openAttribute(name).write(H5::PredType::NATIVE_INT64, &value);
 }
 
+void set_str_attr(H5::H5File& f, const std::string& group, const std::string& name, const std::string& value) {
+  H5::Group g = f.openGroup(group);
+  g.removeAttr(name);
+  H5::StrType t(H5::PredType::C_S1, H5T_VARIABLE);
+  t.setCset(H5T_CSET_UTF8);
+  g.createAttribute(name, t, H5::DataSpace(H5S_SCALAR)).write(t, value);
+}
+
 struct Lie {
   const char* what;
   const char* file;
@@ -190,12 +198,47 @@ std::vector<Lie> lies() {
          rewrite<double>(f, p + "/truth/lse", H5::PredType::NATIVE_DOUBLE, [](D& v) { v[5] = 0.0; });
        }},
       {"an unknown out dtype", "merge.h5", "random_fp16", "", "out_dtype one of bfloat16, float16, float32",
+       [](H5::H5File& f, const std::string& p) { set_str_attr(f, p, "out_dtype", "float8"); }},
+      // indexer.h5, case tiny_interleaved_ue8m0: batch 2, a 12-token prompt (step 0), a decode step
+      // (step 1); top-8, so prompt row i keeps min(8, i + 1) positions.
+      {"a RoPE layout nobody uses", "indexer.h5", "tiny_interleaved_ue8m0", "", "rope_layout 'interleaved' or 'half'",
+       [](H5::H5File& f, const std::string& p) { set_str_attr(f, p, "rope_layout", "neox2"); }},
+      {"heads attribute disagrees with the data", "indexer.h5", "tiny_half_ue8m0", "/steps/0/q", "heads=5",
+       [](H5::H5File& f, const std::string& p) { set_int_attr(f, p, "heads", 5); }},
+      {"a decode step that does not follow the prompt", "indexer.h5", "tiny_half_fp32", "/steps/1",
+       "the previous step's end", [](H5::H5File& f, const std::string& p) { set_int_attr(f, p + "/steps/1", "start_pos", 11); }},
+      {"an e4m3 NaN code", "indexer.h5", "tiny_interleaved_ue8m0", "/steps/0/q_codes", "without NaN",
        [](H5::H5File& f, const std::string& p) {
-         H5::Group g = f.openGroup(p);
-         g.removeAttr("out_dtype");
-         H5::StrType t(H5::PredType::C_S1, H5T_VARIABLE);
-         t.setCset(H5T_CSET_UTF8);
-         g.createAttribute("out_dtype", t, H5::DataSpace(H5S_SCALAR)).write(t, std::string("float8"));
+         rewrite<uint8_t>(f, p + "/steps/0/q_codes", H5::PredType::NATIVE_UINT8, [](std::vector<uint8_t>& v) { v[5] = 0xFF; });
+       }},
+      {"a ue8m0 scale that is no power of two", "indexer.h5", "tiny_interleaved_ue8m0", "/steps/1/k_scale", "powers of two",
+       [](H5::H5File& f, const std::string& p) {
+         rewrite<float>(f, p + "/steps/1/k_scale", H5::PredType::NATIVE_FLOAT, [](F& v) { v[1] = 0.3f; });
+       }},
+      {"a row's valid count off by one", "indexer.h5", "tiny_interleaved_fp32", "/steps/0/n_valid", "(causal)",
+       [](H5::H5File& f, const std::string& p) {
+         rewrite<int32_t>(f, p + "/steps/0/n_valid", H5::PredType::NATIVE_INT32, [](I& v) { v[3] += 1; });
+       }},
+      {"a logit past the causal horizon", "indexer.h5", "tiny_half_ue8m0", "/steps/0/logits_truth", "-inf past the row's causal horizon",
+       [](H5::H5File& f, const std::string& p) {
+         rewrite<double>(f, p + "/steps/0/logits_truth", H5::PredType::NATIVE_DOUBLE, [](D& v) { v[1] = 0.5; });  // row 0, position 1
+       }},
+      {"a masked logit inside the horizon", "indexer.h5", "tiny_half_ue8m0", "/steps/1/logits_deployed",
+       "a finite logit inside the row's causal horizon",
+       [](H5::H5File& f, const std::string& p) {
+         rewrite<float>(f, p + "/steps/1/logits_deployed", H5::PredType::NATIVE_FLOAT,
+                        [](F& v) { v[4] = -std::numeric_limits<float>::infinity(); });
+       }},
+      {"a duplicated top-k position", "indexer.h5", "tiny_interleaved_ue8m0", "/steps/0/topk_truth", "distinct positions",
+       [](H5::H5File& f, const std::string& p) {
+         // row 11 (12 valid positions) keeps 8: entries 88 .. 95
+         rewrite<int32_t>(f, p + "/steps/0/topk_truth", H5::PredType::NATIVE_INT32, [](I& v) { v[89] = v[88]; });
+       }},
+      {"a masked position in the padding", "indexer.h5", "tiny_interleaved_ue8m0", "/steps/0/topk_deployed",
+       "-1 past the row's valid count",
+       [](H5::H5File& f, const std::string& p) {
+         // row 0 sees position 0 only: entries 1 .. 7 are padding
+         rewrite<int32_t>(f, p + "/steps/0/topk_deployed", H5::PredType::NATIVE_INT32, [](I& v) { v[1] = 1; });
        }},
   };
 }
@@ -204,10 +247,11 @@ TEST_F(PrefillGoldens, LyingCopiesAreRefusedNamingTheDatasetAndTheProblem) {
   for (const auto& lie : lies()) {
     SCOPED_TRACE(lie.what);
     const std::string p = std::string("/cases/") + lie.case_name;
-    const bool prefill = std::string(lie.file) == "prefill.h5";
+    const std::string file = lie.file;
     auto load = [&](const fs::path& f) {
-      if (prefill) (void)load_prefill_case(f, lie.case_name);
-      else (void)load_merge_case(f, lie.case_name);
+      if (file == "prefill.h5") (void)load_prefill_case(f, lie.case_name);
+      else if (file == "merge.h5") (void)load_merge_case(f, lie.case_name);
+      else (void)load_indexer_case(f, lie.case_name);
     };
     // The unedited case loads: the refusal below is the edit's doing.
     ASSERT_NO_THROW(load(cat_.file(lie.file)));
@@ -226,9 +270,12 @@ TEST_F(PrefillGoldens, EachLoaderRefusesTheOtherKindsFiles) {
   }
   EXPECT_THROW((void)load_merge_case(cat_.file("prefill.h5"), "h1_varlen"), FixtureError);
   EXPECT_THROW((void)load_attn_case(cat_.file("prefill.h5"), "h1_varlen"), FixtureError);
+  EXPECT_THROW((void)load_indexer_case(cat_.file("merge.h5"), "random_fp32"), FixtureError);
+  EXPECT_THROW((void)load_prefill_case(cat_.file("indexer.h5"), "tiny_half_fp32"), FixtureError);
   // The kind-blind entry point takes each to its own loader.
   EXPECT_NO_THROW(validate_case(cat_.file("prefill.h5"), "h1_varlen"));
   EXPECT_NO_THROW(validate_case(cat_.file("merge.h5"), "random_fp32"));
+  EXPECT_NO_THROW(validate_case(cat_.file("indexer.h5"), "h64_half_ue8m0"));
 }
 
 TEST(Float16, WidensExactly) {

@@ -164,6 +164,17 @@ void inspect_merge(const fx::MergeCase& c, std::ostream& out) {
                      stats_f64(c.truth_lse));
 }
 
+void inspect_indexer(const fx::IndexerCase& c, std::ostream& out) {
+  out << fmt::format("{}/{} ({}): {}\n", c.file, c.name, c.family, c.description);
+  out << fmt::format("  batch {} heads {} head_dim {} rope_dim {} ({}) top-{} scales {}, seed {}\n", c.batch, c.heads,
+                     c.head_dim, c.rope_dim, c.rope_layout, c.index_topk, to_string(c.scale_fmt), c.seed);
+  for (const auto& s : c.steps) {
+    const std::vector<int64_t> l{c.batch, s.seqlen, s.end_pos()};
+    out << fmt::format("  step at {} ({} token{}): logits {}  {}\n", s.start_pos, s.seqlen, s.seqlen == 1 ? "" : "s",
+                       shape_str(l), stats_f64(s.logits_truth));
+  }
+}
+
 }  // namespace
 
 int goldens_list(const std::filesystem::path& dir, bool verify, std::ostream& out) {
@@ -266,6 +277,7 @@ int goldens_inspect(const std::filesystem::path& dir, const std::string& file, c
     case fx::FamilyKind::layer: inspect_layer(fx::load_layer_case(path, case_name), out); break;
     case fx::FamilyKind::prefill: inspect_prefill(fx::load_prefill_case(path, case_name), out); break;
     case fx::FamilyKind::merge: inspect_merge(fx::load_merge_case(path, case_name), out); break;
+    case fx::FamilyKind::indexer: inspect_indexer(fx::load_indexer_case(path, case_name), out); break;
   }
   return 0;
 }

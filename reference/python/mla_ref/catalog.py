@@ -18,8 +18,8 @@ CATALOG_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardi
 
 _NAME = re.compile(r"^[a-z0-9_]+$")
 # How a family's cases are loaded: attention-core (decode), full-layer, MHA-form prefill, merge of
-# partial attention states (fixtures/SCHEMA.md, one section each).
-KINDS = ("attention", "layer", "prefill", "merge")
+# partial attention states, V3.2's indexer (fixtures/SCHEMA.md, one section each).
+KINDS = ("attention", "layer", "prefill", "merge", "indexer")
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,8 @@ PRESETS = {
     # tiny with an indexer: one 128-wide quantization block per index head (its smallest legal
     # width) and a top-k below max_seq_len, so both "k < valid" and "valid < k" rows occur
     "tiny-indexer": ModelArgs(**_TINY, index_n_heads=4, index_head_dim=128, index_topk=8),
+    # V3.2's 64 index heads on the tiny layer: the head sum at its deployed length
+    "tiny-indexer-h64": ModelArgs(**_TINY, index_n_heads=64, index_head_dim=128, index_topk=4),
 }
 
 

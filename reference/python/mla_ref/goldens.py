@@ -29,6 +29,7 @@ import torch
 from . import __version__, catalog, config, layer, numerics, rope
 from .attn_cases import DEFAULT_SCALE, AttnSpec, make_indices, write_attn_specs
 from . import prefill_cases as pc
+from .indexer_cases import IndexerSpec, write_indexer_specs
 from .golden_h5 import Node, compare_files
 
 SCHEMA_VERSION = 2
@@ -395,6 +396,25 @@ def write_merge(root: Node, seed0: int):
           tokens=3, heads=2, head_dim=512, out_dtype="bf16"),
     ]
     pc.write_merge_specs(root, seed0, specs)
+
+
+# ================================================================ the V3.2 indexer
+
+@family_writer("indexer")
+def write_indexer(root: Node, seed0: int):
+    S = IndexerSpec
+    specs = []
+    # The same inputs under both RoPE layouts and both scale formats: a kernel of the wrong layout
+    # or format fails on them (test_indexer_goldens.py checks that the selections differ).
+    for fmt in ("ue8m0", "fp32"):
+        for layout in ("interleaved", "half"):
+            specs.append(S(f"tiny_{layout}_{fmt}", f"tiny layer, 4 index heads, top-8: batch 2, a 12-token prompt "
+                           f"then a decode step, RoPE {layout}, {fmt} scales", preset="tiny-indexer", batch=2,
+                           prompt=12, decode_steps=1, rope_layout=layout, scale_fmt=fmt, seed=seed0))
+    specs.append(S("h64_half_ue8m0", "V3.2's 64 index heads on the tiny layer, top-4: a 5-token prompt then a "
+                   "decode step, RoPE half, ue8m0 scales", preset="tiny-indexer-h64", batch=1, prompt=5,
+                   decode_steps=1, rope_layout="half", scale_fmt="ue8m0", seed=seed0 + 1))
+    write_indexer_specs(root, specs)
 
 
 # ================================================================ files

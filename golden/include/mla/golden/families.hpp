@@ -27,8 +27,9 @@ enum class FamilyKind {
   layer,      // full-layer cases (load_layer_case): the C++ reference layer against fp64 outputs
   prefill,    // MHA-form varlen prefill cases (load_prefill_case): out/lse against truth/*
   merge,      // merges of two partial attention states (load_merge_case): out/lse against truth/*
+  indexer,    // V3.2 indexer steps (load_indexer_case): each stage against the C++ oracles
 };
-// "attention", "layer", "prefill", "merge": the catalog's spelling.
+// "attention", "layer", "prefill", "merge", "indexer": the catalog's spelling.
 const char* to_string(FamilyKind kind);
 
 // What `mla certify` does with a family: the name of the case kind that certifies its cases

@@ -96,6 +96,29 @@ IndexerLogitsBuffers::IndexerLogitsBuffers(const IndexerLogitsInputs& in)
       ks(in.ks.begin(), in.ks.end()),
       ke(in.ke.begin(), in.ke.end()) {}
 
+void place_paged_keys(IndexerLogitsBuffers& b, std::span<const int64_t> pool,
+                      const std::function<void(int64_t seq, int64_t pos, uint8_t* codes, float& scale)>& key) {
+  const auto& s = b.shape;
+  std::size_t next = 0;
+  for (int64_t q = 0; q < s.batch; ++q) {
+    const int64_t len = b.context_lens[static_cast<std::size_t>(q)];
+    for (int64_t j = 0; j < ceil_div(len, s.block_size); ++j) {
+      if (next >= pool.size()) throw Error(fmt::format("place_paged_keys: the pool of {} blocks is used up", pool.size()));
+      const int64_t block = pool[next++];
+      if (block < 0 || block >= s.num_blocks) {
+        throw Error(fmt::format("place_paged_keys: pool entry {} is block {}, outside [0, {})", next - 1, block, s.num_blocks));
+      }
+      b.block_table[static_cast<std::size_t>(q * s.max_blocks + j)] = static_cast<int32_t>(block);
+      for (int64_t o = 0; o < s.block_size && j * s.block_size + o < len; ++o) {
+        const int64_t slot = block * s.block_size + o;
+        float scale = 0;
+        key(q, j * s.block_size + o, b.cache.data() + indexer_code_offset(s.block_size, slot), scale);
+        std::memcpy(b.cache.data() + indexer_scale_offset(s.block_size, slot), &scale, sizeof scale);
+      }
+    }
+  }
+}
+
 IndexerLogitsInputs IndexerLogitsBuffers::view() const {
   return {shape, q, weights, cache, context_lens, block_table, k_codes, k_scales, ks, ke};
 }

@@ -69,6 +69,7 @@ const std::vector<Preset>& presets() {
       // the MLA part, which is what this table describes, is V3's.
       make("v32", "DeepSeek-V3.2 671B: V3's MLA (128 heads) and the lightning indexer", v3(128), 61),
       make("tiny-indexer", "test model: tiny (q-LoRA, YaRN on) with an indexer", tiny(true, true), 1),
+      make("tiny-indexer-h64", "test model: tiny (q-LoRA, YaRN on) with V3.2's 64 index heads", tiny(true, true), 1),
   };
   return table;
 }

@@ -4,7 +4,10 @@
 // while a decode kernel beside them gets none of theirs; every planted bug of kernels/faults,
 // selected with --fault, is FAIL on every drawn case its bug applies to (an fp32-for-ue8m0 scale
 // bug on the ue8m0 cases, a logits scale read from the wrong place on paged calls, a later
-// token's position on next_n 2 calls) and PASS on the others, with the judge's reason. Top-k: a claim of one k gets that k's cases
+// token's position on next_n 2 calls) and PASS on the others, with the judge's reason. The indexer
+// logits also certify the stored indexer family (the reference's indexer steps): every registered
+// kernel passes it as a paged call, a kernel that takes ragged calls only as a ragged one, and
+// every planted logits bug is FAIL on every stored case. Top-k: a claim of one k gets that k's cases
 // only; a kernel that throws is an ERROR with its message, one whose second call differs a FAIL;
 // the same seed draws the same cases; a selection without the fresh family, or whose --case
 // matches no drawn case, is refused saying why.
@@ -15,6 +18,8 @@
 
 #include "mla/certify/certify.hpp"
 #include "mla/core/indexer_cache.hpp"
+#include "mla/core/indexer_logits.hpp"
+#include "mla/golden/golden.hpp"
 #include "mla/core/topk.hpp"
 #include "mla/faults/faults.hpp"
 #include "mla/registry/registry.hpp"
@@ -96,9 +101,32 @@ class SecondCallDiffers final : public Wrapped {
   }
 };
 
+// cpu_indexer_logits claiming ragged calls only (fp8_mqa_logits without its paged sibling).
+class RaggedOnlyLogits final : public mla::IndexerLogitsImpl {
+ public:
+  RaggedOnlyLogits() {
+    info_ = base().info();
+    info_.name = "test_indexer_logits_ragged_only";
+    info_.role = mla::KernelRole::optimized;
+    info_.layouts = {mla::IndexerLogitsLayout::ragged};
+  }
+  const mla::IndexerLogitsKernelInfo& info() const override { return info_; }
+  std::unique_ptr<mla::PreparedIndexerLogits> prepare(const mla::IndexerLogitsInputs& in) const override {
+    return base().prepare(in);
+  }
+
+ private:
+  static const mla::IndexerLogitsImpl& base() {
+    mla::register_builtin_kernels();
+    return *mla::Registry::instance().find_indexer_logits("cpu_indexer_logits");
+  }
+  mla::IndexerLogitsKernelInfo info_;
+};
+
 void register_test_kernels() {
   static const bool once = [] {
     mla::register_builtin_kernels();
+    mla::Registry::instance().add(std::make_unique<RaggedOnlyLogits>());
     mla::Registry::instance().add(std::make_unique<OnlyK64>());
     mla::Registry::instance().add(std::make_unique<Throws>());
     mla::Registry::instance().add(std::make_unique<SecondCallDiffers>());
@@ -364,6 +392,52 @@ TEST(CertifyIndexerLogits, EveryPlantedLogitsBugIsRedOnEveryDrawnCallItAppliesTo
                            (fault != "sees_later_token" || (paged && shape["next_n"] == 2));
       EXPECT_EQ((*r)["verdict"], applies ? "FAIL" : "PASS") << (*r)["case"] << ": " << (*r)["reasons"].dump();
     }
+  }
+}
+
+// ---- the indexer logits on the stored indexer family --------------------------------------------
+
+// The stored cases of the indexer family, as the catalog lists them.
+std::vector<std::string> stored_indexer_cases() {
+  const auto file = fs::path(MLA_SOURCE_DIR) / "fixtures" / "goldens" / "indexer.h5";
+  return mla::golden::read_file_info(file).cases;
+}
+
+TEST(CertifyIndexerLogits, TheStoredIndexerStepsPassEveryLogitsKernelAndFailEveryPlantedBug) {
+  register_test_kernels();
+  const auto cases = stored_indexer_cases();
+  ASSERT_GE(cases.size(), 4u);
+  const TempDir tmp("indexer-logits-stored");
+  std::vector<std::string> good;
+  for (const auto& k : mla::Registry::instance().indexer_logits()) good.push_back(k->info().name);
+  auto o = mla::certify::testing::in_process_options(tmp.path() / "stored", good, {"indexer"});
+  std::vector<std::pair<std::string, std::string>> planted;  // fault, kernel
+  for (const auto& f : mla::faults::indexer_logits_names()) {
+    o.faults.push_back(f);
+    planted.emplace_back(f, mla::faults::make_indexer_logits(f)->info().name);
+    o.kernels.push_back(planted.back().second);
+  }
+  const auto cert = certify_here(o);
+  for (const auto& name : good) {
+    SCOPED_TRACE(name);
+    const bool paged = name != "test_indexer_logits_ragged_only";
+    std::set<std::string> seen;
+    for (const auto& r : kernel(cert, name)["cases"]) {
+      EXPECT_EQ(r["family"], "indexer") << r["case"];
+      EXPECT_EQ(r["verdict"], "PASS") << r["case"] << ": " << r["reasons"].dump();
+      EXPECT_EQ(r["shape"]["layout"], paged ? "paged" : "ragged") << r["case"];
+      // Paged: each sequence's last two positions (a decode step with its speculative token).
+      if (paged) EXPECT_EQ(r["shape"]["next_n"], 2) << r["case"];
+      seen.insert(r["case"].get<std::string>());
+    }
+    EXPECT_EQ(seen, std::set<std::string>(cases.begin(), cases.end()));
+  }
+  // Paged calls hold every place a logits kernel can go wrong: each planted bug is red on every case.
+  for (const auto& [fault, name] : planted) {
+    SCOPED_TRACE(name);
+    const auto& rows = kernel(cert, name)["cases"];
+    EXPECT_EQ(rows.size(), cases.size());
+    for (const auto& r : rows) EXPECT_EQ(r["verdict"], "FAIL") << r["case"] << ": " << r["reasons"].dump();
   }
 }
 

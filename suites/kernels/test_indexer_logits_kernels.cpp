@@ -98,23 +98,14 @@ Problem paged(std::string name, int next_n, std::vector<int32_t> ctx, int64_t bl
   for (std::size_t i = 0; i < b.cache.size(); ++i) b.cache[i] = (i % 3 == 0) ? 0x7F : static_cast<uint8_t>(rng());
   b.context_lens = ctx;
   b.block_table.assign(static_cast<std::size_t>(s.batch * s.max_blocks), -7);
-  std::vector<int32_t> pool(static_cast<std::size_t>(s.num_blocks));
+  std::vector<int64_t> pool(static_cast<std::size_t>(s.num_blocks));
   std::iota(pool.begin(), pool.end(), 0);
   std::shuffle(pool.begin(), pool.end(), rng);
-  std::size_t next = 0;
-  for (int64_t q = 0; q < s.batch; ++q) {
-    const int64_t c = ctx[static_cast<std::size_t>(q)];
-    for (int64_t j = 0; j < (c + block_size - 1) / block_size; ++j) {
-      const int32_t block = pool[next++];
-      b.block_table[static_cast<std::size_t>(q * s.max_blocks + j)] = block;
-      for (int64_t o = 0; o < block_size && j * block_size + o < c; ++o) {
-        const auto k = random_key(rng);
-        const int64_t slot = block * block_size + o;
-        std::memcpy(b.cache.data() + indexer_code_offset(block_size, slot), k.codes.data(), kD);
-        std::memcpy(b.cache.data() + indexer_scale_offset(block_size, slot), &k.scale, sizeof(float));
-      }
-    }
-  }
+  place_paged_keys(b, pool, [&](int64_t, int64_t, uint8_t* codes, float& scale) {
+    const auto k = random_key(rng);
+    std::memcpy(codes, k.codes.data(), kD);
+    scale = k.scale;
+  });
   return p;
 }
 

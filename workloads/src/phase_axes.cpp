@@ -404,18 +404,9 @@ IndexerLogitsBuffers build_inputs(const IndexerLogitsPoint& p) {
     b.cache.resize(static_cast<std::size_t>(s.num_blocks * bs * kIndexerTokenBytes));
     for (std::size_t i = 0; i < b.cache.size(); ++i) b.cache[i] = static_cast<uint8_t>(gen::bits(p.seed, 6, i));
     b.block_table.assign(static_cast<std::size_t>(p.batch * s.max_blocks), -7);
-    const auto pool = gen::permutation(p.seed, 5, s.num_blocks);
-    std::size_t next = 0;
-    for (int64_t q = 0; q < p.batch; ++q)
-      for (int64_t j = 0; j < per_seq; ++j) {
-        const int64_t block = pool[next++];
-        b.block_table[static_cast<std::size_t>(q * s.max_blocks + j)] = static_cast<int32_t>(block);
-        for (int64_t o = 0; o < bs && j * bs + o < p.context; ++o) {
-          const int64_t slot = block * bs + o;
-          drawn_key(p.seed, static_cast<uint64_t>((q * per_seq + j) * bs + o), b.cache.data() + indexer_code_offset(bs, slot),
-                    b.cache.data() + indexer_scale_offset(bs, slot));
-        }
-      }
+    place_paged_keys(b, gen::permutation(p.seed, 5, s.num_blocks), [&](int64_t q, int64_t pos, uint8_t* codes, float& scale) {
+      drawn_key(p.seed, static_cast<uint64_t>(q * per_seq * bs + pos), codes, reinterpret_cast<uint8_t*>(&scale));
+    });
   }
   validate_indexer_logits_inputs(b.view(), p.name);
   return b;

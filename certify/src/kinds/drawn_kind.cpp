@@ -43,15 +43,20 @@ std::function<bool(const reports::CaseResult&)> DrawnOnlyKind::reruns(const Sess
 }
 
 void DrawnOnlyKind::certify_fresh(Session& s, const Implementation& k, uint64_t seed) const {
-  using Clock = std::chrono::steady_clock;
   if (!serves(k)) return;
-  const std::string kind(name());
+  certify_drawn(s, k, name(), file(), [&] { return draw(k, seed); });
+}
+
+void certify_drawn(Session& s, const Implementation& k, std::string_view kind_name, const std::string& file,
+                   const std::function<std::vector<DrawnCase>()>& draw) {
+  using Clock = std::chrono::steady_clock;
+  const std::string kind(kind_name);
   if (k.unavailable) return;  // the run draws nothing for it; its record says why
   std::vector<DrawnCase> cases;
   try {
-    cases = draw(k, seed);
+    cases = draw();
   } catch (const std::exception& e) {
-    auto r = drawn_row(s, file(), kind, fmt::format("the drawn {} cases", kind));
+    auto r = drawn_row(s, file, kind, fmt::format("the drawn {} cases", kind));
     r.verdict = tol::Verdict::error;
     r.reasons.push_back(fmt::format("fresh {} cases cannot be drawn: {}", kind, e.what()));
     if (s.in_shard(kFresh, r.name)) s.record(k, std::move(r));
@@ -61,7 +66,7 @@ void DrawnOnlyKind::certify_fresh(Session& s, const Implementation& k, uint64_t 
   std::sort(cases.begin(), cases.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   for (const auto& c : cases) {
     if (stop_requested(s)) break;
-    if (drawn_case(s, k, file(), c.name) != Drawn::run) continue;
+    if (drawn_case(s, k, file, c.name) != Drawn::run) continue;
     const auto t0 = Clock::now();
     s.record(k, c.row(s, k));
     s.progress << fmt::format("[fresh] {} {:.2f}s: {}={}\n", c.name,

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kinds/stored_kind.hpp"
@@ -36,8 +37,7 @@ class DrawnOnlyKind : public CaseKind {
   void cut_to_shard(Session&) const override {}  // drawn cases are cut as they are drawn (drawn_case)
   std::function<bool(const reports::CaseResult&)> reruns(const Session&) const override;
   bool certify_stored(Session&) const override { return true; }
-  // In name order: each outside this run's selection, kept by --resume, or run; progress per
-  // case, saved at the end. Cases that cannot be drawn are one ERROR row.
+  // certify_drawn over draw(k, seed).
   void certify_fresh(Session& s, const Implementation& k, uint64_t seed) const override;
 
  protected:
@@ -46,6 +46,13 @@ class DrawnOnlyKind : public CaseKind {
   // The cases drawn for `k` (which serves this kind) from `seed`, inside its claims.
   virtual std::vector<DrawnCase> draw(const Implementation& k, uint64_t seed) const = 0;
 };
+
+// One implementation's drawn cases of a kind (rows of `file`, family fresh), in name order: each
+// outside this run's selection, kept by --resume, or run; progress per case, saved at the end.
+// Cases that cannot be drawn (`draw` throws) are one ERROR row. For the drawn-only kinds and for
+// a kind with stored cases as well (the indexer logits).
+void certify_drawn(Session& s, const Implementation& k, std::string_view kind, const std::string& file,
+                   const std::function<std::vector<DrawnCase>()>& draw);
 
 // Drawn cases of type `Case` (each with a `name`), each run by `row`.
 template <class Case>

@@ -79,21 +79,11 @@ DrawnIndexerLogits paged(uint64_t key, int next_n, int64_t heads, int64_t block_
   for (std::size_t i = 0; i < b.cache.size(); ++i) b.cache[i] = i % 3 == 0 ? 0x7F : static_cast<uint8_t>(d.bits(4));
   b.context_lens = ctx;
   b.block_table.assign(static_cast<std::size_t>(s.batch * s.max_blocks), -7);
-  const auto pool = gen::permutation(key, 5, s.num_blocks);
-  std::size_t next = 0;
-  for (int64_t q = 0; q < s.batch; ++q) {
-    const int64_t len = ctx[static_cast<std::size_t>(q)];
-    for (int64_t j = 0; j < (len + block_size - 1) / block_size; ++j) {
-      const auto block = static_cast<int32_t>(pool[next++]);
-      b.block_table[static_cast<std::size_t>(q * s.max_blocks + j)] = block;
-      for (int64_t o = 0; o < block_size && j * block_size + o < len; ++o) {
-        const auto k = drawn_key(d);
-        const int64_t slot = block * block_size + o;
-        std::memcpy(b.cache.data() + indexer_code_offset(block_size, slot), k.codes.data(), kD);
-        std::memcpy(b.cache.data() + indexer_scale_offset(block_size, slot), &k.scale, sizeof(float));
-      }
-    }
-  }
+  place_paged_keys(b, gen::permutation(key, 5, s.num_blocks), [&](int64_t, int64_t, uint8_t* codes, float& scale) {
+    const auto k = drawn_key(d);
+    std::memcpy(codes, k.codes.data(), kD);
+    scale = k.scale;
+  });
   c.name = fmt::format("indexer_logits_paged_next_n{}_bs{}_h{}", next_n, block_size, heads);
   c.description = fmt::format("paged indexer logits, next_n {}, block size {}, {} heads, context lengths 0, 1, {}, {}, {}, "
                               "{} on a shuffled block pool; unread cache bytes and block-table entries garbage (drawn "

@@ -1,26 +1,34 @@
 // The indexer_logits kind: every registered indexer logits kernel (mla/core/indexer_logits.hpp's
-// IndexerLogitsImpl: DeepGEMM's fp8_paged_mqa_logits and fp8_mqa_logits calls) on calls drawn
-// inside its claims at run time (indexer_logits/fresh.cpp), judged by judge_indexer_logits
-// (judge/indexer_logits.hpp) against the C++ oracle's exact scores: -inf exactly outside each
-// row's valid range, every valid logit within indexer.logits.f32. No stored family: the truth is
-// computed at run time. Its kernels run in this process (no child transport yet).
+// IndexerLogitsImpl: DeepGEMM's fp8_paged_mqa_logits and fp8_mqa_logits calls) on every case of
+// the catalog's indexer families (the reference's indexer steps, as one call inside the kernel's
+// claims: indexer_logits/stored.cpp), then on calls drawn inside its claims at run time
+// (indexer_logits/fresh.cpp). Judged by judge_indexer_logits (judge/indexer_logits.hpp) against
+// the C++ oracle's exact scores of the call's codes: -inf exactly outside each row's valid range,
+// every valid logit within indexer.logits.f32. Its kernels run in this process (no child
+// transport yet).
 #include <fmt/format.h>
 
 #include "kinds/drawn_kind.hpp"
 #include "kinds/indexer_logits/indexer_logits_rows.hpp"
 #include "kinds/kinds.hpp"
+#include "kinds/stored_kind.hpp"
+#include "mla/golden/golden.hpp"
 #include "mla/judge/indexer_logits.hpp"
 
 namespace mla::certify {
 namespace {
 
-reports::CaseResult logits_row(Session& s, const Implementation& k, const DrawnIndexerLogits& c) {
-  auto r = drawn_row(s, kFreshIndexerLogitsFile, c.name, c.description);
-  const auto in = c.inputs.view();
+// A row `r` (family, file, name and description set) of `k` on the call `in`.
+reports::CaseResult logits_row(Session& s, const Implementation& k, reports::CaseResult r, const IndexerLogitsInputs& in) {
   const auto& sh = in.shape;
   r.shape = {{"layout", to_string(sh.layout)}, {"rows", sh.rows()}, {"cols", sh.cols()}, {"heads", sh.heads}};
   if (sh.layout == IndexerLogitsLayout::paged) r.shape["next_n"] = sh.next_n, r.shape["block_size"] = sh.block_size;
   const IndexerLogitsImpl& impl = *k.indexer_logits;
+  if (k.unavailable) {
+    r.verdict = tol::Verdict::skipped;
+    r.reasons.push_back(*k.unavailable);
+    return r;
+  }
   if (!claimed_with_cost(r, impl, sh, in)) return r;
   auto run = call_in_process<PreparedIndexerLogits, std::vector<float>>(
       [&] { return impl.prepare(in); }, in_process_calls(s), [&] {
@@ -36,17 +44,51 @@ reports::CaseResult logits_row(Session& s, const Implementation& k, const DrawnI
   return r;
 }
 
-class IndexerLogitsKind final : public DrawnOnlyKind {
+reports::CaseResult drawn_logits_row(Session& s, const Implementation& k, const DrawnIndexerLogits& c) {
+  return logits_row(s, k, drawn_row(s, kFreshIndexerLogitsFile, c.name, c.description), c.inputs.view());
+}
+
+class IndexerLogitsKind final : public StoredCasesKind {
  public:
   std::string_view name() const override { return "indexer_logits"; }
-  std::string_view families_are() const override { return "indexer logits calls (drawn at run time only)"; }
+  std::string_view families_are() const override { return "indexer families"; }
+  std::optional<golden::FamilyKind> loads() const override { return golden::FamilyKind::indexer; }
   std::vector<std::string> drawn_files() const override { return {kFreshIndexerLogitsFile}; }
   bool serves(const Implementation& k) const override { return k.indexer_logits != nullptr; }
+  void certify_fresh(Session& s, const Implementation& k, uint64_t seed) const override {
+    if (!serves(k)) return;
+    certify_drawn(s, k, name(), kFreshIndexerLogitsFile, [&] {
+      return as_drawn(draw_indexer_logits_cases(seed, k.indexer_logits->info()), &drawn_logits_row);
+    });
+  }
 
  protected:
-  std::string file() const override { return kFreshIndexerLogitsFile; }
-  std::vector<DrawnCase> draw(const Implementation& k, uint64_t seed) const override {
-    return as_drawn(draw_indexer_logits_cases(seed, k.indexer_logits->info()), &logits_row);
+  void certify_case(Session& s, const CaseRef& ref, const std::vector<const Implementation*>& pending) const override {
+    const auto failed = [&](const Implementation& k, const std::string& why) {
+      auto r = s.base_result(ref);
+      r.verdict = tol::Verdict::error;
+      r.reasons.push_back(why);
+      s.record(k, std::move(r));
+    };
+    golden::IndexerCase c;
+    try {
+      c = golden::load_indexer_case(s.catalog.file(ref.file), ref.name);
+    } catch (const std::exception& e) {
+      for (const auto* k : pending) failed(*k, fmt::format("case failed to load: {}", e.what()));
+      return;
+    }
+    for (const auto* k : pending) {
+      IndexerLogitsBuffers call;
+      try {
+        call = stored_indexer_call(c, k->indexer_logits->info());
+      } catch (const std::exception& e) {
+        failed(*k, fmt::format("the case could not be made a call: {}", e.what()));
+        continue;
+      }
+      auto r = s.base_result(ref);
+      r.description = c.description;
+      s.record(*k, logits_row(s, *k, std::move(r), call.view()));
+    }
   }
 };
 

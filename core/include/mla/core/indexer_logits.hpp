@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -89,6 +90,16 @@ struct IndexerLogitsBuffers {
   explicit IndexerLogitsBuffers(const IndexerLogitsInputs& in);
   IndexerLogitsInputs view() const;
 };
+
+// Lays out a paged call's keys: sequence b's logical blocks 0, 1, ... (as many as its context
+// length needs) are the next entries of `pool`, written to its block-table row, and key(b, p,
+// codes, scale) writes position p's 128 codes and its scale into its block's code and scale
+// areas. b.shape, context_lens, the cache (num_blocks * block_size * 132 bytes) and the block
+// table (batch * max_blocks entries) must be sized; the bytes and entries no sequence reads keep
+// what the caller put there (garbage, for a kernel that reads past a context to show). Throws
+// mla::Error when the pool holds too few blocks or one outside [0, num_blocks).
+void place_paged_keys(IndexerLogitsBuffers& b, std::span<const int64_t> pool,
+                      const std::function<void(int64_t seq, int64_t pos, uint8_t* codes, float& scale)>& key);
 
 // The valid range [begin, end) of query row `row` (the header's rules); end >= begin.
 struct IndexerRange {

@@ -139,7 +139,8 @@ std::unique_ptr<IndexerAppendImpl> make_indexer_append(const std::string& name);
 // The indexer logits bugs (indexer_logits_faults.cpp), each kernel named
 // cpu_indexer_logits_<fault>: a plain serial float32 kernel, paged and ragged, with one bug each,
 // FAIL on every drawn indexer_logits case of `mla certify` that has what it needs (a paged call
-// for the scale's place, next_n 2 for the later token), with the judge's diagnosis:
+// for the scale's place, next_n 2 for the later token) and on every stored case of the indexer
+// family (each a paged next_n 2 call for them), with the judge's diagnosis:
 //   no_relu                  sums the heads' dots without the relu.
 //   scale_twice              multiplies by k_scale twice.
 //   reads_scale_after_codes  reads each key's scale from right after its 128 codes (a 132-byte

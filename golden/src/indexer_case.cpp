@@ -112,10 +112,7 @@ IndexerCase load_indexer_case(const std::filesystem::path& file, const std::stri
   c.file = file.string();
   c.name = name;
   c.family = h.family;
-  const Family& fam = detail::family_of_kind(r, h, FamilyKind::indexer);
-  const std::string kind = r.attr_str(p, "kind");
-  if (kind != fam.case_kind) r.fail(p, fmt::format("kind '{}'", fam.case_kind), fmt::format("'{}'", kind));
-  c.description = r.attr_str(p, "description");
+  detail::case_family(r, h, FamilyKind::indexer, p, c.description);
   c.rope_layout = r.attr_str(p, "rope_layout");
   if (c.rope_layout != "interleaved" && c.rope_layout != "half") {
     r.fail(p, "rope_layout 'interleaved' or 'half'", fmt::format("'{}'", c.rope_layout));

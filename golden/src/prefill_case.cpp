@@ -25,15 +25,6 @@ std::string from_attrs(const std::vector<std::pair<const char*, int64_t>>& attrs
   return s + " of the case attributes";
 }
 
-const Family& case_family(const Reader& r, const detail::Header& h, FamilyKind kind, const std::string& p,
-                          std::string& description) {
-  const Family& fam = detail::family_of_kind(r, h, kind);
-  const std::string k = r.attr_str(p, "kind");
-  if (k != fam.case_kind) r.fail(p, fmt::format("kind '{}'", fam.case_kind), fmt::format("'{}'", k));
-  description = r.attr_str(p, "description");
-  return fam;
-}
-
 bool bf16_finite(uint16_t bits) { return (bits & 0x7F80) != 0x7F80; }
 
 // A bf16 input must be a finite number: a kernel fed NaN or inf proves nothing.
@@ -172,7 +163,7 @@ PrefillCase load_prefill_case(const std::filesystem::path& file, const std::stri
   c.file = file.string();
   c.name = name;
   c.family = h.family;
-  case_family(r, h, FamilyKind::prefill, p, c.description);
+  detail::case_family(r, h, FamilyKind::prefill, p, c.description);
   read_prefill_attrs(r, p, c);
   const int64_t b = c.shape.batch, hd = c.shape.heads, tq = c.shape.total_q, tk = c.shape.total_k;
   const int64_t dqk = c.shape.d_qk, dv = c.shape.d_v;
@@ -285,7 +276,7 @@ MergeCase load_merge_case(const std::filesystem::path& file, const std::string& 
   c.file = file.string();
   c.name = name;
   c.family = h.family;
-  case_family(r, h, FamilyKind::merge, p, c.description);
+  detail::case_family(r, h, FamilyKind::merge, p, c.description);
   c.tokens = r.attr_int(p, "tokens", 0, kMaxElements);
   c.heads = r.attr_int(p, "heads", 1, kMaxHeads);
   c.head_dim = r.attr_int(p, "head_dim", 1, kMaxWidth);

@@ -150,6 +150,20 @@ std::vector<const json*> rows_of(const json& k, const char* file) {
 }
 std::vector<const json*> topk_rows(const json& k) { return rows_of(k, kTopkFile); }
 
+// Selects every planted bug of `names` in `o` (its fault and its kernel, made by `make`); returns
+// the (fault, kernel name) pairs.
+template <class Make>
+std::vector<std::pair<std::string, std::string>> plant(mla::certify::Options& o, const std::vector<std::string>& names,
+                                                       Make make) {
+  std::vector<std::pair<std::string, std::string>> planted;
+  for (const auto& f : names) {
+    o.faults.push_back(f);
+    planted.emplace_back(f, make(f)->info().name);
+    o.kernels.push_back(planted.back().second);
+  }
+  return planted;
+}
+
 bool builtin(const std::string& name) { return name.rfind("test_", 0) != 0; }
 
 TEST(CertifyTopk, EveryRegisteredTopkPassesEveryDrawnCaseAndNoKernelGetsAnotherKindsRows) {
@@ -198,11 +212,7 @@ TEST(CertifyTopk, EveryPlantedTopkBugIsRedOnEveryDrawnCase) {
   const TempDir tmp("topk-faults");
   auto o = options(tmp.path() / "faults", {});
   std::vector<std::string> kernels;
-  for (const auto& f : mla::faults::topk_names()) {
-    o.faults.push_back(f);
-    kernels.push_back(mla::faults::make_topk(f)->info().name);
-  }
-  o.kernels = kernels;
+  for (const auto& [fault, name] : plant(o, mla::faults::topk_names(), &mla::faults::make_topk)) kernels.push_back(name);
   const auto cert = certify_here(o);
   for (const auto& name : kernels) {
     SCOPED_TRACE(name);
@@ -323,12 +333,7 @@ TEST(CertifyIndexerAppend, EveryPlantedAppendBugIsRedOnEveryDrawnCaseItAppliesTo
   mla::register_builtin_kernels();
   const TempDir tmp("indexer-append-faults");
   auto o = options(tmp.path() / "faults", {});
-  std::vector<std::pair<std::string, std::string>> planted;  // fault, kernel
-  for (const auto& f : mla::faults::indexer_append_names()) {
-    o.faults.push_back(f);
-    planted.emplace_back(f, mla::faults::make_indexer_append(f)->info().name);
-    o.kernels.push_back(planted.back().second);
-  }
+  const auto planted = plant(o, mla::faults::indexer_append_names(), &mla::faults::make_indexer_append);  // (fault, kernel)
   const auto cert = certify_here(o);
   for (const auto& [fault, name] : planted) {
     SCOPED_TRACE(name);
@@ -373,12 +378,7 @@ TEST(CertifyIndexerLogits, EveryPlantedLogitsBugIsRedOnEveryDrawnCallItAppliesTo
   mla::register_builtin_kernels();
   const TempDir tmp("indexer-logits-faults");
   auto o = options(tmp.path() / "faults", {});
-  std::vector<std::pair<std::string, std::string>> planted;  // fault, kernel
-  for (const auto& f : mla::faults::indexer_logits_names()) {
-    o.faults.push_back(f);
-    planted.emplace_back(f, mla::faults::make_indexer_logits(f)->info().name);
-    o.kernels.push_back(planted.back().second);
-  }
+  const auto planted = plant(o, mla::faults::indexer_logits_names(), &mla::faults::make_indexer_logits);  // (fault, kernel)
   const auto cert = certify_here(o);
   for (const auto& [fault, name] : planted) {
     SCOPED_TRACE(name);
@@ -411,12 +411,7 @@ TEST(CertifyIndexerLogits, TheStoredIndexerStepsPassEveryLogitsKernelAndFailEver
   std::vector<std::string> good;
   for (const auto& k : mla::Registry::instance().indexer_logits()) good.push_back(k->info().name);
   auto o = mla::certify::testing::in_process_options(tmp.path() / "stored", good, {"indexer"});
-  std::vector<std::pair<std::string, std::string>> planted;  // fault, kernel
-  for (const auto& f : mla::faults::indexer_logits_names()) {
-    o.faults.push_back(f);
-    planted.emplace_back(f, mla::faults::make_indexer_logits(f)->info().name);
-    o.kernels.push_back(planted.back().second);
-  }
+  const auto planted = plant(o, mla::faults::indexer_logits_names(), &mla::faults::make_indexer_logits);  // (fault, kernel)
   const auto cert = certify_here(o);
   for (const auto& name : good) {
     SCOPED_TRACE(name);
@@ -427,7 +422,9 @@ TEST(CertifyIndexerLogits, TheStoredIndexerStepsPassEveryLogitsKernelAndFailEver
       EXPECT_EQ(r["verdict"], "PASS") << r["case"] << ": " << r["reasons"].dump();
       EXPECT_EQ(r["shape"]["layout"], paged ? "paged" : "ragged") << r["case"];
       // Paged: each sequence's last two positions (a decode step with its speculative token).
-      if (paged) EXPECT_EQ(r["shape"]["next_n"], 2) << r["case"];
+      if (paged) {
+        EXPECT_EQ(r["shape"]["next_n"], 2) << r["case"];
+      }
       seen.insert(r["case"].get<std::string>());
     }
     EXPECT_EQ(seen, std::set<std::string>(cases.begin(), cases.end()));

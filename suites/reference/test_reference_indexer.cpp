@@ -119,6 +119,18 @@ std::vector<double> per_sequence(const std::vector<double>& full, const Ragged& 
   return out;
 }
 
+// f(case, step, its ragged call, the oracle's result) for every step of every case.
+template <class F>
+void each_step(const std::vector<golden::IndexerCase>& cases, F f) {
+  for (const auto& c : cases) {
+    for (std::size_t k = 0; k < c.steps.size(); ++k) {
+      SCOPED_TRACE(fmt::format("{} step {}", c.name, k));
+      const auto r = ragged_call(c, k, cache_through(c, k));
+      f(c, c.steps[k], r, ref::indexer_logits_reference(r.buf.view()));
+    }
+  }
+}
+
 // The worst |got - want| / bound, +inf where the infinities differ.
 double logits_error(const std::vector<double>& got, const std::vector<double>& mag, const std::vector<double>& want) {
   if (got.size() != want.size()) return kInf;
@@ -213,18 +225,13 @@ TEST_F(IndexerOracle, TheKeyQuantizerIsActQuant) {
 
 TEST_F(IndexerOracle, LogitsMatchTheGoldenTruthOnEveryStep) {
   double worst = 0;
-  for (const auto& c : cases_) {
-    for (std::size_t k = 0; k < c.steps.size(); ++k) {
-      SCOPED_TRACE(fmt::format("{} step {}", c.name, k));
-      const auto& s = c.steps[k];
-      const auto r = ragged_call(c, k, cache_through(c, k));
-      const auto truth = ref::indexer_logits_reference(r.buf.view());
-      const double e = logits_error(per_sequence(truth.logits, r, s.seqlen), per_sequence(truth.magnitude, r, s.seqlen),
-                                    s.logits_truth);
-      EXPECT_LE(e, 1.0) << "worst error " << e << " of the bound";
-      worst = std::max(worst, e);
-    }
-  }
+  each_step(cases_, [&](const golden::IndexerCase&, const golden::IndexerStep& s, const Ragged& r,
+                        const ref::IndexerLogitsTruth& truth) {
+    const double e = logits_error(per_sequence(truth.logits, r, s.seqlen), per_sequence(truth.magnitude, r, s.seqlen),
+                                  s.logits_truth);
+    EXPECT_LE(e, 1.0) << "worst error " << e << " of the bound";
+    worst = std::max(worst, e);
+  });
   RecordProperty("logits_error_of_bound", fmt::format("{:.3g}", worst));
   std::fprintf(stderr, "[indexer oracle] worst logits error / bound: %.3g\n", worst);
 }
@@ -234,30 +241,26 @@ TEST_F(IndexerOracle, LogitsMatchTheGoldenTruthOnEveryStep) {
 // logits they came from.
 TEST_F(IndexerOracle, TheSelectionsAreTheStoredOnes) {
   int64_t rows_compared = 0;
-  for (const auto& c : cases_) {
-    for (std::size_t k = 0; k < c.steps.size(); ++k) {
-      SCOPED_TRACE(fmt::format("{} step {}", c.name, k));
-      const auto& s = c.steps[k];
-      const auto r = ragged_call(c, k, cache_through(c, k));
-      const auto logits = per_sequence(ref::indexer_logits_reference(r.buf.view()).logits, r, s.seqlen);
-      const int64_t rows = c.batch * s.seqlen, T = s.end_pos(), K = c.topk_width(s);
-      const auto mine = exact_topk(logits, rows, T, K);
-      for (int64_t row = 0; row < rows; ++row) {
-        if (s.tie_truth[static_cast<std::size_t>(row)]) continue;
-        std::vector<int32_t> a(mine.begin() + row * K, mine.begin() + (row + 1) * K);
-        std::vector<int32_t> b(s.topk_truth.begin() + row * K, s.topk_truth.begin() + (row + 1) * K);
-        std::sort(a.begin(), a.end());
-        std::sort(b.begin(), b.end());
-        EXPECT_EQ(a, b) << "row " << row;
-        ++rows_compared;
-      }
-      const std::vector<float> truth32(s.logits_truth.begin(), s.logits_truth.end());
-      const auto jt = judge_stored(s.topk_truth, truth32, rows, T, K);
-      EXPECT_TRUE(jt.pass()) << fmt::format("{}", fmt::join(jt.reasons, "; "));
-      const auto jd = judge_stored(s.topk_deployed, s.logits_deployed, rows, T, K);
-      EXPECT_TRUE(jd.pass()) << fmt::format("{}", fmt::join(jd.reasons, "; "));
+  each_step(cases_, [&](const golden::IndexerCase& c, const golden::IndexerStep& s, const Ragged& r,
+                        const ref::IndexerLogitsTruth& truth) {
+    const auto logits = per_sequence(truth.logits, r, s.seqlen);
+    const int64_t rows = c.batch * s.seqlen, T = s.end_pos(), K = c.topk_width(s);
+    const auto mine = exact_topk(logits, rows, T, K);
+    for (int64_t row = 0; row < rows; ++row) {
+      if (s.tie_truth[static_cast<std::size_t>(row)]) continue;
+      std::vector<int32_t> a(mine.begin() + row * K, mine.begin() + (row + 1) * K);
+      std::vector<int32_t> b(s.topk_truth.begin() + row * K, s.topk_truth.begin() + (row + 1) * K);
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      EXPECT_EQ(a, b) << "row " << row;
+      ++rows_compared;
     }
-  }
+    const std::vector<float> truth32(s.logits_truth.begin(), s.logits_truth.end());
+    const auto jt = judge_stored(s.topk_truth, truth32, rows, T, K);
+    EXPECT_TRUE(jt.pass()) << fmt::format("{}", fmt::join(jt.reasons, "; "));
+    const auto jd = judge_stored(s.topk_deployed, s.logits_deployed, rows, T, K);
+    EXPECT_TRUE(jd.pass()) << fmt::format("{}", fmt::join(jd.reasons, "; "));
+  });
   EXPECT_GT(rows_compared, 50);
 }
 

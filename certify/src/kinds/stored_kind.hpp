@@ -1,9 +1,9 @@
 // Private to mla_certify: what the kinds whose kernels are registered ones of one kind only
-// share (prefill, merge, and the kinds drawn at run time only: top-k, the indexer append and
-// logits, drawn_kind.hpp). Their kernels run in this process (no child transport exists for them
-// yet), each call repeated and compared bitwise. The stored cases of prefill and merge are
-// planned one by one (Session::kind_cases), each certified for the implementations with the
-// kind's entry point.
+// share (prefill, merge, the indexer logits, and the kinds drawn at run time only: top-k and the
+// indexer append, drawn_kind.hpp). Their kernels run in this process (no child transport exists
+// for them yet), each call repeated and compared bitwise. The stored cases of prefill, merge and
+// the indexer logits are planned one by one (Session::kind_cases), each certified for the
+// implementations with the kind's entry point.
 #pragma once
 
 #include <chrono>

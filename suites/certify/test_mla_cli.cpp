@@ -124,6 +124,34 @@ TEST(MlaGoldens, ListShowsEachCaseShapeAndRefusesACorruptCatalogWithTheReason) {
   EXPECT_EQ(mla("goldens --no-such-option 2>/dev/null").status, 2);
 }
 
+// The indexer family of the committed catalog: each step's logits shape in `inspect`, the
+// layout and scale format of every case in `list`, both from what the loader read.
+TEST(MlaGoldens, InspectAndListShowTheIndexerStepsAndTheirConventions) {
+  const fs::path dir = fs::path(MLA_SOURCE_DIR) / "fixtures" / "goldens";
+  if (!fs::exists(dir / "indexer.h5")) GTEST_SKIP() << "no indexer family at " << dir;
+  const auto file = dir / "indexer.h5";
+  const auto cases = mla::golden::read_file_info(file).cases;
+  ASSERT_FALSE(cases.empty());
+  const auto c = mla::golden::load_indexer_case(file, cases.front());
+  const auto inspect = mla("goldens --dir " + quote(dir) + " inspect indexer.h5 " + c.name);
+  ASSERT_EQ(inspect.status, 0) << inspect.out;
+  EXPECT_NE(inspect.out.find(c.description), std::string::npos) << inspect.out;
+  for (const auto& s : c.steps) {
+    EXPECT_NE(inspect.out.find(fmt::format("step at {} ({} token", s.start_pos, s.seqlen)), std::string::npos) << inspect.out;
+    EXPECT_NE(inspect.out.find(fmt::format("logits [{}, {}, {}]", c.batch, s.seqlen, s.end_pos())), std::string::npos)
+        << inspect.out;
+  }
+  const auto list = mla("goldens --dir " + quote(dir) + " list");
+  ASSERT_EQ(list.status, 0) << list.out;
+  for (const auto& name : cases) {
+    const auto k = mla::golden::load_indexer_case(file, name);
+    EXPECT_NE(list.out.find(fmt::format("heads={} steps={} top-{} rope {} {}", k.heads, k.steps.size(), k.index_topk,
+                                        k.rope_layout, mla::to_string(k.scale_fmt))),
+              std::string::npos)
+        << name << " in:\n" << list.out;
+  }
+}
+
 TEST(MlaGoldens, ValidateListsEveryProblem) {
   TempDir tmp;
   const auto dir = tmp.path() / "cat";

@@ -1,10 +1,10 @@
 // DeepSeek-V3.2 indexer cases (family indexer; fixtures/SCHEMA.md "Indexer cases").
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "h5io.hpp"
 #include "mla/core/error.hpp"
@@ -24,13 +24,8 @@ constexpr int64_t kMaxHeads = 1024;
 constexpr int64_t kMaxSteps = 4096;
 constexpr int64_t kMaxTokens = int64_t{1} << 20;
 
-std::string at(const std::vector<int64_t>& dims, int64_t flat) {
-  std::vector<int64_t> idx(dims.size());
-  for (std::size_t i = dims.size(); i-- > 0;) {
-    idx[i] = flat % dims[i];
-    flat /= dims[i];
-  }
-  return fmt::format("element [{}]", fmt::join(idx, ", "));
+std::string at(const std::vector<int64_t>& dims, std::size_t flat) {
+  return detail::element_at(dims, static_cast<int64_t>(flat));
 }
 
 // e4m3fn has one NaN pattern per sign (S.1111.111); act_quant never writes it.
@@ -38,13 +33,6 @@ void require_codes(const Reader& r, const std::string& ds, const std::vector<uin
                    const std::vector<int64_t>& dims) {
   for (std::size_t i = 0; i < v.size(); ++i) {
     if ((v[i] & 0x7F) == 0x7F) r.fail(ds, "e4m3 codes without NaN (0x7F, 0xFF)", fmt::format("{}: 0x{:02X}", at(dims, i), v[i]));
-  }
-}
-
-void require_finite_bf16(const Reader& r, const std::string& ds, const std::vector<uint16_t>& v,
-                         const std::vector<int64_t>& dims) {
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if ((v[i] & 0x7F80) == 0x7F80) r.fail(ds, "finite bf16 values", fmt::format("{}: 0x{:04X}", at(dims, i), v[i]));
   }
 }
 
@@ -103,6 +91,25 @@ void require_flags(const Reader& r, const std::string& ds, const std::vector<uin
 }
 
 }  // namespace
+
+IndexerKeys IndexerCase::keys_through(std::size_t k) const {
+  IndexerKeys out;
+  out.positions = steps.at(k).end_pos();
+  const int64_t D = head_dim, T = out.positions;
+  out.codes.resize(static_cast<std::size_t>(batch * T * D));
+  out.scales.resize(static_cast<std::size_t>(batch * T));
+  for (std::size_t j = 0; j <= k; ++j) {
+    const auto& s = steps[j];
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t i = 0; i < s.seqlen; ++i) {
+        const auto src = static_cast<std::size_t>(b * s.seqlen + i), dst = static_cast<std::size_t>(b * T + s.start_pos + i);
+        std::copy_n(s.k_codes.begin() + static_cast<std::ptrdiff_t>(src * D), D, out.codes.begin() + static_cast<std::ptrdiff_t>(dst * D));
+        out.scales[dst] = s.k_scale[src];
+      }
+    }
+  }
+  return out;
+}
 
 IndexerCase load_indexer_case(const std::filesystem::path& file, const std::string& name) {
   const Reader r(file);
@@ -184,8 +191,8 @@ IndexerCase load_indexer_case(const std::filesystem::path& file, const std::stri
     s.tie_truth = r.read<uint8_t>(ds("tie_truth"), "uint8", rd);
     s.tie_deployed = r.read<uint8_t>(ds("tie_deployed"), "uint8", rd);
 
-    require_finite_bf16(r, ds("q"), s.q, qd);
-    require_finite_bf16(r, ds("k"), s.k, kd);
+    detail::require_finite_bf16(r, ds("q"), s.q, qd);
+    detail::require_finite_bf16(r, ds("k"), s.k, kd);
     require_codes(r, ds("q_codes"), s.q_codes, qd);
     require_codes(r, ds("k_codes"), s.k_codes, kd);
     require_scales(r, ds("q_scale"), s.q_scale, c.scale_fmt, hd);

@@ -25,14 +25,8 @@ std::string from_attrs(const std::vector<std::pair<const char*, int64_t>>& attrs
   return s + " of the case attributes";
 }
 
-bool bf16_finite(uint16_t bits) { return (bits & 0x7F80) != 0x7F80; }
-
-// A bf16 input must be a finite number: a kernel fed NaN or inf proves nothing.
-void require_finite_bf16(const Reader& r, const std::string& ds, const std::vector<uint16_t>& v) {
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (!bf16_finite(v[i])) r.fail(ds, "finite values", fmt::format("element {}: 0x{:04X}", i, v[i]));
-  }
-}
+using detail::bf16_finite;
+using detail::require_finite_bf16;
 
 // cu_seqlens: batch + 1 entries, 0 first, never decreasing, `total` last.
 void check_cu(const Reader& r, const std::string& ds, const std::vector<int32_t>& cu, int64_t total,

@@ -55,38 +55,13 @@ class IndexerOracle : public ::testing::Test {
   std::vector<golden::IndexerCase> cases_;
 };
 
-// The cache after step k: the keys of steps 0..k, per sequence, [b, T, 128] and [b, T].
-struct Cache {
-  std::vector<uint8_t> codes;
-  std::vector<float> scales;
-  int64_t positions = 0;
-};
-Cache cache_through(const golden::IndexerCase& c, std::size_t k) {
-  Cache out;
-  out.positions = c.steps[k].end_pos();
-  const int64_t D = c.head_dim;
-  out.codes.resize(static_cast<std::size_t>(c.batch * out.positions * D));
-  out.scales.resize(static_cast<std::size_t>(c.batch * out.positions));
-  for (std::size_t j = 0; j <= k; ++j) {
-    const auto& s = c.steps[j];
-    for (int64_t b = 0; b < c.batch; ++b) {
-      for (int64_t i = 0; i < s.seqlen; ++i) {
-        const auto src = static_cast<std::size_t>(b * s.seqlen + i), dst = static_cast<std::size_t>(b * out.positions + s.start_pos + i);
-        std::copy_n(s.k_codes.begin() + static_cast<std::ptrdiff_t>(src * D), D, out.codes.begin() + static_cast<std::ptrdiff_t>(dst * D));
-        out.scales[dst] = s.k_scale[src];
-      }
-    }
-  }
-  return out;
-}
-
 // The step as one ragged call of the logits contract: row (b, i) against the keys of sequence b,
 // which sit at [b * T, (b + 1) * T) of the packed cache, range [b * T, b * T + n_valid).
 struct Ragged {
   IndexerLogitsBuffers buf;
   int64_t T = 0;
 };
-Ragged ragged_call(const golden::IndexerCase& c, std::size_t k, const Cache& cache) {
+Ragged ragged_call(const golden::IndexerCase& c, std::size_t k, const golden::IndexerKeys& cache) {
   const auto& s = c.steps[k];
   Ragged r;
   r.T = cache.positions;
@@ -125,7 +100,7 @@ void each_step(const std::vector<golden::IndexerCase>& cases, F f) {
   for (const auto& c : cases) {
     for (std::size_t k = 0; k < c.steps.size(); ++k) {
       SCOPED_TRACE(fmt::format("{} step {}", c.name, k));
-      const auto r = ragged_call(c, k, cache_through(c, k));
+      const auto r = ragged_call(c, k, c.keys_through(k));
       f(c, c.steps[k], r, ref::indexer_logits_reference(r.buf.view()));
     }
   }
@@ -287,7 +262,7 @@ TEST_F(IndexerOracle, PlantedErrorsAreCaught) {
     }
     const std::size_t last = c.steps.size() - 1;
     const auto& s = c.steps[0];
-    auto cache = cache_through(c, 0);
+    auto cache = c.keys_through(0);
     auto r = ragged_call(c, 0, cache);
     // no relu: the negative dots count
     {

@@ -28,18 +28,18 @@ struct Row {
 
 IndexerLogitsBuffers stored_indexer_call(const golden::IndexerCase& c, const IndexerLogitsKernelInfo& info) {
   if (c.steps.empty()) throw Error(fmt::format("indexer case {} has no step", c.name));
-  const int64_t b = c.batch, H = c.heads, T = c.steps.back().end_pos();
   // The cache after the last step, [b, T, 128] and [b, T]; and each (sequence, position)'s row.
-  std::vector<uint8_t> codes(static_cast<std::size_t>(b * T * kD));
-  std::vector<float> scales(static_cast<std::size_t>(b * T));
+  golden::IndexerKeys keys = c.keys_through(c.steps.size() - 1);
+  const int64_t b = c.batch, H = c.heads, T = keys.positions;
+  auto& codes = keys.codes;
+  auto& scales = keys.scales;
   std::vector<Row> rows(static_cast<std::size_t>(b * T));
   for (const auto& s : c.steps) {
     for (int64_t q = 0; q < b; ++q) {
       for (int64_t i = 0; i < s.seqlen; ++i) {
-        const auto src = static_cast<std::size_t>(q * s.seqlen + i), at = static_cast<std::size_t>(q * T + s.start_pos + i);
-        std::memcpy(codes.data() + at * kD, s.k_codes.data() + src * kD, kD);
-        scales[at] = s.k_scale[src];
-        rows[at] = {s.q_codes.data() + src * static_cast<std::size_t>(H * kD), s.weights.data() + src * static_cast<std::size_t>(H)};
+        const auto src = static_cast<std::size_t>(q * s.seqlen + i);
+        rows[static_cast<std::size_t>(q * T + s.start_pos + i)] = {s.q_codes.data() + src * static_cast<std::size_t>(H * kD),
+                                                                   s.weights.data() + src * static_cast<std::size_t>(H)};
       }
     }
   }

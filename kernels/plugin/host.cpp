@@ -107,6 +107,73 @@ void validate_revision_1_2(const mla_plugin_descriptor& d) {
 
 }  // namespace
 
+PrefillKernelInfo prefill_info_from(const mla_plugin_prefill_entry& e) {
+  if (e.struct_size < MLA_PLUGIN_PREFILL_ENTRY_V1_4_SIZE) {
+    throw PluginError(fmt::format("prefill entry struct_size {} is smaller than ABI 1.4's {} bytes", e.struct_size,
+                                  MLA_PLUGIN_PREFILL_ENTRY_V1_4_SIZE));
+  }
+  PrefillKernelInfo i;
+  i.name = checked_string(e.name, "prefill.name", false);
+  if (!valid_kernel_name(i.name)) throw PluginError(fmt::format("prefill entry name '{}' is not [a-z0-9_]+", i.name));
+  i.description = checked_string(e.description, "prefill.description", true);
+  if (e.out_dtype != MLA_PLUGIN_OUT_F32 && e.out_dtype != MLA_PLUGIN_OUT_BF16) {
+    throw PluginError(fmt::format("prefill.out_dtype {} is neither MLA_PLUGIN_OUT_F32 ({}) nor MLA_PLUGIN_OUT_BF16 ({})",
+                                  e.out_dtype, MLA_PLUGIN_OUT_F32, MLA_PLUGIN_OUT_BF16));
+  }
+  i.out_dtype = out_dtype_from_abi(e.out_dtype);
+  if (e.min_heads < 1 || e.max_heads < e.min_heads) {
+    throw PluginError(fmt::format("prefill heads range [{}, {}] is empty or below 1", e.min_heads, e.max_heads));
+  }
+  const uint32_t known_calls = MLA_PLUGIN_PREFILL_CAUSAL | MLA_PLUGIN_PREFILL_NON_CAUSAL | MLA_PLUGIN_PREFILL_VARLEN;
+  if ((e.calls & ~known_calls) != 0 || (e.calls & (MLA_PLUGIN_PREFILL_CAUSAL | MLA_PLUGIN_PREFILL_NON_CAUSAL)) == 0) {
+    throw PluginError(fmt::format("prefill.calls 0x{:x} must be MLA_PLUGIN_PREFILL_* bits including CAUSAL or "
+                                  "NON_CAUSAL",
+                                  e.calls));
+  }
+  if (e.max_total_tokens < 1) throw PluginError(fmt::format("prefill.max_total_tokens {} is below 1", e.max_total_tokens));
+  check_choice(e.lse_base, "prefill.lse_base", "MLA_PLUGIN_LSE_BASE_E", "MLA_PLUGIN_LSE_BASE_2");
+  check_choice(e.lse_layout, "prefill.lse_layout", "MLA_PLUGIN_LSE_B_H_SQ", "MLA_PLUGIN_LSE_B_SQ_H");
+  check_choice(e.empty_row_lse, "prefill.empty_row_lse", "MLA_PLUGIN_EMPTY_LSE_POS_INF", "MLA_PLUGIN_EMPTY_LSE_NEG_INF");
+  check_choice(e.v_padded, "prefill.v_padded", "not padded", "padded to 192");
+  check_choice(e.causal_alignment, "prefill.causal_alignment", "MLA_PLUGIN_CAUSAL_BOTTOM_RIGHT",
+               "MLA_PLUGIN_CAUSAL_TOP_LEFT");
+  const auto ops = precision_from_abi(e.operand_precision, "prefill.operand_precision");
+  const auto acc = precision_from_abi(e.accum_precision, "prefill.accum_precision");
+  if (ops.has_value() != acc.has_value()) {
+    throw PluginError(fmt::format("prefill.operand_precision {} and prefill.accum_precision {} must both be declared "
+                                  "or both be MLA_PLUGIN_PRECISION_UNDECLARED",
+                                  e.operand_precision, e.accum_precision));
+  }
+  if (ops) {
+    i.compute = ComputePrecision{*ops, *acc};
+    if (auto why = unjudgeable(precision_class(i))) throw PluginError(fmt::format("prefill precision class {}", *why));
+  }
+  if (!e.prefill) throw PluginError("prefill entry has no prefill entry point");
+  i.backend = "cpu";  // the descriptor's, set by the caller
+  i.role = KernelRole::optimized;
+  i.caps.min_heads = e.min_heads;
+  i.caps.max_heads = e.max_heads;
+  i.caps.causal = (e.calls & MLA_PLUGIN_PREFILL_CAUSAL) != 0;
+  i.caps.non_causal = (e.calls & MLA_PLUGIN_PREFILL_NON_CAUSAL) != 0;
+  i.caps.varlen = (e.calls & MLA_PLUGIN_PREFILL_VARLEN) != 0;
+  i.caps.max_total_tokens = e.max_total_tokens;
+  auto& c = i.conventions;
+  c.lse_base = e.lse_base == MLA_PLUGIN_LSE_BASE_2 ? LseBase::two : LseBase::e;
+  c.lse_layout = e.lse_layout == MLA_PLUGIN_LSE_B_SQ_H ? LseLayout::b_sq_h : LseLayout::b_h_sq;
+  c.empty_row_lse = e.empty_row_lse == MLA_PLUGIN_EMPTY_LSE_NEG_INF ? EmptyRowLse::neg_inf : EmptyRowLse::pos_inf;
+  c.v_padded = e.v_padded != 0;
+  c.alignment = e.causal_alignment == MLA_PLUGIN_CAUSAL_TOP_LEFT ? CausalAlignment::top_left
+                                                                 : CausalAlignment::bottom_right;
+  return i;
+}
+
+namespace {
+// The prefill entry of a 1.4 descriptor, or NULL (an earlier revision's, or none given).
+const mla_plugin_prefill_entry* prefill_entry(const mla_plugin_descriptor& d) {
+  return MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, prefill, d.struct_size) ? d.prefill : nullptr;
+}
+}  // namespace
+
 void validate_descriptor(const mla_plugin_descriptor& d) {
   if (d.abi_version != MLA_PLUGIN_ABI_VERSION) {
     throw PluginError(fmt::format("plug-in ABI version {} is not this host's {} (rebuild it against this "
@@ -130,31 +197,35 @@ void validate_descriptor(const mla_plugin_descriptor& d) {
     throw PluginError(fmt::format("out_dtype {} is neither MLA_PLUGIN_OUT_F32 ({}) nor MLA_PLUGIN_OUT_BF16 ({})",
                                   d.out_dtype, MLA_PLUGIN_OUT_F32, MLA_PLUGIN_OUT_BF16));
   }
-  const auto& c = d.caps;
   const uint32_t known_formats = MLA_PLUGIN_CACHE_BF16 | MLA_PLUGIN_CACHE_FP8;
-  if (c.cache_formats == 0 || (c.cache_formats & ~known_formats) != 0) {
-    throw PluginError(fmt::format("caps.cache_formats 0x{:x} must be a non-empty set of MLA_PLUGIN_CACHE_* bits",
-                                  c.cache_formats));
+  // The decode's claims; a prefill-only library (1.4, decode NULL) has none to check.
+  if (d.decode) {
+    const auto& c = d.caps;
+    if (c.cache_formats == 0 || (c.cache_formats & ~known_formats) != 0) {
+      throw PluginError(fmt::format("caps.cache_formats 0x{:x} must be a non-empty set of MLA_PLUGIN_CACHE_* bits",
+                                    c.cache_formats));
+    }
+    const uint32_t known_features = MLA_PLUGIN_DENSE | MLA_PLUGIN_SPARSE | MLA_PLUGIN_VARLEN;
+    if ((c.features & ~known_features) != 0 || (c.features & (MLA_PLUGIN_DENSE | MLA_PLUGIN_SPARSE)) == 0) {
+      throw PluginError(fmt::format("caps.features 0x{:x} must be MLA_PLUGIN_* bits including DENSE or SPARSE",
+                                    c.features));
+    }
+    if (c.min_heads < 1 || c.max_heads < c.min_heads) {
+      throw PluginError(fmt::format("caps heads range [{}, {}] is empty or below 1", c.min_heads, c.max_heads));
+    }
+    if (c.min_s_q < 1 || c.max_s_q < c.min_s_q) {
+      throw PluginError(fmt::format("caps s_q range [{}, {}] is empty or below 1", c.min_s_q, c.max_s_q));
+    }
+    if (c.num_page_sizes < 0 || c.num_page_sizes > MLA_PLUGIN_MAX_PAGE_SIZES) {
+      throw PluginError(fmt::format("caps.num_page_sizes {} is outside [0, {}]", c.num_page_sizes,
+                                    MLA_PLUGIN_MAX_PAGE_SIZES));
+    }
+    for (int32_t i = 0; i < c.num_page_sizes; ++i) {
+      if (c.page_sizes[i] < 1) throw PluginError(fmt::format("caps.page_sizes[{}] = {} is not positive", i, c.page_sizes[i]));
+    }
   }
-  const uint32_t known_features = MLA_PLUGIN_DENSE | MLA_PLUGIN_SPARSE | MLA_PLUGIN_VARLEN;
-  if ((c.features & ~known_features) != 0 || (c.features & (MLA_PLUGIN_DENSE | MLA_PLUGIN_SPARSE)) == 0) {
-    throw PluginError(fmt::format("caps.features 0x{:x} must be MLA_PLUGIN_* bits including DENSE or SPARSE",
-                                  c.features));
-  }
-  if (c.min_heads < 1 || c.max_heads < c.min_heads) {
-    throw PluginError(fmt::format("caps heads range [{}, {}] is empty or below 1", c.min_heads, c.max_heads));
-  }
-  if (c.min_s_q < 1 || c.max_s_q < c.min_s_q) {
-    throw PluginError(fmt::format("caps s_q range [{}, {}] is empty or below 1", c.min_s_q, c.max_s_q));
-  }
-  if (c.num_page_sizes < 0 || c.num_page_sizes > MLA_PLUGIN_MAX_PAGE_SIZES) {
-    throw PluginError(fmt::format("caps.num_page_sizes {} is outside [0, {}]", c.num_page_sizes,
-                                  MLA_PLUGIN_MAX_PAGE_SIZES));
-  }
-  for (int32_t i = 0; i < c.num_page_sizes; ++i) {
-    if (c.page_sizes[i] < 1) throw PluginError(fmt::format("caps.page_sizes[{}] = {} is not positive", i, c.page_sizes[i]));
-  }
-  if (!d.decode) throw PluginError("descriptor has no decode entry point");
+  const auto* pre = prefill_entry(d);
+  if (!d.decode && !pre) throw PluginError("descriptor has no decode entry point (and no prefill entry)");
   if (MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, append, d.struct_size)) {
     if ((d.flags & ~MLA_PLUGIN_FLAG_DEVICE_MEMORY) != 0) {
       throw PluginError(fmt::format("flags 0x{:x} has bits that are not MLA_PLUGIN_FLAG_*", d.flags));
@@ -173,6 +244,12 @@ void validate_descriptor(const mla_plugin_descriptor& d) {
     }
   }
   if (MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, can_implement, d.struct_size)) validate_revision_1_2(d);
+  if (pre) {
+    const auto i = prefill_info_from(*pre);
+    if (d.decode && i.name == name) {
+      throw PluginError(fmt::format("prefill entry name '{}' is the decode's: each implementation has its own", name));
+    }
+  }
 }
 
 // ---- Library --------------------------------------------------------------------------------
@@ -237,6 +314,11 @@ std::shared_ptr<Library> Library::open(const std::filesystem::path& path) {
     if (ops && acc) lib->info_.compute = ComputePrecision{*ops, *acc};
     if (d.append_fp8_recipes != 0) lib->append_fp8_recipes_ = d.append_fp8_recipes;
     lib->can_implement_ = d.can_implement;
+  }
+  if (const auto* pre = prefill_entry(d)) {
+    lib->prefill_info_ = prefill_info_from(*pre);
+    lib->prefill_info_->backend = d.backend;
+    lib->prefill_ = pre->prefill;
   }
   return lib;
 }
@@ -344,6 +426,59 @@ int32_t call_decode(const Library& lib, const AttnInputs& in, void* out, std::si
   }
   if (error_size > 0) error[0] = '\0';
   const int32_t rc = (decode ? decode : lib.descriptor().decode)(&a, error, error_size);
+  if (error_size > 0) error[error_size - 1] = '\0';
+  if (dev) {
+    auto findings = dev->finish();
+    if (device_findings) {
+      for (auto& f : findings) device_findings->push_back(std::move(f));
+    }
+    std::memcpy(out, dev->result(5).data(), out_bytes);
+    std::memcpy(lse, dev->result(6).data(), lse_bytes);
+  }
+  return rc;
+}
+
+int32_t call_prefill(const Library& lib, const PrefillInputs& in, void* out, std::size_t out_bytes, void* lse,
+                     std::size_t lse_bytes, char* error, std::size_t error_size, std::vector<std::string>* device_findings,
+                     mla_plugin_prefill_fn prefill) {
+  if (!lib.prefill()) throw PluginError(fmt::format("plug-in {} has no prefill entry point", lib.info().name));
+  const auto& s = in.shape;
+  mla_plugin_prefill_args a{};
+  a.struct_size = sizeof a;
+  a.batch = s.batch;
+  a.heads = s.heads;
+  a.total_q = s.total_q;
+  a.total_k = s.total_k;
+  a.d_qk = s.d_qk;
+  a.d_v = s.d_v;
+  a.causal = s.causal ? 1 : 0;
+  a.softmax_scale = in.softmax_scale;
+  a.q = in.q.data();
+  a.k = in.k.data();
+  a.v = in.v.data();
+  a.cu_seqlens_q = in.cu_seqlens_q.data();
+  a.cu_seqlens_k = in.cu_seqlens_k.data();
+  a.out = out;
+  a.lse = static_cast<float*>(lse);
+  a.stream = nullptr;  // host memory: the plug-in finishes before it returns
+  std::unique_ptr<detail::DeviceCall> dev;
+  if (lib.device_memory()) {
+    using Role = detail::DeviceCall::Role;
+    dev = std::make_unique<detail::DeviceCall>();
+    auto add = [&](const char* name, auto v) {
+      return dev->add(name, {reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()}, Role::input);
+    };
+    a.q = static_cast<const uint16_t*>(add("q", in.q));
+    a.k = static_cast<const uint16_t*>(add("k", in.k));
+    a.v = static_cast<const uint16_t*>(add("v", in.v));
+    a.cu_seqlens_q = static_cast<const int32_t*>(add("cu_seqlens_q", in.cu_seqlens_q));
+    a.cu_seqlens_k = static_cast<const int32_t*>(add("cu_seqlens_k", in.cu_seqlens_k));
+    a.out = dev->add("out", {static_cast<const uint8_t*>(out), out_bytes}, Role::output);
+    a.lse = static_cast<float*>(dev->add("lse", {static_cast<const uint8_t*>(lse), lse_bytes}, Role::output));
+    a.stream = dev->stream();
+  }
+  if (error_size > 0) error[0] = '\0';
+  const int32_t rc = (prefill ? prefill : lib.prefill())(&a, error, error_size);
   if (error_size > 0) error[error_size - 1] = '\0';
   if (dev) {
     auto findings = dev->finish();

@@ -219,15 +219,15 @@ TEST(WireFormat, MessagesRoundTripBitForBitAndBrokenFilesAreRefused) {
   const std::vector<uint16_t> bits{0x3F80, 0x7FC1};
   const std::vector<int32_t> ints{-1, 7};
   {
-    wire::Message m(mla::certify::kAppendCalls);
+    wire::Message m(mla::certify::kEntryCalls);
     m.fields() = {{"make_calls", 2}, {"name", "x"}};
     m.put("values", values);
     m.put("bits", bits);
     m.put("ints", ints);
     wire::write(tmp.path() / "msg", m);
   }
-  const auto back = wire::read(tmp.path() / "msg", mla::certify::kAttentionCalls, mla::certify::kAppendCalls);
-  EXPECT_EQ(back.kind(), mla::certify::kAppendCalls);
+  const auto back = wire::read(tmp.path() / "msg", mla::certify::kAttentionCalls, mla::certify::kEntryCalls);
+  EXPECT_EQ(back.kind(), mla::certify::kEntryCalls);
   EXPECT_EQ(back.fields().at("make_calls"), 2);
   const auto v = back.get<double>("values");
   ASSERT_EQ(v.size(), values.size());
@@ -239,11 +239,11 @@ TEST(WireFormat, MessagesRoundTripBitForBitAndBrokenFilesAreRefused) {
 
   const auto text = slurp(tmp.path() / "msg");
   std::ofstream(tmp.path() / "short", std::ios::binary) << text.substr(0, text.size() - 3);
-  EXPECT_THROW((void)wire::read(tmp.path() / "short", mla::certify::kAppendCalls), mla::Error);
+  EXPECT_THROW((void)wire::read(tmp.path() / "short", mla::certify::kEntryCalls), mla::Error);
   std::ofstream(tmp.path() / "long", std::ios::binary) << text << "x";
-  EXPECT_THROW((void)wire::read(tmp.path() / "long", mla::certify::kAppendCalls), mla::Error);
+  EXPECT_THROW((void)wire::read(tmp.path() / "long", mla::certify::kEntryCalls), mla::Error);
   std::ofstream(tmp.path() / "garbage", std::ios::binary) << "{\"format\": \"other\"}\n";
-  EXPECT_THROW((void)wire::read(tmp.path() / "garbage", mla::certify::kAppendCalls), mla::Error);
+  EXPECT_THROW((void)wire::read(tmp.path() / "garbage", mla::certify::kEntryCalls), mla::Error);
   // A message of another kind is refused, naming both.
   try {
     (void)wire::read(tmp.path() / "msg", mla::certify::kAttentionCalls);

@@ -102,6 +102,12 @@ ExternalBenchKernel open_plugin_for_bench(const std::filesystem::path& library) 
   } catch (const std::exception& e) {
     throw UsageError(fmt::format("--plugin {}: {}", printable(abs.string()), e.what()));
   }
+  // The benchmark times decode calls; a prefill-only library (ABI 1.4) has none to time yet.
+  if (!lib->decodes()) {
+    throw UsageError(fmt::format("--plugin {}: it has no decode entry point (a prefill-only plug-in); the benchmark "
+                                 "times decode calls only",
+                                 printable(abs.string())));
+  }
   ExternalBenchKernel k;
   k.impl = std::make_unique<PluginImpl>(lib, false);
   k.overhead = std::make_unique<PluginImpl>(lib, true);

@@ -231,6 +231,11 @@ Arena::Arena(const std::vector<ArenaBuffer>& buffers, uint64_t key) : key_(key) 
   for (const auto& b : buffers) {
     // An in-place buffer is laid out as an output (canaries on both sides): a write just
     // before or past it is measured, not a fault.
+    if (b.output_bytes > 0) {
+      cursor = add_region(b.name, b.output_bytes, false, b.elem, cursor, false);
+      prefill_.back() = b.elem;
+      continue;
+    }
     cursor = add_region(b.name, b.initial.size(), !b.inout, b.elem, cursor, false);
     l.regions.back().inout = b.inout;
     initial_.back() = b.initial;

@@ -112,13 +112,15 @@ struct ArenaLayout {
   std::string where(std::size_t offset) const;
 };
 
-// A buffer of a call that is not an attention call (an append): its bytes before the call
-// (caller-owned, outliving the Arena) and whether the kernel may write it.
+// A buffer of a call that is not an attention call (an append, a prefill): its bytes before the
+// call (caller-owned, outliving the Arena) and whether the kernel may write it; or an output of
+// `output_bytes`, prefilled with the unwritten pattern of `elem`-byte elements.
 struct ArenaBuffer {
   std::string name;
   std::span<const uint8_t> initial;
   bool inout = false;     // false: an input, audited unchanged
   std::size_t elem = 1;   // bytes of one element
+  std::size_t output_bytes = 0;  // > 0: an output (initial empty, inout false)
 };
 
 class Arena {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <system_error>
 #include <limits>
@@ -15,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "isolation/arena.hpp"
+#include "isolation/entry_calls.hpp"
 #include "mla/certify/wire.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/sha256.hpp"
@@ -190,67 +192,90 @@ uint8_t* map_arena(const wire::Message& plan, const ArenaLayout& l) {
   return base;
 }
 
-// The append calls of an append plan (kAppendCalls): each on its own copy of the cache, stopping
-// after each so the parent can audit it. Any return code is a returned call (ArenaState::ok, the code
-// in rc): the parent judges it.
-int child_append_calls(const KernelRef& kernel, const wire::Message& plan) {
+// The calls of an entry-calls plan (isolation/entry_calls.hpp): the plug-in's append or prefill,
+// each call on its own buffers, stopping after each so the parent can audit it. Any return code
+// is a returned call (ArenaState::ok, the code in rc): the parent judges it.
+int child_entry_calls(const KernelRef& kernel, const wire::Message& plan) {
   const ArenaLayout l = ArenaLayout::from_json(plan.fields().at("layout"));
   uint8_t* base = map_arena(plan, l);
   auto* control = reinterpret_cast<ArenaControl*>(base);
   const auto& f = plan.fields();
   const auto& a = f.at("args");
-  plugin::AppendCallShape shape;
-  shape.num_tokens = a.at("num_tokens");
-  shape.batch = a.at("batch");
-  shape.max_blocks = a.at("max_blocks");
-  shape.page_size = a.at("page_size");
-  shape.num_blocks = a.at("num_blocks");
-  shape.max_seq_len = a.at("max_seq_len");
-  shape.cache_format = a.at("cache_format");
-  shape.scale_fmt = a.at("scale_fmt");
-  shape.fp8_recipe = a.at("fp8_recipe");
-  shape.eps = a.at("eps");
-  const auto& regions = f.at("regions");
-  auto region = [&](const char* name) -> const ArenaRegion& {
-    return l.regions.at(regions.at(name).get<std::size_t>());
-  };
-  auto span_of = [&]<class T>(const char* name, T*) {
-    const auto& r = region(name);
+  const std::string entry = f.at("entry").get<std::string>();
+  const auto& inputs = f.at("inputs");
+  auto input = [&]<class T>(const char* name, T*) {
+    const auto& r = l.regions.at(inputs.at(name).get<std::size_t>());
     return std::span<const T>(reinterpret_cast<const T*>(base + r.data), r.bytes / sizeof(T));
   };
-  plugin::AppendCallBuffers b;
-  b.latent = span_of("latent", static_cast<uint16_t*>(nullptr));
-  b.k_pe = span_of("k_pe", static_cast<uint16_t*>(nullptr));
-  b.kv_norm_weight = span_of("kv_norm_weight", static_cast<uint16_t*>(nullptr));
-  b.inv_freq = span_of("inv_freq", static_cast<double*>(nullptr));
-  b.seq_ids = span_of("seq_ids", static_cast<int32_t*>(nullptr));
-  b.positions = span_of("positions", static_cast<int32_t*>(nullptr));
-  b.block_table = span_of("block_table", static_cast<int32_t*>(nullptr));
+  auto own = [&](const ArenaRegion& r) { return std::span<uint8_t>(base + r.data, r.bytes); };
+  // Makes call `c` on its buffers `mine`: the plug-in's return code, its words in `err`.
+  std::function<int32_t(const std::vector<ArenaRegion>&, char*, std::size_t, std::vector<std::string>*)> make;
   std::shared_ptr<plugin::Library> lib;
   try {
-    charge_simulated_context("child append");
-    if (!kernel.plugin) throw Error("appends are a plug-in's entry point: no plug-in given");
+    charge_simulated_context(entry == kEntryPrefill ? "child prefill" : "child append");
+    if (!kernel.plugin) throw Error(fmt::format("{} calls are a plug-in's entry point: no plug-in given", entry));
     lib = plugin::Library::open(*kernel.plugin);
     if (auto why = lib->unavailable()) throw Error(*why);
+    if (entry == kEntryAppend) {
+      plugin::AppendCallShape shape;
+      shape.num_tokens = a.at("num_tokens");
+      shape.batch = a.at("batch");
+      shape.max_blocks = a.at("max_blocks");
+      shape.page_size = a.at("page_size");
+      shape.num_blocks = a.at("num_blocks");
+      shape.max_seq_len = a.at("max_seq_len");
+      shape.cache_format = a.at("cache_format");
+      shape.scale_fmt = a.at("scale_fmt");
+      shape.fp8_recipe = a.at("fp8_recipe");
+      shape.eps = a.at("eps");
+      plugin::AppendCallBuffers b;
+      b.latent = input("latent", static_cast<uint16_t*>(nullptr));
+      b.k_pe = input("k_pe", static_cast<uint16_t*>(nullptr));
+      b.kv_norm_weight = input("kv_norm_weight", static_cast<uint16_t*>(nullptr));
+      b.inv_freq = input("inv_freq", static_cast<double*>(nullptr));
+      b.seq_ids = input("seq_ids", static_cast<int32_t*>(nullptr));
+      b.positions = input("positions", static_cast<int32_t*>(nullptr));
+      b.block_table = input("block_table", static_cast<int32_t*>(nullptr));
+      make = [&, shape, b](const std::vector<ArenaRegion>& mine, char* err, std::size_t n,
+                           std::vector<std::string>* device) mutable {
+        b.kv_cache = own(mine.at(0));
+        return plugin::call_append(*lib, shape, b, err, n, device);
+      };
+    } else if (entry == kEntryPrefill) {
+      PrefillInputs in;
+      in.shape = prefill_shape_from_json(a.at("shape"));
+      in.softmax_scale = a.at("softmax_scale").get<double>();
+      in.q = input("q", static_cast<uint16_t*>(nullptr));
+      in.k = input("k", static_cast<uint16_t*>(nullptr));
+      in.v = input("v", static_cast<uint16_t*>(nullptr));
+      in.cu_seqlens_q = input("cu_seqlens_q", static_cast<int32_t*>(nullptr));
+      in.cu_seqlens_k = input("cu_seqlens_k", static_cast<int32_t*>(nullptr));
+      make = [&, in](const std::vector<ArenaRegion>& mine, char* err, std::size_t n, std::vector<std::string>* device) {
+        const auto out = own(mine.at(0)), lse = own(mine.at(1));
+        return plugin::call_prefill(*lib, in, out.data(), out.size(), lse.data(), lse.size(), err, n, device);
+      };
+    } else {
+      throw Error(fmt::format("the plan names entry '{}', which this child does not know", entry));
+    }
   } catch (const std::bad_alloc&) {
     throw;  // the machine's memory
   } catch (const std::exception& e) {
     control->setup_state = ArenaState::error;
-    bounded_copy(control->setup_message, fmt::format("the child could not call the append: {}", e.what()));
+    bounded_copy(control->setup_message, fmt::format("the child could not call the {}: {}", entry, e.what()));
     return 0;
   }
-  const auto& caches = f.at("caches");
-  const std::size_t make = std::min<std::size_t>({caches.size(), f.at("make_calls").get<std::size_t>(),
-                                                  static_cast<std::size_t>(kArenaMaxCalls)});
-  for (std::size_t c = 0; c < make; ++c) {
-    const auto& cache = l.regions.at(caches.at(c).get<std::size_t>());
-    b.kv_cache = std::span<uint8_t>(base + cache.data, cache.bytes);
+  const auto& calls = f.at("calls");
+  const std::size_t n_calls = std::min<std::size_t>({calls.size(), f.at("make_calls").get<std::size_t>(),
+                                                     static_cast<std::size_t>(kArenaMaxCalls)});
+  for (std::size_t c = 0; c < n_calls; ++c) {
+    std::vector<ArenaRegion> mine;
+    for (const auto& r : calls.at(c)) mine.push_back(l.regions.at(r.get<std::size_t>()));
     ArenaCall& rec = control->calls[c];
     const auto t0 = Clock::now();
     try {
       char err[kArenaMessage] = {};
       std::vector<std::string> device;
-      rec.rc = plugin::call_append(*lib, shape, b, err, sizeof err, &device);
+      rec.rc = make(mine, err, sizeof err, &device);
       rec.state = ArenaState::ok;
       // The device-side audit's first finding, else the plug-in's words.
       bounded_copy(rec.message, device.empty() ? std::string(err) : "device audit: " + device.front());
@@ -258,7 +283,7 @@ int child_append_calls(const KernelRef& kernel, const wire::Message& plan) {
       throw;
     } catch (const std::exception& e) {
       rec.state = ArenaState::error;
-      bounded_copy(rec.message, fmt::format("the child could not call the append: {}", e.what()));
+      bounded_copy(rec.message, fmt::format("the child could not call the {}: {}", entry, e.what()));
     }
     rec.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     raise(SIGSTOP);
@@ -271,8 +296,8 @@ int child_append_calls(const KernelRef& kernel, const wire::Message& plan) {
 
 int child_call(const KernelRef& kernel, const std::filesystem::path& plan_file, bool enforce_caps) {
   // The layout comes from the parent's plan; the memory from the memfd it handed over.
-  const auto plan = wire::read(plan_file, kAttentionCalls, kAppendCalls);
-  if (plan.kind() == kAppendCalls) return child_append_calls(kernel, plan);
+  const auto plan = wire::read(plan_file, kAttentionCalls, kEntryCalls);
+  if (plan.kind() == kEntryCalls) return child_entry_calls(kernel, plan);
   const ArenaLayout l = ArenaLayout::from_json(plan.fields().at("layout"));
   uint8_t* base = map_arena(plan, l);
   auto* control = reinterpret_cast<ArenaControl*>(base);
@@ -403,6 +428,8 @@ int child_describe(const std::filesystem::path& plugin_path, const std::filesyst
   d.abi_version = lib->descriptor().abi_version;
   d.abi_minor = lib->abi_minor();
   d.device_memory = lib->device_memory();
+  d.decodes = lib->decodes();
+  d.prefill = lib->prefill_info();
   d.append_formats = lib->append_formats();
   d.append_scale_fmts = lib->append_scale_fmts();
   d.append_fp8_recipes = lib->append_fp8_recipes();

@@ -18,6 +18,39 @@ auto decoding(const wire::Message& m, F&& f) {
   }
 }
 
+json compute_json(const std::optional<ComputePrecision>& c) {
+  return c ? json{{"operands", to_string(c->operands)}, {"accumulate", to_string(c->accumulate)}} : json();
+}
+std::optional<ComputePrecision> compute_from_json(const json& c) {
+  if (c.is_null()) return std::nullopt;
+  return ComputePrecision{out_dtype_from_string(c.at("operands").get<std::string>()),
+                          out_dtype_from_string(c.at("accumulate").get<std::string>())};
+}
+
+json prefill_json(const std::optional<PrefillKernelInfo>& p) {
+  if (!p) return json();
+  return {{"name", p->name},
+          {"backend", p->backend},
+          {"description", p->description},
+          {"out_dtype", to_string(p->out_dtype)},
+          {"compute", compute_json(p->compute)},
+          {"capabilities", to_json(p->caps)},
+          {"conventions", to_json(p->conventions)}};
+}
+std::optional<PrefillKernelInfo> prefill_from_json(const json& j) {
+  if (j.is_null()) return std::nullopt;
+  PrefillKernelInfo p;
+  p.name = j.at("name").get<std::string>();
+  p.backend = j.at("backend").get<std::string>();
+  p.description = j.at("description").get<std::string>();
+  p.role = KernelRole::optimized;
+  p.out_dtype = out_dtype_from_string(j.at("out_dtype").get<std::string>());
+  p.compute = compute_from_json(j.at("compute"));
+  p.caps = prefill_capabilities_from_json(j.at("capabilities"));
+  p.conventions = prefill_conventions_from_json(j.at("conventions"));
+  return p;
+}
+
 }  // namespace
 
 wire::Message encode(const PluginDescription& d) {
@@ -36,9 +69,9 @@ wire::Message encode(const PluginDescription& d) {
                 {"can_implement", d.can_implement},
                 {"capabilities", to_json(d.info.caps)},
                 {"conventions", to_json(d.info.conventions)},
-                {"compute", d.info.compute ? json{{"operands", to_string(d.info.compute->operands)},
-                                                  {"accumulate", to_string(d.info.compute->accumulate)}}
-                                           : json()},
+                {"compute", compute_json(d.info.compute)},
+                {"decodes", d.decodes},
+                {"prefill", prefill_json(d.prefill)},
                 {"unavailable", d.unavailable ? json(*d.unavailable) : json()}};
   return m;
 }
@@ -62,10 +95,9 @@ PluginDescription decode_plugin_description(const wire::Message& m) {
     d.append_fp8_recipes = f.at("append_fp8_recipes");
     d.can_implement = f.at("can_implement");
     d.info.conventions = conventions_from_json(f.at("conventions"));
-    if (const auto& c = f.at("compute"); !c.is_null()) {
-      d.info.compute = ComputePrecision{out_dtype_from_string(c.at("operands").get<std::string>()),
-                                        out_dtype_from_string(c.at("accumulate").get<std::string>())};
-    }
+    d.info.compute = compute_from_json(f.at("compute"));
+    d.decodes = f.at("decodes").get<bool>();
+    d.prefill = prefill_from_json(f.at("prefill"));
     return d;
   });
 }

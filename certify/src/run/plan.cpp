@@ -18,6 +18,7 @@
 #include "mla/golden/families.hpp"
 #include "mla/registry/registry.hpp"
 #include "isolation/python_door.hpp"
+#include "kinds/prefill/prefill_rows.hpp"
 #include "run/session.hpp"
 
 #ifndef MLA_VERSION
@@ -148,27 +149,50 @@ void add_plugin(Session& s, const fs::path& path, std::size_t i) {
   d.info.name = printable(d.info.name);
   d.info.description = printable(d.info.description);
   d.version = printable(d.version);
-  Implementation e;
-  e.external = true;
-  e.ref.plugin = abs;
-  e.info = d.info;
-  e.unavailable = d.unavailable;
-  e.append_formats = d.append_formats;
-  e.append_scale_fmts = d.append_scale_fmts;
-  e.append_fp8_recipes = d.append_fp8_recipes;
-  e.can_implement = d.can_implement;
-  reports::KernelReport r;
-  r.version = d.version;
-  r.origin = {{"kind", "plugin"},
-              {"path", abs.string()},
-              {"sha256", sha256_file(abs)},
-              {"abi_version", d.abi_version},
-              {"abi_minor", d.abi_minor},
-              {"device_memory", d.device_memory},
-              {"append_formats", d.append_formats},
-              {"append_scale_fmts", d.append_scale_fmts},
-              {"capabilities", to_json(d.info.caps)}};
-  add_implementation(s, std::move(e), std::move(r));
+  const json origin = {{"kind", "plugin"},
+                       {"path", abs.string()},
+                       {"sha256", sha256_file(abs)},
+                       {"abi_version", d.abi_version},
+                       {"abi_minor", d.abi_minor},
+                       {"device_memory", d.device_memory}};
+  if (d.decodes) {
+    Implementation e;
+    e.external = true;
+    e.ref.plugin = abs;
+    e.info = d.info;
+    e.unavailable = d.unavailable;
+    e.append_formats = d.append_formats;
+    e.append_scale_fmts = d.append_scale_fmts;
+    e.append_fp8_recipes = d.append_fp8_recipes;
+    e.can_implement = d.can_implement;
+    reports::KernelReport r;
+    r.version = d.version;
+    r.origin = origin;
+    r.origin["append_formats"] = d.append_formats;
+    r.origin["append_scale_fmts"] = d.append_scale_fmts;
+    r.origin["capabilities"] = to_json(d.info.caps);
+    add_implementation(s, std::move(e), std::move(r));
+  }
+  if (d.prefill) {
+    // The prefill entry is an implementation of its own, under its own name.
+    auto info = *d.prefill;
+    info.name = printable(info.name);
+    info.description = printable(info.description);
+    Implementation e;
+    e.external = true;
+    e.ref.plugin = abs;
+    e.info.name = info.name, e.info.backend = info.backend, e.info.description = info.description;
+    e.info.out_dtype = info.out_dtype;
+    e.unavailable = d.unavailable;
+    e.owned_prefill = plugin_prefill(info);
+    e.prefill = e.owned_prefill.get();
+    reports::KernelReport r;
+    r.version = d.version;
+    r.origin = origin;
+    r.origin["entry"] = "prefill";
+    r.origin["capabilities"] = to_json(info.caps);
+    add_implementation(s, std::move(e), std::move(r));
+  }
 }
 
 // A registered or fault kernel of any kind the run can select: exactly one of the pointers set.
@@ -324,9 +348,9 @@ void select_implementations(Session& s) {
   for (const auto& k : s.implementations) {
     auto& r = s.report(k);
     r.origin["isolation"] = s.isolated(k) ? "child_per_case" : "in_process";
-    if (!k.decodes()) {
-      r.origin["isolation_note"] = "no child transport exists for kernels of other kinds than decode yet: registered ones "
-                                   "run in this process, whatever --in-process says for decode kernels";
+    if (!k.decodes() && !k.external) {
+      r.origin["isolation_note"] = "no child transport exists for registered kernels of other kinds than decode yet: "
+                                   "they run in this process, whatever --in-process says for decode kernels";
     }
     // The case kinds it is certified on, so a shard or resumed certificate compares each kind's
     // rows among the implementations that have them (consistency.cpp).

@@ -56,13 +56,17 @@ struct Implementation {
   uint32_t append_fp8_recipes = 0;                     // MLA_PLUGIN_RECIPE_* its FP8 append writes
   std::size_t report_index = 0;                         // its KernelReport in the certificate
   // An implementation of one other kind only (exactly one set, impl then null): a registered
-  // prefill, merge, top-k, indexer append or indexer logits kernel. `info` then holds its name, backend, description and out dtype
-  // alone. There is no child transport for these kinds: they run in this process.
+  // prefill, merge, top-k, indexer append or indexer logits kernel, or a plug-in's prefill entry.
+  // `info` then holds its name, backend, description and out dtype alone. Registered ones run in
+  // this process; a plug-in's prefill runs in child processes.
   const PrefillImpl* prefill = nullptr;
   const MergeImpl* merge = nullptr;
   const TopkImpl* topk = nullptr;
   const IndexerAppendImpl* indexer_append = nullptr;
   const IndexerLogitsImpl* indexer_logits = nullptr;
+  // A plug-in's prefill entry (ABI 1.4): the object `prefill` points to, whose info, check() and
+  // cost() this process uses; its calls are made in child processes (kinds/prefill).
+  std::shared_ptr<const PrefillImpl> owned_prefill;
   // Whether it has the decode entry point (every registered decode kernel, fault kernel,
   // plug-in and Python kernel; a kernel of one of the other kinds has none).
   bool decodes() const { return !prefill && !merge && !topk && !indexer_append && !indexer_logits; }
@@ -186,9 +190,10 @@ class Session {
   void save();
   // The certificate as written: this run's rows, then those kept from outside its selection.
   reports::Certificate with_outside() const;
-  // A kernel of another kind than decode never is: no child transport exists for those kinds yet.
+  // A plug-in's entries always are (decode, append, prefill); a registered kernel of another kind
+  // than decode never is: no child transport exists for those yet.
   bool isolated(const Implementation& k) const {
-    return k.decodes() && (k.external || options.isolate || !k.impl);
+    return k.external || (k.decodes() && (options.isolate || !k.impl));
   }
   // Whether a case of the selection belongs to this run's --shard (always, without one).
   bool in_shard(const std::string& family, const std::string& name) const {

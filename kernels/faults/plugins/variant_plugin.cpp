@@ -48,6 +48,11 @@ enum class Fault {
   hides_overflow,          // the stored truth where it finds it, elsewhere exp() without the max
   memo_by_shape,           // answers from a memo keyed by shape, lengths and block table (not q)
   changes_q_then_refuses,  // writes into q, then says "unsupported"
+  prefill_sees_next_key,   // prefill: a causal row attends one key past its last (chunk boundary)
+  prefill_top_left,        // prefill: the causal mask aligned top-left (FlashAttention < 2.1), undeclared
+  prefill_mscale_missing,  // prefill: 192^-0.5 instead of the scale it is given (YaRN's mscale² dropped)
+  prefill_lse_log2,        // prefill: lse in base 2, undeclared
+  prefill_skips_empty_rows,  // prefill: writes nothing for a row that attends no key
 };
 
 struct Variant {
@@ -67,6 +72,7 @@ struct Variant {
   bool can_implement;     // exports that refusal (or the broken predicate) as can_implement
   bool broken_can_implement;  // can_implement errs on sparse shapes and crashes on 128 heads
   bool device_memory;     // sets the device-memory flag with no unavailable() of its own
+  bool prefill;           // a prefill-only library (ABI 1.4): no decode, the prefill entry under its name
 };
 
 constexpr Variant kV{MLA_VARIANT_NAME,         Fault::MLA_VARIANT_FAULT,      MLA_VARIANT_OUT_BF16,
@@ -74,7 +80,7 @@ constexpr Variant kV{MLA_VARIANT_NAME,         Fault::MLA_VARIANT_FAULT,      ML
                      MLA_VARIANT_WRITES_RECIPE, MLA_VARIANT_DECLARES_RECIPES, MLA_VARIANT_BF16_OPERANDS,
                      MLA_VARIANT_PRECISION,    MLA_VARIANT_FLASHINFER,        MLA_VARIANT_DECLARES_CONVENTIONS,
                      MLA_VARIANT_FLASHMLA_SHAPED, MLA_VARIANT_CAN_IMPLEMENT, MLA_VARIANT_BROKEN_CAN_IMPLEMENT,
-                     MLA_VARIANT_DEVICE_MEMORY};
+                     MLA_VARIANT_DEVICE_MEMORY,  MLA_VARIANT_PREFILL};
 constexpr bool is(Fault f) { return kV.fault == f; }
 constexpr bool kSteals = is(Fault::reads_catalog) || is(Fault::refuses_unknown) || is(Fault::hides_overflow);
 
@@ -401,6 +407,30 @@ int32_t append_variant(const mla_plugin_append_args* args, char* error, size_t e
   return MLA_PLUGIN_OK;
 }
 
+// ---- prefill ----------------------------------------------------------------------------------
+// The template's prefill with the variant's departure (prefill_with's hooks).
+constexpr PrefillDeparture kPrefillDeparture{is(Fault::prefill_sees_next_key) ? 1 : 0, is(Fault::prefill_top_left),
+                                             is(Fault::prefill_mscale_missing), is(Fault::prefill_lse_log2),
+                                             kV.flashinfer, is(Fault::prefill_skips_empty_rows)};
+
+int32_t prefill_variant(const mla_plugin_prefill_args* args, char* error, size_t error_size) {
+  return prefill_with(args, kPrefillDeparture, error, error_size);
+}
+
+mla_plugin_prefill_entry variant_prefill_entry() {
+  mla_plugin_prefill_entry e = make_prefill_entry();
+  e.name = kV.name;
+  e.description = "example plug-in prefill: float64 accumulation, " MLA_VARIANT_NAME;
+  e.prefill = prefill_variant;
+  if (kV.flashinfer && kV.declares_conventions) {
+    e.lse_base = MLA_PLUGIN_LSE_BASE_2;
+    e.lse_layout = MLA_PLUGIN_LSE_B_SQ_H;
+    e.empty_row_lse = MLA_PLUGIN_EMPTY_LSE_NEG_INF;
+  }
+  return e;
+}
+const mla_plugin_prefill_entry kVariantPrefill = variant_prefill_entry();
+
 // ---- descriptor -------------------------------------------------------------------------------
 // The template's descriptor, and what each variant claims or declares differently.
 mla_plugin_descriptor variant_descriptor() {
@@ -441,6 +471,13 @@ mla_plugin_descriptor variant_descriptor() {
     d.append = nullptr;
     d.append_formats = 0;
     d.append_scale_fmts = 0;
+  }
+  // The template's prefill entry only where the variant is a prefill (its name would repeat in a
+  // run certifying several variants); a prefill variant has no decode.
+  d.prefill = nullptr;
+  if (kV.prefill) {
+    d.decode = nullptr;
+    d.prefill = &kVariantPrefill;
   }
   // Posing as a plug-in built against 1.1 or 1.0: struct_size ends before the later fields,
   // which hold garbage (as the bytes after an old, shorter descriptor would) a host must not read.

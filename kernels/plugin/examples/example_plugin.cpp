@@ -1,6 +1,7 @@
 // The template for a kernel of your own behind the plug-in C ABI (mla/plugin/mla_plugin.h): a
-// decode and cache append, slow and plainly right (float64 accumulation, one rounding at the end),
-// needing only that header. Copy it, replace decode() and append(), fill the descriptor, certify:
+// decode, a cache append and (ABI 1.4) a prefill in the MHA form, slow and plainly right (float64
+// accumulation, one rounding at the end), needing only that header. Copy it, replace decode(),
+// append() and prefill() (or drop the entries you do not have), fill the descriptor, certify:
 //   g++ -O2 -shared -fPIC -fvisibility=hidden -I kernels/plugin/include my_kernel.cpp -o my_kernel.so
 //   build/ci/tools/mla/mla certify --goldens fixtures/goldens --out report --plugin ./my_kernel.so
 // Built as good_append; its variants (kernels/faults/plugins) include it, so its math exists once.
@@ -214,6 +215,99 @@ int32_t append(const mla_plugin_append_args* args, char* error, size_t error_siz
   return MLA_PLUGIN_OK;
 }
 
+// ---- prefill (ABI 1.4): MHA form, per head q·k over 192 values, V 128 wide ----------------------
+
+constexpr int kMhaDqk = 192, kMhaDv = 128;
+
+// Where a variant of this template departs from the right prefill (kernels/faults/plugins): the
+// template itself departs nowhere.
+struct PrefillDeparture {
+  int sees_extra = 0;      // a causal row attends this many keys past its last one
+  bool top_left = false;   // causal mask aligned top-left (query i sees keys j <= i)
+  bool own_scale = false;  // 192^-0.5 instead of the scale it is given (mscale dropped)
+  bool lse_log2 = false;   // lse in base 2 without declaring it
+  bool flashinfer = false; // lse base 2, [total_q, heads], -inf for an empty row (FlashInfer's)
+  bool skips_empty = false;  // writes nothing for a row that attends no key
+};
+
+// Every row of every sequence: scores in float64 over the keys the mask allows, the maximum
+// first so exp() cannot overflow, out and lse written for every (row, head), an empty row 0 and
+// +inf (or the declared -inf).
+int32_t prefill_with(const mla_plugin_prefill_args* args, const PrefillDeparture& dep, char* error, size_t error_size) {
+  if (!args || args->struct_size < sizeof(mla_plugin_prefill_args)) {
+    std::snprintf(error, error_size, "prefill arguments from an older host ABI");
+    return MLA_PLUGIN_ERROR;
+  }
+  const mla_plugin_prefill_args& a = *args;
+  if (a.d_qk != kMhaDqk || a.d_v != kMhaDv) {
+    std::snprintf(error, error_size, "d_qk %d / d_v %d: this prefill takes 192 / 128", a.d_qk, a.d_v);
+    return MLA_PLUGIN_UNSUPPORTED;
+  }
+  const int64_t H = a.heads;
+  const double scale = dep.own_scale ? 1.0 / std::sqrt(static_cast<double>(kMhaDqk)) : a.softmax_scale;
+  std::vector<double> q(kMhaDqk), scores;
+  for (int32_t b = 0; b < a.batch; ++b) {
+    const int64_t q0 = a.cu_seqlens_q[b], s_q = a.cu_seqlens_q[b + 1] - q0;
+    const int64_t k0 = a.cu_seqlens_k[b], s_k = a.cu_seqlens_k[b + 1] - k0;
+    for (int64_t i = 0; i < s_q; ++i) {
+      const int64_t row = q0 + i;
+      int64_t last = s_k - 1;  // the last key the row attends; -1: none
+      if (a.causal) last = std::min(s_k - 1, (dep.top_left ? i : s_k - s_q + i) + dep.sees_extra);
+      const int64_t n = std::max<int64_t>(0, last + 1);
+      for (int64_t h = 0; h < H; ++h) {
+        float* out = static_cast<float*>(a.out) + (row * H + h) * kMhaDv;
+        const int64_t lse_at = dep.flashinfer ? row * H + h : h * a.total_q + row;
+        if (n == 0) {
+          if (dep.skips_empty) continue;
+          for (int d = 0; d < kMhaDv; ++d) out[d] = 0.0f;
+          a.lse[lse_at] = dep.flashinfer ? -INFINITY : INFINITY;
+          continue;
+        }
+        for (int d = 0; d < kMhaDqk; ++d) q[d] = bf16_to_float(a.q[(row * H + h) * kMhaDqk + d]);
+        scores.assign(static_cast<std::size_t>(n), 0.0);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+          const uint16_t* k = a.k + ((k0 + j) * H + h) * kMhaDqk;
+          double dot = 0;
+          for (int d = 0; d < kMhaDqk; ++d) dot += q[d] * bf16_to_float(k[d]);
+          scores[j] = scale * dot;
+          mx = std::max(mx, scores[j]);
+        }
+        double sum = 0, acc[kMhaDv] = {};
+        for (int64_t j = 0; j < n; ++j) {
+          const double w = std::exp(scores[j] - mx);
+          sum += w;
+          const uint16_t* v = a.v + ((k0 + j) * H + h) * kMhaDv;
+          for (int d = 0; d < kMhaDv; ++d) acc[d] += w * bf16_to_float(v[d]);
+        }
+        for (int d = 0; d < kMhaDv; ++d) out[d] = static_cast<float>(acc[d] / sum);
+        const double lse = mx + std::log(sum);
+        a.lse[lse_at] = static_cast<float>(dep.lse_log2 || dep.flashinfer ? lse / std::log(2.0) : lse);
+      }
+    }
+  }
+  return MLA_PLUGIN_OK;
+}
+
+int32_t prefill(const mla_plugin_prefill_args* args, char* error, size_t error_size) {
+  return prefill_with(args, PrefillDeparture{}, error, error_size);
+}
+
+// The prefill entry: an implementation of its own in the certificate, under its own name.
+mla_plugin_prefill_entry make_prefill_entry() {
+  mla_plugin_prefill_entry e{};
+  e.struct_size = sizeof e;
+  e.name = "good_append_prefill";
+  e.description = "example plug-in prefill: float64 accumulation";
+  e.out_dtype = MLA_PLUGIN_OUT_F32;
+  e.min_heads = 1, e.max_heads = 128;
+  e.calls = MLA_PLUGIN_PREFILL_CAUSAL | MLA_PLUGIN_PREFILL_NON_CAUSAL | MLA_PLUGIN_PREFILL_VARLEN;
+  e.max_total_tokens = int64_t{1} << 20;
+  e.prefill = prefill;  // conventions and precision left zero: the canonical ones
+  return e;
+}
+const mla_plugin_prefill_entry kPrefillEntry = make_prefill_entry();
+
 // Left zero, the declarations (lse base, layout, empty-row value, index numbering, precision) are
 // the canonical conventions: a kernel that differs must declare it, or be judged wrong.
 mla_plugin_descriptor make_descriptor() {
@@ -237,6 +331,7 @@ mla_plugin_descriptor make_descriptor() {
   d.append = append;
   d.append_formats = MLA_PLUGIN_CACHE_BF16 | MLA_PLUGIN_CACHE_FP8;
   d.append_scale_fmts = MLA_PLUGIN_SCALE_FP32 | MLA_PLUGIN_SCALE_UE8M0;
+  d.prefill = &kPrefillEntry;  // 1.4: certified as good_append_prefill
   return d;
 }
 

@@ -62,8 +62,8 @@ void charge_simulated_context(const char* what);
 // the descriptor the `plan` message names, with the layout), makes the guard pages inaccessible, and makes
 // the planned calls, stopping itself (SIGSTOP) after each call of the case so the parent can
 // audit it. It writes only the outputs and the bounded control block; every verdict is the
-// parent's. A plan of kind kAppendCalls makes the plug-in's append calls instead, each on its
-// own copy of the cache the parent laid out (append_arena.cpp).
+// parent's. A plan of kind kEntryCalls makes the plug-in's append or prefill calls instead,
+// each on buffers of its own the parent laid out (isolation/entry_calls.hpp).
 int child_call(const KernelRef& kernel, const std::filesystem::path& plan, bool enforce_caps);
 // `mla __child describe`: loads the plug-in and writes its validated descriptor.
 int child_describe(const std::filesystem::path& plugin, const std::filesystem::path& result);

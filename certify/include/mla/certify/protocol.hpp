@@ -14,6 +14,7 @@
 
 #include "mla/certify/wire.hpp"
 #include "mla/core/kernel.hpp"
+#include "mla/core/prefill_kernel.hpp"
 #include "mla/plugin/host.hpp"
 
 namespace mla::certify {
@@ -42,7 +43,11 @@ struct RunResult {
 
 // The message kinds.
 inline constexpr const char* kAttentionCalls = "attention-calls";  // the layout of a shared-memory case
-inline constexpr const char* kAppendCalls = "append-calls";        // the layout of a shared-memory append
+// The layout of a plug-in's calls of another entry point (the append, the prefill) on shared
+// memory, and the entries it names.
+inline constexpr const char* kEntryCalls = "entry-calls";
+inline constexpr const char* kEntryAppend = "append";
+inline constexpr const char* kEntryPrefill = "prefill";
 inline constexpr const char* kPluginDescription = "plugin-description";
 inline constexpr const char* kClaimQuery = "claim-query";
 inline constexpr const char* kClaimAnswers = "claim-answers";
@@ -58,6 +63,8 @@ struct PluginDescription {
   uint32_t append_formats = 0, append_scale_fmts = 0;  // MLA_PLUGIN_CACHE_* / MLA_PLUGIN_SCALE_* bits
   uint32_t append_fp8_recipes = 0;                     // MLA_PLUGIN_RECIPE_* bits
   bool can_implement = false;                          // has the 1.2 predicate
+  bool decodes = true;                                 // has the decode entry point (1.4: may not)
+  std::optional<PrefillKernelInfo> prefill;            // the 1.4 prefill entry, as validated
 };
 wire::Message encode(const PluginDescription& d);
 PluginDescription decode_plugin_description(const wire::Message& m);

@@ -2,13 +2,16 @@
 // PrefillImpl; MLA's prefill in the MHA form) on every case of the catalog's prefill families,
 // then on cases drawn inside its claims. Judged by judge_prefill (judge/prefill.hpp) against the
 // C++ fp64 oracle and, for a kernel that is not fp64, the bf16 pipeline (ref/prefill.hpp), both
-// computed here. There is no child transport for prefill yet: its kernels run in this process.
+// computed here. Registered kernels run in this process; a plug-in's prefill entry (ABI 1.4) runs
+// in a child on shared buffers this process lays out and audits (isolation/entry_calls.hpp).
 #include <fmt/format.h>
 
+#include "isolation/entry_calls.hpp"
 #include "kinds/kinds.hpp"
 #include "kinds/prefill/prefill_rows.hpp"
 #include "kinds/stored_kind.hpp"
 #include "mla/core/sha256.hpp"
+#include "mla/plugin/host.hpp"
 #include "mla/golden/golden.hpp"
 #include "mla/judge/prefill.hpp"
 #include "mla/ref/prefill.hpp"
@@ -58,7 +61,79 @@ class PrefillKind final : public StoredCasesKind {
   }
 };
 
+// A plug-in's prefill entry: described by the host, called only in children.
+class PluginPrefill final : public PrefillImpl {
+ public:
+  explicit PluginPrefill(PrefillKernelInfo info) : info_(std::move(info)) {}
+  const PrefillKernelInfo& info() const override { return info_; }
+  std::unique_ptr<PreparedPrefill> prepare(const PrefillInputs&) const override {
+    throw Error(fmt::format("{} is a plug-in's prefill: it runs in a child process, never in the certifier",
+                            info_.name));
+  }
+
+ private:
+  PrefillKernelInfo info_;
+};
+
+template <class T>
+std::span<const uint8_t> bytes_of(std::span<const T> v) {
+  return {reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()};
+}
+
+// The calls of a plug-in's prefill on `kin` (in its conventions) in a child, as an in-process
+// run: the first call's out and lse (widened, still in its conventions), the audit's findings
+// as reasons. A failure the machine caused is returned through `host_caused`.
+InProcessRun<PrefillOutputs> run_prefill_in_child(Session& s, const Implementation& k, const PrefillInputs& kin,
+                                                  const std::string& tag, bool& host_caused) {
+  using Status = InProcessRun<PrefillOutputs>::Status;
+  const auto& sh = kin.shape;
+  const OutDType dtype = k.prefill->info().out_dtype;
+  const std::size_t vb = dtype == OutDType::bf16 ? 2 : 4;
+  const auto n_out = static_cast<std::size_t>(sh.total_q) * static_cast<std::size_t>(sh.heads) * static_cast<std::size_t>(sh.d_v);
+  const auto n_lse = static_cast<std::size_t>(sh.total_q) * static_cast<std::size_t>(sh.heads);
+  EntryCalls plan;
+  plan.entry = kEntryPrefill;
+  plan.inputs = {{"q", bytes_of(kin.q), false, 2},
+                 {"k", bytes_of(kin.k), false, 2},
+                 {"v", bytes_of(kin.v), false, 2},
+                 {"cu_seqlens_q", bytes_of(kin.cu_seqlens_q), false, 4},
+                 {"cu_seqlens_k", bytes_of(kin.cu_seqlens_k), false, 4}};
+  // Empty outputs (no query row) still get a region: the child is told one per call.
+  plan.per_call = {{"out", {}, false, vb, std::max<std::size_t>(n_out * vb, 1)},
+                   {"lse", {}, false, 4, std::max<std::size_t>(n_lse * 4, 1)}};
+  plan.args = {{"shape", to_json(sh)}, {"softmax_scale", kin.softmax_scale}};
+  auto e = run_entry_in_child(s, k, plan, tag);
+  InProcessRun<PrefillOutputs> r;
+  host_caused = e.host_caused;
+  if (!e.ran) {
+    r.status = Status::error;
+    r.message = e.message;
+    return r;
+  }
+  if (e.rc == MLA_PLUGIN_UNSUPPORTED) {
+    r.status = Status::unsupported;
+    r.message = e.message.empty() ? "(no reason given)" : e.message;
+    return r;
+  }
+  if (e.rc != MLA_PLUGIN_OK) {
+    r.status = Status::error;
+    r.message = fmt::format("prefill returned {}: {}", plugin::describe_rc(e.rc), e.message);
+    return r;
+  }
+  r.status = Status::ran;
+  r.run_seconds = e.run_seconds;
+  r.reasons = std::move(e.reasons);
+  r.outputs.dtype = dtype;
+  r.outputs.out = widen_values({e.buffers[0].data(), n_out * vb}, static_cast<int>(vb));
+  r.outputs.lse = widen_values({e.buffers[1].data(), n_lse * 4}, 4);
+  return r;
+}
+
 }  // namespace
+
+std::shared_ptr<const PrefillImpl> plugin_prefill(PrefillKernelInfo info) {
+  return std::make_shared<PluginPrefill>(std::move(info));
+}
 
 const PrefillOutputs& PrefillReference::truth() {
   if (!truth_) truth_ = ref::prefill_attention(in_);
@@ -86,13 +161,20 @@ reports::CaseResult prefill_row(Session& s, const Implementation& k, const CaseR
   const auto& conv = impl.info().conventions;
   std::vector<uint16_t> v_storage;
   const PrefillInputs kin = inputs_to_kernel(conv, in, v_storage);
-  auto run = call_in_process<PreparedPrefill, PrefillOutputs>(
-      [&] { return impl.prepare(kin); }, in_process_calls(s), [&] {
-        std::string d;
-        add_digest(d, kin.q), add_digest(d, kin.k), add_digest(d, kin.v);
-        add_digest(d, kin.cu_seqlens_q), add_digest(d, kin.cu_seqlens_k);
-        return d;
-      });
+  bool host_caused = false;
+  auto run = k.external ? run_prefill_in_child(s, k, kin, fmt::format("prefill-{}-{:x}", k.info.name, hash_text(0, ref.key())), host_caused)
+                        : call_in_process<PreparedPrefill, PrefillOutputs>(
+                              [&] { return impl.prepare(kin); }, in_process_calls(s), [&] {
+                                std::string d;
+                                add_digest(d, kin.q), add_digest(d, kin.k), add_digest(d, kin.v);
+                                add_digest(d, kin.cu_seqlens_q), add_digest(d, kin.cu_seqlens_k);
+                                return d;
+                              });
+  if (host_caused) {
+    r.verdict = Verdict::host_error;
+    r.reasons.push_back(run.message);
+    return r;
+  }
   judge_in_process<PrefillOutputs>(r, run, [&] {
     outputs_to_canonical(conv, in.shape, run.outputs);
     const auto& truth = reference.truth();

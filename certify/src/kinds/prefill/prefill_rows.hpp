@@ -2,6 +2,7 @@
 // drawn at run time.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,6 +11,11 @@
 #include "run/session.hpp"
 
 namespace mla::certify {
+
+// A plug-in's prefill entry (ABI 1.4) as the prefill kind sees it: its declared info, and the
+// default check() and cost() on it. Its calls are made in child processes by prefill_row, never
+// through prepare() (which throws).
+std::shared_ptr<const PrefillImpl> plugin_prefill(PrefillKernelInfo info);
 
 // The rows of drawn prefill cases (family fresh) carry this file.
 inline constexpr const char* kFreshPrefillFile = "fresh_prefill";

@@ -19,6 +19,7 @@
 
 #include "mla/core/error.hpp"
 #include "mla/core/kernel.hpp"
+#include "mla/core/prefill_kernel.hpp"
 #include "mla/plugin/mla_plugin.h"
 
 namespace mla::plugin {
@@ -67,6 +68,12 @@ class Library {
   // recipe before 1.2); 0 when it writes no FP8.
   uint32_t append_fp8_recipes() const { return append_fp8_recipes_; }
   bool has_can_implement() const { return can_implement_ != nullptr; }
+  // Whether it has the decode entry point (a 1.4 prefill-only library has none).
+  bool decodes() const { return desc_->decode != nullptr; }
+  // The prefill entry (1.4) as the prefill kind's vocabulary says it (name, claims, conventions,
+  // precision class; role optimized), and its entry point; nullopt / NULL without one.
+  const std::optional<PrefillKernelInfo>& prefill_info() const { return prefill_info_; }
+  mla_plugin_prefill_fn prefill() const { return prefill_; }
 
   // The plug-in's own answer on a shape and its lengths (can_implement; a 1.2 plug-in does not
   // read the lengths): ok, or unsupported with its reason,
@@ -91,7 +98,13 @@ class Library {
   uint32_t abi_minor_ = 0, flags_ = 0, append_formats_ = 0, append_scale_fmts_ = 0, append_fp8_recipes_ = 0;
   mla_plugin_append_fn append_ = nullptr;
   mla_plugin_can_implement_fn can_implement_ = nullptr;
+  std::optional<PrefillKernelInfo> prefill_info_;
+  mla_plugin_prefill_fn prefill_ = nullptr;
 };
+
+// The prefill entry's claims, conventions and precision class in the prefill kind's terms.
+// Throws PluginError naming the first invalid field (validate_descriptor calls it).
+PrefillKernelInfo prefill_info_from(const mla_plugin_prefill_entry& e);
 
 // One append call's scalars, in the C ABI's terms.
 struct AppendCallShape {
@@ -137,6 +150,15 @@ int32_t call_append(const Library& lib, const AppendCallShape& shape, const Appe
 int32_t call_decode(const Library& lib, const AttnInputs& in, void* out, std::size_t out_bytes, void* lse,
                     std::size_t lse_bytes, char* error, std::size_t error_size,
                     std::vector<std::string>* device_findings, mla_plugin_decode_fn decode = nullptr);
+
+// One prefill call (1.4) on buffers the caller owns and audits, `in` already in the entry's
+// conventions (V padded when it declares so): no copies, no audit here, as call_decode. A
+// device-memory plug-in gets device copies, and its outputs are copied back into `out` / `lse`.
+// Throws PluginError when the plug-in has no prefill entry. `prefill`: the entry point to call
+// instead of the plug-in's own (a benchmark times the path alone with one that does nothing).
+int32_t call_prefill(const Library& lib, const PrefillInputs& in, void* out, std::size_t out_bytes, void* lse,
+                     std::size_t lse_bytes, char* error, std::size_t error_size,
+                     std::vector<std::string>* device_findings, mla_plugin_prefill_fn prefill = nullptr);
 
 // The canary byte at offset `i` of a device buffer's guard region: varied, so that no single
 // written value (0, a NaN pattern, 0xFF) can match a run of it by accident.

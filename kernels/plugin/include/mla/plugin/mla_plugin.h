@@ -1,4 +1,5 @@
-/* mla_plugin.h — the C ABI of an external MLA attention-core decode kernel, version 1.2.
+/* mla_plugin.h — the C ABI of an external MLA kernel: attention-core decode, cache append and
+ * (from 1.4) prefill in the MHA form; version 1.4.
  *
  * A plug-in is a shared library that exports one function, mla_plugin_get_descriptor, returning
  * a descriptor: who it is (name, version), what it claims to support (cache formats, head and
@@ -50,6 +51,13 @@
  * can say so before it is called. A shape it accepts and then refuses when called is a broken
  * claim: FAIL, with its words.
  *
+ * Revision 1.4 adds a second kind of kernel: PREFILL in the MHA form (mla/core/prefill.hpp; what
+ * FlashAttention's varlen forward, FlashInfer's ragged prefill and FlashMLA's dense prefill
+ * compute). The descriptor points to an `mla_plugin_prefill_entry`, a struct of its own with its
+ * own struct_size, name, claims, conventions, precision class and entry point; it is certified
+ * as its own implementation, under its own name, beside the decode. With a prefill entry, decode
+ * may be NULL (a prefill-only library); `caps` is then ignored.
+ *
  * Data layouts are those of fixtures/SCHEMA.md and of mla::AttnInputs: a bf16 absorbed query, a
  * paged latent cache (bf16: 576 bf16 values per token; fp8: the 656-byte V3.2 token), a block
  * table and per-sequence lengths. Positions at or past cache_seqlens[b] and block-table entries
@@ -67,9 +75,9 @@ extern "C" {
 #endif
 
 #define MLA_PLUGIN_ABI_VERSION 1u
-#define MLA_PLUGIN_ABI_MINOR 3u /* 1.1: append entry point, device memory flag; 1.2: conventions,
+#define MLA_PLUGIN_ABI_MINOR 4u /* 1.1: append entry point, device memory flag; 1.2: conventions,
                                    precision class, FP8 recipes, can_implement; 1.3: lengths in
-                                   can_implement's shape */
+                                   can_implement's shape; 1.4: the prefill entry */
 #define MLA_PLUGIN_ENTRY_SYMBOL "mla_plugin_get_descriptor"
 
 /* Cache formats (bit mask in capabilities, a single bit in decode arguments). */
@@ -230,6 +238,81 @@ typedef struct mla_plugin_shape {
   const int32_t* cache_seqlens; /* [batch]: the lengths decode will be called with */
 } mla_plugin_shape;
 
+/* ---- 1.4: prefill in the MHA form ------------------------------------------------------------
+ *
+ * Per head h: q = [q_nope 128 | q_pe 64], k = [k_nope 128 | k_pe 64] (k_pe the same for every
+ * head: the host has decompressed the latent cache), v 128 wide. A ragged batch is packed along
+ * the token axis and cut by cu_seqlens_q / cu_seqlens_k ([batch + 1], from 0, non-decreasing,
+ * ending at total_q / total_k). Sequence b has s_q = cu_seqlens_q[b+1] - cu_seqlens_q[b] queries
+ * and s_k keys; causal: query i attends keys j <= s_k - s_q + i (bottom-right aligned: chunked
+ * prefill over a cached prefix is one call, and the first rows of a sequence with s_q > s_k attend
+ * nothing); non-causal (a context chunk of chunked prefill): every key of its sequence, possibly
+ * none. scores = softmax_scale * (q . k) over the 192 dims. A row that attends nothing has out 0
+ * and lse +inf (canonically). */
+
+/* Which calls the prefill entry claims (bit mask in mla_plugin_prefill_entry.calls). */
+#define MLA_PLUGIN_PREFILL_CAUSAL 0x1u     /* causal calls */
+#define MLA_PLUGIN_PREFILL_NON_CAUSAL 0x2u /* context-chunk (non-causal) calls */
+#define MLA_PLUGIN_PREFILL_VARLEN 0x4u     /* sequences of different lengths in one batch */
+
+/* How a causal prefill aligns its mask: bottom-right (the canonical, above) or top-left (query i
+ * attends keys j <= i; FlashAttention before 2.1). The two agree only where s_q == s_k, so a
+ * top-left kernel is called on such causal sequences only: no conversion turns one into the other. */
+#define MLA_PLUGIN_CAUSAL_BOTTOM_RIGHT 0u
+#define MLA_PLUGIN_CAUSAL_TOP_LEFT 1u
+
+/* One prefill call. Pointers as in mla_plugin_decode_args (host memory, or device memory and a
+ * stream under MLA_PLUGIN_FLAG_DEVICE_MEMORY); inputs read-only and checksummed, outputs fresh
+ * buffers pre-filled with NaN between guard bytes: write every element and nothing outside; the
+ * call must be deterministic. */
+typedef struct mla_plugin_prefill_args {
+  uint32_t struct_size; /* sizeof(mla_plugin_prefill_args) as the host compiled it */
+  int32_t batch, heads;
+  int64_t total_q, total_k;
+  int32_t d_qk;  /* 192 */
+  int32_t d_v;   /* 128, or 192 for an entry that declares v_padded (V zero after 128; out 192 wide) */
+  int32_t causal; /* 1: causal, aligned as the entry declares; 0: a context chunk */
+  double softmax_scale; /* 192^-0.5 * mscale^2 under the model's YaRN: use it as given */
+
+  const uint16_t* q;            /* [total_q, heads, d_qk] bf16 bits */
+  const uint16_t* k;            /* [total_k, heads, d_qk] bf16 bits */
+  const uint16_t* v;            /* [total_k, heads, d_v] bf16 bits */
+  const int32_t* cu_seqlens_q;  /* [batch + 1] */
+  const int32_t* cu_seqlens_k;  /* [batch + 1] */
+
+  void* out;  /* [total_q, heads, d_v]: float32, or bf16 bits, per the entry's out_dtype */
+  float* lse; /* [heads, total_q] natural log, +inf for an empty row; or as the entry declares
+                 (lse_layout MLA_PLUGIN_LSE_B_SQ_H: [total_q, heads]; base 2; -inf): same count */
+
+  void* stream; /* as in mla_plugin_decode_args */
+} mla_plugin_prefill_args;
+
+/* Returns MLA_PLUGIN_OK, or another code with a NUL-terminated message in error[0..error_size)
+ * (MLA_PLUGIN_UNSUPPORTED for a call inside its claims is a broken claim: FAIL). */
+typedef int32_t (*mla_plugin_prefill_fn)(const mla_plugin_prefill_args* args, char* error, size_t error_size);
+
+/* The prefill entry (1.4): its own implementation in the certificate. The conventions and the
+ * precision class mean what the descriptor's do for decode (zero: the canonical / the class
+ * out_dtype implies); lse layout MLA_PLUGIN_LSE_B_H_SQ is [heads, total_q] (FlashAttention's),
+ * MLA_PLUGIN_LSE_B_SQ_H is [total_q, heads] (FlashInfer's, FlashMLA's view). */
+typedef struct mla_plugin_prefill_entry {
+  uint32_t struct_size; /* sizeof(mla_plugin_prefill_entry) as the plug-in compiled it */
+  const char* name;     /* [a-z0-9_]+, not the decode's name: the prefill implementation's row */
+  const char* description; /* one line */
+  int32_t out_dtype;    /* MLA_PLUGIN_OUT_F32 or MLA_PLUGIN_OUT_BF16 */
+  int32_t min_heads, max_heads; /* 1 <= min <= max */
+  uint32_t calls;       /* MLA_PLUGIN_PREFILL_* bits: CAUSAL or NON_CAUSAL at least */
+  int64_t max_total_tokens; /* >= 1: the most query rows, and the most key rows, of one call */
+  uint32_t lse_base;      /* MLA_PLUGIN_LSE_BASE_E or _2 */
+  uint32_t lse_layout;    /* MLA_PLUGIN_LSE_B_H_SQ ([heads, total_q]) or _B_SQ_H ([total_q, heads]) */
+  uint32_t empty_row_lse; /* MLA_PLUGIN_EMPTY_LSE_POS_INF or _NEG_INF */
+  uint32_t v_padded;      /* 0, or 1: V handed over padded to 192 and out written 192 wide */
+  uint32_t causal_alignment; /* MLA_PLUGIN_CAUSAL_BOTTOM_RIGHT or _TOP_LEFT */
+  uint32_t operand_precision; /* MLA_PLUGIN_PRECISION_*; UNDECLARED in both or in neither */
+  uint32_t accum_precision;
+  mla_plugin_prefill_fn prefill; /* required */
+} mla_plugin_prefill_entry;
+
 /* Returns MLA_PLUGIN_OK, or another code with a NUL-terminated message in error[0..error_size). */
 typedef int32_t (*mla_plugin_decode_fn)(const mla_plugin_decode_args* args, char* error, size_t error_size);
 
@@ -256,7 +339,7 @@ typedef struct mla_plugin_descriptor {
   const char* backend;  /* "cpu" or "cuda" */
   int32_t out_dtype;    /* MLA_PLUGIN_OUT_F32 or MLA_PLUGIN_OUT_BF16 */
   mla_plugin_capabilities caps;
-  mla_plugin_decode_fn decode;           /* required */
+  mla_plugin_decode_fn decode;           /* required, unless a 1.4 prefill entry is given */
   mla_plugin_unavailable_fn unavailable; /* optional, may be NULL */
   /* ---- 1.1 (read only when struct_size covers them) ---- */
   uint32_t abi_minor;         /* MLA_PLUGIN_ABI_MINOR the plug-in was compiled against */
@@ -275,6 +358,8 @@ typedef struct mla_plugin_descriptor {
                                   (1.1's meaning); non-zero only when append_formats has FP8 */
   uint32_t reserved_1_2;       /* 0 */
   mla_plugin_can_implement_fn can_implement; /* optional, may be NULL */
+  /* ---- 1.4 (read only when struct_size covers them; NULL: no such entry) ---- */
+  const mla_plugin_prefill_entry* prefill; /* optional; valid while the library is loaded */
 } mla_plugin_descriptor;
 
 /* Whether a struct whose struct_size is `size` contains `field` entirely. */
@@ -284,6 +369,9 @@ typedef struct mla_plugin_descriptor {
 #define MLA_PLUGIN_DESCRIPTOR_V1_0_SIZE \
   (offsetof(mla_plugin_descriptor, unavailable) + sizeof(mla_plugin_unavailable_fn))
 #define MLA_PLUGIN_DESCRIPTOR_V1_1_SIZE (offsetof(mla_plugin_descriptor, append) + sizeof(mla_plugin_append_fn))
+/* The prefill entry of revision 1.4 ends after `prefill`: the floor a host accepts. */
+#define MLA_PLUGIN_PREFILL_ENTRY_V1_4_SIZE \
+  (offsetof(mla_plugin_prefill_entry, prefill) + sizeof(mla_plugin_prefill_fn))
 
 /* The one exported symbol. `host_abi_version` is the host's MLA_PLUGIN_ABI_VERSION; a plug-in
  * that cannot serve it returns NULL. The descriptor must stay valid while the library is loaded. */

@@ -1,0 +1,254 @@
+// L0: the prefill entry of plug-in ABI 1.4, end to end. The template's prefill (kernels/plugin/
+// examples) is an implementation of its own beside its decode, run in child processes on audited
+// shared buffers and green on every stored and drawn prefill case; a prefill-only library has no
+// decode rows; FlashInfer's lse conventions declared are judged after the host converts them.
+// Each planted prefill bug (kernels/faults/plugins) is green wherever a row's recorded shape
+// says it cannot change the answer, gets on every stored case the verdict the plug-in gets when
+// called directly in this process and judged, and is red on some stored and some drawn case;
+// rows left unwritten are named by the audit of the shared buffers. The loader refuses an entry that breaks a rule, naming
+// the field.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "mla/certify/certify.hpp"
+#include "mla/golden/families.hpp"
+#include "mla/golden/golden.hpp"
+#include "mla/plugin/host.hpp"
+#include "support/host_call.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using mla::certify::testing::certify_here;
+using mla::certify::testing::in_process_options;
+using mla::certify::testing::kernel;
+using mla::certify::testing::TempDir;
+using nlohmann::json;
+
+// `plugins` certified on the stored prefill family and the drawn cases.
+json certify_plugins(const TempDir& tmp, const std::vector<std::string>& plugins) {
+  auto o = in_process_options(tmp.path() / "out", {}, {mla::golden::family_names_certified_by("prefill").at(0), "fresh"});
+  for (const auto& p : plugins) o.plugins.emplace_back(p);
+  return certify_here(o);
+}
+
+std::string reasons(const json& row) { return fmt::format("{}", fmt::join(row.at("reasons"), " | ")); }
+
+bool has_reason(const json& row, const std::string& words) {
+  for (const auto& r : row.at("reasons")) {
+    if (r.get<std::string>().find(words) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Whether some sequence of the row's recorded shape has (s_q, s_k) with `pred`.
+bool any_sequence(const json& shape, const std::function<bool(int64_t, int64_t)>& pred) {
+  const auto& q = shape.at("seqlens_q");
+  const auto& k = shape.at("seqlens_k");
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    if (pred(q[i].get<int64_t>(), k[i].get<int64_t>())) return true;
+  }
+  return false;
+}
+
+TEST(PluginPrefill, TheTemplatesPrefillEntryIsItsOwnImplementationRunInChildrenAndGreen) {
+  TempDir tmp;
+  const auto cert = certify_plugins(tmp, {MLA_PLUGIN_GOOD_APPEND});
+  const auto& pre = kernel(cert, "good_append_prefill");
+  EXPECT_EQ(pre.at("kinds"), json::array({"prefill"}));
+  EXPECT_EQ(pre.at("origin").at("entry"), "prefill");
+  EXPECT_EQ(pre.at("origin").at("kind"), "plugin");
+  EXPECT_EQ(pre.at("origin").at("isolation"), "child_per_case");
+  EXPECT_EQ(pre.at("origin").at("abi_minor"), MLA_PLUGIN_ABI_MINOR);
+  int stored = 0, drawn = 0;
+  for (const auto& row : pre.at("cases")) {
+    EXPECT_EQ(row.at("verdict"), "PASS") << row.at("case") << ": " << reasons(row);
+    (row.at("family") == "fresh" ? drawn : stored)++;
+  }
+  EXPECT_GT(stored, 0);
+  EXPECT_GT(drawn, 0);
+  // The decode is another implementation, with none of the prefill's rows.
+  const auto& dec = kernel(cert, "good_append");
+  for (const auto& row : dec.at("cases")) EXPECT_NE(row.at("file"), "fresh_prefill") << row.at("case");
+}
+
+TEST(PluginPrefill, APrefillOnlyLibraryHasNoDecodeAndDeclaredFlashInferConventionsAreConverted) {
+  const auto lib = mla::plugin::Library::open(MLA_PLUGIN_GOOD_PREFILL);
+  EXPECT_FALSE(lib->decodes());
+  ASSERT_TRUE(lib->prefill_info().has_value());
+  EXPECT_EQ(lib->prefill_info()->name, "good_prefill");
+  TempDir tmp;
+  const auto cert = certify_plugins(tmp, {MLA_PLUGIN_GOOD_PREFILL, MLA_PLUGIN_PREFILL_FLASHINFER_DECLARED});
+  ASSERT_EQ(cert.at("kernels").size(), 2u) << "one implementation each: neither has a decode";
+  for (const char* name : {"good_prefill", "prefill_flashinfer_declared"}) {
+    const auto& k = kernel(cert, name);
+    EXPECT_EQ(k.at("kinds"), json::array({"prefill"})) << name;
+    EXPECT_FALSE(k.at("cases").empty()) << name;
+    for (const auto& row : k.at("cases")) EXPECT_EQ(row.at("verdict"), "PASS") << name << " " << row.at("case") << ": " << reasons(row);
+  }
+  const auto& conv = kernel(cert, "prefill_flashinfer_declared").at("declared").at("conventions");
+  EXPECT_EQ(conv.at("lse_base"), "2");
+  EXPECT_EQ(conv.at("lse_layout"), "[b,s_q,h]");
+  EXPECT_EQ(conv.at("empty_row_lse"), "-inf");
+}
+
+// A plug-in's prefill called directly in this process (the test's own, never the certifier's):
+// what the certifier's verdict on a stored case must equal.
+class DirectPrefill final : public mla::PrefillImpl {
+ public:
+  explicit DirectPrefill(std::shared_ptr<mla::plugin::Library> lib) : lib_(std::move(lib)), info_(*lib_->prefill_info()) {}
+  const mla::PrefillKernelInfo& info() const override { return info_; }
+  std::unique_ptr<mla::PreparedPrefill> prepare(const mla::PrefillInputs& in) const override {
+    struct Prepared final : mla::PreparedPrefill {
+      const mla::plugin::Library* lib = nullptr;
+      mla::PrefillInputs in;
+      std::vector<float> out, lse;
+      void run() override {
+        char err[512] = {};
+        const int32_t rc = mla::plugin::call_prefill(*lib, in, out.data(), out.size() * 4, lse.data(), lse.size() * 4, err,
+                                                     sizeof err, nullptr);
+        if (rc != MLA_PLUGIN_OK) throw mla::Error(fmt::format("prefill returned {}: {}", rc, err));
+      }
+      mla::PrefillOutputs results() override {
+        return {mla::OutDType::f32, std::vector<double>(out.begin(), out.end()), std::vector<double>(lse.begin(), lse.end())};
+      }
+    };
+    auto p = std::make_unique<Prepared>();
+    p->lib = lib_.get();
+    p->in = in;
+    p->out.assign(static_cast<std::size_t>(in.shape.total_q * in.shape.heads * in.shape.d_v), NAN);
+    p->lse.assign(static_cast<std::size_t>(in.shape.total_q * in.shape.heads), NAN);
+    return p;
+  }
+
+ private:
+  std::shared_ptr<mla::plugin::Library> lib_;
+  mla::PrefillKernelInfo info_;
+};
+
+// The verdict of `plugin`'s prefill called directly on stored case `name`, judged by the one judge.
+std::string direct_verdict(const std::string& plugin, const std::string& file, const std::string& name) {
+  const DirectPrefill k(mla::plugin::Library::open(plugin));
+  const auto c = mla::golden::load_prefill_case(file, name);
+  const auto in = c.inputs();
+  return mla::testing::judge_prefill_case(k.info(), c, mla::testing::call_prefill(k, in)).pass() ? "PASS" : "FAIL";
+}
+
+// Where a bug cannot change the answer, from a row's recorded shape (s_q, s_k per sequence,
+// causal): such a row must PASS. Where it can, the judge decides (a future key too small to
+// matter beside a dominant logit changes nothing): a stored case's verdict must be the one the
+// plug-in gets called directly; the bug must be red on some stored and some drawn case.
+struct PlantedBug {
+  const char* plugin;
+  const char* name;
+  std::function<bool(const json& row)> may_change;
+};
+
+TEST(PluginPrefill, EachPlantedPrefillBugIsRedWhereTheJudgeSeesItAndGreenWhereItCannotMatter) {
+  const auto causal = [](const json& row) { return row.at("shape").at("causal").get<bool>(); };
+  const auto some = [](const json& r, const std::function<bool(int64_t, int64_t)>& pred) {
+    return any_sequence(r.at("shape"), pred);
+  };
+  const std::vector<PlantedBug> bugs = {
+      // One key more than the mask allows: some causal row whose last key is not its sequence's last.
+      {MLA_PLUGIN_PREFILL_SEES_NEXT_KEY, "prefill_sees_next_key",
+       [&](const json& r) { return causal(r) && some(r, [](int64_t q, int64_t k) { return k >= 1 && q >= 2; }); }},
+      // Top-left and bottom-right agree where s_q == s_k (or nothing is attended).
+      {MLA_PLUGIN_PREFILL_TOP_LEFT, "prefill_top_left",
+       [&](const json& r) { return causal(r) && some(r, [](int64_t q, int64_t k) { return q >= 1 && k >= 1 && q != k; }); }},
+      // The scale: any row that attends a key (its lse is scale · q·k for one key).
+      {MLA_PLUGIN_PREFILL_MSCALE_MISSING, "prefill_mscale_missing",
+       [&](const json& r) { return some(r, [](int64_t q, int64_t k) { return q >= 1 && k >= 1; }); }},
+      // Base 2: the same rows (a causal sequence's last row sees key s_k - 1).
+      {MLA_PLUGIN_PREFILL_LSE_LOG2, "prefill_lse_log2",
+       [&](const json& r) { return some(r, [](int64_t q, int64_t k) { return q >= 1 && k >= 1; }); }},
+      // Rows that attend nothing: causal with more queries than keys, or a context chunk with no key.
+      {MLA_PLUGIN_PREFILL_SKIPS_EMPTY_ROWS, "prefill_skips_empty_rows",
+       [&](const json& r) { return some(r, [&](int64_t q, int64_t k) { return q >= 1 && (causal(r) ? q > k : k == 0); }); }},
+  };
+  const auto catalog = mla::golden::open_catalog(fs::path(MLA_SOURCE_DIR) / "fixtures" / "goldens", false);
+  const auto& family = mla::golden::family(mla::golden::family_names_certified_by("prefill").at(0));
+  const auto file = catalog.file(family.file());
+  for (const auto& bug : bugs) {
+    SCOPED_TRACE(bug.name);
+    TempDir tmp;
+    const auto cert = certify_plugins(tmp, {bug.plugin});
+    int red_stored = 0, red_drawn = 0;
+    for (const auto& row : kernel(cert, bug.name).at("cases")) {
+      SCOPED_TRACE(row.at("case").get<std::string>());
+      const auto verdict = row.at("verdict").get<std::string>();
+      if (!bug.may_change(row)) EXPECT_EQ(verdict, "PASS") << reasons(row);
+      if (row.at("family") == "fresh") {
+        EXPECT_TRUE(verdict == "PASS" || verdict == "FAIL") << reasons(row);
+        red_drawn += verdict == "FAIL";
+      } else {
+        EXPECT_EQ(verdict, direct_verdict(bug.plugin, file, row.at("case"))) << reasons(row);
+        red_stored += verdict == "FAIL";
+      }
+    }
+    EXPECT_GT(red_stored, 0) << "a planted bug no stored case catches";
+    EXPECT_GT(red_drawn, 0) << "a planted bug no drawn case catches";
+  }
+}
+
+// Rows a prefill leaves unwritten are named by the audit of the shared buffers, not only by the
+// judge's NaN mask.
+TEST(PluginPrefill, UnwrittenRowsAreNamedByTheAudit) {
+  TempDir tmp;
+  const auto cert = certify_plugins(tmp, {MLA_PLUGIN_PREFILL_SKIPS_EMPTY_ROWS});
+  int named = 0;
+  for (const auto& row : kernel(cert, "prefill_skips_empty_rows").at("cases")) {
+    if (row.at("verdict") != "FAIL") continue;
+    EXPECT_TRUE(has_reason(row, "out: ") && has_reason(row, "elements never written")) << reasons(row);
+    named += has_reason(row, "elements never written");
+  }
+  EXPECT_GT(named, 0);
+}
+
+// A descriptor whose prefill entry breaks one rule: the loader's validation names the field.
+TEST(PluginPrefill, AnEntryThatBreaksARuleIsRefusedNamingTheField) {
+  const auto lib = mla::plugin::Library::open(MLA_PLUGIN_GOOD_APPEND);
+  const mla_plugin_descriptor good = lib->descriptor();
+  ASSERT_NE(good.prefill, nullptr);
+  const mla_plugin_prefill_entry entry = *good.prefill;
+  mla::plugin::validate_descriptor(good);
+  const auto refused = [&](const std::function<void(mla_plugin_descriptor&, mla_plugin_prefill_entry&)>& change,
+                           const std::string& words) {
+    mla_plugin_descriptor d = good;
+    mla_plugin_prefill_entry e = entry;
+    d.prefill = &e;
+    change(d, e);
+    try {
+      mla::plugin::validate_descriptor(d);
+      ADD_FAILURE() << "accepted; expected a refusal naming " << words;
+    } catch (const mla::plugin::PluginError& ex) {
+      EXPECT_NE(std::string(ex.what()).find(words), std::string::npos) << ex.what();
+    }
+  };
+  refused([](auto&, auto& e) { e.struct_size = 8; }, "prefill entry struct_size 8");
+  refused([](auto&, auto& e) { e.name = "Bad-Name"; }, "prefill entry name 'Bad-Name'");
+  refused([](auto& d, auto& e) { e.name = d.name; }, "is the decode's");
+  refused([](auto&, auto& e) { e.out_dtype = 7; }, "prefill.out_dtype 7");
+  refused([](auto&, auto& e) { e.min_heads = 0; }, "prefill heads range [0, 128]");
+  refused([](auto&, auto& e) { e.calls = MLA_PLUGIN_PREFILL_VARLEN; }, "prefill.calls 0x4");
+  refused([](auto&, auto& e) { e.max_total_tokens = 0; }, "prefill.max_total_tokens 0");
+  refused([](auto&, auto& e) { e.lse_base = 2; }, "prefill.lse_base 2");
+  refused([](auto&, auto& e) { e.v_padded = 3; }, "prefill.v_padded 3");
+  refused([](auto&, auto& e) { e.causal_alignment = 2; }, "prefill.causal_alignment 2");
+  refused([](auto&, auto& e) { e.operand_precision = MLA_PLUGIN_PRECISION_BF16; }, "must both be declared");
+  refused([](auto&, auto& e) { e.prefill = nullptr; }, "no prefill entry point");
+  refused([](auto& d, auto& e) { d.decode = nullptr, d.prefill = nullptr, (void)e; }, "no decode entry point");
+  // Without a decode, the decode's claims are not looked at.
+  mla_plugin_descriptor d = good;
+  d.decode = nullptr;
+  d.caps = {};
+  mla::plugin::validate_descriptor(d);
+}
+
+}  // namespace

@@ -134,6 +134,74 @@ TEST_F(CertifyPython, FlashInferConventionsCertifyGreenAndTheSameCodeUndeclaredI
   EXPECT_NE(reasons(nc).find("16 heads only as 3 (the kernel's can_implement)"), std::string::npos) << reasons(nc);
 }
 
+// FlashAttention's varlen forward as an MLA prefill (mla_door.adapters.flash_attn) over the CPU
+// stand-in: FlashAttention 2 (V padded to 192, +inf for an empty row) and 3 (-inf) green through
+// the host's conversions on every stored and drawn prefill case, each a prefill-only
+// implementation run in the door's children; the stand-in's top-left mask and its cu_seqlens
+// read one sequence off red wherever the rows' shapes say the bug changes what is attended; FA3's
+// code declared with FA2's empty-row lse red exactly on the cases with a row that attends nothing.
+TEST_F(CertifyPython, FlashAttentionVarlenPrefillCertifiesThroughTheDoorAndItsBugsAreRed) {
+  const auto fa = kExamples / "flash_attn_cpu.py";
+  std::string args = " --family prefill --family fresh";
+  for (const char* a : {"FA2", "FA3", "BUG_TOP_LEFT", "BUG_CU_SEQLENS", "FA3_DECLARED_PLUS_INF"}) {
+    args += " --python " + quote(fa.string() + ":" + a);
+  }
+  const auto r = certify(args, torch_path());
+  ASSERT_EQ(r.status, 1) << r.output;  // the bugs are red
+  ASSERT_EQ(r.cert.at("kernels").size(), 5u) << "prefill-only kernels: one implementation each";
+  // Whether some sequence of a row's recorded shape has (s_q, s_k) with `pred`.
+  const auto some = [](const json& c, auto pred) {
+    const auto& q = c.at("shape").at("seqlens_q");
+    const auto& k = c.at("shape").at("seqlens_k");
+    for (std::size_t i = 0; i < q.size(); ++i) {
+      if (pred(q[i].get<int64_t>(), k[i].get<int64_t>())) return true;
+    }
+    return false;
+  };
+  const auto causal = [](const json& c) { return c.at("shape").at("causal").get<bool>(); };
+  const auto empty_row = [&](const json& c) {
+    return some(c, [&](int64_t q, int64_t k) { return q >= 1 && (causal(c) ? q > k : k == 0); });
+  };
+  for (const char* name : {"flash_attn2_cpu_standin", "flash_attn3_cpu_standin"}) {
+    const auto& k = kernel(r, name);
+    EXPECT_EQ(k.at("kinds"), json::array({"prefill"})) << name;
+    EXPECT_EQ(k.at("origin").at("entry"), "prefill") << name;
+    EXPECT_EQ(k.at("origin").at("isolation"), "child_per_case") << name;
+    int stored = 0, drawn = 0;
+    for (const auto& c : k.at("cases")) {
+      EXPECT_EQ(c.at("verdict"), "PASS") << name << " " << c.at("case") << ": " << reasons(c);
+      (c.at("family") == "fresh" ? drawn : stored)++;
+    }
+    EXPECT_GT(stored, 0) << name;
+    EXPECT_GT(drawn, 0) << name;
+  }
+  const auto& fa2 = kernel(r, "flash_attn2_cpu_standin").at("declared");
+  EXPECT_EQ(fa2.at("conventions").at("v_padded"), true);
+  EXPECT_EQ(fa2.at("conventions").at("empty_row_lse"), "+inf");
+  EXPECT_EQ(fa2.at("precision").at("operands"), "bf16");
+  EXPECT_EQ(kernel(r, "flash_attn3_cpu_standin").at("declared").at("conventions").at("empty_row_lse"), "-inf");
+  int red = 0;
+  for (const auto& c : kernel(r, "flash_attn2_cpu_bug_top_left").at("cases")) {
+    // Top-left and bottom-right differ only on a causal sequence with s_q != s_k that attends keys.
+    const bool differs = causal(c) && some(c, [](int64_t q, int64_t k) { return q >= 1 && k >= 1 && q != k; });
+    if (!differs) EXPECT_EQ(c.at("verdict"), "PASS") << c.at("case") << ": " << reasons(c);
+    red += c.at("verdict") == "FAIL";
+  }
+  EXPECT_GT(red, 0);
+  red = 0;
+  for (const auto& c : kernel(r, "flash_attn3_cpu_bug_cu_seqlens_off_by_one").at("cases")) {
+    EXPECT_NE(c.at("verdict"), "ERROR") << c.at("case") << ": " << reasons(c);
+    red += c.at("verdict") == "FAIL";
+  }
+  EXPECT_GT(red, 0);
+  red = 0;
+  for (const auto& c : kernel(r, "flash_attn3_cpu_declared_plus_inf").at("cases")) {
+    EXPECT_EQ(c.at("verdict"), empty_row(c) ? "FAIL" : "PASS") << c.at("case") << ": " << reasons(c);
+    red += c.at("verdict") == "FAIL";
+  }
+  EXPECT_GT(red, 0);
+}
+
 TEST_F(CertifyPython, EachBrokenKernelIsRedForTheFaultItCarries) {
   const auto r = certify(kOneCase + spec("WRITES_PAST_OUT") + spec("CHANGES_Q") + spec("DRIFTS") + spec("RAISES") +
                              spec("KILLED") + spec("REFUSES"),
@@ -232,6 +300,60 @@ TEST(PythonDeclaration, EveryRuleOfACDescriptorNamesTheFieldItRefuses) {
       {with("/precision", {{"operands", "fp8"}, {"accumulate", "f32"}}), "declaration field 'precision.operands' is 'fp8'"},
       {with("/can_implement", "yes"), "declaration field 'can_implement' is \"yes\", expected true or false"},
   };
+  // The prefill entry (mla_door.Prefill): a prefill-only declaration, and one rule per field.
+  json pre = {{"name", "k_prefill"},
+              {"description", "a prefill"},
+              {"out_dtype", "bf16"},
+              {"caps", {{"min_heads", 1}, {"max_heads", 128}, {"causal", true}, {"non_causal", true}, {"varlen", true},
+                        {"max_total_tokens", 1 << 20}}},
+              {"conventions", {{"lse_base", "e"}, {"lse_layout", "[b,h,s_q]"}, {"empty_row_lse", "-inf"},
+                               {"v_padded", true}, {"causal_alignment", "bottom_right"}}},
+              {"precision", {{"operands", "bf16"}, {"accumulate", "f32"}}}};
+  auto only_prefill = declaration();
+  only_prefill["decode"] = false;
+  only_prefill["prefill"] = pre;
+  const auto po = validate_python_declaration(only_prefill);
+  EXPECT_FALSE(po.decodes);
+  ASSERT_TRUE(po.prefill.has_value());
+  EXPECT_EQ(po.prefill->name, "k_prefill");
+  EXPECT_TRUE(po.prefill->conventions.v_padded);
+  EXPECT_EQ(po.prefill->conventions.empty_row_lse, mla::EmptyRowLse::neg_inf);
+  EXPECT_EQ(po.prefill->out_dtype, mla::OutDType::bf16);
+  const auto with_prefill = [&](const char* pointer, json v) {
+    auto j = only_prefill;
+    if (v.is_discarded()) j["prefill"].erase(json::json_pointer(pointer).back());
+    else j["prefill"][json::json_pointer(pointer)] = std::move(v);
+    return j;
+  };
+  auto no_entry = declaration();
+  no_entry["decode"] = false;
+  auto same_name = declaration();
+  same_name["prefill"] = pre;
+  same_name["prefill"]["name"] = "k";
+  auto neither = with_prefill("/caps/causal", false);
+  neither["prefill"]["caps"]["non_causal"] = false;
+  const std::vector<std::pair<json, std::string>> bad_prefill = {
+      {no_entry, "declaration has no decode (\"decode\": false) and no prefill"},
+      {same_name, "declaration field 'prefill.name' is 'k', the decode's"},
+      {with_prefill("/name", "Bad-Name"), "prefill entry name 'Bad-Name' is not [a-z0-9_]+"},
+      {with_prefill("/out_dtype", "f64"), "declaration field 'prefill.out_dtype' is 'f64', not one of f32, bf16"},
+      {with_prefill("/caps/min_heads", 0), "prefill heads range [0, 128] is empty or below 1"},
+      {neither, "prefill.calls 0x4 must be MLA_PLUGIN_PREFILL_* bits including CAUSAL or"},
+      {with_prefill("/caps/max_total_tokens", 0), "prefill.max_total_tokens 0 is below 1"},
+      {with_prefill("/conventions/lse_layout", "[h,total_q]"), "declaration field 'prefill.conventions.lse_layout' is '[h,total_q]'"},
+      {with_prefill("/conventions/v_padded", "yes"), "declaration field 'prefill.conventions.v_padded' is \"yes\", expected true or false"},
+      {with_prefill("/conventions/causal_alignment", "left"), "declaration field 'prefill.conventions.causal_alignment' is 'left'"},
+      {with_prefill("/precision", json::value_t::discarded), "declaration has no field 'prefill.precision'"},
+      {with_prefill("/precision", {{"operands", "bf16"}, {"accumulate", "bf16"}}), "prefill precision class"},
+  };
+  for (const auto& [j, words] : bad_prefill) {
+    try {
+      (void)validate_python_declaration(j);
+      ADD_FAILURE() << "accepted: " << j.dump();
+    } catch (const mla::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what() << "\n  expected: " << words;
+    }
+  }
   for (const auto& [j, words] : bad) {
     try {
       (void)validate_python_declaration(j);

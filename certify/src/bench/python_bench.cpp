@@ -422,7 +422,14 @@ ExternalBenchKernel open_python_for_bench(const std::string& spec, const fs::pat
   // measure for them (describe_python and claim bound them by their own limits below this).
   door->options.timeout_s = std::max(call_timeout_s(), 120.0);
   door->session.self = self;
-  auto described = describe_python(door->session, spec, 0);
+  auto all = describe_python(door->session, spec, 0);
+  // The benchmark times decode calls: the decode, which comes first when the kernel has one.
+  if (!all.front().first.decodes()) {
+    throw UsageError(fmt::format("--python {}: it has no decode (a prefill-only kernel); the benchmark times decode "
+                                 "calls only",
+                                 printable(spec)));
+  }
+  auto described = std::move(all.front());
   door->kernel = std::move(described.first);
   const auto& r = described.second;
   // The facts `mla certify --python` records in its KernelReport, under the benchmark's names.

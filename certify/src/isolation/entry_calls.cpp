@@ -12,6 +12,7 @@
 #include "mla/certify/protocol.hpp"
 #include "mla/core/text.hpp"
 #include "mla/plugin/host.hpp"
+#include "isolation/python_door.hpp"
 #include "run/session.hpp"
 
 namespace mla::certify {
@@ -103,12 +104,24 @@ EntryRun run_entry_in_child(Session& s, const Implementation& k, const EntryCall
     for (const int region : own[taken.size() - 1]) t.emplace_back(arena->data(region), arena->data(region) + arena->bytes(region));
     audit(fmt::format("by call {}", taken.size()));
   };
-  const std::vector<std::string> argv{s.self.string(), "__child", "call", "--plan", plan_file.string(), "--plugin",
-                                      k.ref.plugin->string()};
+  // A plug-in's calls are made by this executable's child; a Python kernel's by the door's
+  // (child.py), forked from its server when one runs.
+  std::vector<std::string> argv;
+  if (k.ref.python) {
+    argv = python_child_argv(*k.ref.python, "call", {"--plan", plan_file.string()});
+    use_door_server(s, *k.ref.python, argv, hooks);
+  } else {
+    argv = {s.self.string(), "__child", "call", "--plan", plan_file.string(), "--plugin", k.ref.plugin->string()};
+  }
   const auto outcome = run_child(argv, s.options.timeout_s, log, hooks);
   audit("after the last call");
   ArenaControl control{};
   std::memcpy(&control, &arena->control(), sizeof control);
+  // A Python kernel's refusal (mla_door.Unsupported) is recorded as the state, a plug-in's as its
+  // return code: one returned call with MLA_PLUGIN_UNSUPPORTED either way.
+  for (auto& c : control.calls) {
+    if (c.state == ArenaState::unsupported) c.state = ArenaState::ok, c.rc = MLA_PLUGIN_UNSUPPORTED;
+  }
   std::error_code ec;
   fs::remove(plan_file, ec);
   fs::remove(log, ec);

@@ -18,6 +18,7 @@
 #include "mla/core/text.hpp"
 #include "mla/plugin/host.hpp"
 #include "mla/plugin/mla_plugin.h"
+#include "kinds/prefill/prefill_rows.hpp"
 
 #ifndef MLA_SOURCE_DIR
 #define MLA_SOURCE_DIR ""
@@ -98,6 +99,53 @@ auto word_field(const json& j, const std::string& where, const char* key, const 
     throw Error(fmt::format("declaration field '{}{}' is '{}', not one of {}", where, key, printable(w), fmt::join(known, ", ")));
   }
   return parse(w);
+}
+
+// A Python kernel's prefill entry, in the words of mla_door.Prefill, checked field by field and
+// then by the C ABI's rules for a prefill entry (one rule set for both doors).
+PrefillKernelInfo validate_python_prefill(const json& p) {
+  const std::string w = "prefill.";
+  mla_plugin_prefill_entry e{};
+  e.struct_size = sizeof e;
+  const std::string name = string_field(p, w, "name"), description = string_field(p, w, "description");
+  e.name = name.c_str();
+  e.description = description.c_str();
+  e.out_dtype = word_field(p, w, "out_dtype", {"f32", "bf16"},
+                           [](const std::string& x) { return x == "bf16" ? MLA_PLUGIN_OUT_BF16 : MLA_PLUGIN_OUT_F32; });
+  const json& caps = field(p, w, "caps", json::value_t::object, "an object");
+  const std::string c = w + "caps.";
+  e.min_heads = int_field(caps, c, "min_heads");
+  e.max_heads = int_field(caps, c, "max_heads");
+  e.calls = (bool_field(caps, c, "causal") ? MLA_PLUGIN_PREFILL_CAUSAL : 0u) |
+            (bool_field(caps, c, "non_causal") ? MLA_PLUGIN_PREFILL_NON_CAUSAL : 0u) |
+            (bool_field(caps, c, "varlen") ? MLA_PLUGIN_PREFILL_VARLEN : 0u);
+  const json& tokens = field(caps, c, "max_total_tokens", json::value_t::number_integer, "an integer");
+  e.max_total_tokens = tokens.get<int64_t>();
+  const json& conv = field(p, w, "conventions", json::value_t::object, "an object");
+  const std::string cv = w + "conventions.";
+  const auto one_of = [&](const char* key, const std::string& zero, const std::string& one) {
+    return word_field(conv, cv, key, {zero, one}, [&](const std::string& x) { return x == one ? 1u : 0u; });
+  };
+  e.lse_base = one_of("lse_base", "e", "2");
+  e.lse_layout = one_of("lse_layout", "[b,h,s_q]", "[b,s_q,h]");
+  e.empty_row_lse = one_of("empty_row_lse", "+inf", "-inf");
+  e.v_padded = bool_field(conv, cv, "v_padded") ? 1u : 0u;
+  e.causal_alignment = one_of("causal_alignment", "bottom_right", "top_left");
+  if (!p.contains("precision")) throw Error("declaration has no field 'prefill.precision' (null: the class out_dtype implies)");
+  if (!p.at("precision").is_null()) {
+    const json& pr = field(p, w, "precision", json::value_t::object, "an object or null");
+    const auto abi = [](const std::string& x) {
+      return x == "f64" ? MLA_PLUGIN_PRECISION_FP64 : x == "f32" ? MLA_PLUGIN_PRECISION_FP32 : MLA_PLUGIN_PRECISION_BF16;
+    };
+    e.operand_precision = word_field(pr, w + "precision.", "operands", {"f64", "f32", "bf16"}, abi);
+    e.accum_precision = word_field(pr, w + "precision.", "accumulate", {"f64", "f32", "bf16"}, abi);
+  }
+  e.prefill = [](const mla_plugin_prefill_args*, char*, size_t) -> int32_t { return MLA_PLUGIN_ERROR; };  // never called
+  try {
+    return plugin::prefill_info_from(e);
+  } catch (const plugin::PluginError& ex) {
+    throw Error(fmt::format("declaration: {}", ex.what()));
+  }
 }
 
 }  // namespace
@@ -231,10 +279,22 @@ PythonDeclaration validate_python_declaration(const json& d) {
     k.compute = cp;
   }
   out.can_implement = bool_field(d, "", "can_implement");
+  // A declaration without these two (a door of an earlier version) decodes and has no prefill.
+  if (d.contains("decode")) out.decodes = bool_field(d, "", "decode");
+  if (d.contains("prefill") && !d.at("prefill").is_null()) {
+    out.prefill = validate_python_prefill(field(d, "", "prefill", json::value_t::object, "an object or null"));
+    out.prefill->backend = k.backend;
+    if (out.decodes && out.prefill->name == k.name) {
+      throw Error(fmt::format("declaration field 'prefill.name' is '{}', the decode's: each implementation has its own",
+                              k.name));
+    }
+  }
+  if (!out.decodes && !out.prefill) throw Error("declaration has no decode (\"decode\": false) and no prefill");
   return out;
 }
 
-std::pair<Implementation, reports::KernelReport> describe_python(Session& s, const std::string& spec, std::size_t i) {
+std::vector<std::pair<Implementation, reports::KernelReport>> describe_python(Session& s, const std::string& spec,
+                                                                             std::size_t i) {
   const auto colon = spec.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == spec.size()) {
     throw UsageError(fmt::format("--python '{}': expected module.path:ATTR or path/to/file.py:ATTR (the name after ':' "
@@ -328,7 +388,9 @@ std::pair<Implementation, reports::KernelReport> describe_python(Session& s, con
     r.origin["python"] = nullptr;
     r.origin["capabilities"] = to_json(e.info.caps);
     e.ref.python = ref;
-    return {std::move(e), std::move(r)};
+    std::vector<std::pair<Implementation, reports::KernelReport>> one;
+    one.emplace_back(std::move(e), std::move(r));
+    return one;
   }
   const json& f = described->fields();
   const auto text = [&](const char* key) { return f.contains(key) && f.at(key).is_string() ? f.at(key).get<std::string>() : std::string(); };
@@ -366,7 +428,28 @@ std::pair<Implementation, reports::KernelReport> describe_python(Session& s, con
   // What --resume and `mla merge` compare (with the version): the code and the Python it ran on.
   const auto id = fmt::format("{}|{}|{}|{}|{}", ref.spec, ref.exe.string(), text("python"), text("torch"), module_digest);
   r.origin["sha256"] = sha256_hex({reinterpret_cast<const uint8_t*>(id.data()), id.size()});
-  return {std::move(e), std::move(r)};
+  std::vector<std::pair<Implementation, reports::KernelReport>> out;
+  if (d.prefill) {
+    // The prefill entry: an implementation of its own, under its own name, with the same origin.
+    auto info = *d.prefill;
+    info.description = printable(info.description);
+    Implementation p;
+    p.external = true;
+    p.ref.python = ref;
+    p.unavailable = e.unavailable;
+    p.info.name = info.name, p.info.backend = info.backend, p.info.description = info.description;
+    p.info.out_dtype = info.out_dtype;
+    p.owned_prefill = plugin_prefill(info);
+    p.prefill = p.owned_prefill.get();
+    auto pr = r;
+    pr.origin["entry"] = "prefill";
+    pr.origin["capabilities"] = to_json(info.caps);
+    if (d.decodes) out.emplace_back(std::move(e), std::move(r));
+    out.emplace_back(std::move(p), std::move(pr));
+    return out;
+  }
+  out.emplace_back(std::move(e), std::move(r));
+  return out;
 }
 
 }  // namespace mla::certify

@@ -338,8 +338,7 @@ void select_implementations(Session& s) {
   }
   for (std::size_t i = 0; i < o.pythons.size(); ++i) {
     stop_point(s);
-    auto [e, r] = describe_python(s, o.pythons[i], i);
-    add_implementation(s, std::move(e), std::move(r));
+    for (auto& [e, r] : describe_python(s, o.pythons[i], i)) add_implementation(s, std::move(e), std::move(r));
   }
   if (s.implementations.empty()) throw UsageError("no implementation selected");
   // How each one was run, in its own record: one certificate may hold registered kernels run in

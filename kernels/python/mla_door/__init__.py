@@ -1,4 +1,4 @@
-"""mla_door: certify an MLA decode kernel written in Python (torch) with `mla certify --python`.
+"""mla_door: certify an MLA decode or prefill kernel written in Python (torch) with `mla certify --python`.
 
 A kernel is a `Kernel` object (or a zero-argument callable returning one) that a module or a
 file exposes under a name:
@@ -11,6 +11,9 @@ mla_plugin.h): who it is, what it claims, its conventions and its precision clas
 certifier validates the declaration, decides what to run, owns every input and output buffer
 and judges the results; this package only runs in the certifier's child process, calls the
 kernel and writes nothing but the outputs (and a bounded message) back.
+
+A kernel may also have a prefill in the MHA form (`Prefill`, its docstring has the signature),
+certified as an implementation of its own; a prefill-only kernel leaves `decode` out.
 
 The one signature of a decode:
 
@@ -127,11 +130,78 @@ class Call(Shape):
 
 
 @dataclass(frozen=True)
+class PrefillCaps:
+    """What a prefill claims (the calls it takes); the certifier runs nothing outside it."""
+
+    heads: Tuple[int, int] = (1, 128)      # inclusive range
+    causal: bool = True                    # causal calls (aligned as its conventions say)
+    non_causal: bool = True                # context-chunk calls
+    varlen: bool = True                    # sequences of different lengths in one batch
+    max_total_tokens: int = 1 << 20        # query rows, and key rows, of one call
+
+
+@dataclass(frozen=True)
+class PrefillConventions:
+    """How a prefill's lse, V and mask cross the boundary; the host converts (kernels/plugin/README.md,
+    "Prefill"). The lse layout's words are decode's with b = 1 and s_q = total_q: "[b,h,s_q]" is
+    [heads, total_q] (FlashAttention's), "[b,s_q,h]" is [total_q, heads] (FlashInfer's)."""
+
+    lse_base: str = "e"                    # "e" | "2"
+    lse_layout: str = "[b,h,s_q]"
+    empty_row_lse: str = "+inf"            # "+inf" (FA2) | "-inf" (FA3)
+    v_padded: bool = False                 # V handed over padded with zeros to 192, out written 192 wide
+    causal_alignment: str = "bottom_right"  # "bottom_right" | "top_left" (FlashAttention < 2.1)
+
+
+@dataclass(frozen=True)
+class PrefillCall:
+    """What a prefill is told besides its tensors."""
+
+    batch: int
+    heads: int
+    total_q: int
+    total_k: int
+    d_qk: int              # 192
+    d_v: int               # 128, or 192 when the conventions say v_padded
+    causal: bool
+    softmax_scale: float   # 192^-0.5 · mscale²: use it as given
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """A prefill in the MHA form: its own implementation in the certificate, under its own name.
+
+        prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, call) -> None
+
+        q             torch.bfloat16 [total_q, heads, 192]   (q_nope 128 | q_pe 64)
+        k             torch.bfloat16 [total_k, heads, 192]   (k_nope 128 | k_pe 64, k_pe the same for every head)
+        v             torch.bfloat16 [total_k, heads, d_v]
+        cu_seqlens_q  torch.int32 [batch + 1]
+        cu_seqlens_k  torch.int32 [batch + 1]
+        out           [total_q, heads, d_v], dtype of `out_dtype`: WRITE EVERY ELEMENT, in place
+        lse           torch.float32 [heads, total_q] or [total_q, heads] as the conventions say:
+                      WRITE EVERY ELEMENT, in place
+        call          a `PrefillCall`
+
+    Causal (bottom-right): query i of a sequence with s_q queries and s_k keys attends keys
+    j <= s_k - s_q + i; a row that attends nothing has out 0 and lse +inf (or the declared -inf).
+    Inputs read-only, deterministic calls, `Unsupported` to refuse: as for decode."""
+
+    name: str                                   # [a-z0-9_]+, not the decode's
+    description: str
+    prefill: Callable
+    out_dtype: str = "f32"                      # "f32" | "bf16"
+    caps: PrefillCaps = field(default_factory=PrefillCaps)
+    conventions: PrefillConventions = field(default_factory=PrefillConventions)
+    precision: Optional[Precision] = None       # None: the class out_dtype implies
+
+
+@dataclass(frozen=True)
 class Kernel:
     name: str                                   # [a-z0-9_]+
     version: str
     description: str
-    decode: Callable
+    decode: Optional[Callable] = None           # None only for a prefill-only kernel
     backend: str = "cpu"                        # "cpu" | "cuda"
     out_dtype: str = "f32"                      # "f32" | "bf16"
     caps: Caps = field(default_factory=Caps)
@@ -141,6 +211,8 @@ class Kernel:
     can_implement: Optional[Callable[[Shape], Optional[str]]] = None
     # Optional: () -> None (can run here) or why not (every case SKIPPED with that reason).
     unavailable: Optional[Callable[[], Optional[str]]] = None
+    # Optional: a prefill in the MHA form, certified as an implementation of its own.
+    prefill: Optional[Prefill] = None
 
 
 def describe(k: Kernel) -> dict:
@@ -165,6 +237,26 @@ def describe(k: Kernel) -> dict:
         "conventions": dataclasses.asdict(k.conventions),
         "precision": None if k.precision is None else dataclasses.asdict(k.precision),
         "can_implement": k.can_implement is not None,
+        "decode": k.decode is not None,
+        "prefill": None if k.prefill is None else describe_prefill(k.prefill),
+    }
+
+
+def describe_prefill(p: Prefill) -> dict:
+    return {
+        "name": p.name,
+        "description": p.description,
+        "out_dtype": p.out_dtype,
+        "caps": {
+            "min_heads": p.caps.heads[0],
+            "max_heads": p.caps.heads[1],
+            "causal": p.caps.causal,
+            "non_causal": p.caps.non_causal,
+            "varlen": p.caps.varlen,
+            "max_total_tokens": p.caps.max_total_tokens,
+        },
+        "conventions": dataclasses.asdict(p.conventions),
+        "precision": None if p.precision is None else dataclasses.asdict(p.precision),
     }
 
 

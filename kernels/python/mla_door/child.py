@@ -87,6 +87,12 @@ def sync(torch):
 # ---- the wire format --------------------------------------------------------------------------
 
 def read_wire(path, kind):
+    """The fields of the message at `path`, which must be of `kind` (or one of a tuple of kinds)."""
+    return read_wire_of(path, (kind,) if isinstance(kind, str) else kind)[1]
+
+
+def read_wire_of(path, kinds):
+    """(kind, fields) of the message at `path`, of one of `kinds`."""
     with open(path, "rb") as f:
         header = f.readline(1 << 20)
         rest = f.read(1)
@@ -95,11 +101,12 @@ def read_wire(path, kind):
     h = json.loads(header)
     if h.get("format") != WIRE_FORMAT or h.get("version") != WIRE_VERSION:
         raise ValueError(f"{path} is not a {WIRE_FORMAT} file of version {WIRE_VERSION}")
-    if h.get("kind") != kind:
-        raise ValueError(f"{path} holds a '{h.get('kind')}' message, expected '{kind}'")
+    kind = h.get("kind")
+    if kind not in kinds:
+        raise ValueError(f"{path} holds a '{kind}' message, expected '{' or '.join(kinds)}'")
     if h.get("arrays") or rest:
         raise ValueError(f"{path}: unexpected arrays in a '{kind}' message")
-    return h["fields"]
+    return kind, h["fields"]
 
 
 def write_wire(path, kind, fields):
@@ -297,11 +304,9 @@ def load_for_calls(spec, ctl):
     return torch, k
 
 
-def call_tensors(torch, mm, plan, k):
-    """A function of a planned call's index: (inputs by name, out, lse, the Call), every tensor a
-    zero-copy view of the shared buffers."""
-    layout = plan["layout"]
-    regions = layout["regions"]
+def region_view(torch, mm, plan):
+    """A function (region index, dtype, shape) -> a zero-copy view of that shared buffer."""
+    regions = plan["layout"]["regions"]
 
     def view(index, dtype, shape):
         r = regions[index]
@@ -311,6 +316,42 @@ def call_tensors(torch, mm, plan, k):
             return torch.empty(shape, dtype=dtype)
         # Zero-copy: the tensor's storage is the certifier's shared mapping.
         return torch.frombuffer(mm, dtype=dtype, count=count, offset=r["data"]).view(*shape)
+
+    return view
+
+
+def invoke(torch, cuda, fn, inputs, outputs):
+    """fn(*inputs, *outputs) on the shared buffers' views (None inputs passed as None); the seconds
+    it took. A backend "cuda" kernel gets device copies (the shared buffers are host memory, so the
+    door copies in and out: documented in mla_door, not zero-copy)."""
+    if not cuda:
+        t0 = time.perf_counter()
+        fn(*inputs, *outputs)
+        return time.perf_counter() - t0
+    dev = [v.to(COPY_DEVICE, copy=True) if v is not None else None for v in inputs]
+    # The unwritten pattern travels too: an element the kernel never writes stays so.
+    d_out = [o.to(COPY_DEVICE, copy=True) for o in outputs]
+    sync(torch)
+    t0 = time.perf_counter()
+    fn(*dev, *d_out)
+    sync(torch)
+    seconds = time.perf_counter() - t0
+    for o, d in zip(outputs, d_out):
+        o.copy_(d.cpu())
+    # A kernel that wrote its device inputs: the change is carried back to the shared buffers,
+    # where the certifier's own comparison names it.
+    for v, d in zip(inputs, dev):
+        if v is not None and not torch.equal(d.cpu(), v):
+            v.copy_(d.cpu())
+    return seconds
+
+
+def call_tensors(torch, mm, plan, k):
+    """A function of a planned call's index: (inputs by name, out, lse, the Call), every tensor a
+    zero-copy view of the shared buffers."""
+    layout = plan["layout"]
+    regions = layout["regions"]
+    view = region_view(torch, mm, plan)
 
     out_dtype = {2: torch.bfloat16, 4: torch.float32}[layout["value_bytes"]]
     lse_b_sq_h = k.conventions.lse_layout == "[b,s_q,h]"
@@ -340,7 +381,9 @@ def call_tensors(torch, mm, plan, k):
 
 
 def call(args):
-    plan = read_wire(args.plan, "attention-calls")
+    kind, plan = read_wire_of(args.plan, ("attention-calls", "entry-calls"))
+    if kind == "entry-calls":
+        return call_entry(args, plan)
     layout = plan["layout"]
     mm, ctl = open_arena(plan)
     loaded = load_for_calls(args.spec, ctl)
@@ -355,30 +398,11 @@ def call(args):
         stop = layout["calls"][c][3]
         state, message, seconds = STATE_OK, "", 0.0
         try:
+            if k.decode is None:
+                raise RuntimeError("the kernel has no decode")
             t, out, lse, info = tensors(c)
-            if cuda:
-                # Device tensors: the shared buffers are host memory, so the door copies in and
-                # out (documented in mla_door, not zero-copy).
-                dev = {n: (v.to(COPY_DEVICE, copy=True) if v is not None else None) for n, v in t.items()}
-                # The unwritten pattern travels too: an element the kernel never writes stays so.
-                d_out, d_lse = out.to(COPY_DEVICE, copy=True), lse.to(COPY_DEVICE, copy=True)
-                sync(torch)
-                t0 = time.perf_counter()
-                k.decode(dev["q"], dev["kv_cache"], dev["block_table"], dev["cache_seqlens"], dev["indices"],
-                         d_out, d_lse, info)
-                sync(torch)
-                seconds = time.perf_counter() - t0
-                out.copy_(d_out.cpu())
-                lse.copy_(d_lse.cpu())
-                # A kernel that wrote its device inputs: the change is carried back to the shared
-                # buffers, where the certifier's own comparison names it.
-                for n, v in t.items():
-                    if v is not None and not torch.equal(dev[n].cpu(), v):
-                        v.copy_(dev[n].cpu())
-            else:
-                t0 = time.perf_counter()
-                k.decode(t["q"], t["kv_cache"], t["block_table"], t["cache_seqlens"], t["indices"], out, lse, info)
-                seconds = time.perf_counter() - t0
+            seconds = invoke(torch, cuda, lambda q, kv, bt, sl, idx, o, l: k.decode(q, kv, bt, sl, idx, o, l, info),
+                             [t["q"], t["kv_cache"], t["block_table"], t["cache_seqlens"], t["indices"]], [out, lse])
         except mla_door.Unsupported as e:
             state, message = STATE_UNSUPPORTED, str(e) or "(no reason given)"
         except Exception as e:
@@ -387,6 +411,49 @@ def call(args):
         # Stop so the parent can take this call's outputs before anything else runs in here.
         if stop:
             os.kill(os.getpid(), signal.SIGSTOP)
+        if state != STATE_OK:
+            break
+    return 0
+
+
+def call_entry(args, plan):
+    """The calls of an entry-calls plan (certify/src/isolation/entry_calls.hpp): the kernel's
+    prefill, each call on its own out and lse, stopping after each so the certifier can audit it."""
+    mm, ctl = open_arena(plan)
+    loaded = load_for_calls(args.spec, ctl)
+    if loaded is None:
+        return 0
+    torch, k = loaded
+    entry = plan["entry"]
+    if entry != "prefill" or k.prefill is None:
+        ctl.setup(STATE_ERROR, f"the certifier asks for the kernel's {entry} entry, which it does not have")
+        return 0
+    p = k.prefill
+    view = region_view(torch, mm, plan)
+    a, inp = plan["args"], plan["inputs"]
+    s = a["shape"]
+    b, h, tq, tk = s["batch"], s["heads"], s["total_q"], s["total_k"]
+    d_qk, d_v = s.get("d_qk", 192), s.get("d_v", 128)
+    inputs = [view(inp["q"], torch.bfloat16, (tq, h, d_qk)), view(inp["k"], torch.bfloat16, (tk, h, d_qk)),
+              view(inp["v"], torch.bfloat16, (tk, h, d_v)), view(inp["cu_seqlens_q"], torch.int32, (b + 1,)),
+              view(inp["cu_seqlens_k"], torch.int32, (b + 1,))]
+    out_dtype = torch.bfloat16 if p.out_dtype == "bf16" else torch.float32
+    lse_shape = (tq, h) if p.conventions.lse_layout == "[b,s_q,h]" else (h, tq)
+    info = mla_door.PrefillCall(batch=b, heads=h, total_q=tq, total_k=tk, d_qk=d_qk, d_v=d_v, causal=s["causal"],
+                                softmax_scale=a["softmax_scale"])
+    cuda = k.backend == "cuda"
+    calls = plan["calls"][: plan["make_calls"]]
+    for c, regions in enumerate(calls):
+        state, message, seconds = STATE_OK, "", 0.0
+        try:
+            out, lse = view(regions[0], out_dtype, (tq, h, d_v)), view(regions[1], torch.float32, lse_shape)
+            seconds = invoke(torch, cuda, lambda *t: p.prefill(*t, info), inputs, [out, lse])
+        except mla_door.Unsupported as e:
+            state, message = STATE_UNSUPPORTED, str(e) or "(no reason given)"
+        except Exception as e:
+            state, message = STATE_ERROR, f"exception: {error_words(e)}"
+        ctl.call(c, state, seconds, message)
+        os.kill(os.getpid(), signal.SIGSTOP)
         if state != STATE_OK:
             break
     return 0

@@ -5,11 +5,13 @@
 // dense or sparse, the conventions' and precisions' words, a judgeable precision class.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "mla/core/kernel.hpp"
+#include "mla/core/prefill_kernel.hpp"
 
 namespace mla::certify {
 
@@ -17,6 +19,11 @@ struct PythonDeclaration {
   KernelInfo info;  // role optimized
   std::string version;
   bool can_implement = false;
+  bool decodes = true;  // has a decode (a prefill-only kernel has none: "decode": false)
+  // Its prefill entry ("prefill": null or an object), an implementation of its own under its own
+  // name, validated with the rules of a C plug-in's prefill entry (plugin::prefill_info_from):
+  // name, out_dtype, heads, which calls, token limit, conventions and precision class.
+  std::optional<PrefillKernelInfo> prefill;
 };
 
 // Throws mla::Error naming the field and its value ("declaration field 'caps.heads' range [0, 128]

@@ -167,10 +167,49 @@ PrefillKernelInfo prefill_info_from(const mla_plugin_prefill_entry& e) {
   return i;
 }
 
+MergeKernelInfo merge_info_from(const mla_plugin_merge_entry& e) {
+  if (e.struct_size < MLA_PLUGIN_MERGE_ENTRY_V1_4_SIZE) {
+    throw PluginError(fmt::format("merge entry struct_size {} is smaller than ABI 1.4's {} bytes", e.struct_size,
+                                  MLA_PLUGIN_MERGE_ENTRY_V1_4_SIZE));
+  }
+  MergeKernelInfo i;
+  i.name = checked_string(e.name, "merge.name", false);
+  if (!valid_kernel_name(i.name)) throw PluginError(fmt::format("merge entry name '{}' is not [a-z0-9_]+", i.name));
+  i.description = checked_string(e.description, "merge.description", true);
+  const uint32_t known = MLA_PLUGIN_STATE_BF16 | MLA_PLUGIN_STATE_F16 | MLA_PLUGIN_STATE_F32;
+  if (e.dtypes == 0 || (e.dtypes & ~known) != 0) {
+    throw PluginError(fmt::format("merge.dtypes 0x{:x} must be a non-empty set of MLA_PLUGIN_STATE_* bits", e.dtypes));
+  }
+  if (e.dtypes & MLA_PLUGIN_STATE_BF16) i.dtypes.push_back(StateDType::bf16);
+  if (e.dtypes & MLA_PLUGIN_STATE_F16) i.dtypes.push_back(StateDType::f16);
+  if (e.dtypes & MLA_PLUGIN_STATE_F32) i.dtypes.push_back(StateDType::f32);
+  if (e.num_head_dims < 0 || e.num_head_dims > MLA_PLUGIN_MAX_HEAD_DIMS) {
+    throw PluginError(fmt::format("merge.num_head_dims {} is outside [0, {}]", e.num_head_dims, MLA_PLUGIN_MAX_HEAD_DIMS));
+  }
+  for (int32_t j = 0; j < e.num_head_dims; ++j) {
+    if (e.head_dims[j] < 1) throw PluginError(fmt::format("merge.head_dims[{}] = {} is not positive", j, e.head_dims[j]));
+    i.head_dims.push_back(e.head_dims[j]);
+  }
+  check_choice(e.lse_base, "merge.lse_base", "MLA_PLUGIN_LSE_BASE_E", "MLA_PLUGIN_LSE_BASE_2");
+  check_choice(e.lse_layout, "merge.lse_layout", "MLA_PLUGIN_LSE_B_H_SQ", "MLA_PLUGIN_LSE_B_SQ_H");
+  check_choice(e.both_empty_lse, "merge.both_empty_lse", "MLA_PLUGIN_MERGE_EMPTY_NEG_INF", "MLA_PLUGIN_MERGE_EMPTY_POS_INF");
+  if (!e.merge) throw PluginError("merge entry has no merge entry point");
+  i.backend = "cpu";  // the descriptor's, set by the caller
+  i.role = KernelRole::optimized;
+  i.conventions.lse_base = e.lse_base == MLA_PLUGIN_LSE_BASE_2 ? LseBase::two : LseBase::e;
+  i.conventions.lse_layout = e.lse_layout == MLA_PLUGIN_LSE_B_SQ_H ? LseLayout::b_sq_h : LseLayout::b_h_sq;
+  i.conventions.both_empty_lse =
+      e.both_empty_lse == MLA_PLUGIN_MERGE_EMPTY_POS_INF ? EmptyRowLse::pos_inf : EmptyRowLse::neg_inf;
+  return i;
+}
+
 namespace {
-// The prefill entry of a 1.4 descriptor, or NULL (an earlier revision's, or none given).
+// The prefill and merge entries of a 1.4 descriptor, or NULL (an earlier revision's, or none given).
 const mla_plugin_prefill_entry* prefill_entry(const mla_plugin_descriptor& d) {
   return MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, prefill, d.struct_size) ? d.prefill : nullptr;
+}
+const mla_plugin_merge_entry* merge_entry(const mla_plugin_descriptor& d) {
+  return MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, merge, d.struct_size) ? d.merge : nullptr;
 }
 }  // namespace
 
@@ -225,7 +264,10 @@ void validate_descriptor(const mla_plugin_descriptor& d) {
     }
   }
   const auto* pre = prefill_entry(d);
-  if (!d.decode && !pre) throw PluginError("descriptor has no decode entry point (and no prefill entry)");
+  const auto* mer = merge_entry(d);
+  if (!d.decode && !pre && !mer) {
+    throw PluginError("descriptor has no decode entry point (and no prefill or merge entry)");
+  }
   if (MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, append, d.struct_size)) {
     if ((d.flags & ~MLA_PLUGIN_FLAG_DEVICE_MEMORY) != 0) {
       throw PluginError(fmt::format("flags 0x{:x} has bits that are not MLA_PLUGIN_FLAG_*", d.flags));
@@ -244,12 +286,17 @@ void validate_descriptor(const mla_plugin_descriptor& d) {
     }
   }
   if (MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, can_implement, d.struct_size)) validate_revision_1_2(d);
-  if (pre) {
-    const auto i = prefill_info_from(*pre);
-    if (d.decode && i.name == name) {
-      throw PluginError(fmt::format("prefill entry name '{}' is the decode's: each implementation has its own", name));
+  // Every implementation the library gives has its own name.
+  std::vector<std::string> names;
+  if (d.decode) names.push_back(name);
+  const auto distinct = [&](const std::string& n, const char* entry) {
+    if (std::find(names.begin(), names.end(), n) != names.end()) {
+      throw PluginError(fmt::format("{} entry name '{}' is another entry's: each implementation has its own", entry, n));
     }
-  }
+    names.push_back(n);
+  };
+  if (pre) distinct(prefill_info_from(*pre).name, "prefill");
+  if (mer) distinct(merge_info_from(*mer).name, "merge");
 }
 
 // ---- Library --------------------------------------------------------------------------------
@@ -319,6 +366,11 @@ std::shared_ptr<Library> Library::open(const std::filesystem::path& path) {
     lib->prefill_info_ = prefill_info_from(*pre);
     lib->prefill_info_->backend = d.backend;
     lib->prefill_ = pre->prefill;
+  }
+  if (const auto* mer = merge_entry(d)) {
+    lib->merge_info_ = merge_info_from(*mer);
+    lib->merge_info_->backend = d.backend;
+    lib->merge_ = mer->merge;
   }
   return lib;
 }
@@ -487,6 +539,54 @@ int32_t call_prefill(const Library& lib, const PrefillInputs& in, void* out, std
     }
     std::memcpy(out, dev->result(5).data(), out_bytes);
     std::memcpy(lse, dev->result(6).data(), lse_bytes);
+  }
+  return rc;
+}
+
+int32_t call_merge(const Library& lib, const MergeInputs& in, void* out, std::size_t out_bytes, void* lse,
+                   std::size_t lse_bytes, char* error, std::size_t error_size, std::vector<std::string>* device_findings,
+                   mla_plugin_merge_fn merge) {
+  if (!lib.merge()) throw PluginError(fmt::format("plug-in {} has no merge entry point", lib.info().name));
+  const auto& s = in.shape;
+  mla_plugin_merge_args a{};
+  a.struct_size = sizeof a;
+  a.tokens = s.tokens;
+  a.heads = s.heads;
+  a.head_dim = s.head_dim;
+  a.dtype = s.dtype == StateDType::bf16 ? MLA_PLUGIN_STATE_BF16 : s.dtype == StateDType::f16 ? MLA_PLUGIN_STATE_F16
+                                                                                             : MLA_PLUGIN_STATE_F32;
+  a.out_a = in.out_a.data();
+  a.lse_a = in.lse_a.data();
+  a.out_b = in.out_b.data();
+  a.lse_b = in.lse_b.data();
+  a.out = out;
+  a.lse = static_cast<float*>(lse);
+  a.stream = nullptr;  // host memory: the plug-in finishes before it returns
+  std::unique_ptr<detail::DeviceCall> dev;
+  if (lib.device_memory()) {
+    using Role = detail::DeviceCall::Role;
+    dev = std::make_unique<detail::DeviceCall>();
+    auto add = [&](const char* name, auto v) {
+      return dev->add(name, {reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()}, Role::input);
+    };
+    a.out_a = add("out_a", in.out_a);
+    a.lse_a = static_cast<const float*>(add("lse_a", in.lse_a));
+    a.out_b = add("out_b", in.out_b);
+    a.lse_b = static_cast<const float*>(add("lse_b", in.lse_b));
+    a.out = dev->add("out", {static_cast<const uint8_t*>(out), out_bytes}, Role::output);
+    a.lse = static_cast<float*>(dev->add("lse", {static_cast<const uint8_t*>(lse), lse_bytes}, Role::output));
+    a.stream = dev->stream();
+  }
+  if (error_size > 0) error[0] = '\0';
+  const int32_t rc = (merge ? merge : lib.merge())(&a, error, error_size);
+  if (error_size > 0) error[error_size - 1] = '\0';
+  if (dev) {
+    auto findings = dev->finish();
+    if (device_findings) {
+      for (auto& f : findings) device_findings->push_back(std::move(f));
+    }
+    std::memcpy(out, dev->result(4).data(), out_bytes);
+    std::memcpy(lse, dev->result(5).data(), lse_bytes);
   }
   return rc;
 }

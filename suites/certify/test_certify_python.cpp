@@ -202,6 +202,49 @@ TEST_F(CertifyPython, FlashAttentionVarlenPrefillCertifiesThroughTheDoorAndItsBu
   EXPECT_GT(red, 0);
 }
 
+// vLLM's merge_attn_states and FlashInfer's merge_state (mla_door.adapters.merge_states) over the
+// CPU stand-ins: green through the host's lse conversions on every stored and drawn merge case they
+// claim (FlashInfer's float32 states NOT_CLAIMED, with the reason), each a merge-only
+// implementation in the door's children; each stand-in bug red somewhere and never an ERROR.
+TEST_F(CertifyPython, MergesOfTheFieldCertifyThroughTheDoorAndTheirBugsAreRed) {
+  const auto m = kExamples / "merge_cpu.py";
+  std::string args = " --family merge --family fresh";
+  for (const char* a : {"VLLM", "FLASHINFER", "BUG_BOTH_EMPTY_NAN", "BUG_POS_INF_AS_NUMBER", "BUG_NATURAL_EXP"}) {
+    args += " --python " + quote(m.string() + ":" + a);
+  }
+  const auto r = certify(args, torch_path());
+  ASSERT_EQ(r.status, 1) << r.output;
+  ASSERT_EQ(r.cert.at("kernels").size(), 5u) << "merge-only kernels: one implementation each";
+  for (const char* name : {"vllm_merge_cpu_standin", "flashinfer_merge_cpu_standin"}) {
+    const auto& k = kernel(r, name);
+    EXPECT_EQ(k.at("kinds"), json::array({"merge"})) << name;
+    EXPECT_EQ(k.at("origin").at("entry"), "merge") << name;
+    int pass = 0;
+    for (const auto& c : k.at("cases")) {
+      const bool f32 = c.at("shape").at("dtype") == "f32";
+      if (f32 && std::string(name).starts_with("flashinfer")) {
+        EXPECT_EQ(c.at("verdict"), "NOT_CLAIMED") << c.at("case") << ": " << reasons(c);
+        continue;
+      }
+      EXPECT_EQ(c.at("verdict"), "PASS") << name << " " << c.at("case") << ": " << reasons(c);
+      ++pass;
+    }
+    EXPECT_GT(pass, 0) << name;
+  }
+  const auto& conv = kernel(r, "flashinfer_merge_cpu_standin").at("declared").at("conventions");
+  EXPECT_EQ(conv.at("lse_base"), "2");
+  EXPECT_EQ(conv.at("lse_layout"), "[n,h]");
+  for (const char* name : {"vllm_merge_cpu_bug_both_empty_nan", "vllm_merge_cpu_bug_pos_inf_as_number",
+                           "flashinfer_merge_cpu_bug_natural_exp"}) {
+    int red = 0;
+    for (const auto& c : kernel(r, name).at("cases")) {
+      EXPECT_NE(c.at("verdict"), "ERROR") << name << " " << c.at("case") << ": " << reasons(c);
+      red += c.at("verdict") == "FAIL";
+    }
+    EXPECT_GT(red, 0) << name;
+  }
+}
+
 TEST_F(CertifyPython, EachBrokenKernelIsRedForTheFaultItCarries) {
   const auto r = certify(kOneCase + spec("WRITES_PAST_OUT") + spec("CHANGES_Q") + spec("DRIFTS") + spec("RAISES") +
                              spec("KILLED") + spec("REFUSES"),
@@ -332,7 +375,7 @@ TEST(PythonDeclaration, EveryRuleOfACDescriptorNamesTheFieldItRefuses) {
   same_name["prefill"]["name"] = "k";
   auto neither = with_prefill("/caps/causal", false);
   neither["prefill"]["caps"]["non_causal"] = false;
-  const std::vector<std::pair<json, std::string>> bad_prefill = {
+  std::vector<std::pair<json, std::string>> bad_prefill = {
       {no_entry, "declaration has no decode (\"decode\": false) and no prefill"},
       {same_name, "declaration field 'prefill.name' is 'k', the decode's"},
       {with_prefill("/name", "Bad-Name"), "prefill entry name 'Bad-Name' is not [a-z0-9_]+"},
@@ -346,6 +389,28 @@ TEST(PythonDeclaration, EveryRuleOfACDescriptorNamesTheFieldItRefuses) {
       {with_prefill("/precision", json::value_t::discarded), "declaration has no field 'prefill.precision'"},
       {with_prefill("/precision", {{"operands", "bf16"}, {"accumulate", "bf16"}}), "prefill precision class"},
   };
+  // The merge entry (mla_door.Merge).
+  auto only_merge = declaration();
+  only_merge["decode"] = false;
+  only_merge["merge"] = {{"name", "k_merge"},
+                         {"description", "a merge"},
+                         {"dtypes", {"bf16", "f16"}},
+                         {"head_dims", json::array()},
+                         {"conventions", {{"lse_base", "2"}, {"lse_layout", "[n,h]"}, {"both_empty_lse", "-inf"}}}};
+  const auto mo = validate_python_declaration(only_merge);
+  ASSERT_TRUE(mo.merge.has_value());
+  EXPECT_EQ(mo.merge->dtypes, (std::vector<mla::StateDType>{mla::StateDType::bf16, mla::StateDType::f16}));
+  EXPECT_EQ(mo.merge->conventions.lse_layout, mla::LseLayout::b_sq_h);
+  const auto with_merge = [&](const char* pointer, json v) {
+    auto j = only_merge;
+    j["merge"][json::json_pointer(pointer)] = std::move(v);
+    return j;
+  };
+  bad_prefill.push_back({with_merge("/dtypes", {"f64"}), "declaration field 'merge.dtypes' holds \"f64\""});
+  bad_prefill.push_back({with_merge("/dtypes", json::array()), "merge.dtypes 0x0 must be a non-empty set"});
+  bad_prefill.push_back({with_merge("/head_dims", {128, 0}), "declaration field 'merge.head_dims[1]' = 0"});
+  bad_prefill.push_back({with_merge("/conventions/lse_layout", "[b,h,s_q]"), "declaration field 'merge.conventions.lse_layout'"});
+  bad_prefill.push_back({with_merge("/name", "Bad-Name"), "merge entry name 'Bad-Name' is not [a-z0-9_]+"});
   for (const auto& [j, words] : bad_prefill) {
     try {
       (void)validate_python_declaration(j);

@@ -450,10 +450,10 @@ TEST(FreshAppend, CorrectAppendsAreGreenAndEachAppendBugRedWhereItShows) {
   EXPECT_EQ(run.status, 1) << run.output;
   ASSERT_TRUE(run.cert.has_value()) << run.output;
   const auto& cert = *run.cert;
-  ASSERT_EQ(cert.kernels.size(), 5u) << "the four plug-ins, and good_append's prefill entry (no append rows)";
+  ASSERT_EQ(cert.kernels.size(), 6u) << "the four plug-ins, and good_append's prefill and merge entries (no append rows)";
   for (const auto& k : cert.kernels) {
-    if (k.name == "good_append_prefill") {
-      EXPECT_TRUE(k.cases.empty()) << "a prefill has no append rows";
+    if (k.name == "good_append_prefill" || k.name == "good_append_merge") {
+      EXPECT_TRUE(k.cases.empty()) << "a prefill or merge has no append rows";
       continue;
     }
     EXPECT_GE(k.cases.size(), 4u) << k.name;

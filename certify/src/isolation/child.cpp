@@ -212,7 +212,7 @@ int child_entry_calls(const KernelRef& kernel, const wire::Message& plan) {
   std::function<int32_t(const std::vector<ArenaRegion>&, char*, std::size_t, std::vector<std::string>*)> make;
   std::shared_ptr<plugin::Library> lib;
   try {
-    charge_simulated_context(entry == kEntryPrefill ? "child prefill" : "child append");
+    charge_simulated_context(entry == kEntryPrefill ? "child prefill" : entry == kEntryMerge ? "child merge" : "child append");
     if (!kernel.plugin) throw Error(fmt::format("{} calls are a plug-in's entry point: no plug-in given", entry));
     lib = plugin::Library::open(*kernel.plugin);
     if (auto why = lib->unavailable()) throw Error(*why);
@@ -253,6 +253,20 @@ int child_entry_calls(const KernelRef& kernel, const wire::Message& plan) {
       make = [&, in](const std::vector<ArenaRegion>& mine, char* err, std::size_t n, std::vector<std::string>* device) {
         const auto out = own(mine.at(0)), lse = own(mine.at(1));
         return plugin::call_prefill(*lib, in, out.data(), out.size(), lse.data(), lse.size(), err, n, device);
+      };
+    } else if (entry == kEntryMerge) {
+      MergeInputs in;
+      in.shape.tokens = a.at("tokens").get<int64_t>();
+      in.shape.heads = a.at("heads").get<int>();
+      in.shape.head_dim = a.at("head_dim").get<int>();
+      in.shape.dtype = state_dtype_from_string(a.at("dtype").get<std::string>());
+      in.out_a = input("out_a", static_cast<uint8_t*>(nullptr));
+      in.out_b = input("out_b", static_cast<uint8_t*>(nullptr));
+      in.lse_a = input("lse_a", static_cast<float*>(nullptr));
+      in.lse_b = input("lse_b", static_cast<float*>(nullptr));
+      make = [&, in](const std::vector<ArenaRegion>& mine, char* err, std::size_t n, std::vector<std::string>* device) {
+        const auto out = own(mine.at(0)), lse = own(mine.at(1));
+        return plugin::call_merge(*lib, in, out.data(), out.size(), lse.data(), lse.size(), err, n, device);
       };
     } else {
       throw Error(fmt::format("the plan names entry '{}', which this child does not know", entry));
@@ -430,6 +444,7 @@ int child_describe(const std::filesystem::path& plugin_path, const std::filesyst
   d.device_memory = lib->device_memory();
   d.decodes = lib->decodes();
   d.prefill = lib->prefill_info();
+  d.merge = lib->merge_info();
   d.append_formats = lib->append_formats();
   d.append_scale_fmts = lib->append_scale_fmts();
   d.append_fp8_recipes = lib->append_fp8_recipes();

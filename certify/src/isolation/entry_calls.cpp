@@ -53,6 +53,7 @@ std::optional<std::string> failure(const ChildOutcome& outcome, const ArenaContr
 
 EntryRun run_entry_in_child(Session& s, const Implementation& k, const EntryCalls& plan, const std::string& tag) {
   EntryRun r;
+  r.entry = plan.entry;
   const int calls = std::min(kArenaMaxCalls, std::max(2, s.options.repeats));
   std::vector<ArenaBuffer> buffers = plan.inputs;
   nlohmann::json inputs = nlohmann::json::object();
@@ -128,6 +129,7 @@ EntryRun run_entry_in_child(Session& s, const Implementation& k, const EntryCall
 
   if (auto why = host_cause(outcome)) {
     r = EntryRun{};
+    r.entry = plan.entry;
     r.host_caused = true;
     r.message = *why + " (" + outcome.describe() + ")";
     return r;

@@ -33,6 +33,7 @@ struct EntryCalls {
 };
 
 struct EntryRun {
+  std::string entry;         // the plan's
   bool ran = false;          // false: the calls could not be made or did not all return (message says why)
   std::string message;       // !ran: why; ran: the plug-in's words on call 1
   int32_t rc = -1;           // call 1's return code

@@ -51,6 +51,26 @@ std::optional<PrefillKernelInfo> prefill_from_json(const json& j) {
   return p;
 }
 
+json merge_json(const std::optional<MergeKernelInfo>& m) {
+  if (!m) return json();
+  json dtypes = json::array();
+  for (const auto d : m->dtypes) dtypes.push_back(to_string(d));
+  return {{"name", m->name},         {"backend", m->backend},       {"description", m->description},
+          {"dtypes", dtypes},        {"head_dims", m->head_dims},   {"conventions", to_json(m->conventions)}};
+}
+std::optional<MergeKernelInfo> merge_from_json(const json& j) {
+  if (j.is_null()) return std::nullopt;
+  MergeKernelInfo m;
+  m.name = j.at("name").get<std::string>();
+  m.backend = j.at("backend").get<std::string>();
+  m.description = j.at("description").get<std::string>();
+  m.role = KernelRole::optimized;
+  for (const auto& d : j.at("dtypes")) m.dtypes.push_back(state_dtype_from_string(d.get<std::string>()));
+  m.head_dims = j.at("head_dims").get<std::vector<int>>();
+  m.conventions = merge_conventions_from_json(j.at("conventions"));
+  return m;
+}
+
 }  // namespace
 
 wire::Message encode(const PluginDescription& d) {
@@ -72,6 +92,7 @@ wire::Message encode(const PluginDescription& d) {
                 {"compute", compute_json(d.info.compute)},
                 {"decodes", d.decodes},
                 {"prefill", prefill_json(d.prefill)},
+                {"merge", merge_json(d.merge)},
                 {"unavailable", d.unavailable ? json(*d.unavailable) : json()}};
   return m;
 }
@@ -98,6 +119,7 @@ PluginDescription decode_plugin_description(const wire::Message& m) {
     d.info.compute = compute_from_json(f.at("compute"));
     d.decodes = f.at("decodes").get<bool>();
     d.prefill = prefill_from_json(f.at("prefill"));
+    d.merge = merge_from_json(f.at("merge"));
     return d;
   });
 }

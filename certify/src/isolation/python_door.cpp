@@ -18,6 +18,7 @@
 #include "mla/core/text.hpp"
 #include "mla/plugin/host.hpp"
 #include "mla/plugin/mla_plugin.h"
+#include "kinds/merge/merge_rows.hpp"
 #include "kinds/prefill/prefill_rows.hpp"
 
 #ifndef MLA_SOURCE_DIR
@@ -143,6 +144,50 @@ PrefillKernelInfo validate_python_prefill(const json& p) {
   e.prefill = [](const mla_plugin_prefill_args*, char*, size_t) -> int32_t { return MLA_PLUGIN_ERROR; };  // never called
   try {
     return plugin::prefill_info_from(e);
+  } catch (const plugin::PluginError& ex) {
+    throw Error(fmt::format("declaration: {}", ex.what()));
+  }
+}
+
+// A Python kernel's merge entry, in the words of mla_door.Merge, then the C ABI's rules for a
+// merge entry.
+MergeKernelInfo validate_python_merge(const json& m) {
+  const std::string w = "merge.";
+  mla_plugin_merge_entry e{};
+  e.struct_size = sizeof e;
+  const std::string name = string_field(m, w, "name"), description = string_field(m, w, "description");
+  e.name = name.c_str();
+  e.description = description.c_str();
+  const json& dtypes = field(m, w, "dtypes", json::value_t::array, "a list");
+  for (const auto& x : dtypes) {
+    if (!x.is_string() || (x != "bf16" && x != "f16" && x != "f32")) {
+      throw Error(fmt::format("declaration field 'merge.dtypes' holds {}, not one of bf16, f16, f32", x.dump()));
+    }
+    e.dtypes |= x == "bf16" ? MLA_PLUGIN_STATE_BF16 : x == "f16" ? MLA_PLUGIN_STATE_F16 : MLA_PLUGIN_STATE_F32;
+  }
+  const json& dims = field(m, w, "head_dims", json::value_t::array, "a list");
+  if (dims.size() > MLA_PLUGIN_MAX_HEAD_DIMS) {
+    throw Error(fmt::format("declaration field 'merge.head_dims' has {} entries, at most {}", dims.size(),
+                            MLA_PLUGIN_MAX_HEAD_DIMS));
+  }
+  e.num_head_dims = static_cast<int32_t>(dims.size());
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (!dims[i].is_number_integer() || dims[i].get<int64_t>() < 1 || dims[i].get<int64_t>() > 65536) {
+      throw Error(fmt::format("declaration field 'merge.head_dims[{}]' = {} is not a positive head dim", i, dims[i].dump()));
+    }
+    e.head_dims[i] = dims[i].get<int32_t>();
+  }
+  const json& conv = field(m, w, "conventions", json::value_t::object, "an object");
+  const std::string cv = w + "conventions.";
+  const auto one_of = [&](const char* key, const std::string& zero, const std::string& one) {
+    return word_field(conv, cv, key, {zero, one}, [&](const std::string& x) { return x == one ? 1u : 0u; });
+  };
+  e.lse_base = one_of("lse_base", "e", "2");
+  e.lse_layout = one_of("lse_layout", "[h,n]", "[n,h]");
+  e.both_empty_lse = one_of("both_empty_lse", "-inf", "+inf");
+  e.merge = [](const mla_plugin_merge_args*, char*, size_t) -> int32_t { return MLA_PLUGIN_ERROR; };  // never called
+  try {
+    return plugin::merge_info_from(e);
   } catch (const plugin::PluginError& ex) {
     throw Error(fmt::format("declaration: {}", ex.what()));
   }
@@ -289,7 +334,17 @@ PythonDeclaration validate_python_declaration(const json& d) {
                               k.name));
     }
   }
-  if (!out.decodes && !out.prefill) throw Error("declaration has no decode (\"decode\": false) and no prefill");
+  if (d.contains("merge") && !d.at("merge").is_null()) {
+    out.merge = validate_python_merge(field(d, "", "merge", json::value_t::object, "an object or null"));
+    out.merge->backend = k.backend;
+    if ((out.decodes && out.merge->name == k.name) || (out.prefill && out.merge->name == out.prefill->name)) {
+      throw Error(fmt::format("declaration field 'merge.name' is '{}', another entry's: each implementation has its own",
+                              out.merge->name));
+    }
+  }
+  if (!out.decodes && !out.prefill && !out.merge) {
+    throw Error("declaration has no decode (\"decode\": false) and no prefill or merge");
+  }
   return out;
 }
 
@@ -429,26 +484,39 @@ std::vector<std::pair<Implementation, reports::KernelReport>> describe_python(Se
   const auto id = fmt::format("{}|{}|{}|{}|{}", ref.spec, ref.exe.string(), text("python"), text("torch"), module_digest);
   r.origin["sha256"] = sha256_hex({reinterpret_cast<const uint8_t*>(id.data()), id.size()});
   std::vector<std::pair<Implementation, reports::KernelReport>> out;
+  // Each entry other than decode: an implementation of its own, under its own name, with the
+  // kernel's origin.
+  const auto entry = [&](const std::string& name, const std::string& description, const char* kind) {
+    Implementation x;
+    x.external = true;
+    x.ref.python = ref;
+    x.unavailable = e.unavailable;
+    x.info.name = name, x.info.backend = e.info.backend, x.info.description = printable(description);
+    auto xr = r;
+    xr.origin["entry"] = kind;
+    return std::pair<Implementation, reports::KernelReport>{std::move(x), std::move(xr)};
+  };
+  std::vector<std::pair<Implementation, reports::KernelReport>> others;
   if (d.prefill) {
-    // The prefill entry: an implementation of its own, under its own name, with the same origin.
-    auto info = *d.prefill;
-    info.description = printable(info.description);
-    Implementation p;
-    p.external = true;
-    p.ref.python = ref;
-    p.unavailable = e.unavailable;
-    p.info.name = info.name, p.info.backend = info.backend, p.info.description = info.description;
-    p.info.out_dtype = info.out_dtype;
-    p.owned_prefill = plugin_prefill(info);
-    p.prefill = p.owned_prefill.get();
-    auto pr = r;
-    pr.origin["entry"] = "prefill";
-    pr.origin["capabilities"] = to_json(info.caps);
-    if (d.decodes) out.emplace_back(std::move(e), std::move(r));
-    out.emplace_back(std::move(p), std::move(pr));
-    return out;
+    auto [x, xr] = entry(d.prefill->name, d.prefill->description, "prefill");
+    x.info.out_dtype = d.prefill->out_dtype;
+    x.owned_prefill = plugin_prefill(*d.prefill);
+    x.prefill = x.owned_prefill.get();
+    xr.origin["capabilities"] = to_json(d.prefill->caps);
+    others.emplace_back(std::move(x), std::move(xr));
   }
-  out.emplace_back(std::move(e), std::move(r));
+  if (d.merge) {
+    auto [x, xr] = entry(d.merge->name, d.merge->description, "merge");
+    x.owned_merge = external_merge(*d.merge);
+    x.merge = x.owned_merge.get();
+    json dtypes = json::array();
+    for (const auto t : d.merge->dtypes) dtypes.push_back(to_string(t));
+    xr.origin["capabilities"] = {{"dtypes", dtypes}, {"head_dims", d.merge->head_dims}};
+    others.emplace_back(std::move(x), std::move(xr));
+  }
+  // The decode first, when it has one (the benchmark takes the first).
+  if (d.decodes) out.emplace_back(std::move(e), std::move(r));
+  for (auto& o : others) out.push_back(std::move(o));
   return out;
 }
 

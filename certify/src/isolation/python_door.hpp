@@ -38,8 +38,8 @@ void use_door_server(Session& s, const PythonRef& p, const std::vector<std::stri
 // implementation is unavailable (every case SKIPPED) with the reason naming what was tried. A
 // malformed SPEC, a module that does not import or a declaration that breaks a rule:
 // UsageError naming the spec and the field.
-// A kernel with a prefill entry gives two (its decode first, when it has one, then its prefill
-// under the entry's name); otherwise one.
+// One implementation per entry: its decode first (when it has one), then its prefill and its
+// merge (when it has them), each under the entry's name.
 std::vector<std::pair<Implementation, reports::KernelReport>> describe_python(Session& s, const std::string& spec,
                                                                              std::size_t i);
 

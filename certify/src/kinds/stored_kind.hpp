@@ -20,7 +20,9 @@
 #include "mla/certify/child.hpp"
 #include "mla/core/error.hpp"
 #include "mla/core/sha256.hpp"
+#include "isolation/entry_calls.hpp"
 #include "mla/judge/attention.hpp"
+#include "mla/plugin/host.hpp"
 #include "run/session.hpp"
 
 namespace mla::certify {
@@ -138,6 +140,34 @@ InProcessRun<Outputs> call_in_process(const std::function<std::unique_ptr<Prepar
     r = {};
     r.status = InProcessRun<Outputs>::Status::error;
     r.message = "exception of unknown type";
+  }
+  return r;
+}
+
+// An external kernel's calls in a child (isolation/entry_calls.hpp) as an in-process run: its
+// return code made a status (UNSUPPORTED: a refusal; another code: an error with its words), the
+// audit's findings as reasons, `outputs` making call 1's buffers the kind's outputs. A failure the
+// machine caused sets `host_caused` (the row is then HOST_ERROR, never the kernel's).
+template <class Outputs>
+InProcessRun<Outputs> external_run(EntryRun e, bool& host_caused,
+                                   const std::function<Outputs(const std::vector<std::vector<uint8_t>>&)>& outputs) {
+  using Status = typename InProcessRun<Outputs>::Status;
+  InProcessRun<Outputs> r;
+  host_caused = e.host_caused;
+  if (!e.ran) {
+    r.status = Status::error;
+    r.message = std::move(e.message);
+  } else if (e.rc == MLA_PLUGIN_UNSUPPORTED) {
+    r.status = Status::unsupported;
+    r.message = e.message.empty() ? "(no reason given)" : std::move(e.message);
+  } else if (e.rc != MLA_PLUGIN_OK) {
+    r.status = Status::error;
+    r.message = fmt::format("{} returned {}: {}", e.entry, plugin::describe_rc(e.rc), e.message);
+  } else {
+    r.status = Status::ran;
+    r.run_seconds = e.run_seconds;
+    r.reasons = std::move(e.reasons);
+    r.outputs = outputs(e.buffers);
   }
   return r;
 }

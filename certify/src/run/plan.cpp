@@ -18,6 +18,7 @@
 #include "mla/golden/families.hpp"
 #include "mla/registry/registry.hpp"
 #include "isolation/python_door.hpp"
+#include "kinds/merge/merge_rows.hpp"
 #include "kinds/prefill/prefill_rows.hpp"
 #include "run/session.hpp"
 
@@ -191,6 +192,24 @@ void add_plugin(Session& s, const fs::path& path, std::size_t i) {
     r.origin = origin;
     r.origin["entry"] = "prefill";
     r.origin["capabilities"] = to_json(info.caps);
+    add_implementation(s, std::move(e), std::move(r));
+  }
+  if (d.merge) {
+    auto info = *d.merge;
+    info.name = printable(info.name);
+    info.description = printable(info.description);
+    Implementation e;
+    e.external = true;
+    e.ref.plugin = abs;
+    e.info.name = info.name, e.info.backend = info.backend, e.info.description = info.description;
+    e.unavailable = d.unavailable;
+    e.owned_merge = external_merge(info);
+    e.merge = e.owned_merge.get();
+    reports::KernelReport r;
+    r.version = d.version;
+    r.origin = origin;
+    r.origin["entry"] = "merge";
+    r.origin["capabilities"] = {{"dtypes", dtype_names(info)}, {"head_dims", info.head_dims}};
     add_implementation(s, std::move(e), std::move(r));
   }
 }

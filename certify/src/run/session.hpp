@@ -67,6 +67,7 @@ struct Implementation {
   // A plug-in's prefill entry (ABI 1.4): the object `prefill` points to, whose info, check() and
   // cost() this process uses; its calls are made in child processes (kinds/prefill).
   std::shared_ptr<const PrefillImpl> owned_prefill;
+  std::shared_ptr<const MergeImpl> owned_merge;  // the same for a merge entry
   // Whether it has the decode entry point (every registered decode kernel, fault kernel,
   // plug-in and Python kernel; a kernel of one of the other kinds has none).
   bool decodes() const { return !prefill && !merge && !topk && !indexer_append && !indexer_logits; }

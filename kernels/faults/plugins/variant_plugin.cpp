@@ -53,6 +53,8 @@ enum class Fault {
   prefill_mscale_missing,  // prefill: 192^-0.5 instead of the scale it is given (YaRN's mscale² dropped)
   prefill_lse_log2,        // prefill: lse in base 2, undeclared
   prefill_skips_empty_rows,  // prefill: writes nothing for a row that attends no key
+  merge_base2_as_natural,  // merge: declares FlashInfer's base-2 lse but weighs the sides with e^x
+  merge_inf_as_number,     // merge: a +inf lse (FA2's empty row) weighed as a number: NaN
 };
 
 struct Variant {
@@ -73,6 +75,7 @@ struct Variant {
   bool broken_can_implement;  // can_implement errs on sparse shapes and crashes on 128 heads
   bool device_memory;     // sets the device-memory flag with no unavailable() of its own
   bool prefill;           // a prefill-only library (ABI 1.4): no decode, the prefill entry under its name
+  bool merge;             // a merge-only library (ABI 1.4): no decode, the merge entry under its name
 };
 
 constexpr Variant kV{MLA_VARIANT_NAME,         Fault::MLA_VARIANT_FAULT,      MLA_VARIANT_OUT_BF16,
@@ -80,7 +83,7 @@ constexpr Variant kV{MLA_VARIANT_NAME,         Fault::MLA_VARIANT_FAULT,      ML
                      MLA_VARIANT_WRITES_RECIPE, MLA_VARIANT_DECLARES_RECIPES, MLA_VARIANT_BF16_OPERANDS,
                      MLA_VARIANT_PRECISION,    MLA_VARIANT_FLASHINFER,        MLA_VARIANT_DECLARES_CONVENTIONS,
                      MLA_VARIANT_FLASHMLA_SHAPED, MLA_VARIANT_CAN_IMPLEMENT, MLA_VARIANT_BROKEN_CAN_IMPLEMENT,
-                     MLA_VARIANT_DEVICE_MEMORY,  MLA_VARIANT_PREFILL};
+                     MLA_VARIANT_DEVICE_MEMORY,  MLA_VARIANT_PREFILL,           MLA_VARIANT_MERGE};
 constexpr bool is(Fault f) { return kV.fault == f; }
 constexpr bool kSteals = is(Fault::reads_catalog) || is(Fault::refuses_unknown) || is(Fault::hides_overflow);
 
@@ -431,6 +434,29 @@ mla_plugin_prefill_entry variant_prefill_entry() {
 }
 const mla_plugin_prefill_entry kVariantPrefill = variant_prefill_entry();
 
+// ---- merge ------------------------------------------------------------------------------------
+// The template's merge with the variant's departure (merge_with's hooks); FLASHINFER: base-2 lse
+// laid out [n, h], declared.
+constexpr MergeDeparture kMergeDeparture{kV.flashinfer || is(Fault::merge_base2_as_natural),
+                                         is(Fault::merge_base2_as_natural), is(Fault::merge_inf_as_number)};
+
+int32_t merge_variant(const mla_plugin_merge_args* args, char* error, size_t error_size) {
+  return merge_with(args, kMergeDeparture, error, error_size);
+}
+
+mla_plugin_merge_entry variant_merge_entry() {
+  mla_plugin_merge_entry e = make_merge_entry();
+  e.name = kV.name;
+  e.description = "example plug-in merge: float64 weights, " MLA_VARIANT_NAME;
+  e.merge = merge_variant;
+  if (kMergeDeparture.base2) {  // the declaration is FlashInfer's; the bug is in the arithmetic
+    e.lse_base = MLA_PLUGIN_LSE_BASE_2;
+    e.lse_layout = MLA_PLUGIN_LSE_B_SQ_H;
+  }
+  return e;
+}
+const mla_plugin_merge_entry kVariantMerge = variant_merge_entry();
+
 // ---- descriptor -------------------------------------------------------------------------------
 // The template's descriptor, and what each variant claims or declares differently.
 mla_plugin_descriptor variant_descriptor() {
@@ -472,12 +498,17 @@ mla_plugin_descriptor variant_descriptor() {
     d.append_formats = 0;
     d.append_scale_fmts = 0;
   }
-  // The template's prefill entry only where the variant is a prefill (its name would repeat in a
-  // run certifying several variants); a prefill variant has no decode.
+  // The template's prefill and merge entries only where the variant is one (their names would
+  // repeat in a run certifying several variants); such a variant has no decode.
   d.prefill = nullptr;
+  d.merge = nullptr;
   if (kV.prefill) {
     d.decode = nullptr;
     d.prefill = &kVariantPrefill;
+  }
+  if (kV.merge) {
+    d.decode = nullptr;
+    d.merge = &kVariantMerge;
   }
   // Posing as a plug-in built against 1.1 or 1.0: struct_size ends before the later fields,
   // which hold garbage (as the bytes after an old, shorter descriptor would) a host must not read.

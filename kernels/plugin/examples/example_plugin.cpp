@@ -308,6 +308,103 @@ mla_plugin_prefill_entry make_prefill_entry() {
 }
 const mla_plugin_prefill_entry kPrefillEntry = make_prefill_entry();
 
+// ---- merge (ABI 1.4): two partial attention states into one ------------------------------------
+
+// Where a variant of this template departs from the right merge (kernels/faults/plugins).
+struct MergeDeparture {
+  bool base2 = false;           // takes and writes base-2 lse (FlashInfer's merge_state, [n, h])
+  bool exp_not_exp2 = false;    // ... but weighs the sides with e^x: base 2 treated as natural
+  bool inf_as_number = false;   // a +inf lse weighed as a number (e^(inf - inf): NaN)
+};
+
+float half_to_float(uint16_t h) {  // IEEE binary16
+  const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  const float v = e == 0 ? std::ldexp(static_cast<float>(m), -24) : e == 31 ? (m ? NAN : INFINITY)
+                                                                         : std::ldexp(1.0f + m / 1024.0f, e - 15);
+  return h & 0x8000 ? -v : v;
+}
+uint16_t half_from_float(float f) {  // round to nearest even through the bits, saturating to inf
+  if (std::isnan(f)) return 0x7E00;
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  double a = std::fabs(static_cast<double>(f));
+  if (a >= 65520.0) return sign | 0x7C00;
+  if (a < std::ldexp(1.0, -14)) return sign | static_cast<uint16_t>(std::nearbyint(a * std::ldexp(1.0, 24)));
+  int e = 0;
+  const double m = std::frexp(a, &e);  // a = m 2^e, m in [0.5, 1)
+  const double q = std::nearbyint((m * 2 - 1) * 1024);  // ties to even under the default rounding
+  return sign | static_cast<uint16_t>(((e - 1 + 15) << 10) + static_cast<int>(q));
+}
+
+// The value of element i of a state, and a value rounded into one.
+double state_at(uint32_t dtype, const void* p, int64_t i) {
+  if (dtype == MLA_PLUGIN_STATE_F32) return static_cast<const float*>(p)[i];
+  const uint16_t b = static_cast<const uint16_t*>(p)[i];
+  return dtype == MLA_PLUGIN_STATE_BF16 ? bf16_to_float(b) : half_to_float(b);
+}
+void state_put(uint32_t dtype, void* p, int64_t i, double x) {
+  if (dtype == MLA_PLUGIN_STATE_F32) {
+    static_cast<float*>(p)[i] = static_cast<float>(x);
+    return;
+  }
+  const float f = static_cast<float>(x);
+  static_cast<uint16_t*>(p)[i] = dtype == MLA_PLUGIN_STATE_BF16 ? bf16_from_float(f) : half_from_float(f);
+}
+
+// In float64: an infinite lse is an empty side (weight 0, its out never read); both empty give
+// out 0 and lse -inf.
+int32_t merge_with(const mla_plugin_merge_args* args, const MergeDeparture& dep, char* error, size_t error_size) {
+  if (!args || args->struct_size < sizeof(mla_plugin_merge_args)) {
+    std::snprintf(error, error_size, "merge arguments from an older host ABI");
+    return MLA_PLUGIN_ERROR;
+  }
+  const mla_plugin_merge_args& a = *args;
+  const int64_t N = a.tokens, H = a.heads, D = a.head_dim;
+  const double ln2 = std::log(2.0);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t at = dep.base2 ? n * H + h : h * N + n;
+      // Natural-log values of the two sides (base 2 times ln 2, unless the bug forgets it).
+      const double to_e = dep.base2 && !dep.exp_not_exp2 ? ln2 : 1.0;
+      const double la = a.lse_a[at] * to_e, lb = a.lse_b[at] * to_e;
+      const bool ea = dep.inf_as_number ? std::isinf(la) && la < 0 : std::isinf(la);
+      const bool eb = dep.inf_as_number ? std::isinf(lb) && lb < 0 : std::isinf(lb);
+      const int64_t row = (n * H + h) * D;
+      if (ea && eb) {
+        for (int64_t d = 0; d < D; ++d) state_put(a.dtype, a.out, row + d, 0.0);
+        a.lse[at] = -INFINITY;
+        continue;
+      }
+      const double m = ea ? lb : eb ? la : std::max(la, lb);
+      const double wa = ea ? 0.0 : std::exp(la - m), wb = eb ? 0.0 : std::exp(lb - m), sum = wa + wb;
+      for (int64_t d = 0; d < D; ++d) {
+        const double x = (wa ? wa * state_at(a.dtype, a.out_a, row + d) : 0.0) +
+                         (wb ? wb * state_at(a.dtype, a.out_b, row + d) : 0.0);
+        state_put(a.dtype, a.out, row + d, x / sum);
+      }
+      const double lse = m + std::log(sum);
+      a.lse[at] = static_cast<float>(dep.base2 && !dep.exp_not_exp2 ? lse / ln2 : lse);
+    }
+  }
+  return MLA_PLUGIN_OK;
+}
+
+int32_t merge(const mla_plugin_merge_args* args, char* error, size_t error_size) {
+  return merge_with(args, MergeDeparture{}, error, error_size);
+}
+
+// The merge entry: an implementation of its own, under its own name.
+mla_plugin_merge_entry make_merge_entry() {
+  mla_plugin_merge_entry e{};
+  e.struct_size = sizeof e;
+  e.name = "good_append_merge";
+  e.description = "example plug-in merge: float64 weights";
+  e.dtypes = MLA_PLUGIN_STATE_BF16 | MLA_PLUGIN_STATE_F16 | MLA_PLUGIN_STATE_F32;
+  e.num_head_dims = 0;  // any head_dim
+  e.merge = merge;      // conventions left zero: natural log, [h, n], -inf when both sides are empty
+  return e;
+}
+const mla_plugin_merge_entry kMergeEntry = make_merge_entry();
+
 // Left zero, the declarations (lse base, layout, empty-row value, index numbering, precision) are
 // the canonical conventions: a kernel that differs must declare it, or be judged wrong.
 mla_plugin_descriptor make_descriptor() {
@@ -332,6 +429,7 @@ mla_plugin_descriptor make_descriptor() {
   d.append_formats = MLA_PLUGIN_CACHE_BF16 | MLA_PLUGIN_CACHE_FP8;
   d.append_scale_fmts = MLA_PLUGIN_SCALE_FP32 | MLA_PLUGIN_SCALE_UE8M0;
   d.prefill = &kPrefillEntry;  // 1.4: certified as good_append_prefill
+  d.merge = &kMergeEntry;      // 1.4: certified as good_append_merge
   return d;
 }
 

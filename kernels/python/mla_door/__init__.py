@@ -12,8 +12,9 @@ certifier validates the declaration, decides what to run, owns every input and o
 and judges the results; this package only runs in the certifier's child process, calls the
 kernel and writes nothing but the outputs (and a bounded message) back.
 
-A kernel may also have a prefill in the MHA form (`Prefill`, its docstring has the signature),
-certified as an implementation of its own; a prefill-only kernel leaves `decode` out.
+A kernel may also have a prefill in the MHA form (`Prefill`) and a merge of two attention states
+(`Merge`; their docstrings have the signatures), each certified as an implementation of its own;
+a kernel without a decode leaves `decode` out.
 
 The one signature of a decode:
 
@@ -197,6 +198,50 @@ class Prefill:
 
 
 @dataclass(frozen=True)
+class MergeConventions:
+    """How a merge's lse crosses the boundary (inputs and output): base and layout, and what it
+    writes when both sides are empty; the host converts."""
+
+    lse_base: str = "e"                    # "e" | "2" (FlashInfer's merge_state)
+    lse_layout: str = "[h,n]"              # "[h,n]" (vLLM's) | "[n,h]" (FlashInfer's)
+    both_empty_lse: str = "-inf"           # "-inf" | "+inf"
+
+
+@dataclass(frozen=True)
+class MergeCall:
+    """What a merge is told besides its tensors."""
+
+    tokens: int
+    heads: int
+    head_dim: int
+    dtype: str             # "bf16" | "f16" | "f32": the partial and merged outs'
+
+
+@dataclass(frozen=True)
+class Merge:
+    """Two partial attention states over disjoint keys merged into one: its own implementation in
+    the certificate, under its own name.
+
+        merge(out_a, lse_a, out_b, lse_b, out, lse, call) -> None
+
+        out_a, out_b  [tokens, heads, head_dim] of the state dtype (bf16, f16 or f32)
+        lse_a, lse_b  torch.float32 [heads, tokens] or [tokens, heads] as the conventions say
+        out, lse      the merged state, the same shapes: WRITE EVERY ELEMENT, in place
+        call          a `MergeCall`
+
+    lse = log(e^lse_a + e^lse_b), out = e^(lse_a - lse)·out_a + e^(lse_b - lse)·out_b. An infinite
+    input lse (+inf or -inf) is a side that attended nothing: weight 0, its out never read (it may
+    hold NaN). Both sides empty: out 0, lse -inf (or the declared +inf), never NaN."""
+
+    name: str                                   # [a-z0-9_]+, not another entry's
+    description: str
+    merge: Callable
+    dtypes: Tuple[str, ...] = ("bf16", "f16", "f32")
+    head_dims: Tuple[int, ...] = ()             # empty: any
+    conventions: MergeConventions = field(default_factory=MergeConventions)
+
+
+@dataclass(frozen=True)
 class Kernel:
     name: str                                   # [a-z0-9_]+
     version: str
@@ -213,6 +258,8 @@ class Kernel:
     unavailable: Optional[Callable[[], Optional[str]]] = None
     # Optional: a prefill in the MHA form, certified as an implementation of its own.
     prefill: Optional[Prefill] = None
+    # Optional: a merge of two attention states, certified as an implementation of its own.
+    merge: Optional[Merge] = None
 
 
 def describe(k: Kernel) -> dict:
@@ -239,6 +286,13 @@ def describe(k: Kernel) -> dict:
         "can_implement": k.can_implement is not None,
         "decode": k.decode is not None,
         "prefill": None if k.prefill is None else describe_prefill(k.prefill),
+        "merge": None if k.merge is None else {
+            "name": k.merge.name,
+            "description": k.merge.description,
+            "dtypes": list(k.merge.dtypes),
+            "head_dims": list(k.merge.head_dims),
+            "conventions": dataclasses.asdict(k.merge.conventions),
+        },
     }
 
 

@@ -418,19 +418,31 @@ def call(args):
 
 def call_entry(args, plan):
     """The calls of an entry-calls plan (certify/src/isolation/entry_calls.hpp): the kernel's
-    prefill, each call on its own out and lse, stopping after each so the certifier can audit it."""
+    prefill or merge, each call on its own out and lse, stopping after each so the certifier can
+    audit it."""
     mm, ctl = open_arena(plan)
     loaded = load_for_calls(args.spec, ctl)
     if loaded is None:
         return 0
     torch, k = loaded
     entry = plan["entry"]
-    if entry != "prefill" or k.prefill is None:
+    if getattr(k, entry, None) is None or entry not in ("prefill", "merge"):
         ctl.setup(STATE_ERROR, f"the certifier asks for the kernel's {entry} entry, which it does not have")
         return 0
-    p = k.prefill
     view = region_view(torch, mm, plan)
     a, inp = plan["args"], plan["inputs"]
+    cuda = k.backend == "cuda"
+    if entry == "merge":
+        m = k.merge
+        n, h, d = a["tokens"], a["heads"], a["head_dim"]
+        dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[a["dtype"]]
+        lse_shape = (n, h) if m.conventions.lse_layout == "[n,h]" else (h, n)
+        inputs = [view(inp["out_a"], dt, (n, h, d)), view(inp["lse_a"], torch.float32, lse_shape),
+                  view(inp["out_b"], dt, (n, h, d)), view(inp["lse_b"], torch.float32, lse_shape)]
+        info = mla_door.MergeCall(tokens=n, heads=h, head_dim=d, dtype=a["dtype"])
+        return make_entry_calls(torch, ctl, plan, cuda, lambda *t: m.merge(*t, info), inputs,
+                                lambda regions: [view(regions[0], dt, (n, h, d)), view(regions[1], torch.float32, lse_shape)])
+    p = k.prefill
     s = a["shape"]
     b, h, tq, tk = s["batch"], s["heads"], s["total_q"], s["total_k"]
     d_qk, d_v = s.get("d_qk", 192), s.get("d_v", 128)
@@ -441,13 +453,19 @@ def call_entry(args, plan):
     lse_shape = (tq, h) if p.conventions.lse_layout == "[b,s_q,h]" else (h, tq)
     info = mla_door.PrefillCall(batch=b, heads=h, total_q=tq, total_k=tk, d_qk=d_qk, d_v=d_v, causal=s["causal"],
                                 softmax_scale=a["softmax_scale"])
-    cuda = k.backend == "cuda"
+    return make_entry_calls(torch, ctl, plan, cuda, lambda *t: p.prefill(*t, info), inputs,
+                            lambda regions: [view(regions[0], out_dtype, (tq, h, d_v)),
+                                             view(regions[1], torch.float32, lse_shape)])
+
+
+def make_entry_calls(torch, ctl, plan, cuda, fn, inputs, outputs_of):
+    """The plan's calls of `fn(*inputs, *outputs)`, each on its own outputs (outputs_of(its
+    regions)), recorded and stopped after, as the certifier's entry calls expect."""
     calls = plan["calls"][: plan["make_calls"]]
     for c, regions in enumerate(calls):
         state, message, seconds = STATE_OK, "", 0.0
         try:
-            out, lse = view(regions[0], out_dtype, (tq, h, d_v)), view(regions[1], torch.float32, lse_shape)
-            seconds = invoke(torch, cuda, lambda *t: p.prefill(*t, info), inputs, [out, lse])
+            seconds = invoke(torch, cuda, fn, inputs, outputs_of(regions))
         except mla_door.Unsupported as e:
             state, message = STATE_UNSUPPORTED, str(e) or "(no reason given)"
         except Exception as e:

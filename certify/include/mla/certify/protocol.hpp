@@ -14,6 +14,7 @@
 
 #include "mla/certify/wire.hpp"
 #include "mla/core/kernel.hpp"
+#include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
 #include "mla/plugin/host.hpp"
 
@@ -48,6 +49,7 @@ inline constexpr const char* kAttentionCalls = "attention-calls";  // the layout
 inline constexpr const char* kEntryCalls = "entry-calls";
 inline constexpr const char* kEntryAppend = "append";
 inline constexpr const char* kEntryPrefill = "prefill";
+inline constexpr const char* kEntryMerge = "merge";
 inline constexpr const char* kPluginDescription = "plugin-description";
 inline constexpr const char* kClaimQuery = "claim-query";
 inline constexpr const char* kClaimAnswers = "claim-answers";
@@ -65,6 +67,7 @@ struct PluginDescription {
   bool can_implement = false;                          // has the 1.2 predicate
   bool decodes = true;                                 // has the decode entry point (1.4: may not)
   std::optional<PrefillKernelInfo> prefill;            // the 1.4 prefill entry, as validated
+  std::optional<MergeKernelInfo> merge;                // the 1.4 merge entry, as validated
 };
 wire::Message encode(const PluginDescription& d);
 PluginDescription decode_plugin_description(const wire::Message& m);

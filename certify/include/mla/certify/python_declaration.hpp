@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mla/core/kernel.hpp"
+#include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
 
 namespace mla::certify {
@@ -24,6 +25,8 @@ struct PythonDeclaration {
   // name, validated with the rules of a C plug-in's prefill entry (plugin::prefill_info_from):
   // name, out_dtype, heads, which calls, token limit, conventions and precision class.
   std::optional<PrefillKernelInfo> prefill;
+  // Its merge entry ("merge": null or an object), the same way (plugin::merge_info_from).
+  std::optional<MergeKernelInfo> merge;
 };
 
 // Throws mla::Error naming the field and its value ("declaration field 'caps.heads' range [0, 128]

@@ -1,7 +1,9 @@
 // The merge kind: every registered merge of two attention states (mla/core/merge.hpp's MergeImpl)
 // on every case of the catalog's merge families, then on cases drawn inside its claims. Judged by
 // judge_merge (judge/merge.hpp) against the C++ fp64 oracle (mla::ref::merge_states), computed
-// here. There is no child transport for merges yet: their kernels run in this process.
+// here. Registered kernels run in this process; an external kernel's merge (a plug-in's entry,
+// ABI 1.4, or a Python kernel's) runs in a child on shared buffers this process lays out and
+// audits (isolation/entry_calls.hpp).
 #include <fmt/format.h>
 
 #include "kinds/kinds.hpp"
@@ -9,6 +11,7 @@
 #include "kinds/stored_kind.hpp"
 #include "mla/core/sha256.hpp"
 #include "mla/golden/golden.hpp"
+#include "isolation/arena.hpp"
 #include "mla/judge/merge.hpp"
 
 namespace mla::certify {
@@ -53,7 +56,57 @@ class MergeKind final : public StoredCasesKind {
   }
 };
 
+// An external kernel's merge entry: described by the host, called only in children.
+class ExternalMerge final : public MergeImpl {
+ public:
+  explicit ExternalMerge(MergeKernelInfo info) : info_(std::move(info)) {}
+  const MergeKernelInfo& info() const override { return info_; }
+  std::unique_ptr<PreparedMerge> prepare(const MergeInputs&) const override {
+    throw Error(fmt::format("{} is an external merge: it runs in a child process, never in the certifier", info_.name));
+  }
+
+ private:
+  MergeKernelInfo info_;
+};
+
+template <class T>
+std::span<const uint8_t> bytes_of(std::span<const T> v) {
+  return {reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()};
+}
+
+// The calls of an external kernel's merge on `kin` (lse in its conventions) in a child: call 1's
+// out and lse widened (still in its conventions), the audit's findings as reasons.
+InProcessRun<MergeOutputs> run_merge_in_child(Session& s, const Implementation& k, const MergeInputs& kin,
+                                              const std::string& tag, bool& host_caused) {
+  const auto& sh = kin.shape;
+  const std::size_t vb = bytes_per_value(sh.dtype);
+  const auto n_out = static_cast<std::size_t>(sh.tokens) * static_cast<std::size_t>(sh.heads) * static_cast<std::size_t>(sh.head_dim);
+  const auto n_lse = static_cast<std::size_t>(sh.tokens) * static_cast<std::size_t>(sh.heads);
+  EntryCalls plan;
+  plan.entry = kEntryMerge;
+  plan.inputs = {{"out_a", kin.out_a, false, vb},
+                 {"lse_a", bytes_of(kin.lse_a), false, 4},
+                 {"out_b", kin.out_b, false, vb},
+                 {"lse_b", bytes_of(kin.lse_b), false, 4}};
+  // Empty outputs (no row) still get a region: the child is told one per call.
+  plan.per_call = {{"out", {}, false, vb, std::max<std::size_t>(n_out * vb, 1)},
+                   {"lse", {}, false, 4, std::max<std::size_t>(n_lse * 4, 1)}};
+  plan.args = {{"tokens", sh.tokens}, {"heads", sh.heads}, {"head_dim", sh.head_dim}, {"dtype", to_string(sh.dtype)}};
+  return external_run<MergeOutputs>(run_entry_in_child(s, k, plan, tag), host_caused, [&](const auto& b) {
+    MergeOutputs o;
+    o.dtype = sh.dtype;
+    o.out.resize(n_out);
+    for (std::size_t i = 0; i < n_out; ++i) o.out[i] = state_value(sh.dtype, b[0], i);
+    o.lse = widen_values({b[1].data(), n_lse * 4}, 4);
+    return o;
+  });
+}
+
 }  // namespace
+
+std::shared_ptr<const MergeImpl> external_merge(MergeKernelInfo info) {
+  return std::make_shared<ExternalMerge>(std::move(info));
+}
 
 ref::MergeResult merge_truth(const MergeInputs& in) { return ref::merge_states(in); }
 
@@ -73,12 +126,21 @@ reports::CaseResult merge_row(Session& s, const Implementation& k, const CaseRef
   const auto& conv = impl.info().conventions;
   std::vector<float> lse_a, lse_b;
   const MergeInputs kin = inputs_to_kernel(conv, in, lse_a, lse_b);
-  auto run = call_in_process<PreparedMerge, MergeOutputs>(
-      [&] { return impl.prepare(kin); }, in_process_calls(s), [&] {
-        std::string d;
-        add_digest(d, kin.out_a), add_digest(d, kin.out_b), add_digest(d, kin.lse_a), add_digest(d, kin.lse_b);
-        return d;
-      });
+  bool host_caused = false;
+  auto run = k.external ? run_merge_in_child(s, k, kin, fmt::format("merge-{}-{:x}", k.info.name, hash_text(0, ref.key())),
+                                             host_caused)
+                        : call_in_process<PreparedMerge, MergeOutputs>(
+                              [&] { return impl.prepare(kin); }, in_process_calls(s), [&] {
+                                std::string d;
+                                add_digest(d, kin.out_a), add_digest(d, kin.out_b), add_digest(d, kin.lse_a),
+                                    add_digest(d, kin.lse_b);
+                                return d;
+                              });
+  if (host_caused) {
+    r.verdict = Verdict::host_error;
+    r.reasons.push_back(run.message);
+    return r;
+  }
   judge_in_process<MergeOutputs>(r, run, [&] {
     outputs_to_canonical(conv, in.shape, run.outputs);
     return judge_merge(in.shape, run.outputs, {truth.out, truth.lse});

@@ -2,6 +2,7 @@
 // drawn at run time.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,11 @@
 #include "run/session.hpp"
 
 namespace mla::certify {
+
+// An external kernel's merge entry (a plug-in's, ABI 1.4, or a Python kernel's) as the merge kind
+// sees it: its declared info and the default check() and cost(). Its calls are made in child
+// processes by merge_row, never through prepare() (which throws).
+std::shared_ptr<const MergeImpl> external_merge(MergeKernelInfo info);
 
 // The rows of drawn merge cases (family fresh) carry this file.
 inline constexpr const char* kFreshMergeFile = "fresh_merge";

@@ -80,12 +80,10 @@ std::span<const uint8_t> bytes_of(std::span<const T> v) {
   return {reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()};
 }
 
-// The calls of a plug-in's prefill on `kin` (in its conventions) in a child, as an in-process
-// run: the first call's out and lse (widened, still in its conventions), the audit's findings
-// as reasons. A failure the machine caused is returned through `host_caused`.
+// The calls of an external kernel's prefill on `kin` (in its conventions) in a child: call 1's out
+// and lse widened (still in its conventions), the audit's findings as reasons.
 InProcessRun<PrefillOutputs> run_prefill_in_child(Session& s, const Implementation& k, const PrefillInputs& kin,
                                                   const std::string& tag, bool& host_caused) {
-  using Status = InProcessRun<PrefillOutputs>::Status;
   const auto& sh = kin.shape;
   const OutDType dtype = k.prefill->info().out_dtype;
   const std::size_t vb = dtype == OutDType::bf16 ? 2 : 4;
@@ -102,31 +100,13 @@ InProcessRun<PrefillOutputs> run_prefill_in_child(Session& s, const Implementati
   plan.per_call = {{"out", {}, false, vb, std::max<std::size_t>(n_out * vb, 1)},
                    {"lse", {}, false, 4, std::max<std::size_t>(n_lse * 4, 1)}};
   plan.args = {{"shape", to_json(sh)}, {"softmax_scale", kin.softmax_scale}};
-  auto e = run_entry_in_child(s, k, plan, tag);
-  InProcessRun<PrefillOutputs> r;
-  host_caused = e.host_caused;
-  if (!e.ran) {
-    r.status = Status::error;
-    r.message = e.message;
-    return r;
-  }
-  if (e.rc == MLA_PLUGIN_UNSUPPORTED) {
-    r.status = Status::unsupported;
-    r.message = e.message.empty() ? "(no reason given)" : e.message;
-    return r;
-  }
-  if (e.rc != MLA_PLUGIN_OK) {
-    r.status = Status::error;
-    r.message = fmt::format("prefill returned {}: {}", plugin::describe_rc(e.rc), e.message);
-    return r;
-  }
-  r.status = Status::ran;
-  r.run_seconds = e.run_seconds;
-  r.reasons = std::move(e.reasons);
-  r.outputs.dtype = dtype;
-  r.outputs.out = widen_values({e.buffers[0].data(), n_out * vb}, static_cast<int>(vb));
-  r.outputs.lse = widen_values({e.buffers[1].data(), n_lse * 4}, 4);
-  return r;
+  return external_run<PrefillOutputs>(run_entry_in_child(s, k, plan, tag), host_caused, [&](const auto& b) {
+    PrefillOutputs o;
+    o.dtype = dtype;
+    o.out = widen_values({b[0].data(), n_out * vb}, static_cast<int>(vb));
+    o.lse = widen_values({b[1].data(), n_lse * 4}, 4);
+    return o;
+  });
 }
 
 }  // namespace

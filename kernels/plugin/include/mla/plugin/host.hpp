@@ -19,6 +19,7 @@
 
 #include "mla/core/error.hpp"
 #include "mla/core/kernel.hpp"
+#include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
 #include "mla/plugin/mla_plugin.h"
 
@@ -74,6 +75,9 @@ class Library {
   // precision class; role optimized), and its entry point; nullopt / NULL without one.
   const std::optional<PrefillKernelInfo>& prefill_info() const { return prefill_info_; }
   mla_plugin_prefill_fn prefill() const { return prefill_; }
+  // The merge entry (1.4), the same way.
+  const std::optional<MergeKernelInfo>& merge_info() const { return merge_info_; }
+  mla_plugin_merge_fn merge() const { return merge_; }
 
   // The plug-in's own answer on a shape and its lengths (can_implement; a 1.2 plug-in does not
   // read the lengths): ok, or unsupported with its reason,
@@ -100,11 +104,15 @@ class Library {
   mla_plugin_can_implement_fn can_implement_ = nullptr;
   std::optional<PrefillKernelInfo> prefill_info_;
   mla_plugin_prefill_fn prefill_ = nullptr;
+  std::optional<MergeKernelInfo> merge_info_;
+  mla_plugin_merge_fn merge_ = nullptr;
 };
 
 // The prefill entry's claims, conventions and precision class in the prefill kind's terms.
 // Throws PluginError naming the first invalid field (validate_descriptor calls it).
 PrefillKernelInfo prefill_info_from(const mla_plugin_prefill_entry& e);
+// The merge entry's claims and conventions in the merge kind's terms; the same.
+MergeKernelInfo merge_info_from(const mla_plugin_merge_entry& e);
 
 // One append call's scalars, in the C ABI's terms.
 struct AppendCallShape {
@@ -159,6 +167,12 @@ int32_t call_decode(const Library& lib, const AttnInputs& in, void* out, std::si
 int32_t call_prefill(const Library& lib, const PrefillInputs& in, void* out, std::size_t out_bytes, void* lse,
                      std::size_t lse_bytes, char* error, std::size_t error_size,
                      std::vector<std::string>* device_findings, mla_plugin_prefill_fn prefill = nullptr);
+
+// One merge call (1.4) on buffers the caller owns and audits, `in` already in the entry's
+// conventions (its lse base and layout), as call_prefill.
+int32_t call_merge(const Library& lib, const MergeInputs& in, void* out, std::size_t out_bytes, void* lse,
+                   std::size_t lse_bytes, char* error, std::size_t error_size,
+                   std::vector<std::string>* device_findings, mla_plugin_merge_fn merge = nullptr);
 
 // The canary byte at offset `i` of a device buffer's guard region: varied, so that no single
 // written value (0, a NaN pattern, 0xFF) can match a run of it by accident.

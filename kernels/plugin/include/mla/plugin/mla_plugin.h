@@ -1,5 +1,5 @@
 /* mla_plugin.h — the C ABI of an external MLA kernel: attention-core decode, cache append and
- * (from 1.4) prefill in the MHA form; version 1.4.
+ * (from 1.4) prefill in the MHA form and the merge of attention states; version 1.4.
  *
  * A plug-in is a shared library that exports one function, mla_plugin_get_descriptor, returning
  * a descriptor: who it is (name, version), what it claims to support (cache formats, head and
@@ -51,12 +51,14 @@
  * can say so before it is called. A shape it accepts and then refuses when called is a broken
  * claim: FAIL, with its words.
  *
- * Revision 1.4 adds a second kind of kernel: PREFILL in the MHA form (mla/core/prefill.hpp; what
+ * Revision 1.4 adds two more kinds of kernel: PREFILL in the MHA form (mla/core/prefill.hpp; what
  * FlashAttention's varlen forward, FlashInfer's ragged prefill and FlashMLA's dense prefill
- * compute). The descriptor points to an `mla_plugin_prefill_entry`, a struct of its own with its
- * own struct_size, name, claims, conventions, precision class and entry point; it is certified
- * as its own implementation, under its own name, beside the decode. With a prefill entry, decode
- * may be NULL (a prefill-only library); `caps` is then ignored.
+ * compute) and the MERGE of two partial attention states (mla/core/merge.hpp; vLLM's
+ * merge_attn_states, FlashInfer's merge_state). The descriptor points to an
+ * `mla_plugin_prefill_entry` and/or an `mla_plugin_merge_entry`, structs of their own with their
+ * own struct_size, name, claims, conventions and entry point; each is certified as its own
+ * implementation, under its own name, beside the decode. With either entry, decode may be NULL
+ * (a library without a decode); `caps` is then ignored.
  *
  * Data layouts are those of fixtures/SCHEMA.md and of mla::AttnInputs: a bf16 absorbed query, a
  * paged latent cache (bf16: 576 bf16 values per token; fp8: the 656-byte V3.2 token), a block
@@ -77,7 +79,7 @@ extern "C" {
 #define MLA_PLUGIN_ABI_VERSION 1u
 #define MLA_PLUGIN_ABI_MINOR 4u /* 1.1: append entry point, device memory flag; 1.2: conventions,
                                    precision class, FP8 recipes, can_implement; 1.3: lengths in
-                                   can_implement's shape; 1.4: the prefill entry */
+                                   can_implement's shape; 1.4: the prefill and merge entries */
 #define MLA_PLUGIN_ENTRY_SYMBOL "mla_plugin_get_descriptor"
 
 /* Cache formats (bit mask in capabilities, a single bit in decode arguments). */
@@ -313,6 +315,60 @@ typedef struct mla_plugin_prefill_entry {
   mla_plugin_prefill_fn prefill; /* required */
 } mla_plugin_prefill_entry;
 
+/* ---- 1.4: merging two partial attention states ----------------------------------------------
+ *
+ *   lse = log(e^lse_a + e^lse_b),  out = e^(lse_a - lse) out_a + e^(lse_b - lse) out_b
+ *
+ * over n query rows, h heads and d values (128 for a prefill's V, 512 for MLA's latent). An
+ * infinite input lse (+inf or -inf) means that side attended nothing: its weight is 0 and its out
+ * is never read (it may hold NaN). Both sides empty: out 0 and lse -inf (or the declared +inf),
+ * never NaN. Canonically lse is [h, n], natural log; out_a, out_b and out are [n, h, d] of the
+ * state dtype. */
+
+/* State dtypes (bit mask in mla_plugin_merge_entry.dtypes, a single bit in the arguments). */
+#define MLA_PLUGIN_STATE_BF16 0x1u
+#define MLA_PLUGIN_STATE_F16 0x2u
+#define MLA_PLUGIN_STATE_F32 0x4u
+
+#define MLA_PLUGIN_MAX_HEAD_DIMS 16
+
+/* One merge call; pointers and the audit as in mla_plugin_prefill_args. */
+typedef struct mla_plugin_merge_args {
+  uint32_t struct_size; /* sizeof(mla_plugin_merge_args) as the host compiled it */
+  int64_t tokens;       /* n >= 0 */
+  int32_t heads, head_dim;
+  uint32_t dtype;       /* one MLA_PLUGIN_STATE_* bit of the entry's dtypes */
+  const void* out_a;    /* [n, heads, head_dim] of dtype */
+  const float* lse_a;   /* [heads, n] (or as the entry declares) */
+  const void* out_b;
+  const float* lse_b;
+  void* out;            /* [n, heads, head_dim] of dtype: write every element */
+  float* lse;           /* as lse_a: write every element */
+  void* stream;         /* as in mla_plugin_decode_args */
+} mla_plugin_merge_args;
+
+typedef int32_t (*mla_plugin_merge_fn)(const mla_plugin_merge_args* args, char* error, size_t error_size);
+
+/* What a merge writes as lse when both sides are empty (zero the canonical, as everywhere). */
+#define MLA_PLUGIN_MERGE_EMPTY_NEG_INF 0u /* -inf: log 0 (vLLM's CUDA kernel, FlashInfer) */
+#define MLA_PLUGIN_MERGE_EMPTY_POS_INF 1u /* +inf */
+
+/* The merge entry (1.4): its own implementation in the certificate. lse_base and lse_layout apply
+ * to the inputs and the output (MLA_PLUGIN_LSE_B_H_SQ: [heads, n] as vLLM's; _B_SQ_H: [n, heads]
+ * as FlashInfer's, whose merge_state is also base 2). */
+typedef struct mla_plugin_merge_entry {
+  uint32_t struct_size; /* sizeof(mla_plugin_merge_entry) as the plug-in compiled it */
+  const char* name;     /* [a-z0-9_]+, unlike every other entry's */
+  const char* description;
+  uint32_t dtypes;      /* MLA_PLUGIN_STATE_* bits, at least one */
+  int32_t num_head_dims; /* 0: any head_dim; else the first num_head_dims entries */
+  int32_t head_dims[MLA_PLUGIN_MAX_HEAD_DIMS];
+  uint32_t lse_base;       /* MLA_PLUGIN_LSE_BASE_E or _2 */
+  uint32_t lse_layout;     /* MLA_PLUGIN_LSE_B_H_SQ or _B_SQ_H */
+  uint32_t both_empty_lse; /* MLA_PLUGIN_MERGE_EMPTY_NEG_INF or _POS_INF */
+  mla_plugin_merge_fn merge; /* required */
+} mla_plugin_merge_entry;
+
 /* Returns MLA_PLUGIN_OK, or another code with a NUL-terminated message in error[0..error_size). */
 typedef int32_t (*mla_plugin_decode_fn)(const mla_plugin_decode_args* args, char* error, size_t error_size);
 
@@ -339,7 +395,7 @@ typedef struct mla_plugin_descriptor {
   const char* backend;  /* "cpu" or "cuda" */
   int32_t out_dtype;    /* MLA_PLUGIN_OUT_F32 or MLA_PLUGIN_OUT_BF16 */
   mla_plugin_capabilities caps;
-  mla_plugin_decode_fn decode;           /* required, unless a 1.4 prefill entry is given */
+  mla_plugin_decode_fn decode;           /* required, unless a 1.4 prefill or merge entry is given */
   mla_plugin_unavailable_fn unavailable; /* optional, may be NULL */
   /* ---- 1.1 (read only when struct_size covers them) ---- */
   uint32_t abi_minor;         /* MLA_PLUGIN_ABI_MINOR the plug-in was compiled against */
@@ -360,6 +416,7 @@ typedef struct mla_plugin_descriptor {
   mla_plugin_can_implement_fn can_implement; /* optional, may be NULL */
   /* ---- 1.4 (read only when struct_size covers them; NULL: no such entry) ---- */
   const mla_plugin_prefill_entry* prefill; /* optional; valid while the library is loaded */
+  const mla_plugin_merge_entry* merge;     /* optional; valid while the library is loaded */
 } mla_plugin_descriptor;
 
 /* Whether a struct whose struct_size is `size` contains `field` entirely. */
@@ -372,6 +429,7 @@ typedef struct mla_plugin_descriptor {
 /* The prefill entry of revision 1.4 ends after `prefill`: the floor a host accepts. */
 #define MLA_PLUGIN_PREFILL_ENTRY_V1_4_SIZE \
   (offsetof(mla_plugin_prefill_entry, prefill) + sizeof(mla_plugin_prefill_fn))
+#define MLA_PLUGIN_MERGE_ENTRY_V1_4_SIZE (offsetof(mla_plugin_merge_entry, merge) + sizeof(mla_plugin_merge_fn))
 
 /* The one exported symbol. `host_abi_version` is the host's MLA_PLUGIN_ABI_VERSION; a plug-in
  * that cannot serve it returns NULL. The descriptor must stay valid while the library is loaded. */

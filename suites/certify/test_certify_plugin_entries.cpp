@@ -1,4 +1,4 @@
-// L0: the prefill entry of plug-in ABI 1.4, end to end. The template's prefill (kernels/plugin/
+// L0: the prefill and merge entries of plug-in ABI 1.4, end to end. The template's prefill (kernels/plugin/
 // examples) is an implementation of its own beside its decode, run in child processes on audited
 // shared buffers and green on every stored and drawn prefill case; a prefill-only library has no
 // decode rows; FlashInfer's lse conventions declared are judged after the host converts them.
@@ -6,7 +6,9 @@
 // says it cannot change the answer, gets on every stored case the verdict the plug-in gets when
 // called directly in this process and judged, and is red on some stored and some drawn case;
 // rows left unwritten are named by the audit of the shared buffers. The loader refuses an entry that breaks a rule, naming
-// the field.
+// the field. The merge entry the same way: the template's and FlashInfer's base-2 [n, h] lse
+// declared green, a base-2 lse weighed as natural and a +inf lse weighed as a number each red on
+// some stored and some drawn case and, on every stored case, as red as when called directly.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,6 +22,7 @@
 #include "mla/golden/golden.hpp"
 #include "mla/plugin/host.hpp"
 #include "support/host_call.hpp"
+#include "mla/judge/merge.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -31,9 +34,9 @@ using mla::certify::testing::kernel;
 using mla::certify::testing::TempDir;
 using nlohmann::json;
 
-// `plugins` certified on the stored prefill family and the drawn cases.
-json certify_plugins(const TempDir& tmp, const std::vector<std::string>& plugins) {
-  auto o = in_process_options(tmp.path() / "out", {}, {mla::golden::family_names_certified_by("prefill").at(0), "fresh"});
+// `plugins` certified on the stored family of `kind` and the drawn cases.
+json certify_plugins(const TempDir& tmp, const std::vector<std::string>& plugins, const std::string& kind = "prefill") {
+  auto o = in_process_options(tmp.path() / "out", {}, {mla::golden::family_names_certified_by(kind).at(0), "fresh"});
   for (const auto& p : plugins) o.plugins.emplace_back(p);
   return certify_here(o);
 }
@@ -211,6 +214,107 @@ TEST(PluginPrefill, UnwrittenRowsAreNamedByTheAudit) {
   EXPECT_GT(named, 0);
 }
 
+// ---- merge ------------------------------------------------------------------------------------
+
+// A plug-in's merge called directly in this process, as DirectPrefill.
+class DirectMerge final : public mla::MergeImpl {
+ public:
+  explicit DirectMerge(std::shared_ptr<mla::plugin::Library> lib) : lib_(std::move(lib)), info_(*lib_->merge_info()) {}
+  const mla::MergeKernelInfo& info() const override { return info_; }
+  std::unique_ptr<mla::PreparedMerge> prepare(const mla::MergeInputs& in) const override {
+    struct Prepared final : mla::PreparedMerge {
+      const mla::plugin::Library* lib = nullptr;
+      mla::MergeBuffers in;
+      std::vector<uint8_t> out;
+      std::vector<float> lse;
+      void run() override {
+        char err[512] = {};
+        const int32_t rc = mla::plugin::call_merge(*lib, in.view(), out.data(), out.size(), lse.data(), lse.size() * 4,
+                                                   err, sizeof err, nullptr);
+        if (rc != MLA_PLUGIN_OK) throw mla::Error(fmt::format("merge returned {}: {}", rc, err));
+      }
+      mla::MergeOutputs results() override {
+        mla::MergeOutputs o;
+        o.dtype = in.shape.dtype;
+        for (std::size_t i = 0; i < out.size() / mla::bytes_per_value(o.dtype); ++i) {
+          o.out.push_back(mla::state_value(o.dtype, out, i));
+        }
+        o.lse.assign(lse.begin(), lse.end());
+        return o;
+      }
+    };
+    auto p = std::make_unique<Prepared>();
+    p->lib = lib_.get();
+    p->in = mla::MergeBuffers(in);
+    const auto n = static_cast<std::size_t>(in.shape.tokens * in.shape.heads);
+    p->out.assign(n * static_cast<std::size_t>(in.shape.head_dim) * mla::bytes_per_value(in.shape.dtype), 0xFF);
+    p->lse.assign(n, NAN);
+    return p;
+  }
+
+ private:
+  std::shared_ptr<mla::plugin::Library> lib_;
+  mla::MergeKernelInfo info_;
+};
+
+TEST(PluginMerge, TheTemplatesMergeAndFlashInfersDeclaredConventionsAreGreen) {
+  TempDir tmp;
+  const auto cert = certify_plugins(tmp, {MLA_PLUGIN_GOOD_MERGE, MLA_PLUGIN_MERGE_FLASHINFER_DECLARED}, "merge");
+  ASSERT_EQ(cert.at("kernels").size(), 2u) << "merge-only libraries: one implementation each";
+  for (const char* name : {"good_merge", "merge_flashinfer_declared"}) {
+    const auto& k = kernel(cert, name);
+    EXPECT_EQ(k.at("kinds"), json::array({"merge"})) << name;
+    EXPECT_EQ(k.at("origin").at("entry"), "merge") << name;
+    EXPECT_EQ(k.at("origin").at("isolation"), "child_per_case") << name;
+    int stored = 0, drawn = 0;
+    for (const auto& row : k.at("cases")) {
+      EXPECT_EQ(row.at("verdict"), "PASS") << name << " " << row.at("case") << ": " << reasons(row);
+      (row.at("family") == "fresh" ? drawn : stored)++;
+    }
+    EXPECT_GT(stored, 0) << name;
+    EXPECT_GT(drawn, 0) << name;
+  }
+  const auto& conv = kernel(cert, "merge_flashinfer_declared").at("declared").at("conventions");
+  EXPECT_EQ(conv.at("lse_base"), "2");
+  EXPECT_EQ(conv.at("lse_layout"), "[n,h]");
+  // The template carries all three kinds: a decode, a prefill and a merge, each its own row set.
+  const auto lib = mla::plugin::Library::open(MLA_PLUGIN_GOOD_APPEND);
+  EXPECT_TRUE(lib->decodes());
+  EXPECT_EQ(lib->prefill_info()->name, "good_append_prefill");
+  EXPECT_EQ(lib->merge_info()->name, "good_append_merge");
+}
+
+TEST(PluginMerge, EachPlantedMergeBugIsRedWhereTheJudgeSeesIt) {
+  const auto catalog = mla::golden::open_catalog(fs::path(MLA_SOURCE_DIR) / "fixtures" / "goldens", false);
+  const auto& family = mla::golden::family(mla::golden::family_names_certified_by("merge").at(0));
+  const auto file = catalog.file(family.file());
+  for (const auto& [plugin, name] : std::vector<std::pair<std::string, std::string>>{
+           {MLA_PLUGIN_MERGE_BASE2_AS_NATURAL, "merge_base2_as_natural"}, {MLA_PLUGIN_MERGE_INF_AS_NUMBER, "merge_inf_as_number"}}) {
+    SCOPED_TRACE(name);
+    TempDir tmp;
+    const auto cert = certify_plugins(tmp, {plugin}, "merge");
+    const DirectMerge direct(mla::plugin::Library::open(plugin));
+    int red_stored = 0, red_drawn = 0;
+    for (const auto& row : kernel(cert, name).at("cases")) {
+      SCOPED_TRACE(row.at("case").get<std::string>());
+      const auto verdict = row.at("verdict").get<std::string>();
+      if (row.at("family") == "fresh") {
+        EXPECT_TRUE(verdict == "PASS" || verdict == "FAIL") << reasons(row);
+        red_drawn += verdict == "FAIL";
+        continue;
+      }
+      const auto c = mla::golden::load_merge_case(file, row.at("case"));
+      const auto in = c.inputs();
+      const auto got = mla::testing::call_merge(direct, in.view());
+      const bool pass = mla::judge_merge(in.shape, got, {c.truth_out, c.truth_lse}).pass();
+      EXPECT_EQ(verdict, pass ? "PASS" : "FAIL") << reasons(row);
+      red_stored += verdict == "FAIL";
+    }
+    EXPECT_GT(red_stored, 0) << "a planted bug no stored case catches";
+    EXPECT_GT(red_drawn, 0) << "a planted bug no drawn case catches";
+  }
+}
+
 // A descriptor whose prefill entry breaks one rule: the loader's validation names the field.
 TEST(PluginPrefill, AnEntryThatBreaksARuleIsRefusedNamingTheField) {
   const auto lib = mla::plugin::Library::open(MLA_PLUGIN_GOOD_APPEND);
@@ -233,7 +337,7 @@ TEST(PluginPrefill, AnEntryThatBreaksARuleIsRefusedNamingTheField) {
   };
   refused([](auto&, auto& e) { e.struct_size = 8; }, "prefill entry struct_size 8");
   refused([](auto&, auto& e) { e.name = "Bad-Name"; }, "prefill entry name 'Bad-Name'");
-  refused([](auto& d, auto& e) { e.name = d.name; }, "is the decode's");
+  refused([](auto& d, auto& e) { e.name = d.name; }, "is another entry's");
   refused([](auto&, auto& e) { e.out_dtype = 7; }, "prefill.out_dtype 7");
   refused([](auto&, auto& e) { e.min_heads = 0; }, "prefill heads range [0, 128]");
   refused([](auto&, auto& e) { e.calls = MLA_PLUGIN_PREFILL_VARLEN; }, "prefill.calls 0x4");
@@ -243,7 +347,32 @@ TEST(PluginPrefill, AnEntryThatBreaksARuleIsRefusedNamingTheField) {
   refused([](auto&, auto& e) { e.causal_alignment = 2; }, "prefill.causal_alignment 2");
   refused([](auto&, auto& e) { e.operand_precision = MLA_PLUGIN_PRECISION_BF16; }, "must both be declared");
   refused([](auto&, auto& e) { e.prefill = nullptr; }, "no prefill entry point");
-  refused([](auto& d, auto& e) { d.decode = nullptr, d.prefill = nullptr, (void)e; }, "no decode entry point");
+  refused([](auto& d, auto& e) { d.decode = nullptr, d.prefill = nullptr, d.merge = nullptr, (void)e; },
+          "no decode entry point");
+  // The merge entry's rules.
+  ASSERT_NE(good.merge, nullptr);
+  const mla_plugin_merge_entry merge_entry = *good.merge;
+  const auto merge_refused = [&](const std::function<void(mla_plugin_merge_entry&)>& change, const std::string& words) {
+    mla_plugin_descriptor d = good;
+    mla_plugin_merge_entry e = merge_entry;
+    d.merge = &e;
+    change(e);
+    try {
+      mla::plugin::validate_descriptor(d);
+      ADD_FAILURE() << "accepted; expected a refusal naming " << words;
+    } catch (const mla::plugin::PluginError& ex) {
+      EXPECT_NE(std::string(ex.what()).find(words), std::string::npos) << ex.what();
+    }
+  };
+  merge_refused([](auto& e) { e.struct_size = 4; }, "merge entry struct_size 4");
+  merge_refused([](auto& e) { e.name = "good_append_prefill"; }, "merge entry name 'good_append_prefill' is another entry's");
+  merge_refused([](auto& e) { e.dtypes = 0; }, "merge.dtypes 0x0");
+  merge_refused([](auto& e) { e.dtypes = 0x8; }, "merge.dtypes 0x8");
+  merge_refused([](auto& e) { e.num_head_dims = 17; }, "merge.num_head_dims 17");
+  merge_refused([](auto& e) { e.num_head_dims = 1, e.head_dims[0] = 0; }, "merge.head_dims[0] = 0");
+  merge_refused([](auto& e) { e.lse_layout = 2; }, "merge.lse_layout 2");
+  merge_refused([](auto& e) { e.both_empty_lse = 5; }, "merge.both_empty_lse 5");
+  merge_refused([](auto& e) { e.merge = nullptr; }, "no merge entry point");
   // Without a decode, the decode's claims are not looked at.
   mla_plugin_descriptor d = good;
   d.decode = nullptr;

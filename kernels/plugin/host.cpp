@@ -203,6 +203,36 @@ MergeKernelInfo merge_info_from(const mla_plugin_merge_entry& e) {
   return i;
 }
 
+TopkKernelInfo topk_info_from(const mla_plugin_topk_entry& e) {
+  if (e.struct_size < MLA_PLUGIN_TOPK_ENTRY_V1_4_SIZE) {
+    throw PluginError(fmt::format("top-k entry struct_size {} is smaller than ABI 1.4's {} bytes", e.struct_size,
+                                  MLA_PLUGIN_TOPK_ENTRY_V1_4_SIZE));
+  }
+  TopkKernelInfo i;
+  i.name = checked_string(e.name, "topk.name", false);
+  if (!valid_kernel_name(i.name)) throw PluginError(fmt::format("top-k entry name '{}' is not [a-z0-9_]+", i.name));
+  i.description = checked_string(e.description, "topk.description", true);
+  if (e.num_ks < 0 || e.num_ks > MLA_PLUGIN_MAX_KS) {
+    throw PluginError(fmt::format("topk.num_ks {} is outside [0, {}]", e.num_ks, MLA_PLUGIN_MAX_KS));
+  }
+  for (int32_t j = 0; j < e.num_ks; ++j) {
+    if (e.ks[j] < 1) throw PluginError(fmt::format("topk.ks[{}] = {} is not positive", j, e.ks[j]));
+    i.ks.push_back(e.ks[j]);
+  }
+  if (e.max_n < 0) throw PluginError(fmt::format("topk.max_n {} is negative (0: any)", e.max_n));
+  i.max_n = e.max_n;
+  check_choice(e.index_base, "topk.index_base", "MLA_PLUGIN_INDEX_ABSOLUTE", "MLA_PLUGIN_INDEX_RELATIVE");
+  check_choice(e.sorted, "topk.sorted", "unordered", "sorted by descending logit");
+  check_choice(e.logits_precision, "topk.logits_precision", "MLA_PLUGIN_LOGITS_F32", "MLA_PLUGIN_LOGITS_BF16");
+  if (!e.topk) throw PluginError("top-k entry has no top-k entry point");
+  i.backend = "cpu";  // the descriptor's, set by the caller
+  i.role = KernelRole::optimized;
+  i.precision = e.logits_precision == MLA_PLUGIN_LOGITS_BF16 ? LogitsPrecision::bf16 : LogitsPrecision::f32;
+  i.conventions.index_base = e.index_base == MLA_PLUGIN_INDEX_RELATIVE ? IndexBase::relative : IndexBase::absolute;
+  i.conventions.sorted = e.sorted != 0;
+  return i;
+}
+
 namespace {
 // The prefill and merge entries of a 1.4 descriptor, or NULL (an earlier revision's, or none given).
 const mla_plugin_prefill_entry* prefill_entry(const mla_plugin_descriptor& d) {
@@ -210,6 +240,9 @@ const mla_plugin_prefill_entry* prefill_entry(const mla_plugin_descriptor& d) {
 }
 const mla_plugin_merge_entry* merge_entry(const mla_plugin_descriptor& d) {
   return MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, merge, d.struct_size) ? d.merge : nullptr;
+}
+const mla_plugin_topk_entry* topk_entry(const mla_plugin_descriptor& d) {
+  return MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, topk, d.struct_size) ? d.topk : nullptr;
 }
 }  // namespace
 
@@ -265,8 +298,9 @@ void validate_descriptor(const mla_plugin_descriptor& d) {
   }
   const auto* pre = prefill_entry(d);
   const auto* mer = merge_entry(d);
-  if (!d.decode && !pre && !mer) {
-    throw PluginError("descriptor has no decode entry point (and no prefill or merge entry)");
+  const auto* top = topk_entry(d);
+  if (!d.decode && !pre && !mer && !top) {
+    throw PluginError("descriptor has no decode entry point (and no prefill, merge or top-k entry)");
   }
   if (MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, append, d.struct_size)) {
     if ((d.flags & ~MLA_PLUGIN_FLAG_DEVICE_MEMORY) != 0) {
@@ -297,6 +331,7 @@ void validate_descriptor(const mla_plugin_descriptor& d) {
   };
   if (pre) distinct(prefill_info_from(*pre).name, "prefill");
   if (mer) distinct(merge_info_from(*mer).name, "merge");
+  if (top) distinct(topk_info_from(*top).name, "top-k");
 }
 
 // ---- Library --------------------------------------------------------------------------------
@@ -371,6 +406,11 @@ std::shared_ptr<Library> Library::open(const std::filesystem::path& path) {
     lib->merge_info_ = merge_info_from(*mer);
     lib->merge_info_->backend = d.backend;
     lib->merge_ = mer->merge;
+  }
+  if (const auto* top = topk_entry(d)) {
+    lib->topk_info_ = topk_info_from(*top);
+    lib->topk_info_->backend = d.backend;
+    lib->topk_ = top->topk;
   }
   return lib;
 }
@@ -587,6 +627,46 @@ int32_t call_merge(const Library& lib, const MergeInputs& in, void* out, std::si
     }
     std::memcpy(out, dev->result(4).data(), out_bytes);
     std::memcpy(lse, dev->result(5).data(), lse_bytes);
+  }
+  return rc;
+}
+
+int32_t call_topk(const Library& lib, const TopkInputs& in, int32_t* indices, std::size_t indices_bytes, char* error,
+                  std::size_t error_size, std::vector<std::string>* device_findings, mla_plugin_topk_fn topk) {
+  if (!lib.topk()) throw PluginError(fmt::format("plug-in {} has no top-k entry point", lib.info().name));
+  mla_plugin_topk_args a{};
+  a.struct_size = sizeof a;
+  a.rows = in.shape.rows;
+  a.n = in.shape.n;
+  a.k = in.shape.k;
+  a.logits = in.logits.data();
+  a.starts = in.starts.data();
+  a.ends = in.ends.data();
+  a.indices = indices;
+  a.stream = nullptr;  // host memory: the plug-in finishes before it returns
+  std::unique_ptr<detail::DeviceCall> dev;
+  if (lib.device_memory()) {
+    using Role = detail::DeviceCall::Role;
+    dev = std::make_unique<detail::DeviceCall>();
+    auto add = [&](const char* name, auto v) {
+      return dev->add(name, {reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()}, Role::input);
+    };
+    a.logits = static_cast<const float*>(add("logits", in.logits));
+    a.starts = static_cast<const int32_t*>(add("starts", in.starts));
+    a.ends = static_cast<const int32_t*>(add("ends", in.ends));
+    a.indices = static_cast<int32_t*>(
+        dev->add("indices", {reinterpret_cast<const uint8_t*>(indices), indices_bytes}, Role::output));
+    a.stream = dev->stream();
+  }
+  if (error_size > 0) error[0] = '\0';
+  const int32_t rc = (topk ? topk : lib.topk())(&a, error, error_size);
+  if (error_size > 0) error[error_size - 1] = '\0';
+  if (dev) {
+    auto findings = dev->finish();
+    if (device_findings) {
+      for (auto& f : findings) device_findings->push_back(std::move(f));
+    }
+    std::memcpy(indices, dev->result(3).data(), indices_bytes);
   }
   return rc;
 }

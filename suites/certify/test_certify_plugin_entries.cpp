@@ -1,4 +1,4 @@
-// L0: the prefill and merge entries of plug-in ABI 1.4, end to end. The template's prefill (kernels/plugin/
+// L0: the prefill, merge and top-k entries of plug-in ABI 1.4, end to end. The template's prefill (kernels/plugin/
 // examples) is an implementation of its own beside its decode, run in child processes on audited
 // shared buffers and green on every stored and drawn prefill case; a prefill-only library has no
 // decode rows; FlashInfer's lse conventions declared are judged after the host converts them.
@@ -8,9 +8,12 @@
 // rows left unwritten are named by the audit of the shared buffers. The loader refuses an entry that breaks a rule, naming
 // the field. The merge entry the same way: the template's and FlashInfer's base-2 [n, h] lse
 // declared green, a base-2 lse weighed as natural and a +inf lse weighed as a number each red on
-// some stored and some drawn case and, on every stored case, as red as when called directly.
+// some stored and some drawn case and, on every stored case, as red as when called directly. The
+// top-k entry: exact (absolute, and relative declared) green on every drawn case; the largest
+// logit dropped at a row's last valid position and masked padding red on every drawn case.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -315,6 +318,45 @@ TEST(PluginMerge, EachPlantedMergeBugIsRedWhereTheJudgeSeesIt) {
   }
 }
 
+// ---- top-k --------------------------------------------------------------------------------------
+
+// Top-k cases are drawn at run time only: the fresh family.
+json certify_topk(const TempDir& tmp, const std::vector<std::string>& plugins) {
+  auto o = in_process_options(tmp.path() / "out", {}, {"fresh"});
+  for (const auto& p : plugins) o.plugins.emplace_back(p);
+  return certify_here(o);
+}
+
+TEST(PluginTopk, TheTemplatesTopkAndARelativeOneDeclaredAreGreenAndEachSelectionBugIsRed) {
+  TempDir tmp;
+  const auto cert = certify_topk(tmp, {MLA_PLUGIN_GOOD_TOPK, MLA_PLUGIN_TOPK_RELATIVE_DECLARED,
+                                       MLA_PLUGIN_TOPK_DROPS_LAST_VALID, MLA_PLUGIN_TOPK_PADS_WITH_MASKED});
+  ASSERT_EQ(cert.at("kernels").size(), 4u) << "top-k-only libraries: one implementation each";
+  for (const char* name : {"good_topk", "topk_relative_declared"}) {
+    const auto& k = kernel(cert, name);
+    EXPECT_EQ(k.at("kinds"), json::array({"topk"})) << name;
+    EXPECT_EQ(k.at("origin").at("entry"), "topk") << name;
+    EXPECT_EQ(k.at("origin").at("isolation"), "child_per_case") << name;
+    ASSERT_FALSE(k.at("cases").empty()) << name;
+    for (const auto& row : k.at("cases")) EXPECT_EQ(row.at("verdict"), "PASS") << name << " " << row.at("case") << ": " << reasons(row);
+  }
+  EXPECT_EQ(kernel(cert, "topk_relative_declared").at("declared").at("conventions").at("index_base"), "relative");
+  // Each bug is red on every drawn case (each holds the edge rows its bug changes), for a reason
+  // that names it: a dropped member is one selection too few where a row has fewer than k valid
+  // positions, a clear member beaten where it has more.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> bugs = {
+      {"topk_drops_last_valid", {"expected min(k", "a clear top-"}}, {"topk_pads_with_masked", {"a masked position"}}};
+  for (const auto& [name, words] : bugs) {
+    const auto& k = kernel(cert, name);
+    ASSERT_FALSE(k.at("cases").empty()) << name;
+    for (const auto& row : k.at("cases")) {
+      EXPECT_EQ(row.at("verdict"), "FAIL") << name << " " << row.at("case") << ": " << reasons(row);
+      EXPECT_TRUE(std::any_of(words.begin(), words.end(), [&](const auto& w) { return has_reason(row, w); }))
+          << name << " " << row.at("case") << ": " << reasons(row);
+    }
+  }
+}
+
 // A descriptor whose prefill entry breaks one rule: the loader's validation names the field.
 TEST(PluginPrefill, AnEntryThatBreaksARuleIsRefusedNamingTheField) {
   const auto lib = mla::plugin::Library::open(MLA_PLUGIN_GOOD_APPEND);
@@ -347,7 +389,7 @@ TEST(PluginPrefill, AnEntryThatBreaksARuleIsRefusedNamingTheField) {
   refused([](auto&, auto& e) { e.causal_alignment = 2; }, "prefill.causal_alignment 2");
   refused([](auto&, auto& e) { e.operand_precision = MLA_PLUGIN_PRECISION_BF16; }, "must both be declared");
   refused([](auto&, auto& e) { e.prefill = nullptr; }, "no prefill entry point");
-  refused([](auto& d, auto& e) { d.decode = nullptr, d.prefill = nullptr, d.merge = nullptr, (void)e; },
+  refused([](auto& d, auto& e) { d.decode = nullptr, d.prefill = nullptr, d.merge = nullptr, d.topk = nullptr, (void)e; },
           "no decode entry point");
   // The merge entry's rules.
   ASSERT_NE(good.merge, nullptr);
@@ -373,6 +415,30 @@ TEST(PluginPrefill, AnEntryThatBreaksARuleIsRefusedNamingTheField) {
   merge_refused([](auto& e) { e.lse_layout = 2; }, "merge.lse_layout 2");
   merge_refused([](auto& e) { e.both_empty_lse = 5; }, "merge.both_empty_lse 5");
   merge_refused([](auto& e) { e.merge = nullptr; }, "no merge entry point");
+  // The top-k entry's rules.
+  ASSERT_NE(good.topk, nullptr);
+  const mla_plugin_topk_entry topk_entry = *good.topk;
+  const auto topk_refused = [&](const std::function<void(mla_plugin_topk_entry&)>& change, const std::string& words) {
+    mla_plugin_descriptor d = good;
+    mla_plugin_topk_entry e = topk_entry;
+    d.topk = &e;
+    change(e);
+    try {
+      mla::plugin::validate_descriptor(d);
+      ADD_FAILURE() << "accepted; expected a refusal naming " << words;
+    } catch (const mla::plugin::PluginError& ex) {
+      EXPECT_NE(std::string(ex.what()).find(words), std::string::npos) << ex.what();
+    }
+  };
+  topk_refused([](auto& e) { e.struct_size = 4; }, "top-k entry struct_size 4");
+  topk_refused([](auto& e) { e.name = "good_append_merge"; }, "top-k entry name 'good_append_merge' is another entry's");
+  topk_refused([](auto& e) { e.num_ks = -1; }, "topk.num_ks -1");
+  topk_refused([](auto& e) { e.num_ks = 1, e.ks[0] = 0; }, "topk.ks[0] = 0");
+  topk_refused([](auto& e) { e.max_n = -5; }, "topk.max_n -5");
+  topk_refused([](auto& e) { e.index_base = 2; }, "topk.index_base 2");
+  topk_refused([](auto& e) { e.sorted = 2; }, "topk.sorted 2");
+  topk_refused([](auto& e) { e.logits_precision = 3; }, "topk.logits_precision 3");
+  topk_refused([](auto& e) { e.topk = nullptr; }, "no top-k entry point");
   // Without a decode, the decode's claims are not looked at.
   mla_plugin_descriptor d = good;
   d.decode = nullptr;

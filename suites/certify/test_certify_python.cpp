@@ -245,6 +245,33 @@ TEST_F(CertifyPython, MergesOfTheFieldCertifyThroughTheDoorAndTheirBugsAreRed) {
   }
 }
 
+// vLLM's top_k_per_row_prefill (mla_door.adapters.vllm_topk) over its CPU stand-in: green on every
+// drawn top-k case it claims (k = 2048) once the host makes its relative indices absolute; the
+// stand-in writing absolute columns under the relative convention, and padding with masked
+// positions, red on every one of them, each for its reason.
+TEST_F(CertifyPython, VllmTopkCertifiesThroughTheDoorAndItsBugsAreRed) {
+  const auto t = kExamples / "vllm_topk_cpu.py";
+  std::string args = " --family fresh";
+  for (const char* a : {"KERNEL", "BUG_ABSOLUTE", "BUG_KEEPS_MASKED"}) args += " --python " + quote(t.string() + ":" + a);
+  const auto r = certify(args, torch_path());
+  ASSERT_EQ(r.status, 1) << r.output;
+  const auto& k = kernel(r, "vllm_topk_cpu_standin");
+  EXPECT_EQ(k.at("kinds"), json::array({"topk"}));
+  EXPECT_EQ(k.at("declared").at("conventions").at("index_base"), "relative");
+  ASSERT_FALSE(k.at("cases").empty());
+  for (const auto& c : k.at("cases")) EXPECT_EQ(c.at("verdict"), "PASS") << c.at("case") << ": " << reasons(c);
+  for (const auto& [name, words] : std::vector<std::pair<std::string, std::string>>{
+           {"vllm_topk_cpu_bug_absolute_indices", "outside the row's valid range"},
+           {"vllm_topk_cpu_bug_keeps_masked", "a masked position"}}) {
+    const auto& b = kernel(r, name);
+    ASSERT_EQ(b.at("cases").size(), k.at("cases").size()) << name;
+    for (const auto& c : b.at("cases")) {
+      EXPECT_EQ(c.at("verdict"), "FAIL") << name << " " << c.at("case") << ": " << reasons(c);
+      EXPECT_NE(reasons(c).find(words), std::string::npos) << name << " " << c.at("case") << ": " << reasons(c);
+    }
+  }
+}
+
 TEST_F(CertifyPython, EachBrokenKernelIsRedForTheFaultItCarries) {
   const auto r = certify(kOneCase + spec("WRITES_PAST_OUT") + spec("CHANGES_Q") + spec("DRIFTS") + spec("RAISES") +
                              spec("KILLED") + spec("REFUSES"),
@@ -377,7 +404,7 @@ TEST(PythonDeclaration, EveryRuleOfACDescriptorNamesTheFieldItRefuses) {
   neither["prefill"]["caps"]["non_causal"] = false;
   std::vector<std::pair<json, std::string>> bad_prefill = {
       {no_entry, "declaration has no decode (\"decode\": false) and no prefill"},
-      {same_name, "declaration field 'prefill.name' is 'k', the decode's"},
+      {same_name, "declaration field 'prefill.name' is 'k', another entry's"},
       {with_prefill("/name", "Bad-Name"), "prefill entry name 'Bad-Name' is not [a-z0-9_]+"},
       {with_prefill("/out_dtype", "f64"), "declaration field 'prefill.out_dtype' is 'f64', not one of f32, bf16"},
       {with_prefill("/caps/min_heads", 0), "prefill heads range [0, 128] is empty or below 1"},
@@ -411,6 +438,24 @@ TEST(PythonDeclaration, EveryRuleOfACDescriptorNamesTheFieldItRefuses) {
   bad_prefill.push_back({with_merge("/head_dims", {128, 0}), "declaration field 'merge.head_dims[1]' = 0"});
   bad_prefill.push_back({with_merge("/conventions/lse_layout", "[b,h,s_q]"), "declaration field 'merge.conventions.lse_layout'"});
   bad_prefill.push_back({with_merge("/name", "Bad-Name"), "merge entry name 'Bad-Name' is not [a-z0-9_]+"});
+  // The top-k entry (mla_door.Topk).
+  auto only_topk = declaration();
+  only_topk["decode"] = false;
+  only_topk["topk"] = {{"name", "k_topk"}, {"description", "a top-k"}, {"ks", {2048}}, {"max_n", 0},
+                       {"index_base", "relative"}, {"sorted", false}, {"precision", "f32"}};
+  const auto to = validate_python_declaration(only_topk);
+  ASSERT_TRUE(to.topk.has_value());
+  EXPECT_EQ(to.topk->ks, std::vector<int>{2048});
+  EXPECT_EQ(to.topk->conventions.index_base, mla::IndexBase::relative);
+  const auto with_topk = [&](const char* pointer, json v) {
+    auto j = only_topk;
+    j["topk"][json::json_pointer(pointer)] = std::move(v);
+    return j;
+  };
+  bad_prefill.push_back({with_topk("/ks", {0}), "declaration field 'topk.ks[0]' = 0 is not a positive k"});
+  bad_prefill.push_back({with_topk("/index_base", "rel"), "declaration field 'topk.index_base' is 'rel'"});
+  bad_prefill.push_back({with_topk("/precision", "fp8"), "declaration field 'topk.precision' is 'fp8'"});
+  bad_prefill.push_back({with_topk("/max_n", -1), "topk.max_n -1 is negative"});
   for (const auto& [j, words] : bad_prefill) {
     try {
       (void)validate_python_declaration(j);

@@ -212,7 +212,7 @@ int child_entry_calls(const KernelRef& kernel, const wire::Message& plan) {
   std::function<int32_t(const std::vector<ArenaRegion>&, char*, std::size_t, std::vector<std::string>*)> make;
   std::shared_ptr<plugin::Library> lib;
   try {
-    charge_simulated_context(entry == kEntryPrefill ? "child prefill" : entry == kEntryMerge ? "child merge" : "child append");
+    charge_simulated_context(fmt::format("child {}", entry).c_str());
     if (!kernel.plugin) throw Error(fmt::format("{} calls are a plug-in's entry point: no plug-in given", entry));
     lib = plugin::Library::open(*kernel.plugin);
     if (auto why = lib->unavailable()) throw Error(*why);
@@ -267,6 +267,18 @@ int child_entry_calls(const KernelRef& kernel, const wire::Message& plan) {
       make = [&, in](const std::vector<ArenaRegion>& mine, char* err, std::size_t n, std::vector<std::string>* device) {
         const auto out = own(mine.at(0)), lse = own(mine.at(1));
         return plugin::call_merge(*lib, in, out.data(), out.size(), lse.data(), lse.size(), err, n, device);
+      };
+    } else if (entry == kEntryTopk) {
+      TopkInputs in;
+      in.shape.rows = a.at("rows").get<int64_t>();
+      in.shape.n = a.at("n").get<int64_t>();
+      in.shape.k = a.at("k").get<int>();
+      in.logits = input("logits", static_cast<float*>(nullptr));
+      in.starts = input("starts", static_cast<int32_t*>(nullptr));
+      in.ends = input("ends", static_cast<int32_t*>(nullptr));
+      make = [&, in](const std::vector<ArenaRegion>& mine, char* err, std::size_t n, std::vector<std::string>* device) {
+        const auto idx = own(mine.at(0));
+        return plugin::call_topk(*lib, in, reinterpret_cast<int32_t*>(idx.data()), idx.size(), err, n, device);
       };
     } else {
       throw Error(fmt::format("the plan names entry '{}', which this child does not know", entry));
@@ -445,6 +457,7 @@ int child_describe(const std::filesystem::path& plugin_path, const std::filesyst
   d.decodes = lib->decodes();
   d.prefill = lib->prefill_info();
   d.merge = lib->merge_info();
+  d.topk = lib->topk_info();
   d.append_formats = lib->append_formats();
   d.append_scale_fmts = lib->append_scale_fmts();
   d.append_fp8_recipes = lib->append_fp8_recipes();

@@ -71,6 +71,26 @@ std::optional<MergeKernelInfo> merge_from_json(const json& j) {
   return m;
 }
 
+json topk_json(const std::optional<TopkKernelInfo>& t) {
+  if (!t) return json();
+  return {{"name", t->name},   {"backend", t->backend}, {"description", t->description},
+          {"ks", t->ks},       {"max_n", t->max_n},     {"precision", to_string(t->precision)},
+          {"conventions", to_json(t->conventions)}};
+}
+std::optional<TopkKernelInfo> topk_from_json(const json& j) {
+  if (j.is_null()) return std::nullopt;
+  TopkKernelInfo t;
+  t.name = j.at("name").get<std::string>();
+  t.backend = j.at("backend").get<std::string>();
+  t.description = j.at("description").get<std::string>();
+  t.role = KernelRole::optimized;
+  t.ks = j.at("ks").get<std::vector<int>>();
+  t.max_n = j.at("max_n").get<int64_t>();
+  t.precision = logits_precision_from_string(j.at("precision").get<std::string>());
+  t.conventions = topk_conventions_from_json(j.at("conventions"));
+  return t;
+}
+
 }  // namespace
 
 wire::Message encode(const PluginDescription& d) {
@@ -93,6 +113,7 @@ wire::Message encode(const PluginDescription& d) {
                 {"decodes", d.decodes},
                 {"prefill", prefill_json(d.prefill)},
                 {"merge", merge_json(d.merge)},
+                {"topk", topk_json(d.topk)},
                 {"unavailable", d.unavailable ? json(*d.unavailable) : json()}};
   return m;
 }
@@ -120,6 +141,7 @@ PluginDescription decode_plugin_description(const wire::Message& m) {
     d.decodes = f.at("decodes").get<bool>();
     d.prefill = prefill_from_json(f.at("prefill"));
     d.merge = merge_from_json(f.at("merge"));
+    d.topk = topk_from_json(f.at("topk"));
     return d;
   });
 }

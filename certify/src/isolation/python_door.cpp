@@ -193,6 +193,40 @@ MergeKernelInfo validate_python_merge(const json& m) {
   }
 }
 
+// A Python kernel's top-k entry, in the words of mla_door.Topk, then the C ABI's rules for a top-k
+// entry.
+TopkKernelInfo validate_python_topk(const json& t) {
+  const std::string w = "topk.";
+  mla_plugin_topk_entry e{};
+  e.struct_size = sizeof e;
+  const std::string name = string_field(t, w, "name"), description = string_field(t, w, "description");
+  e.name = name.c_str();
+  e.description = description.c_str();
+  const json& ks = field(t, w, "ks", json::value_t::array, "a list");
+  if (ks.size() > MLA_PLUGIN_MAX_KS) {
+    throw Error(fmt::format("declaration field 'topk.ks' has {} entries, at most {}", ks.size(), MLA_PLUGIN_MAX_KS));
+  }
+  e.num_ks = static_cast<int32_t>(ks.size());
+  for (std::size_t i = 0; i < ks.size(); ++i) {
+    if (!ks[i].is_number_integer() || ks[i].get<int64_t>() < 1 || ks[i].get<int64_t>() > (int64_t{1} << 30)) {
+      throw Error(fmt::format("declaration field 'topk.ks[{}]' = {} is not a positive k", i, ks[i].dump()));
+    }
+    e.ks[i] = ks[i].get<int32_t>();
+  }
+  e.max_n = field(t, w, "max_n", json::value_t::number_integer, "an integer").get<int64_t>();
+  e.index_base = word_field(t, w, "index_base", {"absolute", "relative"},
+                            [](const std::string& x) { return x == "relative" ? 1u : 0u; });
+  e.sorted = bool_field(t, w, "sorted") ? 1u : 0u;
+  e.logits_precision = word_field(t, w, "precision", {"f32", "bf16"},
+                                  [](const std::string& x) { return x == "bf16" ? 1u : 0u; });
+  e.topk = [](const mla_plugin_topk_args*, char*, size_t) -> int32_t { return MLA_PLUGIN_ERROR; };  // never called
+  try {
+    return plugin::topk_info_from(e);
+  } catch (const plugin::PluginError& ex) {
+    throw Error(fmt::format("declaration: {}", ex.what()));
+  }
+}
+
 }  // namespace
 
 fs::path door_dir(const fs::path& self) {
@@ -329,21 +363,30 @@ PythonDeclaration validate_python_declaration(const json& d) {
   if (d.contains("prefill") && !d.at("prefill").is_null()) {
     out.prefill = validate_python_prefill(field(d, "", "prefill", json::value_t::object, "an object or null"));
     out.prefill->backend = k.backend;
-    if (out.decodes && out.prefill->name == k.name) {
-      throw Error(fmt::format("declaration field 'prefill.name' is '{}', the decode's: each implementation has its own",
-                              k.name));
-    }
   }
   if (d.contains("merge") && !d.at("merge").is_null()) {
     out.merge = validate_python_merge(field(d, "", "merge", json::value_t::object, "an object or null"));
     out.merge->backend = k.backend;
-    if ((out.decodes && out.merge->name == k.name) || (out.prefill && out.merge->name == out.prefill->name)) {
-      throw Error(fmt::format("declaration field 'merge.name' is '{}', another entry's: each implementation has its own",
-                              out.merge->name));
-    }
   }
-  if (!out.decodes && !out.prefill && !out.merge) {
-    throw Error("declaration has no decode (\"decode\": false) and no prefill or merge");
+  if (d.contains("topk") && !d.at("topk").is_null()) {
+    out.topk = validate_python_topk(field(d, "", "topk", json::value_t::object, "an object or null"));
+    out.topk->backend = k.backend;
+  }
+  // Every implementation the kernel gives has its own name.
+  std::vector<std::string> names;
+  if (out.decodes) names.push_back(k.name);
+  for (const auto& [entry, name] : {std::pair{"prefill", out.prefill ? out.prefill->name : std::string()},
+                                    std::pair{"merge", out.merge ? out.merge->name : std::string()},
+                                    std::pair{"topk", out.topk ? out.topk->name : std::string()}}) {
+    if (name.empty()) continue;
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      throw Error(fmt::format("declaration field '{}.name' is '{}', another entry's: each implementation has its own",
+                              entry, name));
+    }
+    names.push_back(name);
+  }
+  if (!out.decodes && !out.prefill && !out.merge && !out.topk) {
+    throw Error("declaration has no decode (\"decode\": false) and no prefill, merge or topk");
   }
   return out;
 }
@@ -483,38 +526,14 @@ std::vector<std::pair<Implementation, reports::KernelReport>> describe_python(Se
   // What --resume and `mla merge` compare (with the version): the code and the Python it ran on.
   const auto id = fmt::format("{}|{}|{}|{}|{}", ref.spec, ref.exe.string(), text("python"), text("torch"), module_digest);
   r.origin["sha256"] = sha256_hex({reinterpret_cast<const uint8_t*>(id.data()), id.size()});
+  // The decode first, when it has one (the benchmark takes the first); then the other entries.
+  Implementation base;
+  base.external = true;
+  base.ref.python = ref;
+  base.info.backend = e.info.backend;
+  base.unavailable = e.unavailable;
+  auto others = external_entries(base, r, d.prefill, d.merge, d.topk);
   std::vector<std::pair<Implementation, reports::KernelReport>> out;
-  // Each entry other than decode: an implementation of its own, under its own name, with the
-  // kernel's origin.
-  const auto entry = [&](const std::string& name, const std::string& description, const char* kind) {
-    Implementation x;
-    x.external = true;
-    x.ref.python = ref;
-    x.unavailable = e.unavailable;
-    x.info.name = name, x.info.backend = e.info.backend, x.info.description = printable(description);
-    auto xr = r;
-    xr.origin["entry"] = kind;
-    return std::pair<Implementation, reports::KernelReport>{std::move(x), std::move(xr)};
-  };
-  std::vector<std::pair<Implementation, reports::KernelReport>> others;
-  if (d.prefill) {
-    auto [x, xr] = entry(d.prefill->name, d.prefill->description, "prefill");
-    x.info.out_dtype = d.prefill->out_dtype;
-    x.owned_prefill = plugin_prefill(*d.prefill);
-    x.prefill = x.owned_prefill.get();
-    xr.origin["capabilities"] = to_json(d.prefill->caps);
-    others.emplace_back(std::move(x), std::move(xr));
-  }
-  if (d.merge) {
-    auto [x, xr] = entry(d.merge->name, d.merge->description, "merge");
-    x.owned_merge = external_merge(*d.merge);
-    x.merge = x.owned_merge.get();
-    json dtypes = json::array();
-    for (const auto t : d.merge->dtypes) dtypes.push_back(to_string(t));
-    xr.origin["capabilities"] = {{"dtypes", dtypes}, {"head_dims", d.merge->head_dims}};
-    others.emplace_back(std::move(x), std::move(xr));
-  }
-  // The decode first, when it has one (the benchmark takes the first).
   if (d.decodes) out.emplace_back(std::move(e), std::move(r));
   for (auto& o : others) out.push_back(std::move(o));
   return out;

@@ -20,6 +20,7 @@
 #include "isolation/python_door.hpp"
 #include "kinds/merge/merge_rows.hpp"
 #include "kinds/prefill/prefill_rows.hpp"
+#include "kinds/topk/topk_rows.hpp"
 #include "run/session.hpp"
 
 #ifndef MLA_VERSION
@@ -174,42 +175,15 @@ void add_plugin(Session& s, const fs::path& path, std::size_t i) {
     r.origin["capabilities"] = to_json(d.info.caps);
     add_implementation(s, std::move(e), std::move(r));
   }
-  if (d.prefill) {
-    // The prefill entry is an implementation of its own, under its own name.
-    auto info = *d.prefill;
-    info.name = printable(info.name);
-    info.description = printable(info.description);
-    Implementation e;
-    e.external = true;
-    e.ref.plugin = abs;
-    e.info.name = info.name, e.info.backend = info.backend, e.info.description = info.description;
-    e.info.out_dtype = info.out_dtype;
-    e.unavailable = d.unavailable;
-    e.owned_prefill = plugin_prefill(info);
-    e.prefill = e.owned_prefill.get();
-    reports::KernelReport r;
-    r.version = d.version;
-    r.origin = origin;
-    r.origin["entry"] = "prefill";
-    r.origin["capabilities"] = to_json(info.caps);
-    add_implementation(s, std::move(e), std::move(r));
-  }
-  if (d.merge) {
-    auto info = *d.merge;
-    info.name = printable(info.name);
-    info.description = printable(info.description);
-    Implementation e;
-    e.external = true;
-    e.ref.plugin = abs;
-    e.info.name = info.name, e.info.backend = info.backend, e.info.description = info.description;
-    e.unavailable = d.unavailable;
-    e.owned_merge = external_merge(info);
-    e.merge = e.owned_merge.get();
-    reports::KernelReport r;
-    r.version = d.version;
-    r.origin = origin;
-    r.origin["entry"] = "merge";
-    r.origin["capabilities"] = {{"dtypes", dtype_names(info)}, {"head_dims", info.head_dims}};
+  Implementation base;
+  base.external = true;
+  base.ref.plugin = abs;
+  base.info.backend = d.info.backend;
+  base.unavailable = d.unavailable;
+  reports::KernelReport report;
+  report.version = d.version;
+  report.origin = origin;
+  for (auto& [e, r] : external_entries(base, report, d.prefill, d.merge, d.topk)) {
     add_implementation(s, std::move(e), std::move(r));
   }
 }
@@ -500,6 +474,38 @@ std::pair<int, int> parse_shard(const std::string& text) {
 void plan(Session& s) {
   select_implementations(s);
   select_cases(s);
+}
+
+std::vector<std::pair<Implementation, reports::KernelReport>> external_entries(
+    const Implementation& base, const reports::KernelReport& report, const std::optional<PrefillKernelInfo>& prefill,
+    const std::optional<MergeKernelInfo>& merge, const std::optional<TopkKernelInfo>& topk) {
+  std::vector<std::pair<Implementation, reports::KernelReport>> out;
+  const auto entry = [&](const std::string& name, const std::string& description, const char* kind) -> auto& {
+    auto& [e, r] = out.emplace_back(base, report);
+    e.info.name = printable(name), e.info.description = printable(description);
+    r.origin["entry"] = kind;
+    return out.back();
+  };
+  if (prefill) {
+    auto& [e, r] = entry(prefill->name, prefill->description, "prefill");
+    e.info.out_dtype = prefill->out_dtype;
+    e.owned_prefill = plugin_prefill(*prefill);
+    e.prefill = e.owned_prefill.get();
+    r.origin["capabilities"] = to_json(prefill->caps);
+  }
+  if (merge) {
+    auto& [e, r] = entry(merge->name, merge->description, "merge");
+    e.owned_merge = external_merge(*merge);
+    e.merge = e.owned_merge.get();
+    r.origin["capabilities"] = {{"dtypes", dtype_names(*merge)}, {"head_dims", merge->head_dims}};
+  }
+  if (topk) {
+    auto& [e, r] = entry(topk->name, topk->description, "topk");
+    e.owned_topk = external_topk(*topk);
+    e.topk = e.owned_topk.get();
+    r.origin["capabilities"] = {{"ks", topk->ks}, {"max_n", topk->max_n}};
+  }
+  return out;
 }
 
 }  // namespace mla::certify

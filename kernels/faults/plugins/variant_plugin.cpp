@@ -55,6 +55,8 @@ enum class Fault {
   prefill_skips_empty_rows,  // prefill: writes nothing for a row that attends no key
   merge_base2_as_natural,  // merge: declares FlashInfer's base-2 lse but weighs the sides with e^x
   merge_inf_as_number,     // merge: a +inf lse (FA2's empty row) weighed as a number: NaN
+  topk_drops_last_valid,   // top-k: drops the largest logit when it sits at the row's last valid position
+  topk_pads_with_masked,   // top-k: fewer valid positions than k: pads with a masked (causal) one
 };
 
 struct Variant {
@@ -76,6 +78,8 @@ struct Variant {
   bool device_memory;     // sets the device-memory flag with no unavailable() of its own
   bool prefill;           // a prefill-only library (ABI 1.4): no decode, the prefill entry under its name
   bool merge;             // a merge-only library (ABI 1.4): no decode, the merge entry under its name
+  bool topk;              // a top-k-only library (ABI 1.4): no decode, the top-k entry under its name
+  bool relative;          // top-k: indices relative to the row's start, declared
 };
 
 constexpr Variant kV{MLA_VARIANT_NAME,         Fault::MLA_VARIANT_FAULT,      MLA_VARIANT_OUT_BF16,
@@ -83,7 +87,8 @@ constexpr Variant kV{MLA_VARIANT_NAME,         Fault::MLA_VARIANT_FAULT,      ML
                      MLA_VARIANT_WRITES_RECIPE, MLA_VARIANT_DECLARES_RECIPES, MLA_VARIANT_BF16_OPERANDS,
                      MLA_VARIANT_PRECISION,    MLA_VARIANT_FLASHINFER,        MLA_VARIANT_DECLARES_CONVENTIONS,
                      MLA_VARIANT_FLASHMLA_SHAPED, MLA_VARIANT_CAN_IMPLEMENT, MLA_VARIANT_BROKEN_CAN_IMPLEMENT,
-                     MLA_VARIANT_DEVICE_MEMORY,  MLA_VARIANT_PREFILL,           MLA_VARIANT_MERGE};
+                     MLA_VARIANT_DEVICE_MEMORY,  MLA_VARIANT_PREFILL,           MLA_VARIANT_MERGE,
+                     MLA_VARIANT_TOPK,         MLA_VARIANT_RELATIVE};
 constexpr bool is(Fault f) { return kV.fault == f; }
 constexpr bool kSteals = is(Fault::reads_catalog) || is(Fault::refuses_unknown) || is(Fault::hides_overflow);
 
@@ -457,6 +462,23 @@ mla_plugin_merge_entry variant_merge_entry() {
 }
 const mla_plugin_merge_entry kVariantMerge = variant_merge_entry();
 
+// ---- top-k ------------------------------------------------------------------------------------
+constexpr TopkDeparture kTopkDeparture{kV.relative, is(Fault::topk_drops_last_valid), is(Fault::topk_pads_with_masked)};
+
+int32_t topk_variant(const mla_plugin_topk_args* args, char* error, size_t error_size) {
+  return topk_with(args, kTopkDeparture, error, error_size);
+}
+
+mla_plugin_topk_entry variant_topk_entry() {
+  mla_plugin_topk_entry e = make_topk_entry();
+  e.name = kV.name;
+  e.description = "example plug-in top-k: exact, " MLA_VARIANT_NAME;
+  e.topk = topk_variant;
+  e.index_base = kV.relative ? MLA_PLUGIN_INDEX_RELATIVE : MLA_PLUGIN_INDEX_ABSOLUTE;
+  return e;
+}
+const mla_plugin_topk_entry kVariantTopk = variant_topk_entry();
+
 // ---- descriptor -------------------------------------------------------------------------------
 // The template's descriptor, and what each variant claims or declares differently.
 mla_plugin_descriptor variant_descriptor() {
@@ -498,10 +520,15 @@ mla_plugin_descriptor variant_descriptor() {
     d.append_formats = 0;
     d.append_scale_fmts = 0;
   }
-  // The template's prefill and merge entries only where the variant is one (their names would
+  // The template's prefill, merge and top-k entries only where the variant is one (their names would
   // repeat in a run certifying several variants); such a variant has no decode.
   d.prefill = nullptr;
   d.merge = nullptr;
+  d.topk = nullptr;
+  if (kV.topk) {
+    d.decode = nullptr;
+    d.topk = &kVariantTopk;
+  }
   if (kV.prefill) {
     d.decode = nullptr;
     d.prefill = &kVariantPrefill;

@@ -1,7 +1,8 @@
 // The template for a kernel of your own behind the plug-in C ABI (mla/plugin/mla_plugin.h): a
-// decode, a cache append and (ABI 1.4) a prefill in the MHA form, slow and plainly right (float64
-// accumulation, one rounding at the end), needing only that header. Copy it, replace decode(),
-// append() and prefill() (or drop the entries you do not have), fill the descriptor, certify:
+// decode, a cache append and (ABI 1.4) a prefill in the MHA form, a merge of attention states and
+// V3.2's top-k, slow and plainly right (float64 accumulation, one rounding at the end), needing
+// only that header. Copy it, replace the entry points (or drop the entries you do not have), fill
+// the descriptor, certify:
 //   g++ -O2 -shared -fPIC -fvisibility=hidden -I kernels/plugin/include my_kernel.cpp -o my_kernel.so
 //   build/ci/tools/mla/mla certify --goldens fixtures/goldens --out report --plugin ./my_kernel.so
 // Built as good_append; its variants (kernels/faults/plugins) include it, so its math exists once.
@@ -405,6 +406,66 @@ mla_plugin_merge_entry make_merge_entry() {
 }
 const mla_plugin_merge_entry kMergeEntry = make_merge_entry();
 
+// ---- top-k (ABI 1.4): V3.2's selection over the indexer's logits --------------------------------
+
+// Where a variant of this template departs from the right top-k (kernels/faults/plugins).
+struct TopkDeparture {
+  bool relative = false;         // indices counted from the row's start (vLLM's), declared
+  bool drops_last_valid = false; // the largest logit is dropped when it sits at the row's last valid position
+  bool pads_with_masked = false; // fewer valid positions than k: pads with masked ones instead of -1
+};
+
+// Exact: each row's valid positions (in range, finite) by descending logit, ties by position;
+// the first min(k, count), then -1.
+int32_t topk_with(const mla_plugin_topk_args* args, const TopkDeparture& dep, char* error, size_t error_size) {
+  if (!args || args->struct_size < sizeof(mla_plugin_topk_args)) {
+    std::snprintf(error, error_size, "top-k arguments from an older host ABI");
+    return MLA_PLUGIN_ERROR;
+  }
+  const mla_plugin_topk_args& a = *args;
+  std::vector<int64_t> valid;
+  for (int64_t r = 0; r < a.rows; ++r) {
+    const float* row = a.logits + r * a.n;
+    const int64_t start = a.starts[r], end = a.ends[r];
+    valid.clear();
+    for (int64_t j = start; j < end; ++j) {
+      if (std::isfinite(row[j])) valid.push_back(j);
+    }
+    std::stable_sort(valid.begin(), valid.end(), [&](int64_t x, int64_t y) { return row[x] > row[y]; });
+    if (dep.drops_last_valid && !valid.empty()) {
+      int64_t last = -1;
+      for (int64_t j = start; j < end; ++j) last = std::isfinite(row[j]) ? j : last;
+      if (valid.front() == last) valid.erase(valid.begin());
+    }
+    int32_t* out = a.indices + r * a.k;
+    for (int32_t i = 0; i < a.k; ++i) {
+      int64_t x = i < static_cast<int32_t>(valid.size()) ? valid[static_cast<std::size_t>(i)] : -1;
+      if (x < 0 && dep.pads_with_masked) {
+        for (int64_t j = start; j < end && x < 0; ++j) x = std::isfinite(row[j]) ? -1 : j;  // the first masked one
+      }
+      out[i] = x < 0 ? -1 : static_cast<int32_t>(dep.relative ? x - start : x);
+    }
+  }
+  return MLA_PLUGIN_OK;
+}
+
+int32_t topk(const mla_plugin_topk_args* args, char* error, size_t error_size) {
+  return topk_with(args, TopkDeparture{}, error, error_size);
+}
+
+// The top-k entry: an implementation of its own, under its own name.
+mla_plugin_topk_entry make_topk_entry() {
+  mla_plugin_topk_entry e{};
+  e.struct_size = sizeof e;
+  e.name = "good_append_topk";
+  e.description = "example plug-in top-k: exact, ties by position";
+  e.num_ks = 0;  // any k
+  e.max_n = 0;   // any row length
+  e.topk = topk; // absolute indices, unordered, float32 comparisons: the canonical declarations
+  return e;
+}
+const mla_plugin_topk_entry kTopkEntry = make_topk_entry();
+
 // Left zero, the declarations (lse base, layout, empty-row value, index numbering, precision) are
 // the canonical conventions: a kernel that differs must declare it, or be judged wrong.
 mla_plugin_descriptor make_descriptor() {
@@ -430,6 +491,7 @@ mla_plugin_descriptor make_descriptor() {
   d.append_scale_fmts = MLA_PLUGIN_SCALE_FP32 | MLA_PLUGIN_SCALE_UE8M0;
   d.prefill = &kPrefillEntry;  // 1.4: certified as good_append_prefill
   d.merge = &kMergeEntry;      // 1.4: certified as good_append_merge
+  d.topk = &kTopkEntry;        // 1.4: certified as good_append_topk
   return d;
 }
 

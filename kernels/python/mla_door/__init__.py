@@ -12,9 +12,10 @@ certifier validates the declaration, decides what to run, owns every input and o
 and judges the results; this package only runs in the certifier's child process, calls the
 kernel and writes nothing but the outputs (and a bounded message) back.
 
-A kernel may also have a prefill in the MHA form (`Prefill`) and a merge of two attention states
-(`Merge`; their docstrings have the signatures), each certified as an implementation of its own;
-a kernel without a decode leaves `decode` out.
+A kernel may also have a prefill in the MHA form (`Prefill`), a merge of two attention states
+(`Merge`) and V3.2's top-k over the indexer's logits (`Topk`; their docstrings have the
+signatures), each certified as an implementation of its own; a kernel without a decode leaves
+`decode` out.
 
 The one signature of a decode:
 
@@ -242,6 +243,38 @@ class Merge:
 
 
 @dataclass(frozen=True)
+class TopkCall:
+    """What a top-k is told besides its tensors."""
+
+    rows: int
+    n: int
+    k: int
+
+
+@dataclass(frozen=True)
+class Topk:
+    """V3.2's top-k selection over the indexer's logits: its own implementation in the certificate.
+
+        topk(logits, starts, ends, indices, call) -> None
+
+        logits   torch.float32 [rows, n]; row r's valid positions are [starts[r], ends[r]) with a
+                 finite logit (-inf: masked); outside the range anything, NaN included: never read
+        starts, ends  torch.int32 [rows]
+        indices  torch.int32 [rows, k]: WRITE EVERY ELEMENT: min(k, valid) distinct valid positions
+                 of the row's k largest, then -1
+        call     a `TopkCall`"""
+
+    name: str                                   # [a-z0-9_]+, not another entry's
+    description: str
+    topk: Callable
+    ks: Tuple[int, ...] = ()                    # the k it supports; empty: any
+    max_n: int = 0                              # the longest row; 0: any
+    index_base: str = "absolute"                # "absolute" | "relative" (to the row's start: vLLM's)
+    sorted: bool = False                        # True: by descending logit (then held to it)
+    precision: str = "f32"                      # "f32" | "bf16": what its comparisons see
+
+
+@dataclass(frozen=True)
 class Kernel:
     name: str                                   # [a-z0-9_]+
     version: str
@@ -260,6 +293,8 @@ class Kernel:
     prefill: Optional[Prefill] = None
     # Optional: a merge of two attention states, certified as an implementation of its own.
     merge: Optional[Merge] = None
+    # Optional: V3.2's top-k over the indexer's logits, certified as an implementation of its own.
+    topk: Optional[Topk] = None
 
 
 def describe(k: Kernel) -> dict:
@@ -292,6 +327,15 @@ def describe(k: Kernel) -> dict:
             "dtypes": list(k.merge.dtypes),
             "head_dims": list(k.merge.head_dims),
             "conventions": dataclasses.asdict(k.merge.conventions),
+        },
+        "topk": None if k.topk is None else {
+            "name": k.topk.name,
+            "description": k.topk.description,
+            "ks": list(k.topk.ks),
+            "max_n": k.topk.max_n,
+            "index_base": k.topk.index_base,
+            "sorted": k.topk.sorted,
+            "precision": k.topk.precision,
         },
     }
 

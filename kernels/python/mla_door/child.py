@@ -418,20 +418,28 @@ def call(args):
 
 def call_entry(args, plan):
     """The calls of an entry-calls plan (certify/src/isolation/entry_calls.hpp): the kernel's
-    prefill or merge, each call on its own out and lse, stopping after each so the certifier can
-    audit it."""
+    prefill, merge or top-k, each call on its own outputs, stopping after each so the certifier
+    can audit it."""
     mm, ctl = open_arena(plan)
     loaded = load_for_calls(args.spec, ctl)
     if loaded is None:
         return 0
     torch, k = loaded
     entry = plan["entry"]
-    if getattr(k, entry, None) is None or entry not in ("prefill", "merge"):
+    if getattr(k, entry, None) is None or entry not in ("prefill", "merge", "topk"):
         ctl.setup(STATE_ERROR, f"the certifier asks for the kernel's {entry} entry, which it does not have")
         return 0
     view = region_view(torch, mm, plan)
     a, inp = plan["args"], plan["inputs"]
     cuda = k.backend == "cuda"
+    if entry == "topk":
+        t = k.topk
+        rows, n, kk = a["rows"], a["n"], a["k"]
+        inputs = [view(inp["logits"], torch.float32, (rows, n)), view(inp["starts"], torch.int32, (rows,)),
+                  view(inp["ends"], torch.int32, (rows,))]
+        info = mla_door.TopkCall(rows=rows, n=n, k=kk)
+        return make_entry_calls(torch, ctl, plan, cuda, lambda *x: t.topk(*x, info), inputs,
+                                lambda regions: [view(regions[0], torch.int32, (rows, kk))])
     if entry == "merge":
         m = k.merge
         n, h, d = a["tokens"], a["heads"], a["head_dim"]

@@ -16,6 +16,7 @@
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
+#include "mla/core/topk.hpp"
 #include "mla/plugin/host.hpp"
 
 namespace mla::certify {
@@ -50,6 +51,7 @@ inline constexpr const char* kEntryCalls = "entry-calls";
 inline constexpr const char* kEntryAppend = "append";
 inline constexpr const char* kEntryPrefill = "prefill";
 inline constexpr const char* kEntryMerge = "merge";
+inline constexpr const char* kEntryTopk = "topk";
 inline constexpr const char* kPluginDescription = "plugin-description";
 inline constexpr const char* kClaimQuery = "claim-query";
 inline constexpr const char* kClaimAnswers = "claim-answers";
@@ -68,6 +70,7 @@ struct PluginDescription {
   bool decodes = true;                                 // has the decode entry point (1.4: may not)
   std::optional<PrefillKernelInfo> prefill;            // the 1.4 prefill entry, as validated
   std::optional<MergeKernelInfo> merge;                // the 1.4 merge entry, as validated
+  std::optional<TopkKernelInfo> topk;                  // the 1.4 top-k entry, as validated
 };
 wire::Message encode(const PluginDescription& d);
 PluginDescription decode_plugin_description(const wire::Message& m);

@@ -13,6 +13,7 @@
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
+#include "mla/core/topk.hpp"
 
 namespace mla::certify {
 
@@ -27,6 +28,8 @@ struct PythonDeclaration {
   std::optional<PrefillKernelInfo> prefill;
   // Its merge entry ("merge": null or an object), the same way (plugin::merge_info_from).
   std::optional<MergeKernelInfo> merge;
+  // Its top-k entry ("topk": null or an object), the same way (plugin::topk_info_from).
+  std::optional<TopkKernelInfo> topk;
 };
 
 // Throws mla::Error naming the field and its value ("declaration field 'caps.heads' range [0, 128]

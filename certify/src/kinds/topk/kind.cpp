@@ -3,7 +3,11 @@
 // base (topk_outputs_to_canonical) and judged by judge_topk (judge/topk.hpp) against the logits
 // it was given, with the tolerance entry of its declared logits precision. It has no stored
 // family: a selection's truth is its input, so a stored case would only be one more drawn case
-// that a kernel could be tuned to. Its kernels run in this process (no child transport yet).
+// that a kernel could be tuned to. Registered kernels run in this process; an external kernel's
+// top-k (a plug-in's entry, ABI 1.4, or a Python kernel's) in a child on shared buffers this
+// process lays out and audits (isolation/entry_calls.hpp).
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "kinds/kinds.hpp"
@@ -15,6 +19,46 @@
 namespace mla::certify {
 namespace {
 
+class ExternalTopk final : public TopkImpl {
+ public:
+  explicit ExternalTopk(TopkKernelInfo info) : info_(std::move(info)) {}
+  const TopkKernelInfo& info() const override { return info_; }
+  std::unique_ptr<PreparedTopk> prepare(const TopkInputs&) const override {
+    throw Error(fmt::format("{} is an external top-k: it runs in a child process, never in the certifier", info_.name));
+  }
+
+ private:
+  TopkKernelInfo info_;
+};
+
+template <class T>
+std::span<const uint8_t> bytes_of(std::span<const T> v) {
+  return {reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()};
+}
+
+// The calls of an external kernel's top-k in a child: call 1's indices (in its index base).
+InProcessRun<TopkOutputs> run_topk_in_child(Session& s, const Implementation& k, const TopkInputs& in,
+                                            const std::string& tag, bool& host_caused) {
+  const auto n_idx = static_cast<std::size_t>(in.shape.rows) * static_cast<std::size_t>(in.shape.k);
+  EntryCalls plan;
+  plan.entry = kEntryTopk;
+  plan.inputs = {{"logits", bytes_of(in.logits), false, 4},
+                 {"starts", bytes_of(in.starts), false, 4},
+                 {"ends", bytes_of(in.ends), false, 4}};
+  plan.per_call = {{"indices", {}, false, 4, std::max<std::size_t>(n_idx * 4, 1)}};
+  plan.args = {{"rows", in.shape.rows}, {"n", in.shape.n}, {"k", in.shape.k}};
+  return external_run<TopkOutputs>(run_entry_in_child(s, k, plan, tag), host_caused, [&](const auto& b) {
+    TopkOutputs o;
+    o.indices.resize(n_idx);
+    for (std::size_t i = 0; i < n_idx; ++i) {
+      int32_t x;
+      std::memcpy(&x, b[0].data() + 4 * i, 4);
+      o.indices[i] = x;
+    }
+    return o;
+  });
+}
+
 // The row of `k` on one drawn case: NOT_CLAIMED with its check()'s reason, else its calls in
 // this process judged by judge_topk.
 reports::CaseResult topk_row(Session& s, const Implementation& k, const DrawnTopk& c) {
@@ -23,12 +67,20 @@ reports::CaseResult topk_row(Session& s, const Implementation& k, const DrawnTop
   r.shape = {{"rows", in.shape.rows}, {"n", in.shape.n}, {"k", in.shape.k}};
   const TopkImpl& impl = *k.topk;
   if (!claimed_with_cost(r, impl, in.shape, in)) return r;
-  auto run = call_in_process<PreparedTopk, TopkOutputs>(
-      [&] { return impl.prepare(in); }, in_process_calls(s), [&] {
-        std::string d;
-        add_digest(d, in.logits), add_digest(d, in.starts), add_digest(d, in.ends);
-        return d;
-      });
+  bool host_caused = false;
+  auto run = k.external ? run_topk_in_child(s, k, in, fmt::format("topk-{}-{:x}", k.info.name, hash_text(0, c.name)),
+                                            host_caused)
+                        : call_in_process<PreparedTopk, TopkOutputs>(
+                              [&] { return impl.prepare(in); }, in_process_calls(s), [&] {
+                                std::string d;
+                                add_digest(d, in.logits), add_digest(d, in.starts), add_digest(d, in.ends);
+                                return d;
+                              });
+  if (host_caused) {
+    r.verdict = tol::Verdict::host_error;
+    r.reasons.push_back(run.message);
+    return r;
+  }
   judge_in_process<TopkOutputs>(r, run, [&](reports::CaseResult&) {
     // The one boundary between the kernel's index base and the canonical (absolute) one.
     const auto& info = impl.info();
@@ -53,6 +105,10 @@ class TopkKind final : public DrawnOnlyKind {
 };
 
 }  // namespace
+
+std::shared_ptr<const TopkImpl> external_topk(TopkKernelInfo info) {
+  return std::make_shared<ExternalTopk>(std::move(info));
+}
 
 const CaseKind& topk_kind() {
   static const TopkKind kind;

@@ -3,6 +3,7 @@
 // drawn one cannot be learnt).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,11 @@ struct DrawnTopk {
   std::string name, description;
   TopkBuffers inputs;
 };
+
+// An external kernel's top-k entry (a plug-in's, ABI 1.4, or a Python kernel's) as the top-k
+// kind sees it: its declared info and the default check() and cost(). Its calls are made in
+// child processes, never through prepare() (which throws).
+std::shared_ptr<const TopkImpl> external_topk(TopkKernelInfo info);
 
 // topk/fresh.cpp: per k it claims (none claimed: 2048, V3.2's index_topk, and 64), a case with
 // rows longer than k and one whose every row is shorter than k, each holding every edge row of

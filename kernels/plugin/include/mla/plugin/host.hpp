@@ -21,6 +21,7 @@
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
+#include "mla/core/topk.hpp"
 #include "mla/plugin/mla_plugin.h"
 
 namespace mla::plugin {
@@ -78,6 +79,9 @@ class Library {
   // The merge entry (1.4), the same way.
   const std::optional<MergeKernelInfo>& merge_info() const { return merge_info_; }
   mla_plugin_merge_fn merge() const { return merge_; }
+  // The top-k entry (1.4), the same way.
+  const std::optional<TopkKernelInfo>& topk_info() const { return topk_info_; }
+  mla_plugin_topk_fn topk() const { return topk_; }
 
   // The plug-in's own answer on a shape and its lengths (can_implement; a 1.2 plug-in does not
   // read the lengths): ok, or unsupported with its reason,
@@ -106,6 +110,8 @@ class Library {
   mla_plugin_prefill_fn prefill_ = nullptr;
   std::optional<MergeKernelInfo> merge_info_;
   mla_plugin_merge_fn merge_ = nullptr;
+  std::optional<TopkKernelInfo> topk_info_;
+  mla_plugin_topk_fn topk_ = nullptr;
 };
 
 // The prefill entry's claims, conventions and precision class in the prefill kind's terms.
@@ -113,6 +119,8 @@ class Library {
 PrefillKernelInfo prefill_info_from(const mla_plugin_prefill_entry& e);
 // The merge entry's claims and conventions in the merge kind's terms; the same.
 MergeKernelInfo merge_info_from(const mla_plugin_merge_entry& e);
+// The top-k entry's claims and conventions in the top-k kind's terms; the same.
+TopkKernelInfo topk_info_from(const mla_plugin_topk_entry& e);
 
 // One append call's scalars, in the C ABI's terms.
 struct AppendCallShape {
@@ -173,6 +181,10 @@ int32_t call_prefill(const Library& lib, const PrefillInputs& in, void* out, std
 int32_t call_merge(const Library& lib, const MergeInputs& in, void* out, std::size_t out_bytes, void* lse,
                    std::size_t lse_bytes, char* error, std::size_t error_size,
                    std::vector<std::string>* device_findings, mla_plugin_merge_fn merge = nullptr);
+
+// One top-k call (1.4) on buffers the caller owns and audits, as call_prefill.
+int32_t call_topk(const Library& lib, const TopkInputs& in, int32_t* indices, std::size_t indices_bytes, char* error,
+                  std::size_t error_size, std::vector<std::string>* device_findings, mla_plugin_topk_fn topk = nullptr);
 
 // The canary byte at offset `i` of a device buffer's guard region: varied, so that no single
 // written value (0, a NaN pattern, 0xFF) can match a run of it by accident.

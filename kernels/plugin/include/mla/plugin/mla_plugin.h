@@ -1,5 +1,6 @@
 /* mla_plugin.h — the C ABI of an external MLA kernel: attention-core decode, cache append and
- * (from 1.4) prefill in the MHA form and the merge of attention states; version 1.4.
+ * (from 1.4) prefill in the MHA form, the merge of attention states and the indexer's top-k;
+ * version 1.4.
  *
  * A plug-in is a shared library that exports one function, mla_plugin_get_descriptor, returning
  * a descriptor: who it is (name, version), what it claims to support (cache formats, head and
@@ -51,14 +52,15 @@
  * can say so before it is called. A shape it accepts and then refuses when called is a broken
  * claim: FAIL, with its words.
  *
- * Revision 1.4 adds two more kinds of kernel: PREFILL in the MHA form (mla/core/prefill.hpp; what
- * FlashAttention's varlen forward, FlashInfer's ragged prefill and FlashMLA's dense prefill
- * compute) and the MERGE of two partial attention states (mla/core/merge.hpp; vLLM's
- * merge_attn_states, FlashInfer's merge_state). The descriptor points to an
- * `mla_plugin_prefill_entry` and/or an `mla_plugin_merge_entry`, structs of their own with their
- * own struct_size, name, claims, conventions and entry point; each is certified as its own
- * implementation, under its own name, beside the decode. With either entry, decode may be NULL
- * (a library without a decode); `caps` is then ignored.
+ * Revision 1.4 adds three more kinds of kernel: PREFILL in the MHA form (mla/core/prefill.hpp;
+ * what FlashAttention's varlen forward, FlashInfer's ragged prefill and FlashMLA's dense prefill
+ * compute), the MERGE of two partial attention states (mla/core/merge.hpp; vLLM's
+ * merge_attn_states, FlashInfer's merge_state) and V3.2's TOP-K selection over the indexer's
+ * logits (mla/core/topk.hpp; vLLM's and FlashInfer's top-k). The descriptor points to an
+ * `mla_plugin_prefill_entry`, an `mla_plugin_merge_entry` and/or an `mla_plugin_topk_entry`,
+ * structs of their own with their own struct_size, name, claims, conventions and entry point;
+ * each is certified as its own implementation, under its own name, beside the decode. With any
+ * of them, decode may be NULL (a library without a decode); `caps` is then ignored.
  *
  * Data layouts are those of fixtures/SCHEMA.md and of mla::AttnInputs: a bf16 absorbed query, a
  * paged latent cache (bf16: 576 bf16 values per token; fp8: the 656-byte V3.2 token), a block
@@ -79,7 +81,7 @@ extern "C" {
 #define MLA_PLUGIN_ABI_VERSION 1u
 #define MLA_PLUGIN_ABI_MINOR 4u /* 1.1: append entry point, device memory flag; 1.2: conventions,
                                    precision class, FP8 recipes, can_implement; 1.3: lengths in
-                                   can_implement's shape; 1.4: the prefill and merge entries */
+                                   can_implement's shape; 1.4: the prefill, merge and top-k entries */
 #define MLA_PLUGIN_ENTRY_SYMBOL "mla_plugin_get_descriptor"
 
 /* Cache formats (bit mask in capabilities, a single bit in decode arguments). */
@@ -369,6 +371,50 @@ typedef struct mla_plugin_merge_entry {
   mla_plugin_merge_fn merge; /* required */
 } mla_plugin_merge_entry;
 
+/* ---- 1.4: top-k over the indexer's logits -------------------------------------------------------
+ *
+ * logits [rows, n] float32 row-major; row r's valid positions are those in [starts[r], ends[r])
+ * whose logit is finite (-inf: masked); outside the range the logits may hold anything, NaN
+ * included, and are never to be read. Output indices [rows, k] int32: min(k, valid positions)
+ * distinct valid positions of the row's k largest, then -1 padding up to k. Near-ties are judged
+ * within the tolerance of the declared logits precision; a clear top-k member dropped, a masked
+ * or out-of-range position, or a duplicate always fails. */
+
+#define MLA_PLUGIN_MAX_KS 16
+
+#define MLA_PLUGIN_INDEX_ABSOLUTE 0u /* indices are columns of the logits row (canonical) */
+#define MLA_PLUGIN_INDEX_RELATIVE 1u /* indices count from the row's start (vLLM's radix top-k) */
+
+#define MLA_PLUGIN_LOGITS_F32 0u  /* compares the given float32 logits (canonical) */
+#define MLA_PLUGIN_LOGITS_BF16 1u /* compares them rounded to bfloat16 (a 16-bit radix pass) */
+
+typedef struct mla_plugin_topk_args {
+  uint32_t struct_size; /* sizeof(mla_plugin_topk_args) as the host compiled it */
+  int64_t rows, n;
+  int32_t k;
+  const float* logits;    /* [rows, n] */
+  const int32_t* starts;  /* [rows] */
+  const int32_t* ends;    /* [rows] */
+  int32_t* indices;       /* [rows, k]: write every element */
+  void* stream;           /* as in mla_plugin_decode_args */
+} mla_plugin_topk_args;
+
+typedef int32_t (*mla_plugin_topk_fn)(const mla_plugin_topk_args* args, char* error, size_t error_size);
+
+/* The top-k entry (1.4): its own implementation in the certificate. */
+typedef struct mla_plugin_topk_entry {
+  uint32_t struct_size; /* sizeof(mla_plugin_topk_entry) as the plug-in compiled it */
+  const char* name;     /* [a-z0-9_]+, unlike every other entry's */
+  const char* description;
+  int32_t num_ks;       /* 0: any k >= 1; else the first num_ks entries of ks */
+  int32_t ks[MLA_PLUGIN_MAX_KS];
+  int64_t max_n;        /* the longest row it takes; 0: any */
+  uint32_t index_base;  /* MLA_PLUGIN_INDEX_ABSOLUTE or _RELATIVE */
+  uint32_t sorted;      /* 0, or 1: the selection comes by descending logit (then held to it) */
+  uint32_t logits_precision; /* MLA_PLUGIN_LOGITS_F32 or _BF16 */
+  mla_plugin_topk_fn topk; /* required */
+} mla_plugin_topk_entry;
+
 /* Returns MLA_PLUGIN_OK, or another code with a NUL-terminated message in error[0..error_size). */
 typedef int32_t (*mla_plugin_decode_fn)(const mla_plugin_decode_args* args, char* error, size_t error_size);
 
@@ -395,7 +441,7 @@ typedef struct mla_plugin_descriptor {
   const char* backend;  /* "cpu" or "cuda" */
   int32_t out_dtype;    /* MLA_PLUGIN_OUT_F32 or MLA_PLUGIN_OUT_BF16 */
   mla_plugin_capabilities caps;
-  mla_plugin_decode_fn decode;           /* required, unless a 1.4 prefill or merge entry is given */
+  mla_plugin_decode_fn decode;           /* required, unless a 1.4 prefill, merge or top-k entry is given */
   mla_plugin_unavailable_fn unavailable; /* optional, may be NULL */
   /* ---- 1.1 (read only when struct_size covers them) ---- */
   uint32_t abi_minor;         /* MLA_PLUGIN_ABI_MINOR the plug-in was compiled against */
@@ -417,6 +463,7 @@ typedef struct mla_plugin_descriptor {
   /* ---- 1.4 (read only when struct_size covers them; NULL: no such entry) ---- */
   const mla_plugin_prefill_entry* prefill; /* optional; valid while the library is loaded */
   const mla_plugin_merge_entry* merge;     /* optional; valid while the library is loaded */
+  const mla_plugin_topk_entry* topk;       /* optional; valid while the library is loaded */
 } mla_plugin_descriptor;
 
 /* Whether a struct whose struct_size is `size` contains `field` entirely. */
@@ -430,6 +477,7 @@ typedef struct mla_plugin_descriptor {
 #define MLA_PLUGIN_PREFILL_ENTRY_V1_4_SIZE \
   (offsetof(mla_plugin_prefill_entry, prefill) + sizeof(mla_plugin_prefill_fn))
 #define MLA_PLUGIN_MERGE_ENTRY_V1_4_SIZE (offsetof(mla_plugin_merge_entry, merge) + sizeof(mla_plugin_merge_fn))
+#define MLA_PLUGIN_TOPK_ENTRY_V1_4_SIZE (offsetof(mla_plugin_topk_entry, topk) + sizeof(mla_plugin_topk_fn))
 
 /* The one exported symbol. `host_abi_version` is the host's MLA_PLUGIN_ABI_VERSION; a plug-in
  * that cannot serve it returns NULL. The descriptor must stay valid while the library is loaded. */

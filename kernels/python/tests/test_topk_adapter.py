@@ -1,0 +1,74 @@
+"""vLLM's top-k adapter over the CPU stand-in of top_k_per_row_prefill, called as the certifier
+calls it (relative indices made absolute), against an exact selection on rows with masked (-inf)
+positions, NaN outside the valid range, fewer valid positions than k and a row with no range;
+each stand-in bug is caught; the declaration is in the host's words; without vllm the kernel is
+unavailable with the reason."""
+import importlib.util
+import math
+
+import pytest
+import torch
+
+import mla_door
+import vllm_topk_cpu
+from mla_door.adapters import vllm_topk
+
+
+def rows(seed, n=300, k=64):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(5, n, generator=g)
+    starts = torch.tensor([0, 10, 50, 7, 100], dtype=torch.int32)
+    ends = torch.tensor([n, 200, 90, 7, 130], dtype=torch.int32)
+    logits[1, 150:] = -math.inf              # masked positions inside the range
+    logits[2, :50] = math.nan                # outside the range: never read
+    logits[4, 100:125] = -math.inf           # fewer valid positions (5) than k
+    return logits, starts, ends, k
+
+
+def selected(kernel, logits, starts, ends, k):
+    idx = torch.full((logits.shape[0], k), 123456, dtype=torch.int32)
+    kernel.topk.topk(logits, starts, ends, idx, mla_door.TopkCall(rows=logits.shape[0], n=logits.shape[1], k=k))
+    out = []
+    for r in range(logits.shape[0]):
+        row = [int(x) for x in idx[r] if x >= 0]
+        base = int(starts[r]) if kernel.topk.index_base == "relative" else 0
+        out.append(sorted(x + base for x in row))
+        assert all(int(x) == -1 for x in idx[r][len(row):]), "padding is -1 and trails"
+    return out
+
+
+def exact(logits, starts, ends, k):
+    out = []
+    for r in range(logits.shape[0]):
+        s, e = int(starts[r]), int(ends[r])
+        valid = [j for j in range(s, e) if math.isfinite(float(logits[r, j]))]
+        valid.sort(key=lambda j: -float(logits[r, j]))
+        out.append(sorted(valid[:k]))
+    return out
+
+
+def test_adapter_over_the_standin_selects_exactly():
+    case = rows(1)
+    assert selected(vllm_topk_cpu.KERNEL, *case) == exact(*case)
+
+
+@pytest.mark.parametrize("kernel", [vllm_topk_cpu.BUG_ABSOLUTE, vllm_topk_cpu.BUG_KEEPS_MASKED], ids=lambda k: k.name)
+def test_each_standin_bug_is_caught(kernel):
+    case = rows(2)
+    assert selected(kernel, *case) != exact(*case)
+
+
+def test_declaration_is_in_the_hosts_words():
+    d = mla_door.describe(vllm_topk_cpu.KERNEL)
+    assert d["decode"] is False and d["topk"]["name"] == "vllm_topk_cpu_standin"
+    assert d["topk"]["index_base"] == "relative" and d["topk"]["sorted"] is False
+    assert d["topk"]["ks"] == [2048] and d["topk"]["precision"] == "f32"
+
+
+def test_without_vllm_every_case_is_skipped_with_the_reason():
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here: the device check certifies it")
+    k = vllm_topk.kernel()
+    why = k.unavailable()
+    assert why and "vllm._C" in why and "does not import" in why
+    assert k.backend == "cuda"

@@ -106,11 +106,16 @@ class Phases:
         names, kernels_why = self.kernels()
         if a.rehearse:
             plugin = s.standin_plugin
-            py_kernels = ["--python", f"{s.door}/examples/flashmla_cpu.py:KERNEL", "--python", f"{s.door}/examples/flashinfer_cpu.py:KERNEL"]
+            py_kernels = ["--python", f"{s.door}/examples/flashmla_cpu.py:KERNEL", "--python", f"{s.door}/examples/flashinfer_cpu.py:KERNEL",
+                          "--python", f"{s.door}/examples/flash_attn_cpu.py:FA3", "--python", f"{s.door}/examples/merge_cpu.py:VLLM",
+                          "--python", f"{s.door}/examples/vllm_topk_cpu.py:KERNEL"]
             note = "rehearsed with stand-ins: "
         else:
             plugin = s.cuda_plugin
-            py_kernels = ["--python", "mla_door.adapters.flashmla:kernel", "--python", "mla_door.adapters.flashinfer:kernel"]
+            # The field's libraries as they are, each SKIPPED with its import error where absent.
+            py_kernels = [x for spec in ("flashmla:kernel", "flashinfer:kernel", "flash_attn:fa2", "flash_attn:fa3",
+                                         "merge_states:vllm", "merge_states:flashinfer", "vllm_topk:kernel")
+                          for x in ("--python", f"mla_door.adapters.{spec}")]
             note = ""
         results, threads = {}, []
 

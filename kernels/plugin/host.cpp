@@ -530,11 +530,65 @@ int32_t call_decode(const Library& lib, const AttnInputs& in, void* out, std::si
   return rc;
 }
 
+namespace {
+
+// The host side of one call of a 1.4 entry point: for a device-memory plug-in, device copies of
+// every buffer (each output copied back into the caller's after the call) and the device-side
+// audit's findings handed on; for a host-memory one the caller's buffers as they are. The error
+// buffer is cleared before and NUL-terminated after the call.
+class EntryCall {
+ public:
+  explicit EntryCall(const Library& lib) {
+    if (lib.device_memory()) dev_ = std::make_unique<detail::DeviceCall>();
+  }
+  void* stream() const { return dev_ ? dev_->stream() : nullptr; }  // NULL: host memory, finished on return
+  template <class T>
+  const T* input(const char* name, std::span<const T> host) {
+    if (!dev_) return host.data();
+    ++added_;
+    return static_cast<const T*>(
+        dev_->add(name, {reinterpret_cast<const uint8_t*>(host.data()), host.size_bytes()}, detail::DeviceCall::Role::input));
+  }
+  void* output(const char* name, void* host, std::size_t bytes) {
+    if (!dev_) return host;
+    outputs_.push_back({added_++, host, bytes});
+    return dev_->add(name, {static_cast<const uint8_t*>(host), bytes}, detail::DeviceCall::Role::output);
+  }
+  template <class Args>
+  int32_t call(int32_t (*fn)(const Args*, char*, size_t), const Args& a, char* error, std::size_t error_size,
+               std::vector<std::string>* device_findings) {
+    if (error_size > 0) error[0] = '\0';
+    const int32_t rc = fn(&a, error, error_size);
+    if (error_size > 0) error[error_size - 1] = '\0';
+    if (dev_) {
+      auto findings = dev_->finish();
+      if (device_findings) {
+        for (auto& f : findings) device_findings->push_back(std::move(f));
+      }
+      for (const auto& o : outputs_) std::memcpy(o.host, dev_->result(o.index).data(), o.bytes);
+    }
+    return rc;
+  }
+
+ private:
+  struct Output {
+    std::size_t index;
+    void* host;
+    std::size_t bytes;
+  };
+  std::unique_ptr<detail::DeviceCall> dev_;
+  std::vector<Output> outputs_;
+  std::size_t added_ = 0;  // the DeviceCall's buffer index of the next add
+};
+
+}  // namespace
+
 int32_t call_prefill(const Library& lib, const PrefillInputs& in, void* out, std::size_t out_bytes, void* lse,
                      std::size_t lse_bytes, char* error, std::size_t error_size, std::vector<std::string>* device_findings,
                      mla_plugin_prefill_fn prefill) {
   if (!lib.prefill()) throw PluginError(fmt::format("plug-in {} has no prefill entry point", lib.info().name));
   const auto& s = in.shape;
+  EntryCall c(lib);
   mla_plugin_prefill_args a{};
   a.struct_size = sizeof a;
   a.batch = s.batch;
@@ -545,42 +599,15 @@ int32_t call_prefill(const Library& lib, const PrefillInputs& in, void* out, std
   a.d_v = s.d_v;
   a.causal = s.causal ? 1 : 0;
   a.softmax_scale = in.softmax_scale;
-  a.q = in.q.data();
-  a.k = in.k.data();
-  a.v = in.v.data();
-  a.cu_seqlens_q = in.cu_seqlens_q.data();
-  a.cu_seqlens_k = in.cu_seqlens_k.data();
-  a.out = out;
-  a.lse = static_cast<float*>(lse);
-  a.stream = nullptr;  // host memory: the plug-in finishes before it returns
-  std::unique_ptr<detail::DeviceCall> dev;
-  if (lib.device_memory()) {
-    using Role = detail::DeviceCall::Role;
-    dev = std::make_unique<detail::DeviceCall>();
-    auto add = [&](const char* name, auto v) {
-      return dev->add(name, {reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()}, Role::input);
-    };
-    a.q = static_cast<const uint16_t*>(add("q", in.q));
-    a.k = static_cast<const uint16_t*>(add("k", in.k));
-    a.v = static_cast<const uint16_t*>(add("v", in.v));
-    a.cu_seqlens_q = static_cast<const int32_t*>(add("cu_seqlens_q", in.cu_seqlens_q));
-    a.cu_seqlens_k = static_cast<const int32_t*>(add("cu_seqlens_k", in.cu_seqlens_k));
-    a.out = dev->add("out", {static_cast<const uint8_t*>(out), out_bytes}, Role::output);
-    a.lse = static_cast<float*>(dev->add("lse", {static_cast<const uint8_t*>(lse), lse_bytes}, Role::output));
-    a.stream = dev->stream();
-  }
-  if (error_size > 0) error[0] = '\0';
-  const int32_t rc = (prefill ? prefill : lib.prefill())(&a, error, error_size);
-  if (error_size > 0) error[error_size - 1] = '\0';
-  if (dev) {
-    auto findings = dev->finish();
-    if (device_findings) {
-      for (auto& f : findings) device_findings->push_back(std::move(f));
-    }
-    std::memcpy(out, dev->result(5).data(), out_bytes);
-    std::memcpy(lse, dev->result(6).data(), lse_bytes);
-  }
-  return rc;
+  a.q = c.input("q", in.q);
+  a.k = c.input("k", in.k);
+  a.v = c.input("v", in.v);
+  a.cu_seqlens_q = c.input("cu_seqlens_q", in.cu_seqlens_q);
+  a.cu_seqlens_k = c.input("cu_seqlens_k", in.cu_seqlens_k);
+  a.out = c.output("out", out, out_bytes);
+  a.lse = static_cast<float*>(c.output("lse", lse, lse_bytes));
+  a.stream = c.stream();
+  return c.call(prefill ? prefill : lib.prefill(), a, error, error_size, device_findings);
 }
 
 int32_t call_merge(const Library& lib, const MergeInputs& in, void* out, std::size_t out_bytes, void* lse,
@@ -588,6 +615,7 @@ int32_t call_merge(const Library& lib, const MergeInputs& in, void* out, std::si
                    mla_plugin_merge_fn merge) {
   if (!lib.merge()) throw PluginError(fmt::format("plug-in {} has no merge entry point", lib.info().name));
   const auto& s = in.shape;
+  EntryCall c(lib);
   mla_plugin_merge_args a{};
   a.struct_size = sizeof a;
   a.tokens = s.tokens;
@@ -595,80 +623,31 @@ int32_t call_merge(const Library& lib, const MergeInputs& in, void* out, std::si
   a.head_dim = s.head_dim;
   a.dtype = s.dtype == StateDType::bf16 ? MLA_PLUGIN_STATE_BF16 : s.dtype == StateDType::f16 ? MLA_PLUGIN_STATE_F16
                                                                                              : MLA_PLUGIN_STATE_F32;
-  a.out_a = in.out_a.data();
-  a.lse_a = in.lse_a.data();
-  a.out_b = in.out_b.data();
-  a.lse_b = in.lse_b.data();
-  a.out = out;
-  a.lse = static_cast<float*>(lse);
-  a.stream = nullptr;  // host memory: the plug-in finishes before it returns
-  std::unique_ptr<detail::DeviceCall> dev;
-  if (lib.device_memory()) {
-    using Role = detail::DeviceCall::Role;
-    dev = std::make_unique<detail::DeviceCall>();
-    auto add = [&](const char* name, auto v) {
-      return dev->add(name, {reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()}, Role::input);
-    };
-    a.out_a = add("out_a", in.out_a);
-    a.lse_a = static_cast<const float*>(add("lse_a", in.lse_a));
-    a.out_b = add("out_b", in.out_b);
-    a.lse_b = static_cast<const float*>(add("lse_b", in.lse_b));
-    a.out = dev->add("out", {static_cast<const uint8_t*>(out), out_bytes}, Role::output);
-    a.lse = static_cast<float*>(dev->add("lse", {static_cast<const uint8_t*>(lse), lse_bytes}, Role::output));
-    a.stream = dev->stream();
-  }
-  if (error_size > 0) error[0] = '\0';
-  const int32_t rc = (merge ? merge : lib.merge())(&a, error, error_size);
-  if (error_size > 0) error[error_size - 1] = '\0';
-  if (dev) {
-    auto findings = dev->finish();
-    if (device_findings) {
-      for (auto& f : findings) device_findings->push_back(std::move(f));
-    }
-    std::memcpy(out, dev->result(4).data(), out_bytes);
-    std::memcpy(lse, dev->result(5).data(), lse_bytes);
-  }
-  return rc;
+  a.out_a = c.input("out_a", in.out_a);
+  a.lse_a = c.input("lse_a", in.lse_a);
+  a.out_b = c.input("out_b", in.out_b);
+  a.lse_b = c.input("lse_b", in.lse_b);
+  a.out = c.output("out", out, out_bytes);
+  a.lse = static_cast<float*>(c.output("lse", lse, lse_bytes));
+  a.stream = c.stream();
+  return c.call(merge ? merge : lib.merge(), a, error, error_size, device_findings);
 }
 
 int32_t call_topk(const Library& lib, const TopkInputs& in, int32_t* indices, std::size_t indices_bytes, char* error,
                   std::size_t error_size, std::vector<std::string>* device_findings, mla_plugin_topk_fn topk) {
   if (!lib.topk()) throw PluginError(fmt::format("plug-in {} has no top-k entry point", lib.info().name));
+  EntryCall c(lib);
   mla_plugin_topk_args a{};
   a.struct_size = sizeof a;
   a.rows = in.shape.rows;
   a.n = in.shape.n;
   a.k = in.shape.k;
-  a.logits = in.logits.data();
-  a.starts = in.starts.data();
-  a.ends = in.ends.data();
-  a.indices = indices;
-  a.stream = nullptr;  // host memory: the plug-in finishes before it returns
-  std::unique_ptr<detail::DeviceCall> dev;
-  if (lib.device_memory()) {
-    using Role = detail::DeviceCall::Role;
-    dev = std::make_unique<detail::DeviceCall>();
-    auto add = [&](const char* name, auto v) {
-      return dev->add(name, {reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()}, Role::input);
-    };
-    a.logits = static_cast<const float*>(add("logits", in.logits));
-    a.starts = static_cast<const int32_t*>(add("starts", in.starts));
-    a.ends = static_cast<const int32_t*>(add("ends", in.ends));
-    a.indices = static_cast<int32_t*>(
-        dev->add("indices", {reinterpret_cast<const uint8_t*>(indices), indices_bytes}, Role::output));
-    a.stream = dev->stream();
-  }
-  if (error_size > 0) error[0] = '\0';
-  const int32_t rc = (topk ? topk : lib.topk())(&a, error, error_size);
-  if (error_size > 0) error[error_size - 1] = '\0';
-  if (dev) {
-    auto findings = dev->finish();
-    if (device_findings) {
-      for (auto& f : findings) device_findings->push_back(std::move(f));
-    }
-    std::memcpy(indices, dev->result(3).data(), indices_bytes);
-  }
-  return rc;
+  a.logits = c.input("logits", in.logits);
+  a.starts = c.input("starts", in.starts);
+  a.ends = c.input("ends", in.ends);
+  a.indices = static_cast<int32_t*>(c.output("indices", indices, indices_bytes));
+  a.stream = c.stream();
+  return c.call(topk ? topk : lib.topk(), a, error, error_size, device_findings);
 }
 
 int32_t call_append(const Library& lib, const AppendCallShape& in, const AppendCallBuffers& b, char* error,

@@ -357,26 +357,31 @@ TEST(PluginTopk, TheTemplatesTopkAndARelativeOneDeclaredAreGreenAndEachSelection
   }
 }
 
+// validate_descriptor of `good` with its `member` entry replaced by a copy that `change` altered
+// (the descriptor too, when it changes that): a refusal naming `words`.
+template <class Entry>
+void expect_refused(const mla_plugin_descriptor& good, const Entry* mla_plugin_descriptor::*member,
+                    const std::function<void(mla_plugin_descriptor&, Entry&)>& change, const std::string& words) {
+  mla_plugin_descriptor d = good;
+  Entry e = *(good.*member);
+  d.*member = &e;
+  change(d, e);
+  try {
+    mla::plugin::validate_descriptor(d);
+    ADD_FAILURE() << "accepted; expected a refusal naming " << words;
+  } catch (const mla::plugin::PluginError& ex) {
+    EXPECT_NE(std::string(ex.what()).find(words), std::string::npos) << ex.what();
+  }
+}
+
 // A descriptor whose prefill entry breaks one rule: the loader's validation names the field.
 TEST(PluginPrefill, AnEntryThatBreaksARuleIsRefusedNamingTheField) {
   const auto lib = mla::plugin::Library::open(MLA_PLUGIN_GOOD_APPEND);
   const mla_plugin_descriptor good = lib->descriptor();
   ASSERT_NE(good.prefill, nullptr);
-  const mla_plugin_prefill_entry entry = *good.prefill;
   mla::plugin::validate_descriptor(good);
   const auto refused = [&](const std::function<void(mla_plugin_descriptor&, mla_plugin_prefill_entry&)>& change,
-                           const std::string& words) {
-    mla_plugin_descriptor d = good;
-    mla_plugin_prefill_entry e = entry;
-    d.prefill = &e;
-    change(d, e);
-    try {
-      mla::plugin::validate_descriptor(d);
-      ADD_FAILURE() << "accepted; expected a refusal naming " << words;
-    } catch (const mla::plugin::PluginError& ex) {
-      EXPECT_NE(std::string(ex.what()).find(words), std::string::npos) << ex.what();
-    }
-  };
+                           const std::string& words) { expect_refused(good, &mla_plugin_descriptor::prefill, change, words); };
   refused([](auto&, auto& e) { e.struct_size = 8; }, "prefill entry struct_size 8");
   refused([](auto&, auto& e) { e.name = "Bad-Name"; }, "prefill entry name 'Bad-Name'");
   refused([](auto& d, auto& e) { e.name = d.name; }, "is another entry's");
@@ -393,18 +398,8 @@ TEST(PluginPrefill, AnEntryThatBreaksARuleIsRefusedNamingTheField) {
           "no decode entry point");
   // The merge entry's rules.
   ASSERT_NE(good.merge, nullptr);
-  const mla_plugin_merge_entry merge_entry = *good.merge;
   const auto merge_refused = [&](const std::function<void(mla_plugin_merge_entry&)>& change, const std::string& words) {
-    mla_plugin_descriptor d = good;
-    mla_plugin_merge_entry e = merge_entry;
-    d.merge = &e;
-    change(e);
-    try {
-      mla::plugin::validate_descriptor(d);
-      ADD_FAILURE() << "accepted; expected a refusal naming " << words;
-    } catch (const mla::plugin::PluginError& ex) {
-      EXPECT_NE(std::string(ex.what()).find(words), std::string::npos) << ex.what();
-    }
+    expect_refused<mla_plugin_merge_entry>(good, &mla_plugin_descriptor::merge, [&](auto&, auto& e) { change(e); }, words);
   };
   merge_refused([](auto& e) { e.struct_size = 4; }, "merge entry struct_size 4");
   merge_refused([](auto& e) { e.name = "good_append_prefill"; }, "merge entry name 'good_append_prefill' is another entry's");
@@ -417,18 +412,8 @@ TEST(PluginPrefill, AnEntryThatBreaksARuleIsRefusedNamingTheField) {
   merge_refused([](auto& e) { e.merge = nullptr; }, "no merge entry point");
   // The top-k entry's rules.
   ASSERT_NE(good.topk, nullptr);
-  const mla_plugin_topk_entry topk_entry = *good.topk;
   const auto topk_refused = [&](const std::function<void(mla_plugin_topk_entry&)>& change, const std::string& words) {
-    mla_plugin_descriptor d = good;
-    mla_plugin_topk_entry e = topk_entry;
-    d.topk = &e;
-    change(e);
-    try {
-      mla::plugin::validate_descriptor(d);
-      ADD_FAILURE() << "accepted; expected a refusal naming " << words;
-    } catch (const mla::plugin::PluginError& ex) {
-      EXPECT_NE(std::string(ex.what()).find(words), std::string::npos) << ex.what();
-    }
+    expect_refused<mla_plugin_topk_entry>(good, &mla_plugin_descriptor::topk, [&](auto&, auto& e) { change(e); }, words);
   };
   topk_refused([](auto& e) { e.struct_size = 4; }, "top-k entry struct_size 4");
   topk_refused([](auto& e) { e.name = "good_append_merge"; }, "top-k entry name 'good_append_merge' is another entry's");

@@ -144,6 +144,29 @@ InProcessRun<Outputs> call_in_process(const std::function<std::unique_ptr<Prepar
   return r;
 }
 
+// An external kernel's entry of a kind (a plug-in's, ABI 1.4, or a Python kernel's) as that kind
+// sees it: its declared info, and the kind's default check() and cost() on it. Its calls are made
+// in child processes (run_entry_in_child), never through prepare(), which throws.
+template <class Impl, class Info, class Prepared, class Inputs>
+class ExternalEntry final : public Impl {
+ public:
+  explicit ExternalEntry(Info info) : info_(std::move(info)) {}
+  const Info& info() const override { return info_; }
+  std::unique_ptr<Prepared> prepare(const Inputs&) const override {
+    throw Error(fmt::format("{} is a kernel from outside: it runs in a child process, never in the certifier",
+                            info_.name));
+  }
+
+ private:
+  Info info_;
+};
+
+// The bytes of a span: an input laid out for an entry call.
+template <class T>
+std::span<const uint8_t> raw_bytes(std::span<const T> v) {
+  return {reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()};
+}
+
 // An external kernel's calls in a child (isolation/entry_calls.hpp) as an in-process run: its
 // return code made a status (UNSUPPORTED: a refusal; another code: an error with its words), the
 // audit's findings as reasons, `outputs` making call 1's buffers the kind's outputs. A failure the

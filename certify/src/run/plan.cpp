@@ -489,7 +489,7 @@ std::vector<std::pair<Implementation, reports::KernelReport>> external_entries(
   if (prefill) {
     auto& [e, r] = entry(prefill->name, prefill->description, "prefill");
     e.info.out_dtype = prefill->out_dtype;
-    e.owned_prefill = plugin_prefill(*prefill);
+    e.owned_prefill = external_prefill(*prefill);
     e.prefill = e.owned_prefill.get();
     r.origin["capabilities"] = to_json(prefill->caps);
   }

@@ -56,24 +56,6 @@ class MergeKind final : public StoredCasesKind {
   }
 };
 
-// An external kernel's merge entry: described by the host, called only in children.
-class ExternalMerge final : public MergeImpl {
- public:
-  explicit ExternalMerge(MergeKernelInfo info) : info_(std::move(info)) {}
-  const MergeKernelInfo& info() const override { return info_; }
-  std::unique_ptr<PreparedMerge> prepare(const MergeInputs&) const override {
-    throw Error(fmt::format("{} is an external merge: it runs in a child process, never in the certifier", info_.name));
-  }
-
- private:
-  MergeKernelInfo info_;
-};
-
-template <class T>
-std::span<const uint8_t> bytes_of(std::span<const T> v) {
-  return {reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()};
-}
-
 // The calls of an external kernel's merge on `kin` (lse in its conventions) in a child: call 1's
 // out and lse widened (still in its conventions), the audit's findings as reasons.
 InProcessRun<MergeOutputs> run_merge_in_child(Session& s, const Implementation& k, const MergeInputs& kin,
@@ -85,9 +67,9 @@ InProcessRun<MergeOutputs> run_merge_in_child(Session& s, const Implementation& 
   EntryCalls plan;
   plan.entry = kEntryMerge;
   plan.inputs = {{"out_a", kin.out_a, false, vb},
-                 {"lse_a", bytes_of(kin.lse_a), false, 4},
+                 {"lse_a", raw_bytes(kin.lse_a), false, 4},
                  {"out_b", kin.out_b, false, vb},
-                 {"lse_b", bytes_of(kin.lse_b), false, 4}};
+                 {"lse_b", raw_bytes(kin.lse_b), false, 4}};
   // Empty outputs (no row) still get a region: the child is told one per call.
   plan.per_call = {{"out", {}, false, vb, std::max<std::size_t>(n_out * vb, 1)},
                    {"lse", {}, false, 4, std::max<std::size_t>(n_lse * 4, 1)}};
@@ -105,7 +87,7 @@ InProcessRun<MergeOutputs> run_merge_in_child(Session& s, const Implementation& 
 }  // namespace
 
 std::shared_ptr<const MergeImpl> external_merge(MergeKernelInfo info) {
-  return std::make_shared<ExternalMerge>(std::move(info));
+  return std::make_shared<ExternalEntry<MergeImpl, MergeKernelInfo, PreparedMerge, MergeInputs>>(std::move(info));
 }
 
 ref::MergeResult merge_truth(const MergeInputs& in) { return ref::merge_states(in); }

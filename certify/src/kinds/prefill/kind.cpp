@@ -61,25 +61,6 @@ class PrefillKind final : public StoredCasesKind {
   }
 };
 
-// A plug-in's prefill entry: described by the host, called only in children.
-class PluginPrefill final : public PrefillImpl {
- public:
-  explicit PluginPrefill(PrefillKernelInfo info) : info_(std::move(info)) {}
-  const PrefillKernelInfo& info() const override { return info_; }
-  std::unique_ptr<PreparedPrefill> prepare(const PrefillInputs&) const override {
-    throw Error(fmt::format("{} is a plug-in's prefill: it runs in a child process, never in the certifier",
-                            info_.name));
-  }
-
- private:
-  PrefillKernelInfo info_;
-};
-
-template <class T>
-std::span<const uint8_t> bytes_of(std::span<const T> v) {
-  return {reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()};
-}
-
 // The calls of an external kernel's prefill on `kin` (in its conventions) in a child: call 1's out
 // and lse widened (still in its conventions), the audit's findings as reasons.
 InProcessRun<PrefillOutputs> run_prefill_in_child(Session& s, const Implementation& k, const PrefillInputs& kin,
@@ -91,11 +72,11 @@ InProcessRun<PrefillOutputs> run_prefill_in_child(Session& s, const Implementati
   const auto n_lse = static_cast<std::size_t>(sh.total_q) * static_cast<std::size_t>(sh.heads);
   EntryCalls plan;
   plan.entry = kEntryPrefill;
-  plan.inputs = {{"q", bytes_of(kin.q), false, 2},
-                 {"k", bytes_of(kin.k), false, 2},
-                 {"v", bytes_of(kin.v), false, 2},
-                 {"cu_seqlens_q", bytes_of(kin.cu_seqlens_q), false, 4},
-                 {"cu_seqlens_k", bytes_of(kin.cu_seqlens_k), false, 4}};
+  plan.inputs = {{"q", raw_bytes(kin.q), false, 2},
+                 {"k", raw_bytes(kin.k), false, 2},
+                 {"v", raw_bytes(kin.v), false, 2},
+                 {"cu_seqlens_q", raw_bytes(kin.cu_seqlens_q), false, 4},
+                 {"cu_seqlens_k", raw_bytes(kin.cu_seqlens_k), false, 4}};
   // Empty outputs (no query row) still get a region: the child is told one per call.
   plan.per_call = {{"out", {}, false, vb, std::max<std::size_t>(n_out * vb, 1)},
                    {"lse", {}, false, 4, std::max<std::size_t>(n_lse * 4, 1)}};
@@ -111,8 +92,8 @@ InProcessRun<PrefillOutputs> run_prefill_in_child(Session& s, const Implementati
 
 }  // namespace
 
-std::shared_ptr<const PrefillImpl> plugin_prefill(PrefillKernelInfo info) {
-  return std::make_shared<PluginPrefill>(std::move(info));
+std::shared_ptr<const PrefillImpl> external_prefill(PrefillKernelInfo info) {
+  return std::make_shared<ExternalEntry<PrefillImpl, PrefillKernelInfo, PreparedPrefill, PrefillInputs>>(std::move(info));
 }
 
 const PrefillOutputs& PrefillReference::truth() {

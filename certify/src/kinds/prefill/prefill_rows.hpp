@@ -12,10 +12,10 @@
 
 namespace mla::certify {
 
-// A plug-in's prefill entry (ABI 1.4) as the prefill kind sees it: its declared info, and the
-// default check() and cost() on it. Its calls are made in child processes by prefill_row, never
-// through prepare() (which throws).
-std::shared_ptr<const PrefillImpl> plugin_prefill(PrefillKernelInfo info);
+// An external kernel's prefill entry (a plug-in's, ABI 1.4, or a Python kernel's) as the prefill
+// kind sees it: its declared info and the default check() and cost(). Its calls are made in
+// child processes by prefill_row, never through prepare() (which throws).
+std::shared_ptr<const PrefillImpl> external_prefill(PrefillKernelInfo info);
 
 // The rows of drawn prefill cases (family fresh) carry this file.
 inline constexpr const char* kFreshPrefillFile = "fresh_prefill";

@@ -19,32 +19,15 @@
 namespace mla::certify {
 namespace {
 
-class ExternalTopk final : public TopkImpl {
- public:
-  explicit ExternalTopk(TopkKernelInfo info) : info_(std::move(info)) {}
-  const TopkKernelInfo& info() const override { return info_; }
-  std::unique_ptr<PreparedTopk> prepare(const TopkInputs&) const override {
-    throw Error(fmt::format("{} is an external top-k: it runs in a child process, never in the certifier", info_.name));
-  }
-
- private:
-  TopkKernelInfo info_;
-};
-
-template <class T>
-std::span<const uint8_t> bytes_of(std::span<const T> v) {
-  return {reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()};
-}
-
 // The calls of an external kernel's top-k in a child: call 1's indices (in its index base).
 InProcessRun<TopkOutputs> run_topk_in_child(Session& s, const Implementation& k, const TopkInputs& in,
                                             const std::string& tag, bool& host_caused) {
   const auto n_idx = static_cast<std::size_t>(in.shape.rows) * static_cast<std::size_t>(in.shape.k);
   EntryCalls plan;
   plan.entry = kEntryTopk;
-  plan.inputs = {{"logits", bytes_of(in.logits), false, 4},
-                 {"starts", bytes_of(in.starts), false, 4},
-                 {"ends", bytes_of(in.ends), false, 4}};
+  plan.inputs = {{"logits", raw_bytes(in.logits), false, 4},
+                 {"starts", raw_bytes(in.starts), false, 4},
+                 {"ends", raw_bytes(in.ends), false, 4}};
   plan.per_call = {{"indices", {}, false, 4, std::max<std::size_t>(n_idx * 4, 1)}};
   plan.args = {{"rows", in.shape.rows}, {"n", in.shape.n}, {"k", in.shape.k}};
   return external_run<TopkOutputs>(run_entry_in_child(s, k, plan, tag), host_caused, [&](const auto& b) {
@@ -107,7 +90,7 @@ class TopkKind final : public DrawnOnlyKind {
 }  // namespace
 
 std::shared_ptr<const TopkImpl> external_topk(TopkKernelInfo info) {
-  return std::make_shared<ExternalTopk>(std::move(info));
+  return std::make_shared<ExternalEntry<TopkImpl, TopkKernelInfo, PreparedTopk, TopkInputs>>(std::move(info));
 }
 
 const CaseKind& topk_kind() {

@@ -249,7 +249,7 @@ TEST(WireFormat, MessagesRoundTripBitForBitAndBrokenFilesAreRefused) {
     (void)wire::read(tmp.path() / "msg", mla::certify::kAttentionCalls);
     ADD_FAILURE() << "an append plan was read as an attention plan";
   } catch (const mla::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'append-calls' message, expected 'attention-calls'"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("'entry-calls' message, expected 'attention-calls'"), std::string::npos)
         << e.what();
   }
 }

@@ -134,21 +134,25 @@ TEST_F(CertifyPython, FlashInferConventionsCertifyGreenAndTheSameCodeUndeclaredI
   EXPECT_NE(reasons(nc).find("16 heads only as 3 (the kernel's can_implement)"), std::string::npos) << reasons(nc);
 }
 
-// FlashAttention's varlen forward as an MLA prefill (mla_door.adapters.flash_attn) over the CPU
-// stand-in: FlashAttention 2 (V padded to 192, +inf for an empty row) and 3 (-inf) green through
-// the host's conversions on every stored and drawn prefill case, each a prefill-only
-// implementation run in the door's children; the stand-in's top-left mask and its cu_seqlens
-// read one sequence off red wherever the rows' shapes say the bug changes what is attended; FA3's
-// code declared with FA2's empty-row lse red exactly on the cases with a row that attends nothing.
-TEST_F(CertifyPython, FlashAttentionVarlenPrefillCertifiesThroughTheDoorAndItsBugsAreRed) {
+// The field's prefills (mla_door.adapters.flash_attn, mla_door.adapters.flashinfer_prefill) over
+// their CPU stand-ins: FlashAttention 2 (V padded to 192, +inf for an empty row), 3 (-inf) and
+// FlashInfer's ragged prefill (base-2 lse laid out [total_q, h], -inf) green through the host's
+// conversions on every stored and drawn prefill case, each a prefill-only implementation run in
+// the door's children; the stand-in's top-left mask and its cu_seqlens read one sequence off red
+// wherever the rows' shapes say the bug changes what is attended; FA3's code declared with FA2's
+// empty-row lse red exactly on the cases with a row that attends nothing; FlashInfer's natural-log
+// lse under its base-2 declaration red on the lse and only where some row attends a key.
+TEST_F(CertifyPython, PrefillsOfTheFieldCertifyThroughTheDoorAndTheirBugsAreRed) {
   const auto fa = kExamples / "flash_attn_cpu.py";
+  const auto fi = kExamples / "flashinfer_prefill_cpu.py";
   std::string args = " --family prefill --family fresh";
   for (const char* a : {"FA2", "FA3", "BUG_TOP_LEFT", "BUG_CU_SEQLENS", "FA3_DECLARED_PLUS_INF"}) {
     args += " --python " + quote(fa.string() + ":" + a);
   }
+  for (const char* a : {"RAGGED", "BUG_NATURAL_LSE"}) args += " --python " + quote(fi.string() + ":" + a);
   const auto r = certify(args, torch_path());
   ASSERT_EQ(r.status, 1) << r.output;  // the bugs are red
-  ASSERT_EQ(r.cert.at("kernels").size(), 5u) << "prefill-only kernels: one implementation each";
+  ASSERT_EQ(r.cert.at("kernels").size(), 7u) << "prefill-only kernels: one implementation each";
   // Whether some sequence of a row's recorded shape has (s_q, s_k) with `pred`.
   const auto some = [](const json& c, auto pred) {
     const auto& q = c.at("shape").at("seqlens_q");
@@ -162,7 +166,7 @@ TEST_F(CertifyPython, FlashAttentionVarlenPrefillCertifiesThroughTheDoorAndItsBu
   const auto empty_row = [&](const json& c) {
     return some(c, [&](int64_t q, int64_t k) { return q >= 1 && (causal(c) ? q > k : k == 0); });
   };
-  for (const char* name : {"flash_attn2_cpu_standin", "flash_attn3_cpu_standin"}) {
+  for (const char* name : {"flash_attn2_cpu_standin", "flash_attn3_cpu_standin", "flashinfer_ragged_cpu_standin"}) {
     const auto& k = kernel(r, name);
     EXPECT_EQ(k.at("kinds"), json::array({"prefill"})) << name;
     EXPECT_EQ(k.at("origin").at("entry"), "prefill") << name;
@@ -180,6 +184,11 @@ TEST_F(CertifyPython, FlashAttentionVarlenPrefillCertifiesThroughTheDoorAndItsBu
   EXPECT_EQ(fa2.at("conventions").at("empty_row_lse"), "+inf");
   EXPECT_EQ(fa2.at("precision").at("operands"), "bf16");
   EXPECT_EQ(kernel(r, "flash_attn3_cpu_standin").at("declared").at("conventions").at("empty_row_lse"), "-inf");
+  const auto& ragged = kernel(r, "flashinfer_ragged_cpu_standin").at("declared").at("conventions");
+  EXPECT_EQ(ragged.at("lse_base"), "2");
+  EXPECT_EQ(ragged.at("lse_layout"), "[b,s_q,h]");
+  EXPECT_EQ(ragged.at("empty_row_lse"), "-inf");
+  EXPECT_EQ(ragged.at("v_padded"), false);
   int red = 0;
   for (const auto& c : kernel(r, "flash_attn2_cpu_bug_top_left").at("cases")) {
     // Top-left and bottom-right differ only on a causal sequence with s_q != s_k that attends keys.
@@ -198,6 +207,18 @@ TEST_F(CertifyPython, FlashAttentionVarlenPrefillCertifiesThroughTheDoorAndItsBu
   for (const auto& c : kernel(r, "flash_attn3_cpu_declared_plus_inf").at("cases")) {
     EXPECT_EQ(c.at("verdict"), empty_row(c) ? "FAIL" : "PASS") << c.at("case") << ": " << reasons(c);
     red += c.at("verdict") == "FAIL";
+  }
+  EXPECT_GT(red, 0);
+  red = 0;
+  for (const auto& c : kernel(r, "flashinfer_ragged_cpu_bug_natural_lse").at("cases")) {
+    // A natural lse read as base 2 is wrong wherever it is finite, that is where a row attends a key.
+    const bool attends = some(c, [](int64_t q, int64_t k) { return q >= 1 && k >= 1; });
+    if (!attends) EXPECT_EQ(c.at("verdict"), "PASS") << c.at("case") << ": " << reasons(c);
+    if (c.at("verdict") == "FAIL") {
+      ++red;
+      EXPECT_NE(reasons(c).find("lse"), std::string::npos) << c.at("case") << ": " << reasons(c);
+    }
+    EXPECT_NE(c.at("verdict"), "ERROR") << c.at("case") << ": " << reasons(c);
   }
   EXPECT_GT(red, 0);
 }

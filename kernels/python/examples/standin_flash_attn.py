@@ -28,8 +28,10 @@ BUGS = {
 }
 
 
-def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-            version: int, bug: Optional[str]):
+def varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+           version: int, bug: Optional[str]):
+    """The varlen attention both versions compute (and FlashInfer's ragged stand-in reuses, with
+    version 3's V width and -inf): out [total_q, h, d_v] in q's dtype, natural-log lse [h, total_q]."""
     if version == 2 and v.shape[-1] != q.shape[-1]:
         raise RuntimeError(f"FlashAttention 2 needs v's head dim ({v.shape[-1]}) to equal q's ({q.shape[-1]})")
     total_q, h, _ = q.shape
@@ -78,7 +80,7 @@ def library(version: int = 2, bug: Optional[str] = None):
         if dropout_p:
             raise RuntimeError("the stand-in has no dropout")
         scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
-        out, lse = _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, version, bug)
+        out, lse = varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, version, bug)
         if version == 2:
             return (out, lse, None) if return_attn_probs else out
         return out, lse

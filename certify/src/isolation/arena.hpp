@@ -121,6 +121,9 @@ struct ArenaBuffer {
   bool inout = false;     // false: an input, audited unchanged
   std::size_t elem = 1;   // bytes of one element
   std::size_t output_bytes = 0;  // > 0: an output (initial empty, inout false)
+  // > 0: the buffer is rows of this many int32 values whose order within a row is free (an
+  // unsorted top-k's selection): repeated calls must agree on each row's values, in any order.
+  std::size_t unordered_row = 0;
 };
 
 class Arena {

@@ -27,6 +27,22 @@ void note(std::vector<std::string>& v, std::string why) {
   if (std::find(v.begin(), v.end(), why) == v.end()) v.push_back(std::move(why));
 }
 
+// The first row (of `row` int32 values) whose values differ between `a` and `b` once each row is
+// sorted; nullopt when every row holds the same values (perhaps in another order).
+std::optional<std::size_t> first_row_with_other_values(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
+                                                       std::size_t row) {
+  if (a.size() != b.size() || a.size() % (4 * row) != 0) return 0;
+  std::vector<int32_t> ra(row), rb(row);
+  for (std::size_t r = 0; r < a.size() / (4 * row); ++r) {
+    std::memcpy(ra.data(), a.data() + 4 * row * r, 4 * row);
+    std::memcpy(rb.data(), b.data() + 4 * row * r, 4 * row);
+    std::sort(ra.begin(), ra.end());
+    std::sort(rb.begin(), rb.end());
+    if (ra != rb) return r;
+  }
+  return std::nullopt;
+}
+
 // Why the child did not deliver every call, as the message of an ERROR; nullopt when it did.
 std::optional<std::string> failure(const ChildOutcome& outcome, const ArenaControl& c, const ArenaLayout& l,
                                    std::size_t calls, std::size_t stops) {
@@ -176,6 +192,14 @@ EntryRun run_entry_in_child(Session& s, const Implementation& k, const EntryCall
     }
     for (std::size_t b = 0; b < taken[c].size(); ++b) {
       if (taken[c][b] == r.buffers[b]) continue;
+      if (const std::size_t row = plan.per_call[b].unordered_row; row > 0) {
+        if (const auto at = first_row_with_other_values(r.buffers[b], taken[c][b], row)) {
+          note(r.reasons, fmt::format("{} differs between repeated calls (call 1 vs {}) in the values of row {}, "
+                                      "not only in their order",
+                                      name(b), c + 1, *at));
+        }
+        continue;
+      }
       std::size_t first = 0;
       while (first < r.buffers[b].size() && r.buffers[b][first] == taken[c][b][first]) ++first;
       note(r.reasons,

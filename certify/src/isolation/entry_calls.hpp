@@ -44,8 +44,9 @@ struct EntryRun {
 };
 
 // Makes max(2, --repeats) calls (at most kArenaMaxCalls) of `plan.entry` of plug-in `k` in one
-// child. Every call's return code must equal call 1's and its buffers call 1's, bit for bit;
-// output elements call 1 left unwritten are reasons. `tag` names the work files. Never throws.
+// child. Every call's return code must equal call 1's and its buffers call 1's, bit for bit (a
+// buffer with unordered rows: row by row, the same values in any order); output elements call 1
+// left unwritten are reasons. `tag` names the work files. Never throws.
 EntryRun run_entry_in_child(Session& s, const Implementation& k, const EntryCalls& plan, const std::string& tag);
 
 }  // namespace mla::certify

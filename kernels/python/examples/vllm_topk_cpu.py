@@ -5,7 +5,8 @@
 
 The same adapter (mla_door.adapters.vllm_topk) certifies the real op where vllm imports; here it
 drives standin_topk, so CI checks the adapter's call and the certifier's relative-index
-conversion without a GPU. Top-k cases are drawn at run time only (the fresh family).
+conversion without a GPU; its order changes from call to call, as the real op's may, which the
+certifier must accept of an unsorted top-k. Top-k cases are drawn at run time only (the fresh family).
 """
 import os
 import sys
@@ -20,3 +21,4 @@ from mla_door.adapters import vllm_topk  # noqa: E402
 KERNEL = vllm_topk.make(standin.ops(), name="vllm_topk_cpu_standin")
 BUG_ABSOLUTE = vllm_topk.make(standin.ops("absolute_indices"), name="vllm_topk_cpu_bug_absolute_indices")
 BUG_KEEPS_MASKED = vllm_topk.make(standin.ops("keeps_masked"), name="vllm_topk_cpu_bug_keeps_masked")
+BUG_SECOND_CALL_DIFFERS = vllm_topk.make(standin.ops("second_call_differs"), name="vllm_topk_cpu_bug_second_call_differs")

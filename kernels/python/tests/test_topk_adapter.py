@@ -1,7 +1,7 @@
 """vLLM's top-k adapter over the CPU stand-in of top_k_per_row_prefill, called as the certifier
 calls it (relative indices made absolute), against an exact selection on rows with masked (-inf)
 positions, NaN outside the valid range, fewer valid positions than k and a row with no range;
-each stand-in bug is caught; the declaration is in the host's words; without vllm the kernel is
+its order moves between calls while its set does not; each stand-in bug is caught; the declaration is in the host's words; without vllm the kernel is
 unavailable with the reason."""
 import importlib.util
 import math
@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import mla_door
+import standin_topk
 import vllm_topk_cpu
 from mla_door.adapters import vllm_topk
 
@@ -56,6 +57,24 @@ def test_adapter_over_the_standin_selects_exactly():
 def test_each_standin_bug_is_caught(kernel):
     case = rows(2)
     assert selected(kernel, *case) != exact(*case)
+
+
+def raw(kernel, logits, starts, ends, k):
+    idx = torch.full((logits.shape[0], k), 123456, dtype=torch.int32)
+    kernel.topk.topk(logits, starts, ends, idx, mla_door.TopkCall(rows=logits.shape[0], n=logits.shape[1], k=k))
+    return idx
+
+
+def test_the_standins_order_changes_between_calls_and_its_set_does_not():
+    """What the certifier's repeated calls must accept of an unsorted top-k (and what they must not)."""
+    case = rows(3)
+    kernel = vllm_topk.make(standin_topk.ops())
+    first, second = raw(kernel, *case), raw(kernel, *case)
+    assert not torch.equal(first, second), "the order moved"
+    assert torch.equal(torch.sort(first, dim=1).values, torch.sort(second, dim=1).values), "the sets did not"
+    bug = vllm_topk.make(standin_topk.ops("second_call_differs"))
+    first, second = raw(bug, *case), raw(bug, *case)
+    assert not torch.equal(torch.sort(first, dim=1).values, torch.sort(second, dim=1).values)
 
 
 def test_declaration_is_in_the_hosts_words():

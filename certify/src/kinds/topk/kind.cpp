@@ -29,6 +29,10 @@ InProcessRun<TopkOutputs> run_topk_in_child(Session& s, const Implementation& k,
                  {"starts", raw_bytes(in.starts), false, 4},
                  {"ends", raw_bytes(in.ends), false, 4}};
   plan.per_call = {{"indices", {}, false, 4, std::max<std::size_t>(n_idx * 4, 1)}};
+  // An unsorted selection promises no order, and the field's kernels (vLLM's, FlashInfer's without
+  // its deterministic mode) may order a row differently on every call: its calls must agree on
+  // each row's set, not on its order.
+  if (!k.topk->info().conventions.sorted) plan.per_call[0].unordered_row = static_cast<std::size_t>(in.shape.k);
   plan.args = {{"rows", in.shape.rows}, {"n", in.shape.n}, {"k", in.shape.k}};
   return external_run<TopkOutputs>(run_entry_in_child(s, k, plan, tag), host_caused, [&](const auto& b) {
     TopkOutputs o;

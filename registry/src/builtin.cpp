@@ -45,6 +45,11 @@
   X(cuda_mla_decode)                \
   /* end of the CUDA kernels */
 
+// CUDA merge-of-states kernels (mla/core/merge.hpp).
+#define MLA_BUILTIN_CUDA_MERGE_KERNELS(X) \
+  X(cuda_merge)                           \
+  /* end of the CUDA merge kernels */
+
 namespace mla::builtin {
 #define MLA_DECLARE_FACTORY(name) std::unique_ptr<AttentionImpl> make_##name();
 MLA_BUILTIN_CPU_KERNELS(MLA_DECLARE_FACTORY)
@@ -65,6 +70,9 @@ MLA_BUILTIN_CPU_INDEXER_LOGITS_KERNELS(MLA_DECLARE_INDEXER_LOGITS_FACTORY)
 #undef MLA_DECLARE_INDEXER_LOGITS_FACTORY
 #if defined(MLA_HAVE_CUDA_KERNELS)
 MLA_BUILTIN_CUDA_KERNELS(MLA_DECLARE_FACTORY)
+#define MLA_DECLARE_MERGE_FACTORY(name) std::unique_ptr<MergeImpl> make_##name();
+MLA_BUILTIN_CUDA_MERGE_KERNELS(MLA_DECLARE_MERGE_FACTORY)
+#undef MLA_DECLARE_MERGE_FACTORY
 #endif
 #undef MLA_DECLARE_FACTORY
 }  // namespace mla::builtin
@@ -81,6 +89,7 @@ void add_builtin_kernels(Registry& registry) {
   MLA_BUILTIN_CPU_INDEXER_LOGITS_KERNELS(MLA_ADD)
 #if defined(MLA_HAVE_CUDA_KERNELS)
   MLA_BUILTIN_CUDA_KERNELS(MLA_ADD)
+  MLA_BUILTIN_CUDA_MERGE_KERNELS(MLA_ADD)
 #endif
 #undef MLA_ADD
 }

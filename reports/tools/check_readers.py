@@ -147,33 +147,42 @@ def bench_detail(doc, must_claim):
 _WIDTH = {"bf16": 0, "f32": 1, "f64": 2}
 
 
+def _kind(k):
+    return k.get("kind", "decode")  # a listing from before kinds were listed holds decode only
+
+
 def cuda_kernels(listing):
-    """Every CUDA kernel the registry holds, in registration order: what the device check certifies."""
+    """Every CUDA kernel the registry holds, of every case kind, in registration order: what the
+    device check certifies (`mla certify --kernel NAME` runs each on its own kind's cases)."""
     return [k["name"] for k in listing if k.get("backend") == "cuda"]
 
 
 def must_claim(listing):
-    """The CUDA kernels meant for production (role optimized): a refusal of a bench point by one of
-    them fails the bench step, where a baseline's refusal of FP8 or sparse points is expected."""
-    return [k["name"] for k in listing if k.get("backend") == "cuda" and k.get("role") == "optimized"]
+    """The CUDA decode kernels meant for production (role optimized): a refusal of a bench point by
+    one of them fails the bench step, where a baseline's refusal of FP8 or sparse points is expected.
+    The bench step times decode points only."""
+    return [k["name"] for k in listing
+            if k.get("backend") == "cuda" and k.get("role") == "optimized" and _kind(k) == "decode"]
 
 
 def standins(listing):
     """The host kernels a rehearsal certifies in place of the CUDA ones, in registration order, so
     that the certify step's host work is measured on a machine without a GPU: for each CUDA kernel
-    the host kernel of the same role with the narrowest output (the closest to the CUDA kernel's
+    a host kernel of its own case kind (a decode oracle cannot stand in for a merge: it would run
+    other cases), of the same role with the narrowest output (the closest to the CUDA kernel's
     precision, and the cheapest); a role the host has no kernel of (optimized) is stood in for by
-    the oracle, the costliest host kernel, an upper bound on the host work. Raises ValueError when
-    a CUDA kernel has no stand-in."""
-    host = [k for k in listing if k.get("backend") == "cpu"]
+    the kind's oracle, the costliest host kernel, an upper bound on the host work, else by any
+    host kernel of the kind. Raises ValueError when a CUDA kernel has no stand-in."""
     chosen = set()
     for k in listing:
         if k.get("backend") != "cuda":
             continue
-        same = [h for h in host if h.get("role") == k.get("role")] or [h for h in host if h.get("role") == "oracle"]
+        host = [h for h in listing if h.get("backend") == "cpu" and _kind(h) == _kind(k)]
+        same = ([h for h in host if h.get("role") == k.get("role")] or [h for h in host if h.get("role") == "oracle"]
+                or host)
         if not same:
             raise ValueError(f"no host kernel can stand in for {k['name']} (role {k.get('role')}): the registry has no "
-                             f"host kernel of that role and no oracle")
+                             f"host kernel of its kind ({_kind(k)})")
         chosen.add(min(same, key=lambda h: _WIDTH.get(h.get("out_dtype"), len(_WIDTH)))["name"])
     return [k["name"] for k in listing if k["name"] in chosen]
 
@@ -181,9 +190,6 @@ def standins(listing):
 def select_kernels(listing, what):
     if not isinstance(listing, list) or not all(isinstance(k, dict) and "name" in k for k in listing):
         raise ValueError("not a kernel listing (a JSON array of objects with a name, as `mla kernels --json` prints)")
-    # The device check certifies decode kernels: a kernel of another case kind (prefill) is neither
-    # certified nor a stand-in for one. A listing from before kinds were listed holds decode only.
-    listing = [k for k in listing if k.get("kind", "decode") == "decode"]
     return {"cuda": cuda_kernels, "standins": standins, "must-claim": must_claim}[what](listing)
 
 

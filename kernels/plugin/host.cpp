@@ -224,12 +224,14 @@ TopkKernelInfo topk_info_from(const mla_plugin_topk_entry& e) {
   check_choice(e.index_base, "topk.index_base", "MLA_PLUGIN_INDEX_ABSOLUTE", "MLA_PLUGIN_INDEX_RELATIVE");
   check_choice(e.sorted, "topk.sorted", "unordered", "sorted by descending logit");
   check_choice(e.logits_precision, "topk.logits_precision", "MLA_PLUGIN_LOGITS_F32", "MLA_PLUGIN_LOGITS_BF16");
+  check_choice(e.range_all_valid, "topk.range_all_valid", "masked positions in range taken", "every position in range finite");
   if (!e.topk) throw PluginError("top-k entry has no top-k entry point");
   i.backend = "cpu";  // the descriptor's, set by the caller
   i.role = KernelRole::optimized;
   i.precision = e.logits_precision == MLA_PLUGIN_LOGITS_BF16 ? LogitsPrecision::bf16 : LogitsPrecision::f32;
   i.conventions.index_base = e.index_base == MLA_PLUGIN_INDEX_RELATIVE ? IndexBase::relative : IndexBase::absolute;
   i.conventions.sorted = e.sorted != 0;
+  i.range_all_valid = e.range_all_valid != 0;
   return i;
 }
 

@@ -423,6 +423,7 @@ TEST(PluginPrefill, AnEntryThatBreaksARuleIsRefusedNamingTheField) {
   topk_refused([](auto& e) { e.index_base = 2; }, "topk.index_base 2");
   topk_refused([](auto& e) { e.sorted = 2; }, "topk.sorted 2");
   topk_refused([](auto& e) { e.logits_precision = 3; }, "topk.logits_precision 3");
+  topk_refused([](auto& e) { e.range_all_valid = 7; }, "topk.range_all_valid 7");
   topk_refused([](auto& e) { e.topk = nullptr; }, "no top-k entry point");
   // Without a decode, the decode's claims are not looked at.
   mla_plugin_descriptor d = good;

@@ -302,6 +302,52 @@ TEST_F(CertifyPython, VllmTopkCertifiesThroughTheDoorAndItsBugsAreRed) {
   }
 }
 
+// FlashInfer's top_k_ragged_transform (mla_door.adapters.flashinfer_topk) over its CPU stand-in:
+// it declares ranges of valid positions only (it returns a short row whole, masked positions
+// included), so its drawn cases hold no -inf inside a range and it is green on every one; the same
+// code without the declaration is given masked positions and red on them; the stand-in that ranks
+// from column 0 whatever the row's start red where rows are longer than k.
+TEST_F(CertifyPython, FlashInferTopkIsGreenOnTheValidRangesItDeclaresAndRedWithoutTheDeclaration) {
+  const auto t = kExamples / "flashinfer_topk_cpu.py";
+  std::string args = " --family fresh --seed 11";
+  for (const char* a : {"KERNEL", "UNDECLARED_RANGES", "BUG_IGNORES_ROW_STARTS"}) {
+    args += " --python " + quote(t.string() + ":" + a);
+  }
+  const auto r = certify(args, torch_path());
+  ASSERT_EQ(r.status, 1) << r.output;
+  const auto& k = kernel(r, "flashinfer_topk_cpu_standin");
+  EXPECT_EQ(k.at("kinds"), json::array({"topk"}));
+  EXPECT_EQ(k.at("declared").at("range_all_valid"), true);
+  EXPECT_EQ(k.at("origin").at("capabilities").at("range_all_valid"), true);
+  ASSERT_FALSE(k.at("cases").empty());
+  for (const auto& c : k.at("cases")) {
+    EXPECT_EQ(c.at("verdict"), "PASS") << c.at("case") << ": " << reasons(c);
+    EXPECT_NE(c.at("description").get<std::string>().find("no masked position inside a range"), std::string::npos);
+  }
+  const auto& undeclared = kernel(r, "flashinfer_topk_cpu_undeclared_ranges");
+  ASSERT_EQ(undeclared.at("cases").size(), k.at("cases").size());
+  for (const auto& c : undeclared.at("cases")) {
+    EXPECT_EQ(c.at("verdict"), "FAIL") << c.at("case") << ": " << reasons(c);
+    EXPECT_NE(reasons(c).find("a masked position"), std::string::npos) << c.at("case") << ": " << reasons(c);
+  }
+  // Ranking from column 0 changes nothing where a row is no longer than k (it is returned whole,
+  // from its start); where rows are longer, the ragged rows starting past 0 lose their top members.
+  // Whether a drawn ragged row is longer than k is the draw's: the seed is fixed so that one is.
+  int red = 0;
+  for (const auto& c : kernel(r, "flashinfer_topk_cpu_bug_ignores_row_starts").at("cases")) {
+    const bool longer = c.at("case").get<std::string>().find("rows_longer_than_k") != std::string::npos;
+    if (!longer) {
+      EXPECT_EQ(c.at("verdict"), "PASS") << c.at("case") << ": " << reasons(c);
+    }
+    EXPECT_NE(c.at("verdict"), "ERROR") << c.at("case") << ": " << reasons(c);
+    if (c.at("verdict") == "FAIL") {
+      ++red;
+      EXPECT_NE(reasons(c).find("was dropped"), std::string::npos) << c.at("case") << ": " << reasons(c);
+    }
+  }
+  EXPECT_GT(red, 0);
+}
+
 TEST_F(CertifyPython, EachBrokenKernelIsRedForTheFaultItCarries) {
   const auto r = certify(kOneCase + spec("WRITES_PAST_OUT") + spec("CHANGES_Q") + spec("DRIFTS") + spec("RAISES") +
                              spec("KILLED") + spec("REFUSES"),

@@ -75,7 +75,7 @@ json topk_json(const std::optional<TopkKernelInfo>& t) {
   if (!t) return json();
   return {{"name", t->name},   {"backend", t->backend}, {"description", t->description},
           {"ks", t->ks},       {"max_n", t->max_n},     {"precision", to_string(t->precision)},
-          {"conventions", to_json(t->conventions)}};
+          {"range_all_valid", t->range_all_valid},      {"conventions", to_json(t->conventions)}};
 }
 std::optional<TopkKernelInfo> topk_from_json(const json& j) {
   if (j.is_null()) return std::nullopt;
@@ -86,6 +86,7 @@ std::optional<TopkKernelInfo> topk_from_json(const json& j) {
   t.role = KernelRole::optimized;
   t.ks = j.at("ks").get<std::vector<int>>();
   t.max_n = j.at("max_n").get<int64_t>();
+  t.range_all_valid = j.at("range_all_valid").get<bool>();
   t.precision = logits_precision_from_string(j.at("precision").get<std::string>());
   t.conventions = topk_conventions_from_json(j.at("conventions"));
   return t;

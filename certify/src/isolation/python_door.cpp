@@ -217,6 +217,7 @@ TopkKernelInfo validate_python_topk(const json& t) {
   e.index_base = word_field(t, w, "index_base", {"absolute", "relative"},
                             [](const std::string& x) { return x == "relative" ? 1u : 0u; });
   e.sorted = bool_field(t, w, "sorted") ? 1u : 0u;
+  e.range_all_valid = bool_field(t, w, "range_all_valid") ? 1u : 0u;
   e.logits_precision = word_field(t, w, "precision", {"f32", "bf16"},
                                   [](const std::string& x) { return x == "bf16" ? 1u : 0u; });
   e.topk = [](const mla_plugin_topk_args*, char*, size_t) -> int32_t { return MLA_PLUGIN_ERROR; };  // never called

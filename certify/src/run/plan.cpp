@@ -70,7 +70,8 @@ nlohmann::json declared_json(const Implementation& e) {
     // A top-k's precision is the one its logits are compared in, which picks its tolerance
     // entry (topk.dominance.<precision>).
     const auto& i = e.topk->info();
-    return {{"precision", to_string(i.precision)}, {"ks", i.ks}, {"max_n", i.max_n}, {"conventions", to_json(i.conventions)}};
+    return {{"precision", to_string(i.precision)}, {"ks", i.ks}, {"max_n", i.max_n},
+            {"range_all_valid", i.range_all_valid}, {"conventions", to_json(i.conventions)}};
   }
   if (e.merge) {
     // A merge has no precision class of its own: each case is judged by the entry of its state
@@ -248,7 +249,7 @@ std::pair<Implementation, reports::KernelReport> describe_candidate(const Sessio
   } else if (c.topk) {
     const auto& i = adopt(c.topk);
     e.topk = c.topk;
-    caps = {{"ks", i.ks}, {"max_n", i.max_n}};
+    caps = {{"ks", i.ks}, {"max_n", i.max_n}, {"range_all_valid", i.range_all_valid}};
   } else if (c.indexer_logits) {
     const auto& i = adopt(c.indexer_logits);
     e.indexer_logits = c.indexer_logits;
@@ -503,7 +504,7 @@ std::vector<std::pair<Implementation, reports::KernelReport>> external_entries(
     auto& [e, r] = entry(topk->name, topk->description, "topk");
     e.owned_topk = external_topk(*topk);
     e.topk = e.owned_topk.get();
-    r.origin["capabilities"] = {{"ks", topk->ks}, {"max_n", topk->max_n}};
+    r.origin["capabilities"] = {{"ks", topk->ks}, {"max_n", topk->max_n}, {"range_all_valid", topk->range_all_valid}};
   }
   return out;
 }

@@ -272,6 +272,10 @@ class Topk:
     index_base: str = "absolute"                # "absolute" | "relative" (to the row's start: vLLM's)
     sorted: bool = False                        # True: by descending logit (then held to it)
     precision: str = "f32"                      # "f32" | "bf16": what its comparisons see
+    # True: claims only rows whose every position in [start, end) is finite (the range is the
+    # causal horizon, as V3.2's sparse attention calls it); it is then given no masked position
+    # inside a range. False: masked positions in range, never to be selected.
+    range_all_valid: bool = False
 
 
 @dataclass(frozen=True)
@@ -336,6 +340,7 @@ def describe(k: Kernel) -> dict:
             "index_base": k.topk.index_base,
             "sorted": k.topk.sorted,
             "precision": k.topk.precision,
+            "range_all_valid": k.topk.range_all_valid,
         },
     }
 

@@ -1,4 +1,5 @@
-"""vLLM's top-k adapter over the CPU stand-in of top_k_per_row_prefill, called as the certifier
+"""vLLM's top-k adapter over the CPU stand-in of top_k_per_row_prefill (and FlashInfer's over its
+top_k_ragged_transform stand-in, on the valid ranges it declares), called as the certifier
 calls it (relative indices made absolute), against an exact selection on rows with masked (-inf)
 positions, NaN outside the valid range, fewer valid positions than k and a row with no range;
 its order moves between calls while its set does not; each stand-in bug is caught; the declaration is in the host's words; without vllm the kernel is
@@ -9,10 +10,11 @@ import math
 import pytest
 import torch
 
+import flashinfer_topk_cpu
 import mla_door
 import standin_topk
 import vllm_topk_cpu
-from mla_door.adapters import vllm_topk
+from mla_door.adapters import flashinfer_topk, vllm_topk
 
 
 def rows(seed, n=300, k=64):
@@ -90,4 +92,44 @@ def test_without_vllm_every_case_is_skipped_with_the_reason():
     k = vllm_topk.kernel()
     why = k.unavailable()
     assert why and "vllm._C" in why and "does not import" in why
+    assert k.backend == "cuda"
+
+
+# ---- FlashInfer's top_k_ragged_transform -----------------------------------------------------------
+
+def valid_rows(seed, n=300, k=64):
+    """Rows whose every in-range position is finite (what a range_all_valid kernel is given): a
+    whole row, a ragged range past 0 with NaN before it, a row shorter than k, an empty one."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(4, n, generator=g)
+    starts = torch.tensor([0, 40, 100, 7], dtype=torch.int32)
+    ends = torch.tensor([n, 250, 130, 7], dtype=torch.int32)
+    logits[1, :40] = math.nan
+    return logits, starts, ends, k
+
+
+def test_flashinfer_adapter_over_the_standin_selects_exactly_on_valid_ranges():
+    case = valid_rows(5)
+    assert selected(flashinfer_topk_cpu.KERNEL, *case) == exact(*case)
+
+
+def test_flashinfer_returns_masked_positions_of_a_short_row_which_is_why_it_declares_valid_ranges():
+    logits, starts, ends, k = rows(1)  # row 4: 30 positions in range, 25 of them -inf
+    got = selected(flashinfer_topk_cpu.KERNEL, logits, starts, ends, k)
+    assert got[4] == list(range(100, 130)) != exact(logits, starts, ends, k)[4]
+    assert mla_door.describe(flashinfer_topk_cpu.KERNEL)["topk"]["range_all_valid"] is True
+    assert mla_door.describe(flashinfer_topk_cpu.UNDECLARED_RANGES)["topk"]["range_all_valid"] is False
+
+
+def test_flashinfer_standin_bug_is_caught():
+    case = valid_rows(6)
+    assert selected(flashinfer_topk_cpu.BUG_IGNORES_ROW_STARTS, *case) != exact(*case)
+
+
+def test_without_flashinfer_its_topk_is_skipped_with_the_reason():
+    if importlib.util.find_spec("flashinfer") is not None:
+        pytest.skip("flashinfer is installed here: the device check certifies it")
+    k = flashinfer_topk.kernel()
+    why = k.unavailable()
+    assert why and "flashinfer" in why and "does not import" in why
     assert k.backend == "cuda"

@@ -15,6 +15,9 @@
 //   ties        every valid logit equal (any k of them is right);
 //   near_ties   logits a few float32 ulps apart around 1000;
 //   huge, tiny  normal logits of std 1e4 and of std 1e-30 (the judge's bound is relative).
+// A kernel that claims only ranges of valid positions (TopkKernelInfo::range_all_valid, the causal
+// horizon as V3.2's sparse attention calls it) gets the masked and mostly_masked rows without
+// their masks: never a -inf inside a range it was given.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -39,7 +42,8 @@ constexpr RowKind kRowKinds[] = {RowKind::full,   RowKind::decode,        RowKin
 constexpr int kRowsPerKind = 2;
 
 // One row of a drawn case: its range and its n logits. `key` draws it.
-void draw_row(RowKind kind, uint64_t key, int64_t n, int k, std::span<float> row, int32_t& start, int32_t& end) {
+void draw_row(RowKind kind, uint64_t key, int64_t n, int k, bool masks, std::span<float> row, int32_t& start,
+              int32_t& end) {
   const auto u = [&](uint64_t i) { return gen::uniform01(key, 0, i); };
   const auto normal = [&](uint64_t i, double std) { return static_cast<float>(gen::value(key, 1, i, 0, std)); };
   // An index in [lo, hi] (hi >= lo).
@@ -64,8 +68,8 @@ void draw_row(RowKind kind, uint64_t key, int64_t n, int k, std::span<float> row
   for (int64_t j = b; j < e; ++j) {
     const auto i = static_cast<uint64_t>(j) + 16;
     float x = normal(i, 1.0);
-    if (kind == RowKind::masked && u(i) < 0.3) x = kNegInf;
-    if (kind == RowKind::mostly_masked && u(i) < 0.85) x = kNegInf;
+    if (masks && kind == RowKind::masked && u(i) < 0.3) x = kNegInf;
+    if (masks && kind == RowKind::mostly_masked && u(i) < 0.85) x = kNegInf;
     if (kind == RowKind::ties) x = 1.5f;
     if (kind == RowKind::near_ties) x = std::nextafter(1000.0f, 0.0f) + static_cast<float>(gen::bits(key, 2, i) % 5) * 6.1035156e-05f;
     if (kind == RowKind::huge) x = normal(i, 1e4);
@@ -84,7 +88,7 @@ void draw_row(RowKind kind, uint64_t key, int64_t n, int k, std::span<float> row
   end = static_cast<int32_t>(e);
 }
 
-DrawnTopk draw_case(uint64_t key, int k, int64_t n, const char* what, uint64_t seed) {
+DrawnTopk draw_case(uint64_t key, int k, int64_t n, const char* what, bool masks, uint64_t seed) {
   DrawnTopk c;
   auto& b = c.inputs;
   const int64_t rows = static_cast<int64_t>(std::size(kRowKinds)) * kRowsPerKind;
@@ -95,7 +99,7 @@ DrawnTopk draw_case(uint64_t key, int k, int64_t n, const char* what, uint64_t s
   for (int64_t r = 0; r < rows; ++r) {
     const auto kind = kRowKinds[r / kRowsPerKind];
     const auto i = static_cast<std::size_t>(r);
-    draw_row(kind, gen::key(key, static_cast<uint64_t>(r)), n, k,
+    draw_row(kind, gen::key(key, static_cast<uint64_t>(r)), n, k, masks,
              std::span<float>(b.logits).subspan(i * static_cast<std::size_t>(n), static_cast<std::size_t>(n)),
              b.starts[i], b.ends[i]);
   }
@@ -104,8 +108,9 @@ DrawnTopk draw_case(uint64_t key, int k, int64_t n, const char* what, uint64_t s
                               "a decode row whose newest key is the clear maximum, with larger logits written past "
                               "its end; a ragged prefill range; fewer valid than k; 30 % masked; mostly masked; "
                               "empty (end == start, end < start); all equal; near-ties; std 1e4; std 1e-30 (drawn "
-                              "from seed {}, NaN outside each range)",
-                              k, rows, n, what, seed);
+                              "from seed {}, NaN outside each range{})",
+                              k, rows, n, what, seed,
+                              masks ? "" : "; no masked position inside a range: the kernel claims valid ranges only");
   return c;
 }
 
@@ -121,8 +126,9 @@ std::vector<DrawnTopk> draw_topk_cases(uint64_t seed, const TopkKernelInfo& info
     // Rows longer than k (capped by the kernel's max_n) and rows all shorter than k.
     int64_t n = 2 * static_cast<int64_t>(k) + 97;
     if (info.max_n > 0) n = std::min(n, info.max_n);
-    cases.push_back(draw_case(gen::key(key, 0), k, n, "rows_longer_than_k", seed));
-    cases.push_back(draw_case(gen::key(key, 1), k, std::max<int64_t>(2, k / 2 + 3), "rows_shorter_than_k", seed));
+    const bool masks = !info.range_all_valid;
+    cases.push_back(draw_case(gen::key(key, 0), k, n, "rows_longer_than_k", masks, seed));
+    cases.push_back(draw_case(gen::key(key, 1), k, std::max<int64_t>(2, k / 2 + 3), "rows_shorter_than_k", masks, seed));
   }
   return cases;
 }

@@ -103,6 +103,10 @@ struct TopkKernelInfo {
   LogitsPrecision precision = LogitsPrecision::f32;
   std::vector<int> ks;        // the k it supports; empty: any
   int64_t max_n = 0;          // the longest row it takes; 0: any
+  // True: it claims only rows whose every position in [start, end) is finite (the range is the
+  // causal horizon, as V3.2's sparse attention calls it), and is given no masked (-inf) position
+  // inside a range; false (the canonical): masked positions in range, never to be selected.
+  bool range_all_valid = false;
   TopkConventions conventions;
 };
 

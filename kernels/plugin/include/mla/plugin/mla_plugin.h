@@ -412,6 +412,10 @@ typedef struct mla_plugin_topk_entry {
   uint32_t index_base;  /* MLA_PLUGIN_INDEX_ABSOLUTE or _RELATIVE */
   uint32_t sorted;      /* 0, or 1: the selection comes by descending logit (then held to it) */
   uint32_t logits_precision; /* MLA_PLUGIN_LOGITS_F32 or _BF16 */
+  uint32_t range_all_valid;  /* 0: a row's range may hold masked (-inf) positions (canonical); 1: it
+                                claims only rows whose every position in range is finite, as where
+                                the range is the causal horizon (V3.2's sparse attention): a kernel
+                                that fills a short selection with in-range positions, masked or not */
   mla_plugin_topk_fn topk; /* required */
 } mla_plugin_topk_entry;
 

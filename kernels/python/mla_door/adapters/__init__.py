@@ -13,6 +13,7 @@ and declares the library's conventions; the certifier converts lse and sparse in
 (kernels/plugin/README.md, "The Python door"), so an adapter never touches either.
 """
 import importlib
+import inspect
 from typing import Callable, Optional, Tuple
 
 
@@ -22,6 +23,27 @@ def import_library(module: str) -> Tuple[object, Optional[str]]:
         return importlib.import_module(module), None
     except Exception as e:  # any failure to import is a reason to skip, named as it came
         return None, f"{module} does not import here: {type(e).__name__}: {e}"
+
+
+def open_library(lib, module: str) -> Tuple[object, Optional[str], str, str]:
+    """(library, why it does not import or None, backend, version) for an adapter's make(lib):
+    `lib` None imports `module`; a stand-in passed as `lib` says where it runs with a `BACKEND`
+    attribute ("cpu"; the real libraries are "cuda") and its version with `__version__`."""
+    why_not = None
+    if lib is None:
+        lib, why_not = import_library(module)
+    if lib is None:
+        return None, why_not, "cuda", "absent"
+    return lib, why_not, getattr(lib, "BACKEND", "cuda"), str(getattr(lib, "__version__", "unknown"))
+
+
+def takes_argument(fn, name: str) -> bool:
+    """Whether `fn` has a parameter `name` (versions of a library differ); a compiled function
+    without a signature is assumed to take it, so that the call itself says if it does not."""
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return True
 
 
 def availability(why_not: Optional[str], backend: str, module: str) -> Callable[[], Optional[str]]:

@@ -24,11 +24,10 @@ and cuts the padded out itself.
 """
 from __future__ import annotations
 
-import inspect
 from typing import Optional
 
 import mla_door
-from mla_door.adapters import availability, import_library
+from mla_door.adapters import availability, open_library, takes_argument
 
 MODULES = {2: "flash_attn", 3: "flash_attn_interface"}
 
@@ -40,17 +39,8 @@ def make(lib=None, version: int = 2, name: Optional[str] = None) -> mla_door.Ker
     if version not in MODULES:
         raise ValueError(f"FlashAttention version {version}: 2 or 3")
     module = MODULES[version]
-    why_not = None
-    if lib is None:
-        lib, why_not = import_library(module)
-    backend = getattr(lib, "BACKEND", "cuda") if lib is not None else "cuda"
-    lib_version = str(getattr(lib, "__version__", "unknown")) if lib is not None else "absent"
-    takes_probs = False
-    if lib is not None:
-        try:
-            takes_probs = "return_attn_probs" in inspect.signature(lib.flash_attn_varlen_func).parameters
-        except (TypeError, ValueError):  # a compiled function without a signature: pass it
-            takes_probs = True
+    lib, why_not, backend, lib_version = open_library(lib, module)
+    takes_probs = lib is not None and takes_argument(lib.flash_attn_varlen_func, "return_attn_probs")
 
     def prefill(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, call) -> None:
         import torch

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Optional
 
 import mla_door
-from mla_door.adapters import availability, import_library
+from mla_door.adapters import availability, open_library
 
 MODULE = "flashinfer"
 # The workspace FlashInfer's documentation recommends for its split-KV partial results.
@@ -33,11 +33,7 @@ WORKSPACE_BYTES = 128 * 1024 * 1024
 def make(lib=None, name: Optional[str] = None) -> mla_door.Kernel:
     """The ragged prefill: `lib` the flashinfer module (None: import it) or a stand-in with its
     API (a `BACKEND` attribute says where it runs, "cpu")."""
-    why_not = None
-    if lib is None:
-        lib, why_not = import_library(MODULE)
-    backend = getattr(lib, "BACKEND", "cuda") if lib is not None else "cuda"
-    version = str(getattr(lib, "__version__", "unknown")) if lib is not None else "absent"
+    lib, why_not, backend, version = open_library(lib, MODULE)
     name = name or "flashinfer_ragged_prefill"
     state = {}
 

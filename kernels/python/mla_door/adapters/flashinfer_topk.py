@@ -19,11 +19,10 @@ starts past 0 (Unsupported, naming it), never shifting the logits itself.
 """
 from __future__ import annotations
 
-import inspect
 from typing import Optional
 
 import mla_door
-from mla_door.adapters import availability, import_library
+from mla_door.adapters import availability, open_library, takes_argument
 
 MODULE = "flashinfer"
 
@@ -31,18 +30,9 @@ MODULE = "flashinfer"
 def make(lib=None, name: Optional[str] = None) -> mla_door.Kernel:
     """`lib` the flashinfer module (None: import it) or a stand-in with its top_k_ragged_transform
     (a `BACKEND` attribute says where it runs, "cpu")."""
-    why_not = None
-    if lib is None:
-        lib, why_not = import_library(MODULE)
-    backend = getattr(lib, "BACKEND", "cuda") if lib is not None else "cuda"
-    version = str(getattr(lib, "__version__", "unknown")) if lib is not None else "absent"
+    lib, why_not, backend, version = open_library(lib, MODULE)
     name = name or "flashinfer_top_k_ragged"
-    takes_starts = False
-    if lib is not None:
-        try:
-            takes_starts = "row_starts" in inspect.signature(lib.top_k_ragged_transform).parameters
-        except (TypeError, ValueError):  # a compiled function without a signature: try it
-            takes_starts = True
+    takes_starts = lib is not None and takes_argument(lib.top_k_ragged_transform, "row_starts")
 
     def topk(logits, starts, ends, indices, call) -> None:
         import torch

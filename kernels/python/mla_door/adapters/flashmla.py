@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Optional
 
 import mla_door
-from mla_door.adapters import availability, import_library
+from mla_door.adapters import availability, open_library
 from mla_door import D_V
 
 NAME = "flashmla"
@@ -47,11 +47,7 @@ def make(lib=None, name: Optional[str] = None) -> mla_door.Kernel:
     """The FlashMLA kernel: `lib` the flash_mla module (None: import it) or a stand-in with its API.
 
     A stand-in says where it runs with a `BACKEND` attribute ("cpu"); the real library is "cuda"."""
-    why_not = None
-    if lib is None:
-        lib, why_not = import_library("flash_mla")
-    backend = getattr(lib, "BACKEND", "cuda") if lib is not None else "cuda"
-    version = str(getattr(lib, "__version__", "unknown")) if lib is not None else "absent"
+    lib, why_not, backend, version = open_library(lib, "flash_mla")
 
     def decode(q, kv_cache, block_table, cache_seqlens, indices, out, lse, call) -> None:
         nb, ps, width = kv_cache.shape

@@ -21,24 +21,15 @@ from __future__ import annotations
 from typing import Optional
 
 import mla_door
-from mla_door.adapters import availability, import_library
+from mla_door.adapters import availability, open_library
 
 VLLM_MODULE = "vllm.attention.ops.merge_attn_states"
 FLASHINFER_MODULE = "flashinfer"
 
 
-def _opened(lib, module):
-    why_not = None
-    if lib is None:
-        lib, why_not = import_library(module)
-    backend = getattr(lib, "BACKEND", "cuda") if lib is not None else "cuda"
-    version = str(getattr(lib, "__version__", "unknown")) if lib is not None else "absent"
-    return lib, why_not, backend, version
-
-
 def make_vllm(lib=None, name: Optional[str] = None) -> mla_door.Kernel:
     """vLLM's merge: `lib` the module holding merge_attn_states (None: import it) or a stand-in."""
-    lib, why_not, backend, version = _opened(lib, VLLM_MODULE)
+    lib, why_not, backend, version = open_library(lib, VLLM_MODULE)
     name = name or "vllm_merge_attn_states"
 
     def merge(out_a, lse_a, out_b, lse_b, out, lse, call) -> None:
@@ -53,7 +44,7 @@ def make_vllm(lib=None, name: Optional[str] = None) -> mla_door.Kernel:
 
 def make_flashinfer(lib=None, name: Optional[str] = None) -> mla_door.Kernel:
     """FlashInfer's merge_state: `lib` the flashinfer module (None: import it) or a stand-in."""
-    lib, why_not, backend, version = _opened(lib, FLASHINFER_MODULE)
+    lib, why_not, backend, version = open_library(lib, FLASHINFER_MODULE)
     name = name or "flashinfer_merge_state"
 
     def merge(out_a, lse_a, out_b, lse_b, out, lse, call) -> None:

@@ -518,11 +518,12 @@ TEST(PythonDeclaration, EveryRuleOfACDescriptorNamesTheFieldItRefuses) {
   auto only_topk = declaration();
   only_topk["decode"] = false;
   only_topk["topk"] = {{"name", "k_topk"}, {"description", "a top-k"}, {"ks", {2048}}, {"max_n", 0},
-                       {"index_base", "relative"}, {"sorted", false}, {"precision", "f32"}};
+                       {"index_base", "relative"}, {"sorted", false}, {"precision", "f32"}, {"range_all_valid", true}};
   const auto to = validate_python_declaration(only_topk);
   ASSERT_TRUE(to.topk.has_value());
   EXPECT_EQ(to.topk->ks, std::vector<int>{2048});
   EXPECT_EQ(to.topk->conventions.index_base, mla::IndexBase::relative);
+  EXPECT_TRUE(to.topk->range_all_valid);
   const auto with_topk = [&](const char* pointer, json v) {
     auto j = only_topk;
     j["topk"][json::json_pointer(pointer)] = std::move(v);
@@ -532,6 +533,7 @@ TEST(PythonDeclaration, EveryRuleOfACDescriptorNamesTheFieldItRefuses) {
   bad_prefill.push_back({with_topk("/index_base", "rel"), "declaration field 'topk.index_base' is 'rel'"});
   bad_prefill.push_back({with_topk("/precision", "fp8"), "declaration field 'topk.precision' is 'fp8'"});
   bad_prefill.push_back({with_topk("/max_n", -1), "topk.max_n -1 is negative"});
+  bad_prefill.push_back({with_topk("/range_all_valid", 1), "declaration field 'topk.range_all_valid' is 1, expected true or false"});
   for (const auto& [j, words] : bad_prefill) {
     try {
       (void)validate_python_declaration(j);

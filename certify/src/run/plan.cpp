@@ -48,6 +48,14 @@ std::vector<std::string> spelled(const std::vector<T>& values) {
 // The state dtypes a merge kernel merges, by name: its claims, its declaration and its out dtype.
 std::vector<std::string> dtype_names(const MergeKernelInfo& i) { return spelled(i.dtypes); }
 
+// The claims a merge and a top-k are recorded with (origin.capabilities), registered or external.
+nlohmann::json capabilities_json(const MergeKernelInfo& i) {
+  return {{"dtypes", dtype_names(i)}, {"head_dims", i.head_dims}};
+}
+nlohmann::json capabilities_json(const TopkKernelInfo& i) {
+  return {{"ks", i.ks}, {"max_n", i.max_n}, {"range_all_valid", i.range_all_valid}};
+}
+
 // What the implementation declared, as the host applies it (the certificate's "declared").
 nlohmann::json declared_json(const Implementation& e) {
   if (e.prefill) {
@@ -245,11 +253,11 @@ std::pair<Implementation, reports::KernelReport> describe_candidate(const Sessio
   } else if (c.merge) {
     const auto& i = adopt(c.merge);
     e.merge = c.merge;
-    caps = {{"dtypes", dtype_names(i)}, {"head_dims", i.head_dims}};
+    caps = capabilities_json(i);
   } else if (c.topk) {
     const auto& i = adopt(c.topk);
     e.topk = c.topk;
-    caps = {{"ks", i.ks}, {"max_n", i.max_n}, {"range_all_valid", i.range_all_valid}};
+    caps = capabilities_json(i);
   } else if (c.indexer_logits) {
     const auto& i = adopt(c.indexer_logits);
     e.indexer_logits = c.indexer_logits;
@@ -498,13 +506,13 @@ std::vector<std::pair<Implementation, reports::KernelReport>> external_entries(
     auto& [e, r] = entry(merge->name, merge->description, "merge");
     e.owned_merge = external_merge(*merge);
     e.merge = e.owned_merge.get();
-    r.origin["capabilities"] = {{"dtypes", dtype_names(*merge)}, {"head_dims", merge->head_dims}};
+    r.origin["capabilities"] = capabilities_json(*merge);
   }
   if (topk) {
     auto& [e, r] = entry(topk->name, topk->description, "topk");
     e.owned_topk = external_topk(*topk);
     e.topk = e.owned_topk.get();
-    r.origin["capabilities"] = {{"ks", topk->ks}, {"max_n", topk->max_n}, {"range_all_valid", topk->range_all_valid}};
+    r.origin["capabilities"] = capabilities_json(*topk);
   }
   return out;
 }

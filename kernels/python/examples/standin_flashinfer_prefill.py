@@ -54,7 +54,7 @@ def library(bug: Optional[str] = None):
             if num_kv_heads != num_qo_heads:
                 raise ValueError("the stand-in runs MHA only (as many kv heads as q heads)")
             self._plan = dict(qo_indptr=qo_indptr.to(torch.int32).cpu().clone(),
-                              kv_indptr=kv_indptr.to(torch.int32).cpu().clone(), heads=num_qo_heads,
+                              kv_indptr=kv_indptr.to(torch.int32).cpu().clone(),
                               d_qk=head_dim_qk, d_vo=head_dim_vo or head_dim_qk, causal=causal,
                               sm_scale=sm_scale if sm_scale is not None else head_dim_qk ** -0.5)
 

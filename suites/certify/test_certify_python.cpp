@@ -145,11 +145,7 @@ TEST_F(CertifyPython, FlashInferConventionsCertifyGreenAndTheSameCodeUndeclaredI
 TEST_F(CertifyPython, PrefillsOfTheFieldCertifyThroughTheDoorAndTheirBugsAreRed) {
   const auto fa = kExamples / "flash_attn_cpu.py";
   const auto fi = kExamples / "flashinfer_prefill_cpu.py";
-  // The drawn cases from a fixed seed: on some draws of the q-std-100 case a row's lse sits near 0
-  // under logits of magnitude ~100, where float32 logit rounding (~2^-24 of them) exceeds the lse
-  // entries' absolute bound; that bound's dependence on the logits' magnitude is an open question
-  // of the tolerance table, not of these adapters.
-  std::string args = " --family prefill --family fresh --seed 11";
+  std::string args = " --family prefill --family fresh";
   for (const char* a : {"FA2", "FA3", "BUG_TOP_LEFT", "BUG_CU_SEQLENS", "FA3_DECLARED_PLUS_INF"}) {
     args += " --python " + quote(fa.string() + ":" + a);
   }

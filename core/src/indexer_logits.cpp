@@ -84,6 +84,46 @@ void validate_keys(const IndexerLogitsInputs& in, const std::string& prefix) {
 
 const char* to_string(IndexerLogitsLayout l) { return l == Layout::paged ? "paged" : "ragged"; }
 
+IndexerLogitsLayout indexer_logits_layout_from_string(std::string_view s) {
+  if (s == "paged") return Layout::paged;
+  if (s == "ragged") return Layout::ragged;
+  throw Error(fmt::format("unknown indexer logits layout '{}' (expected paged or ragged)", s));
+}
+
+nlohmann::json to_json(const IndexerLogitsShape& s) {
+  return {{"layout", to_string(s.layout)}, {"batch", s.batch},           {"next_n", s.next_n},
+          {"heads", s.heads},              {"num_blocks", s.num_blocks}, {"block_size", s.block_size},
+          {"max_blocks", s.max_blocks},    {"max_context", s.max_context}, {"num_keys", s.num_keys}};
+}
+
+IndexerLogitsShape indexer_logits_shape_from_json(const nlohmann::json& j) {
+  IndexerLogitsShape s;
+  std::string field = "shape";
+  try {
+    field = "layout";
+    s.layout = indexer_logits_layout_from_string(j.at(field).get<std::string>());
+    field = "batch";
+    s.batch = j.at(field).get<int64_t>();
+    field = "next_n";
+    s.next_n = j.at(field).get<int>();
+    field = "heads";
+    s.heads = j.at(field).get<int64_t>();
+    field = "num_blocks";
+    s.num_blocks = j.at(field).get<int64_t>();
+    field = "block_size";
+    s.block_size = j.at(field).get<int64_t>();
+    field = "max_blocks";
+    s.max_blocks = j.at(field).get<int64_t>();
+    field = "max_context";
+    s.max_context = j.at(field).get<int64_t>();
+    field = "num_keys";
+    s.num_keys = j.at(field).get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("indexer logits shape: field '{}' is missing or malformed: {}", field, e.what()));
+  }
+  return s;
+}
+
 IndexerLogitsBuffers::IndexerLogitsBuffers(const IndexerLogitsInputs& in)
     : shape(in.shape),
       q(in.q.begin(), in.q.end()),

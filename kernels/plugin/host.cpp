@@ -235,6 +235,54 @@ TopkKernelInfo topk_info_from(const mla_plugin_topk_entry& e) {
   return i;
 }
 
+IndexerLogitsKernelInfo indexer_logits_info_from(const mla_plugin_indexer_logits_entry& e) {
+  if (e.struct_size < MLA_PLUGIN_INDEXER_LOGITS_ENTRY_V1_5_SIZE) {
+    throw PluginError(fmt::format("indexer logits entry struct_size {} is smaller than ABI 1.5's {} bytes", e.struct_size,
+                                  MLA_PLUGIN_INDEXER_LOGITS_ENTRY_V1_5_SIZE));
+  }
+  IndexerLogitsKernelInfo i;
+  i.name = checked_string(e.name, "indexer_logits.name", false);
+  if (!valid_kernel_name(i.name)) {
+    throw PluginError(fmt::format("indexer logits entry name '{}' is not [a-z0-9_]+", i.name));
+  }
+  i.description = checked_string(e.description, "indexer_logits.description", true);
+  const uint32_t known_layouts = MLA_PLUGIN_INDEXER_PAGED | MLA_PLUGIN_INDEXER_RAGGED;
+  if (e.layouts == 0 || (e.layouts & ~known_layouts) != 0) {
+    throw PluginError(fmt::format("indexer_logits.layouts 0x{:x} must be a non-empty set of MLA_PLUGIN_INDEXER_* bits",
+                                  e.layouts));
+  }
+  if (e.layouts & MLA_PLUGIN_INDEXER_PAGED) i.layouts.push_back(IndexerLogitsLayout::paged);
+  if (e.layouts & MLA_PLUGIN_INDEXER_RAGGED) i.layouts.push_back(IndexerLogitsLayout::ragged);
+  if ((e.next_ns & ~(MLA_PLUGIN_NEXT_N_1 | MLA_PLUGIN_NEXT_N_2)) != 0) {
+    throw PluginError(fmt::format("indexer_logits.next_ns 0x{:x} has bits that are not MLA_PLUGIN_NEXT_N_*", e.next_ns));
+  }
+  if (e.next_ns & MLA_PLUGIN_NEXT_N_1) i.next_ns.push_back(1);
+  if (e.next_ns & MLA_PLUGIN_NEXT_N_2) i.next_ns.push_back(2);
+  if (e.num_heads < 0 || e.num_heads > MLA_PLUGIN_MAX_HEAD_COUNTS) {
+    throw PluginError(fmt::format("indexer_logits.num_heads {} is outside [0, {}]", e.num_heads, MLA_PLUGIN_MAX_HEAD_COUNTS));
+  }
+  for (int32_t j = 0; j < e.num_heads; ++j) {
+    if (e.heads[j] < 1) throw PluginError(fmt::format("indexer_logits.heads[{}] = {} is not positive", j, e.heads[j]));
+    i.heads.push_back(e.heads[j]);
+  }
+  if (e.num_block_sizes < 0 || e.num_block_sizes > MLA_PLUGIN_MAX_PAGE_SIZES) {
+    throw PluginError(fmt::format("indexer_logits.num_block_sizes {} is outside [0, {}]", e.num_block_sizes,
+                                  MLA_PLUGIN_MAX_PAGE_SIZES));
+  }
+  for (int32_t j = 0; j < e.num_block_sizes; ++j) {
+    if (e.block_sizes[j] < 1) {
+      throw PluginError(fmt::format("indexer_logits.block_sizes[{}] = {} is not positive", j, e.block_sizes[j]));
+    }
+    i.block_sizes.push_back(e.block_sizes[j]);
+  }
+  if (e.max_context < 0) throw PluginError(fmt::format("indexer_logits.max_context {} is negative (0: any)", e.max_context));
+  i.max_context = e.max_context;
+  if (!e.indexer_logits) throw PluginError("indexer logits entry has no indexer_logits entry point");
+  i.backend = "cpu";  // the descriptor's, set by the caller
+  i.role = KernelRole::optimized;
+  return i;
+}
+
 namespace {
 // The prefill and merge entries of a 1.4 descriptor, or NULL (an earlier revision's, or none given).
 const mla_plugin_prefill_entry* prefill_entry(const mla_plugin_descriptor& d) {
@@ -245,6 +293,9 @@ const mla_plugin_merge_entry* merge_entry(const mla_plugin_descriptor& d) {
 }
 const mla_plugin_topk_entry* topk_entry(const mla_plugin_descriptor& d) {
   return MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, topk, d.struct_size) ? d.topk : nullptr;
+}
+const mla_plugin_indexer_logits_entry* indexer_logits_entry(const mla_plugin_descriptor& d) {
+  return MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, indexer_logits, d.struct_size) ? d.indexer_logits : nullptr;
 }
 }  // namespace
 
@@ -301,8 +352,9 @@ void validate_descriptor(const mla_plugin_descriptor& d) {
   const auto* pre = prefill_entry(d);
   const auto* mer = merge_entry(d);
   const auto* top = topk_entry(d);
-  if (!d.decode && !pre && !mer && !top) {
-    throw PluginError("descriptor has no decode entry point (and no prefill, merge or top-k entry)");
+  const auto* idx = indexer_logits_entry(d);
+  if (!d.decode && !pre && !mer && !top && !idx) {
+    throw PluginError("descriptor has no decode entry point (and no prefill, merge, top-k or indexer logits entry)");
   }
   if (MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, append, d.struct_size)) {
     if ((d.flags & ~MLA_PLUGIN_FLAG_DEVICE_MEMORY) != 0) {
@@ -413,6 +465,11 @@ std::shared_ptr<Library> Library::open(const std::filesystem::path& path) {
     lib->topk_info_ = topk_info_from(*top);
     lib->topk_info_->backend = d.backend;
     lib->topk_ = top->topk;
+  }
+  if (const auto* idx = indexer_logits_entry(d)) {
+    lib->indexer_logits_info_ = indexer_logits_info_from(*idx);
+    lib->indexer_logits_info_->backend = d.backend;
+    lib->indexer_logits_ = idx->indexer_logits;
   }
   return lib;
 }
@@ -650,6 +707,46 @@ int32_t call_topk(const Library& lib, const TopkInputs& in, int32_t* indices, st
   a.indices = static_cast<int32_t*>(c.output("indices", indices, indices_bytes));
   a.stream = c.stream();
   return c.call(topk ? topk : lib.topk(), a, error, error_size, device_findings);
+}
+
+int32_t call_indexer_logits(const Library& lib, const IndexerLogitsInputs& in, float* logits, std::size_t logits_bytes,
+                            char* error, std::size_t error_size, std::vector<std::string>* device_findings,
+                            mla_plugin_indexer_logits_fn fn) {
+  if (!lib.indexer_logits()) {
+    throw PluginError(fmt::format("plug-in {} has no indexer logits entry point", lib.info().name));
+  }
+  EntryCall c(lib);
+  // The other layout's arrays are NULL, as the header promises.
+  const auto given = [&]<class T>(const char* name, std::span<const T> host) -> const T* {
+    return host.empty() ? nullptr : c.input(name, host);
+  };
+  const auto& sh = in.shape;
+  mla_plugin_indexer_logits_args a{};
+  a.struct_size = sizeof a;
+  a.layout = sh.layout == IndexerLogitsLayout::paged ? MLA_PLUGIN_INDEXER_PAGED : MLA_PLUGIN_INDEXER_RAGGED;
+  a.batch = sh.batch;
+  a.next_n = sh.next_n;
+  a.heads = static_cast<int32_t>(sh.heads);
+  a.rows = sh.rows();
+  a.cols = sh.cols();
+  if (sh.layout == IndexerLogitsLayout::paged) {
+    a.num_blocks = sh.num_blocks, a.block_size = sh.block_size, a.max_blocks = sh.max_blocks;
+    a.max_context = sh.max_context;
+  } else {
+    a.num_keys = sh.num_keys;
+  }
+  a.q = given("q", in.q);
+  a.weights = given("weights", in.weights);
+  a.kv_cache = given("kv_cache", in.cache);
+  a.context_lens = given("context_lens", in.context_lens);
+  a.block_table = given("block_table", in.block_table);
+  a.k_codes = given("k_codes", in.k_codes);
+  a.k_scales = given("k_scales", in.k_scales);
+  a.ks = given("ks", in.ks);
+  a.ke = given("ke", in.ke);
+  a.logits = static_cast<float*>(c.output("logits", logits, logits_bytes));
+  a.stream = c.stream();
+  return c.call(fn ? fn : lib.indexer_logits(), a, error, error_size, device_findings);
 }
 
 int32_t call_append(const Library& lib, const AppendCallShape& in, const AppendCallBuffers& b, char* error,

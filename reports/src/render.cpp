@@ -294,7 +294,8 @@ std::string summary(const Certificate& c, std::size_t max_lines) {
                             bound_use(*closest));
       } else if (n.skipped == n.total() && k.unavailable) {
         worst = shorten("skipped: " + *k.unavailable, 60);
-      } else if (n.not_claimed + n.unsupported > 0) {
+      } else if (n.pass == 0 && n.not_claimed + n.unsupported > 0) {
+        // Rows judged without bounds (a top-k's, the indexer's) are passes, not "nothing claimed".
         worst = "nothing it claims in the selection";
       }
     }

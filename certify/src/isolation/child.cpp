@@ -280,6 +280,26 @@ int child_entry_calls(const KernelRef& kernel, const wire::Message& plan) {
         const auto idx = own(mine.at(0));
         return plugin::call_topk(*lib, in, reinterpret_cast<int32_t*>(idx.data()), idx.size(), err, n, device);
       };
+    } else if (entry == kEntryIndexerLogits) {
+      IndexerLogitsInputs in;
+      in.shape = indexer_logits_shape_from_json(a.at("shape"));
+      // Only the call's layout's arrays are in the plan; the other layout's stay empty.
+      const auto maybe = [&]<class T>(const char* name, T* tag) {
+        return inputs.contains(name) ? input(name, tag) : std::span<const T>();
+      };
+      in.q = maybe("q", static_cast<uint8_t*>(nullptr));
+      in.weights = maybe("weights", static_cast<float*>(nullptr));
+      in.cache = maybe("kv_cache", static_cast<uint8_t*>(nullptr));
+      in.context_lens = maybe("context_lens", static_cast<int32_t*>(nullptr));
+      in.block_table = maybe("block_table", static_cast<int32_t*>(nullptr));
+      in.k_codes = maybe("k_codes", static_cast<uint8_t*>(nullptr));
+      in.k_scales = maybe("k_scales", static_cast<float*>(nullptr));
+      in.ks = maybe("ks", static_cast<int32_t*>(nullptr));
+      in.ke = maybe("ke", static_cast<int32_t*>(nullptr));
+      make = [&, in](const std::vector<ArenaRegion>& mine, char* err, std::size_t n, std::vector<std::string>* device) {
+        const auto out = own(mine.at(0));
+        return plugin::call_indexer_logits(*lib, in, reinterpret_cast<float*>(out.data()), out.size(), err, n, device);
+      };
     } else {
       throw Error(fmt::format("the plan names entry '{}', which this child does not know", entry));
     }
@@ -458,6 +478,7 @@ int child_describe(const std::filesystem::path& plugin_path, const std::filesyst
   d.prefill = lib->prefill_info();
   d.merge = lib->merge_info();
   d.topk = lib->topk_info();
+  d.indexer_logits = lib->indexer_logits_info();
   d.append_formats = lib->append_formats();
   d.append_scale_fmts = lib->append_scale_fmts();
   d.append_fp8_recipes = lib->append_fp8_recipes();

@@ -92,6 +92,30 @@ std::optional<TopkKernelInfo> topk_from_json(const json& j) {
   return t;
 }
 
+
+json indexer_logits_json(const std::optional<IndexerLogitsKernelInfo>& t) {
+  if (!t) return json();
+  std::vector<std::string> layouts;
+  for (const auto l : t->layouts) layouts.emplace_back(to_string(l));
+  return {{"name", t->name},       {"backend", t->backend},         {"description", t->description},
+          {"layouts", layouts},    {"next_ns", t->next_ns},         {"heads", t->heads},
+          {"block_sizes", t->block_sizes}, {"max_context", t->max_context}};
+}
+std::optional<IndexerLogitsKernelInfo> indexer_logits_from_json(const json& j) {
+  if (j.is_null()) return std::nullopt;
+  IndexerLogitsKernelInfo t;
+  t.name = j.at("name").get<std::string>();
+  t.backend = j.at("backend").get<std::string>();
+  t.description = j.at("description").get<std::string>();
+  t.role = KernelRole::optimized;
+  for (const auto& l : j.at("layouts")) t.layouts.push_back(indexer_logits_layout_from_string(l.get<std::string>()));
+  t.next_ns = j.at("next_ns").get<std::vector<int>>();
+  t.heads = j.at("heads").get<std::vector<int64_t>>();
+  t.block_sizes = j.at("block_sizes").get<std::vector<int64_t>>();
+  t.max_context = j.at("max_context").get<int64_t>();
+  return t;
+}
+
 }  // namespace
 
 wire::Message encode(const PluginDescription& d) {
@@ -115,6 +139,7 @@ wire::Message encode(const PluginDescription& d) {
                 {"prefill", prefill_json(d.prefill)},
                 {"merge", merge_json(d.merge)},
                 {"topk", topk_json(d.topk)},
+                {"indexer_logits", indexer_logits_json(d.indexer_logits)},
                 {"unavailable", d.unavailable ? json(*d.unavailable) : json()}};
   return m;
 }
@@ -143,6 +168,7 @@ PluginDescription decode_plugin_description(const wire::Message& m) {
     d.prefill = prefill_from_json(f.at("prefill"));
     d.merge = merge_from_json(f.at("merge"));
     d.topk = topk_from_json(f.at("topk"));
+    d.indexer_logits = indexer_logits_from_json(f.at("indexer_logits"));
     return d;
   });
 }

@@ -193,6 +193,58 @@ MergeKernelInfo validate_python_merge(const json& m) {
   }
 }
 
+// A list of positive integers of a declaration (at most `most`), into `dst` / `count`.
+template <class T>
+void positive_list(const json& t, const std::string& w, const char* key, std::size_t most, T* dst, int32_t& count) {
+  const json& v = field(t, w, key, json::value_t::array, "a list");
+  if (v.size() > most) {
+    throw Error(fmt::format("declaration field '{}{}' has {} entries, at most {}", w, key, v.size(), most));
+  }
+  count = static_cast<int32_t>(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number_integer() || v[i].get<int64_t>() < 1 || v[i].get<int64_t>() > (int64_t{1} << 30)) {
+      throw Error(fmt::format("declaration field '{}{}[{}]' = {} is not a positive integer", w, key, i, v[i].dump()));
+    }
+    dst[i] = static_cast<T>(v[i].get<int64_t>());
+  }
+}
+
+// A Python kernel's indexer logits entry, in the words of mla_door.IndexerLogits, then the C ABI's
+// rules for an indexer logits entry.
+IndexerLogitsKernelInfo validate_python_indexer_logits(const json& t) {
+  const std::string w = "indexer_logits.";
+  mla_plugin_indexer_logits_entry e{};
+  e.struct_size = sizeof e;
+  const std::string name = string_field(t, w, "name"), description = string_field(t, w, "description");
+  e.name = name.c_str();
+  e.description = description.c_str();
+  const json& layouts = field(t, w, "layouts", json::value_t::array, "a list");
+  for (const auto& l : layouts) {
+    if (!l.is_string() || (l != "paged" && l != "ragged")) {
+      throw Error(fmt::format("declaration field '{}layouts' holds {}, not \"paged\" or \"ragged\"", w, l.dump()));
+    }
+    e.layouts |= l == "paged" ? MLA_PLUGIN_INDEXER_PAGED : MLA_PLUGIN_INDEXER_RAGGED;
+  }
+  const json& next_ns = field(t, w, "next_ns", json::value_t::array, "a list");
+  for (const auto& n : next_ns) {
+    if (!n.is_number_integer() || (n != 1 && n != 2)) {
+      throw Error(fmt::format("declaration field '{}next_ns' holds {}, not 1 or 2", w, n.dump()));
+    }
+    e.next_ns |= n == 1 ? MLA_PLUGIN_NEXT_N_1 : MLA_PLUGIN_NEXT_N_2;
+  }
+  positive_list(t, w, "heads", MLA_PLUGIN_MAX_HEAD_COUNTS, e.heads, e.num_heads);
+  positive_list(t, w, "block_sizes", MLA_PLUGIN_MAX_PAGE_SIZES, e.block_sizes, e.num_block_sizes);
+  e.max_context = field(t, w, "max_context", json::value_t::number_integer, "an integer").get<int64_t>();
+  e.indexer_logits = [](const mla_plugin_indexer_logits_args*, char*, size_t) -> int32_t {
+    return MLA_PLUGIN_ERROR;  // never called
+  };
+  try {
+    return plugin::indexer_logits_info_from(e);
+  } catch (const plugin::PluginError& ex) {
+    throw Error(fmt::format("declaration: {}", ex.what()));
+  }
+}
+
 // A Python kernel's top-k entry, in the words of mla_door.Topk, then the C ABI's rules for a top-k
 // entry.
 TopkKernelInfo validate_python_topk(const json& t) {
@@ -373,12 +425,18 @@ PythonDeclaration validate_python_declaration(const json& d) {
     out.topk = validate_python_topk(field(d, "", "topk", json::value_t::object, "an object or null"));
     out.topk->backend = k.backend;
   }
+  if (d.contains("indexer_logits") && !d.at("indexer_logits").is_null()) {
+    out.indexer_logits =
+        validate_python_indexer_logits(field(d, "", "indexer_logits", json::value_t::object, "an object or null"));
+    out.indexer_logits->backend = k.backend;
+  }
   // Every implementation the kernel gives has its own name.
   std::vector<std::string> names;
   if (out.decodes) names.push_back(k.name);
   for (const auto& [entry, name] : {std::pair{"prefill", out.prefill ? out.prefill->name : std::string()},
                                     std::pair{"merge", out.merge ? out.merge->name : std::string()},
-                                    std::pair{"topk", out.topk ? out.topk->name : std::string()}}) {
+                                    std::pair{"topk", out.topk ? out.topk->name : std::string()},
+                                    std::pair{"indexer_logits", out.indexer_logits ? out.indexer_logits->name : std::string()}}) {
     if (name.empty()) continue;
     if (std::find(names.begin(), names.end(), name) != names.end()) {
       throw Error(fmt::format("declaration field '{}.name' is '{}', another entry's: each implementation has its own",
@@ -386,8 +444,8 @@ PythonDeclaration validate_python_declaration(const json& d) {
     }
     names.push_back(name);
   }
-  if (!out.decodes && !out.prefill && !out.merge && !out.topk) {
-    throw Error("declaration has no decode (\"decode\": false) and no prefill, merge or topk");
+  if (!out.decodes && !out.prefill && !out.merge && !out.topk && !out.indexer_logits) {
+    throw Error("declaration has no decode (\"decode\": false) and no prefill, merge, topk or indexer_logits");
   }
   return out;
 }
@@ -533,7 +591,7 @@ std::vector<std::pair<Implementation, reports::KernelReport>> describe_python(Se
   base.ref.python = ref;
   base.info.backend = e.info.backend;
   base.unavailable = e.unavailable;
-  auto others = external_entries(base, r, d.prefill, d.merge, d.topk);
+  auto others = external_entries(base, r, d.prefill, d.merge, d.topk, d.indexer_logits);
   std::vector<std::pair<Implementation, reports::KernelReport>> out;
   if (d.decodes) out.emplace_back(std::move(e), std::move(r));
   for (auto& o : others) out.push_back(std::move(o));

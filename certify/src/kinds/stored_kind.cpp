@@ -85,8 +85,10 @@ bool StoredCasesKind::certify_stored(Session& s) const {
   for (const auto& k : s.implementations) {
     if (serves(k)) served.push_back(&k);
   }
-  s.progress << fmt::format("mla certify: {} {} implementations x {} cases, in this process\n", served.size(), name(),
-                            cases.size());
+  const bool external = std::any_of(served.begin(), served.end(), [](const auto* k) { return k->external; });
+  s.progress << fmt::format("mla certify: {} {} implementations x {} cases, {}\n", served.size(), name(), cases.size(),
+                            external ? "registered ones in this process, external ones in child processes"
+                                     : "in this process");
   for (std::size_t i = 0; i < cases.size(); ++i) {
     if (stop_requested(s)) return false;
     const auto t0 = Clock::now();

@@ -1,7 +1,7 @@
 // Private to mla_certify: what the kinds whose kernels are registered ones of one kind only
 // share (prefill, merge, the indexer logits, and the kinds drawn at run time only: top-k and the
-// indexer append, drawn_kind.hpp). Their kernels run in this process (no child transport exists
-// for them yet), each call repeated and compared bitwise. The stored cases of prefill, merge and
+// indexer append, drawn_kind.hpp). Registered kernels run in this process, each call repeated
+// and compared bitwise; an external kernel's entry in child processes (isolation/entry_calls.hpp). The stored cases of prefill, merge and
 // the indexer logits are planned one by one (Session::kind_cases), each certified for the
 // implementations with the kind's entry point.
 #pragma once

@@ -18,6 +18,7 @@
 #include "mla/golden/families.hpp"
 #include "mla/registry/registry.hpp"
 #include "isolation/python_door.hpp"
+#include "kinds/indexer_logits/indexer_logits_rows.hpp"
 #include "kinds/merge/merge_rows.hpp"
 #include "kinds/prefill/prefill_rows.hpp"
 #include "kinds/topk/topk_rows.hpp"
@@ -54,6 +55,10 @@ nlohmann::json capabilities_json(const MergeKernelInfo& i) {
 }
 nlohmann::json capabilities_json(const TopkKernelInfo& i) {
   return {{"ks", i.ks}, {"max_n", i.max_n}, {"range_all_valid", i.range_all_valid}};
+}
+nlohmann::json capabilities_json(const IndexerLogitsKernelInfo& i) {
+  return {{"layouts", spelled(i.layouts)}, {"next_ns", i.next_ns},         {"heads", i.heads},
+          {"block_sizes", i.block_sizes},  {"max_context", i.max_context}};
 }
 
 // What the implementation declared, as the host applies it (the certificate's "declared").
@@ -192,7 +197,7 @@ void add_plugin(Session& s, const fs::path& path, std::size_t i) {
   reports::KernelReport report;
   report.version = d.version;
   report.origin = origin;
-  for (auto& [e, r] : external_entries(base, report, d.prefill, d.merge, d.topk)) {
+  for (auto& [e, r] : external_entries(base, report, d.prefill, d.merge, d.topk, d.indexer_logits)) {
     add_implementation(s, std::move(e), std::move(r));
   }
 }
@@ -261,8 +266,7 @@ std::pair<Implementation, reports::KernelReport> describe_candidate(const Sessio
   } else if (c.indexer_logits) {
     const auto& i = adopt(c.indexer_logits);
     e.indexer_logits = c.indexer_logits;
-    caps = {{"layouts", spelled(i.layouts)}, {"next_ns", i.next_ns}, {"heads", i.heads}, {"block_sizes", i.block_sizes},
-            {"max_n", i.max_context}};
+    caps = capabilities_json(i);
   } else {
     const auto& i = adopt(c.indexer_append);
     e.indexer_append = c.indexer_append;
@@ -487,7 +491,8 @@ void plan(Session& s) {
 
 std::vector<std::pair<Implementation, reports::KernelReport>> external_entries(
     const Implementation& base, const reports::KernelReport& report, const std::optional<PrefillKernelInfo>& prefill,
-    const std::optional<MergeKernelInfo>& merge, const std::optional<TopkKernelInfo>& topk) {
+    const std::optional<MergeKernelInfo>& merge, const std::optional<TopkKernelInfo>& topk,
+    const std::optional<IndexerLogitsKernelInfo>& indexer_logits) {
   std::vector<std::pair<Implementation, reports::KernelReport>> out;
   const auto entry = [&](const std::string& name, const std::string& description, const char* kind) -> auto& {
     auto& [e, r] = out.emplace_back(base, report);
@@ -513,6 +518,12 @@ std::vector<std::pair<Implementation, reports::KernelReport>> external_entries(
     e.owned_topk = external_topk(*topk);
     e.topk = e.owned_topk.get();
     r.origin["capabilities"] = capabilities_json(*topk);
+  }
+  if (indexer_logits) {
+    auto& [e, r] = entry(indexer_logits->name, indexer_logits->description, "indexer_logits");
+    e.owned_indexer_logits = external_indexer_logits(*indexer_logits);
+    e.indexer_logits = e.owned_indexer_logits.get();
+    r.origin["capabilities"] = capabilities_json(*indexer_logits);
   }
   return out;
 }

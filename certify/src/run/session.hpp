@@ -69,18 +69,20 @@ struct Implementation {
   std::shared_ptr<const PrefillImpl> owned_prefill;
   std::shared_ptr<const MergeImpl> owned_merge;  // the same for a merge entry
   std::shared_ptr<const TopkImpl> owned_topk;    // and a top-k entry
+  std::shared_ptr<const IndexerLogitsImpl> owned_indexer_logits;  // and an indexer logits entry (1.5)
   // Whether it has the decode entry point (every registered decode kernel, fault kernel,
   // plug-in and Python kernel; a kernel of one of the other kinds has none).
   bool decodes() const { return !prefill && !merge && !topk && !indexer_append && !indexer_logits; }
 };
 
-// The implementations of an external kernel's entries other than decode (a plug-in's, ABI 1.4, or
-// a Python kernel's): each a copy of `base` (its reference, backend and availability) and of
+// The implementations of an external kernel's entries other than decode (a plug-in's, ABI 1.4 and
+// 1.5, or a Python kernel's): each a copy of `base` (its reference, backend and availability) and of
 // `report` (its version and origin) under the entry's own name, with its kind's object and the
 // entry and claims in the origin.
 std::vector<std::pair<Implementation, reports::KernelReport>> external_entries(
     const Implementation& base, const reports::KernelReport& report, const std::optional<PrefillKernelInfo>& prefill,
-    const std::optional<MergeKernelInfo>& merge, const std::optional<TopkKernelInfo>& topk);
+    const std::optional<MergeKernelInfo>& merge, const std::optional<TopkKernelInfo>& topk,
+    const std::optional<IndexerLogitsKernelInfo>& indexer_logits);
 
 // A case of the plan: the family as the certificate names it, the catalog file, the case.
 struct CaseRef {

@@ -13,9 +13,9 @@ and judges the results; this package only runs in the certifier's child process,
 kernel and writes nothing but the outputs (and a bounded message) back.
 
 A kernel may also have a prefill in the MHA form (`Prefill`), a merge of two attention states
-(`Merge`) and V3.2's top-k over the indexer's logits (`Topk`; their docstrings have the
-signatures), each certified as an implementation of its own; a kernel without a decode leaves
-`decode` out.
+(`Merge`), V3.2's top-k over the indexer's logits (`Topk`) and the indexer's logits themselves
+(`IndexerLogits`; their docstrings have the signatures), each certified as an implementation of
+its own; a kernel without a decode leaves `decode` out.
 
 The one signature of a decode:
 
@@ -279,6 +279,68 @@ class Topk:
 
 
 @dataclass(frozen=True)
+class IndexerLogitsCall:
+    """What an indexer logits call is told besides its tensors (mla/core/indexer_logits.hpp)."""
+
+    layout: str       # "paged" | "ragged"
+    batch: int        # paged: sequences; ragged: query rows
+    next_n: int       # paged: 1 or 2; ragged: 1
+    heads: int
+    rows: int         # the logits' rows: batch * next_n (paged) or batch (ragged)
+    cols: int         # the logits' width: max_context (paged) or num_keys (ragged)
+    block_size: int   # paged; 0 for ragged
+    max_context: int  # paged; 0 for ragged
+    num_keys: int     # ragged; 0 for paged
+
+
+@dataclass(frozen=True)
+class IndexerLogits:
+    """V3.2's lightning-indexer logits: its own implementation in the certificate.
+
+        logits[r, p] = k_scale[p] * sum_h weights[r, h] * relu(q8[r, h] . k8[p])
+
+    q8, k8 the e4m3 values of the codes (128 per head and key; `e4m3(t)` views a uint8 tensor as
+    torch.float8_e4m3fn where torch has it); q has no scale of its own (V3.2 folds it into the
+    weights). Give `paged`, `ragged` or both (DeepGEMM's two calls, in their argument order):
+
+        paged(q, kv_cache, weights, context_lens, block_table, logits, call) -> None
+            q             torch.uint8   [batch, next_n, heads, 128] e4m3 codes
+            kv_cache      torch.uint8   [num_blocks, block_size * 132]: per block every token's
+                                        128 codes, then every token's float32 scale
+            weights       torch.float32 [batch * next_n, heads]
+            context_lens  torch.int32   [batch]; row i of next_n sees [0, ctx - next_n + i + 1)
+            block_table   torch.int32   [batch, max_blocks]
+            logits        torch.float32 [batch * next_n, max_context]: WRITE EVERY ELEMENT
+
+        ragged(q, k_codes, k_scales, weights, ks, ke, logits, call) -> None
+            q             torch.uint8   [rows, heads, 128]
+            k_codes       torch.uint8   [num_keys, 128];  k_scales torch.float32 [num_keys]
+            weights       torch.float32 [rows, heads]
+            ks, ke        torch.int32   [rows]: row r sees [ks[r], ke[r])
+            logits        torch.float32 [rows, num_keys]: WRITE EVERY ELEMENT
+
+    Outside its row's range every logit is -inf (DeepGEMM's clean_logits=True), inside finite.
+    `call` is an `IndexerLogitsCall`."""
+
+    name: str                                   # [a-z0-9_]+, not another entry's
+    description: str
+    paged: Optional[Callable] = None
+    ragged: Optional[Callable] = None
+    next_ns: Tuple[int, ...] = ()               # paged next_n it takes (1, 2); empty: both
+    heads: Tuple[int, ...] = ()                 # empty: any
+    block_sizes: Tuple[int, ...] = ()           # paged; empty: any
+    max_context: int = 0                        # the widest logits row; 0: any
+
+
+def e4m3(t):
+    """A uint8 tensor of e4m3 codes viewed as torch.float8_e4m3fn (no copy), or the tensor itself
+    where this torch has no float8 dtype (torch < 2.1)."""
+    import torch
+    dt = getattr(torch, "float8_e4m3fn", None)
+    return t.view(dt) if dt is not None else t
+
+
+@dataclass(frozen=True)
 class Kernel:
     name: str                                   # [a-z0-9_]+
     version: str
@@ -299,6 +361,8 @@ class Kernel:
     merge: Optional[Merge] = None
     # Optional: V3.2's top-k over the indexer's logits, certified as an implementation of its own.
     topk: Optional[Topk] = None
+    # Optional: V3.2's indexer logits, certified as an implementation of its own.
+    indexer_logits: Optional[IndexerLogits] = None
 
 
 def describe(k: Kernel) -> dict:
@@ -341,6 +405,15 @@ def describe(k: Kernel) -> dict:
             "sorted": k.topk.sorted,
             "precision": k.topk.precision,
             "range_all_valid": k.topk.range_all_valid,
+        },
+        "indexer_logits": None if k.indexer_logits is None else {
+            "name": k.indexer_logits.name,
+            "description": k.indexer_logits.description,
+            "layouts": [w for w in ("paged", "ragged") if getattr(k.indexer_logits, w) is not None],
+            "next_ns": list(k.indexer_logits.next_ns),
+            "heads": list(k.indexer_logits.heads),
+            "block_sizes": list(k.indexer_logits.block_sizes),
+            "max_context": k.indexer_logits.max_context,
         },
     }
 

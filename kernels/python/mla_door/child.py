@@ -418,7 +418,7 @@ def call(args):
 
 def call_entry(args, plan):
     """The calls of an entry-calls plan (certify/src/isolation/entry_calls.hpp): the kernel's
-    prefill, merge or top-k, each call on its own outputs, stopping after each so the certifier
+    prefill, merge, top-k or indexer logits, each call on its own outputs, stopping after each so the certifier
     can audit it."""
     mm, ctl = open_arena(plan)
     loaded = load_for_calls(args.spec, ctl)
@@ -426,12 +426,14 @@ def call_entry(args, plan):
         return 0
     torch, k = loaded
     entry = plan["entry"]
-    if getattr(k, entry, None) is None or entry not in ("prefill", "merge", "topk"):
+    if getattr(k, entry, None) is None or entry not in ("prefill", "merge", "topk", "indexer_logits"):
         ctl.setup(STATE_ERROR, f"the certifier asks for the kernel's {entry} entry, which it does not have")
         return 0
     view = region_view(torch, mm, plan)
     a, inp = plan["args"], plan["inputs"]
     cuda = k.backend == "cuda"
+    if entry == "indexer_logits":
+        return indexer_logits_calls(torch, ctl, plan, cuda, k.indexer_logits, view)
     if entry == "topk":
         t = k.topk
         rows, n, kk = a["rows"], a["n"], a["k"]
@@ -464,6 +466,35 @@ def call_entry(args, plan):
     return make_entry_calls(torch, ctl, plan, cuda, lambda *t: p.prefill(*t, info), inputs,
                             lambda regions: [view(regions[0], out_dtype, (tq, h, d_v)),
                                              view(regions[1], torch.float32, lse_shape)])
+
+
+def indexer_logits_calls(torch, ctl, plan, cuda, il, view):
+    """An indexer logits plan: the entry's paged or ragged callable, by the call's layout."""
+    s, inp = plan["args"]["shape"], plan["inputs"]
+    paged = s["layout"] == "paged"
+    b, nn, h = s["batch"], s["next_n"], s["heads"]
+    rows = b * nn if paged else b
+    cols = s["max_context"] if paged else s["num_keys"]
+    info = mla_door.IndexerLogitsCall(layout=s["layout"], batch=b, next_n=nn, heads=h, rows=rows, cols=cols,
+                                      block_size=s["block_size"] if paged else 0,
+                                      max_context=s["max_context"] if paged else 0,
+                                      num_keys=0 if paged else s["num_keys"])
+    fn = il.paged if paged else il.ragged
+    if fn is None:
+        ctl.setup(STATE_ERROR, f"the certifier asks for the kernel's {s['layout']} indexer logits, which it does not have")
+        return 0
+    weights = view(inp["weights"], torch.float32, (rows, h))
+    if paged:
+        inputs = [view(inp["q"], torch.uint8, (b, nn, h, 128)),
+                  view(inp["kv_cache"], torch.uint8, (s["num_blocks"], s["block_size"] * 132)), weights,
+                  view(inp["context_lens"], torch.int32, (b,)),
+                  view(inp["block_table"], torch.int32, (b, s["max_blocks"]))]
+    else:
+        inputs = [view(inp["q"], torch.uint8, (rows, h, 128)), view(inp["k_codes"], torch.uint8, (cols, 128)),
+                  view(inp["k_scales"], torch.float32, (cols,)), weights, view(inp["ks"], torch.int32, (rows,)),
+                  view(inp["ke"], torch.int32, (rows,))]
+    return make_entry_calls(torch, ctl, plan, cuda, lambda *t: fn(*t, info), inputs,
+                            lambda regions: [view(regions[0], torch.float32, (rows, cols))])
 
 
 def make_entry_calls(torch, ctl, plan, cuda, fn, inputs, outputs_of):

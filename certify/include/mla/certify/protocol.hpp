@@ -16,6 +16,7 @@
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
+#include "mla/core/indexer_logits.hpp"
 #include "mla/core/topk.hpp"
 #include "mla/plugin/host.hpp"
 
@@ -52,6 +53,7 @@ inline constexpr const char* kEntryAppend = "append";
 inline constexpr const char* kEntryPrefill = "prefill";
 inline constexpr const char* kEntryMerge = "merge";
 inline constexpr const char* kEntryTopk = "topk";
+inline constexpr const char* kEntryIndexerLogits = "indexer_logits";
 inline constexpr const char* kPluginDescription = "plugin-description";
 inline constexpr const char* kClaimQuery = "claim-query";
 inline constexpr const char* kClaimAnswers = "claim-answers";
@@ -71,6 +73,7 @@ struct PluginDescription {
   std::optional<PrefillKernelInfo> prefill;            // the 1.4 prefill entry, as validated
   std::optional<MergeKernelInfo> merge;                // the 1.4 merge entry, as validated
   std::optional<TopkKernelInfo> topk;                  // the 1.4 top-k entry, as validated
+  std::optional<IndexerLogitsKernelInfo> indexer_logits;  // the 1.5 indexer logits entry, as validated
 };
 wire::Message encode(const PluginDescription& d);
 PluginDescription decode_plugin_description(const wire::Message& m);

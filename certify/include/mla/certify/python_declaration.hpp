@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mla/core/indexer_logits.hpp"
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
@@ -30,6 +31,9 @@ struct PythonDeclaration {
   std::optional<MergeKernelInfo> merge;
   // Its top-k entry ("topk": null or an object), the same way (plugin::topk_info_from).
   std::optional<TopkKernelInfo> topk;
+  // Its indexer logits entry ("indexer_logits": null or an object), the same way
+  // (plugin::indexer_logits_info_from).
+  std::optional<IndexerLogitsKernelInfo> indexer_logits;
 };
 
 // Throws mla::Error naming the field and its value ("declaration field 'caps.heads' range [0, 128]

@@ -3,6 +3,7 @@
 // time.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,11 @@ struct DrawnIndexerLogits {
   std::string name, description;
   IndexerLogitsBuffers inputs;
 };
+
+// An external kernel's indexer logits entry (a plug-in's, ABI 1.5, or a Python kernel's) as the
+// kind sees it: its declared info and the default check() and cost(). Its calls are made in child
+// processes, never through prepare() (which throws).
+std::shared_ptr<const IndexerLogitsImpl> external_indexer_logits(IndexerLogitsKernelInfo info);
 
 // indexer_logits/fresh.cpp: per layout it claims: paged per next_n and block size, ragged once.
 std::vector<DrawnIndexerLogits> draw_indexer_logits_cases(uint64_t seed, const IndexerLogitsKernelInfo& info);

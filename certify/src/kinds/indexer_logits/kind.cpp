@@ -4,8 +4,11 @@
 // claims: indexer_logits/stored.cpp), then on calls drawn inside its claims at run time
 // (indexer_logits/fresh.cpp). Judged by judge_indexer_logits (judge/indexer_logits.hpp) against
 // the C++ oracle's exact scores of the call's codes: -inf exactly outside each row's valid range,
-// every valid logit within indexer.logits.f32. Its kernels run in this process (no child
-// transport yet).
+// every valid logit within indexer.logits.f32. Registered kernels run in this process; an
+// external kernel's logits (a plug-in's entry, ABI 1.5, or a Python kernel's) in a child on
+// shared buffers this process lays out and audits (isolation/entry_calls.hpp).
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "kinds/drawn_kind.hpp"
@@ -17,6 +20,33 @@
 
 namespace mla::certify {
 namespace {
+
+// The calls of an external kernel's indexer logits in a child: call 1's logits. Only the call's
+// layout's arrays are laid out (the child hands the other layout's as NULL / empty).
+InProcessRun<std::vector<float>> run_logits_in_child(Session& s, const Implementation& k, const IndexerLogitsInputs& in,
+                                                     const std::string& tag, bool& host_caused) {
+  const auto n = static_cast<std::size_t>(in.shape.rows()) * static_cast<std::size_t>(in.shape.cols());
+  EntryCalls plan;
+  plan.entry = kEntryIndexerLogits;
+  plan.inputs = {{"q", raw_bytes(in.q), false, 1}, {"weights", raw_bytes(in.weights), false, 4}};
+  if (in.shape.layout == IndexerLogitsLayout::paged) {
+    plan.inputs.push_back({"kv_cache", raw_bytes(in.cache), false, 1});
+    plan.inputs.push_back({"context_lens", raw_bytes(in.context_lens), false, 4});
+    plan.inputs.push_back({"block_table", raw_bytes(in.block_table), false, 4});
+  } else {
+    plan.inputs.push_back({"k_codes", raw_bytes(in.k_codes), false, 1});
+    plan.inputs.push_back({"k_scales", raw_bytes(in.k_scales), false, 4});
+    plan.inputs.push_back({"ks", raw_bytes(in.ks), false, 4});
+    plan.inputs.push_back({"ke", raw_bytes(in.ke), false, 4});
+  }
+  plan.per_call = {{"logits", {}, false, 4, std::max<std::size_t>(n * 4, 1)}};
+  plan.args = {{"shape", to_json(in.shape)}};
+  return external_run<std::vector<float>>(run_entry_in_child(s, k, plan, tag), host_caused, [&](const auto& b) {
+    std::vector<float> o(n);
+    if (n > 0) std::memcpy(o.data(), b[0].data(), 4 * n);
+    return o;
+  });
+}
 
 // A row `r` (family, file, name and description set) of `k` on the call `in`.
 reports::CaseResult logits_row(Session& s, const Implementation& k, reports::CaseResult r, const IndexerLogitsInputs& in) {
@@ -30,14 +60,24 @@ reports::CaseResult logits_row(Session& s, const Implementation& k, reports::Cas
     return r;
   }
   if (!claimed_with_cost(r, impl, sh, in)) return r;
-  auto run = call_in_process<PreparedIndexerLogits, std::vector<float>>(
-      [&] { return impl.prepare(in); }, in_process_calls(s), [&] {
-        std::string d;
-        add_digest(d, in.q), add_digest(d, in.weights), add_digest(d, in.cache), add_digest(d, in.context_lens);
-        add_digest(d, in.block_table), add_digest(d, in.k_codes), add_digest(d, in.k_scales);
-        add_digest(d, in.ks), add_digest(d, in.ke);
-        return d;
-      });
+  bool host_caused = false;
+  auto run = k.external
+                 ? run_logits_in_child(s, k, in,
+                                       fmt::format("indexer-logits-{}-{:x}", k.info.name, hash_text(0, r.file + "/" + r.name)),
+                                       host_caused)
+                 : call_in_process<PreparedIndexerLogits, std::vector<float>>(
+                       [&] { return impl.prepare(in); }, in_process_calls(s), [&] {
+                         std::string d;
+                         add_digest(d, in.q), add_digest(d, in.weights), add_digest(d, in.cache);
+                         add_digest(d, in.context_lens), add_digest(d, in.block_table), add_digest(d, in.k_codes);
+                         add_digest(d, in.k_scales), add_digest(d, in.ks), add_digest(d, in.ke);
+                         return d;
+                       });
+  if (host_caused) {
+    r.verdict = tol::Verdict::host_error;
+    r.reasons.push_back(run.message);
+    return r;
+  }
   judge_in_process<std::vector<float>>(r, run, [&](reports::CaseResult&) {
     return judge_indexer_logits(in, run.outputs).reasons;
   });
@@ -93,6 +133,11 @@ class IndexerLogitsKind final : public StoredCasesKind {
 };
 
 }  // namespace
+
+std::shared_ptr<const IndexerLogitsImpl> external_indexer_logits(IndexerLogitsKernelInfo info) {
+  return std::make_shared<ExternalEntry<IndexerLogitsImpl, IndexerLogitsKernelInfo, PreparedIndexerLogits, IndexerLogitsInputs>>(
+      std::move(info));
+}
 
 const CaseKind& indexer_logits_kind() {
   static const IndexerLogitsKind kind;

@@ -42,6 +42,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "mla/core/kernel.hpp"
 #include "mla/core/presets.hpp"
 
@@ -49,6 +51,8 @@ namespace mla {
 
 enum class IndexerLogitsLayout { paged, ragged };
 const char* to_string(IndexerLogitsLayout l);  // "paged" | "ragged"
+// Inverse of to_string; throws mla::Error naming an unknown word.
+IndexerLogitsLayout indexer_logits_layout_from_string(std::string_view s);
 
 struct IndexerLogitsShape {
   IndexerLogitsLayout layout = IndexerLogitsLayout::paged;
@@ -63,6 +67,11 @@ struct IndexerLogitsShape {
   int64_t rows() const { return layout == IndexerLogitsLayout::paged ? batch * next_n : batch; }
   int64_t cols() const { return layout == IndexerLogitsLayout::paged ? max_context : num_keys; }
 };
+
+// Every field of the shape, by name: the wire format's (a call in a child process). The inverse
+// throws mla::Error naming a missing or malformed field.
+nlohmann::json to_json(const IndexerLogitsShape& s);
+IndexerLogitsShape indexer_logits_shape_from_json(const nlohmann::json& j);
 
 struct IndexerLogitsInputs {
   IndexerLogitsShape shape;

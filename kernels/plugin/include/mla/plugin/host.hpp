@@ -21,6 +21,7 @@
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
+#include "mla/core/indexer_logits.hpp"
 #include "mla/core/topk.hpp"
 #include "mla/plugin/mla_plugin.h"
 
@@ -82,6 +83,9 @@ class Library {
   // The top-k entry (1.4), the same way.
   const std::optional<TopkKernelInfo>& topk_info() const { return topk_info_; }
   mla_plugin_topk_fn topk() const { return topk_; }
+  // The indexer logits entry (1.5), the same way.
+  const std::optional<IndexerLogitsKernelInfo>& indexer_logits_info() const { return indexer_logits_info_; }
+  mla_plugin_indexer_logits_fn indexer_logits() const { return indexer_logits_; }
 
   // The plug-in's own answer on a shape and its lengths (can_implement; a 1.2 plug-in does not
   // read the lengths): ok, or unsupported with its reason,
@@ -112,6 +116,8 @@ class Library {
   mla_plugin_merge_fn merge_ = nullptr;
   std::optional<TopkKernelInfo> topk_info_;
   mla_plugin_topk_fn topk_ = nullptr;
+  std::optional<IndexerLogitsKernelInfo> indexer_logits_info_;
+  mla_plugin_indexer_logits_fn indexer_logits_ = nullptr;
 };
 
 // The prefill entry's claims, conventions and precision class in the prefill kind's terms.
@@ -121,6 +127,8 @@ PrefillKernelInfo prefill_info_from(const mla_plugin_prefill_entry& e);
 MergeKernelInfo merge_info_from(const mla_plugin_merge_entry& e);
 // The top-k entry's claims and conventions in the top-k kind's terms; the same.
 TopkKernelInfo topk_info_from(const mla_plugin_topk_entry& e);
+// The indexer logits entry's claims in the indexer_logits kind's terms; the same.
+IndexerLogitsKernelInfo indexer_logits_info_from(const mla_plugin_indexer_logits_entry& e);
 
 // One append call's scalars, in the C ABI's terms.
 struct AppendCallShape {
@@ -185,6 +193,12 @@ int32_t call_merge(const Library& lib, const MergeInputs& in, void* out, std::si
 // One top-k call (1.4) on buffers the caller owns and audits, as call_prefill.
 int32_t call_topk(const Library& lib, const TopkInputs& in, int32_t* indices, std::size_t indices_bytes, char* error,
                   std::size_t error_size, std::vector<std::string>* device_findings, mla_plugin_topk_fn topk = nullptr);
+
+// One indexer logits call (1.5) on buffers the caller owns and audits, as call_prefill; `logits`
+// [rows, cols] float32.
+int32_t call_indexer_logits(const Library& lib, const IndexerLogitsInputs& in, float* logits, std::size_t logits_bytes,
+                            char* error, std::size_t error_size, std::vector<std::string>* device_findings,
+                            mla_plugin_indexer_logits_fn fn = nullptr);
 
 // The canary byte at offset `i` of a device buffer's guard region: varied, so that no single
 // written value (0, a NaN pattern, 0xFF) can match a run of it by accident.

@@ -1,6 +1,6 @@
 /* mla_plugin.h — the C ABI of an external MLA kernel: attention-core decode, cache append and
- * (from 1.4) prefill in the MHA form, the merge of attention states and the indexer's top-k;
- * version 1.4.
+ * (from 1.4) prefill in the MHA form, the merge of attention states and the indexer's top-k,
+ * (from 1.5) the indexer's logits; version 1.5.
  *
  * A plug-in is a shared library that exports one function, mla_plugin_get_descriptor, returning
  * a descriptor: who it is (name, version), what it claims to support (cache formats, head and
@@ -62,6 +62,10 @@
  * each is certified as its own implementation, under its own name, beside the decode. With any
  * of them, decode may be NULL (a library without a decode); `caps` is then ignored.
  *
+ * Revision 1.5 adds V3.2's lightning-indexer LOGITS (mla/core/indexer_logits.hpp; what DeepGEMM's
+ * fp8_paged_mqa_logits and fp8_mqa_logits compute): an `mla_plugin_indexer_logits_entry`, an
+ * entry of the same kind as 1.4's, that may also be a library's only one.
+ *
  * Data layouts are those of fixtures/SCHEMA.md and of mla::AttnInputs: a bf16 absorbed query, a
  * paged latent cache (bf16: 576 bf16 values per token; fp8: the 656-byte V3.2 token), a block
  * table and per-sequence lengths. Positions at or past cache_seqlens[b] and block-table entries
@@ -79,9 +83,10 @@ extern "C" {
 #endif
 
 #define MLA_PLUGIN_ABI_VERSION 1u
-#define MLA_PLUGIN_ABI_MINOR 4u /* 1.1: append entry point, device memory flag; 1.2: conventions,
+#define MLA_PLUGIN_ABI_MINOR 5u /* 1.1: append entry point, device memory flag; 1.2: conventions,
                                    precision class, FP8 recipes, can_implement; 1.3: lengths in
-                                   can_implement's shape; 1.4: the prefill, merge and top-k entries */
+                                   can_implement's shape; 1.4: the prefill, merge and top-k entries;
+                                   1.5: the indexer logits entry */
 #define MLA_PLUGIN_ENTRY_SYMBOL "mla_plugin_get_descriptor"
 
 /* Cache formats (bit mask in capabilities, a single bit in decode arguments). */
@@ -419,6 +424,74 @@ typedef struct mla_plugin_topk_entry {
   mla_plugin_topk_fn topk; /* required */
 } mla_plugin_topk_entry;
 
+/* ---- 1.5: the V3.2 lightning indexer's logits ---------------------------------------------------
+ *
+ *   logits[r, p] = k_scale[p] * sum_h weights[r, h] * relu(q8[r, h] . k8[p])
+ *
+ * q8 and k8 the e4m3 values of the codes, 128 per head and per key; q carries no scale of its own
+ * (V3.2 folds q's per-head scale into the weights, as DeepGEMM's API expects). Two layouts:
+ *  - PAGED (fp8_paged_mqa_logits, a decode step): q [batch, next_n, heads, 128], the keys in the
+ *    paged 132-byte indexer cache [num_blocks, block_size * 132]: within a block, every token's 128
+ *    codes first, then every token's float32 scale; context_lens [batch], block_table
+ *    [batch, max_blocks]. Row r = b * next_n + i sees positions [0, ctx_b - next_n + i + 1).
+ *    Logits [batch * next_n, max_context].
+ *  - RAGGED (fp8_mqa_logits, a prefill): q [rows, heads, 128], keys k_codes [num_keys, 128] with
+ *    float32 k_scales [num_keys]; row r sees [ks[r], ke[r]) (empty when ke <= ks). Logits
+ *    [rows, num_keys].
+ * Every logit outside its row's range is -inf (DeepGEMM's clean_logits=True), every one inside is
+ * finite; a block-table entry or a key no row reads may hold anything and is never to be read. */
+
+#define MLA_PLUGIN_INDEXER_PAGED 0x1u  /* fp8_paged_mqa_logits */
+#define MLA_PLUGIN_INDEXER_RAGGED 0x2u /* fp8_mqa_logits */
+
+#define MLA_PLUGIN_NEXT_N_1 0x1u /* paged calls with one query token per sequence */
+#define MLA_PLUGIN_NEXT_N_2 0x2u /* and with two (a speculative step) */
+
+#define MLA_PLUGIN_MAX_HEAD_COUNTS 16
+
+typedef struct mla_plugin_indexer_logits_args {
+  uint32_t struct_size; /* sizeof(mla_plugin_indexer_logits_args) as the host compiled it */
+  uint32_t layout;      /* one MLA_PLUGIN_INDEXER_* bit of the entry's layouts */
+  int64_t batch;        /* paged: sequences; ragged: query rows */
+  int32_t next_n;       /* paged: 1 or 2; ragged: 1 */
+  int32_t heads;        /* index heads (V3.2: 64) */
+  int64_t rows, cols;   /* the logits' shape: batch * next_n x max_context, or rows x num_keys */
+  /* paged (zero / NULL for ragged) */
+  int64_t num_blocks, block_size, max_blocks, max_context;
+  const uint8_t* kv_cache;      /* [num_blocks, block_size * 132] */
+  const int32_t* context_lens;  /* [batch] */
+  const int32_t* block_table;   /* [batch, max_blocks] */
+  /* ragged (zero / NULL for paged) */
+  int64_t num_keys;
+  const uint8_t* k_codes;  /* [num_keys, 128] e4m3 */
+  const float* k_scales;   /* [num_keys] */
+  const int32_t* ks;       /* [rows] */
+  const int32_t* ke;       /* [rows] */
+  /* both */
+  const uint8_t* q;        /* [rows, heads, 128] e4m3 codes */
+  const float* weights;    /* [rows, heads], q's scales folded in */
+  float* logits;           /* [rows, cols]: write every element */
+  void* stream;            /* as in mla_plugin_decode_args */
+} mla_plugin_indexer_logits_args;
+
+typedef int32_t (*mla_plugin_indexer_logits_fn)(const mla_plugin_indexer_logits_args* args, char* error,
+                                                size_t error_size);
+
+/* The indexer logits entry (1.5): its own implementation in the certificate. */
+typedef struct mla_plugin_indexer_logits_entry {
+  uint32_t struct_size; /* sizeof(mla_plugin_indexer_logits_entry) as the plug-in compiled it */
+  const char* name;     /* [a-z0-9_]+, unlike every other entry's */
+  const char* description;
+  uint32_t layouts;     /* MLA_PLUGIN_INDEXER_* bits, at least one */
+  uint32_t next_ns;     /* MLA_PLUGIN_NEXT_N_* bits for paged calls; 0: both */
+  int32_t num_heads;    /* 0: any head count; else the first num_heads entries of heads */
+  int32_t heads[MLA_PLUGIN_MAX_HEAD_COUNTS];
+  int32_t num_block_sizes; /* 0: any block size; else the first num_block_sizes entries */
+  int32_t block_sizes[MLA_PLUGIN_MAX_PAGE_SIZES];
+  int64_t max_context;  /* the widest logits row it takes; 0: any */
+  mla_plugin_indexer_logits_fn indexer_logits; /* required */
+} mla_plugin_indexer_logits_entry;
+
 /* Returns MLA_PLUGIN_OK, or another code with a NUL-terminated message in error[0..error_size). */
 typedef int32_t (*mla_plugin_decode_fn)(const mla_plugin_decode_args* args, char* error, size_t error_size);
 
@@ -445,7 +518,7 @@ typedef struct mla_plugin_descriptor {
   const char* backend;  /* "cpu" or "cuda" */
   int32_t out_dtype;    /* MLA_PLUGIN_OUT_F32 or MLA_PLUGIN_OUT_BF16 */
   mla_plugin_capabilities caps;
-  mla_plugin_decode_fn decode;           /* required, unless a 1.4 prefill, merge or top-k entry is given */
+  mla_plugin_decode_fn decode;           /* required, unless a 1.4 or 1.5 entry is given */
   mla_plugin_unavailable_fn unavailable; /* optional, may be NULL */
   /* ---- 1.1 (read only when struct_size covers them) ---- */
   uint32_t abi_minor;         /* MLA_PLUGIN_ABI_MINOR the plug-in was compiled against */
@@ -468,6 +541,8 @@ typedef struct mla_plugin_descriptor {
   const mla_plugin_prefill_entry* prefill; /* optional; valid while the library is loaded */
   const mla_plugin_merge_entry* merge;     /* optional; valid while the library is loaded */
   const mla_plugin_topk_entry* topk;       /* optional; valid while the library is loaded */
+  /* ---- 1.5 (read only when struct_size covers it; NULL: no such entry) ---- */
+  const mla_plugin_indexer_logits_entry* indexer_logits; /* optional; valid while the library is loaded */
 } mla_plugin_descriptor;
 
 /* Whether a struct whose struct_size is `size` contains `field` entirely. */
@@ -482,6 +557,8 @@ typedef struct mla_plugin_descriptor {
   (offsetof(mla_plugin_prefill_entry, prefill) + sizeof(mla_plugin_prefill_fn))
 #define MLA_PLUGIN_MERGE_ENTRY_V1_4_SIZE (offsetof(mla_plugin_merge_entry, merge) + sizeof(mla_plugin_merge_fn))
 #define MLA_PLUGIN_TOPK_ENTRY_V1_4_SIZE (offsetof(mla_plugin_topk_entry, topk) + sizeof(mla_plugin_topk_fn))
+#define MLA_PLUGIN_INDEXER_LOGITS_ENTRY_V1_5_SIZE \
+  (offsetof(mla_plugin_indexer_logits_entry, indexer_logits) + sizeof(mla_plugin_indexer_logits_fn))
 
 /* The one exported symbol. `host_abi_version` is the host's MLA_PLUGIN_ABI_VERSION; a plug-in
  * that cannot serve it returns NULL. The descriptor must stay valid while the library is loaded. */

@@ -386,6 +386,7 @@ void validate_descriptor(const mla_plugin_descriptor& d) {
   if (pre) distinct(prefill_info_from(*pre).name, "prefill");
   if (mer) distinct(merge_info_from(*mer).name, "merge");
   if (top) distinct(topk_info_from(*top).name, "top-k");
+  if (idx) distinct(indexer_logits_info_from(*idx).name, "indexer logits");
 }
 
 // ---- Library --------------------------------------------------------------------------------

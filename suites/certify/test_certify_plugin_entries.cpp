@@ -357,6 +357,48 @@ TEST(PluginTopk, TheTemplatesTopkAndARelativeOneDeclaredAreGreenAndEachSelection
   }
 }
 
+// ---- indexer logits (1.5) --------------------------------------------------------------------------
+
+TEST(PluginIndexerLogits, TheTemplatesScoresAreGreenAndEachPlantedBugIsRedWhereItApplies) {
+  TempDir tmp;
+  auto o = in_process_options(tmp.path() / "out", {}, {"indexer", "fresh"});
+  for (const auto* p : {MLA_PLUGIN_GOOD_INDEXER_LOGITS, MLA_PLUGIN_INDEXER_NO_RELU, MLA_PLUGIN_INDEXER_SCALE_AFTER_EACH_TOKEN,
+                        MLA_PLUGIN_INDEXER_SEES_NEXT_TOKEN}) {
+    o.plugins.emplace_back(p);
+  }
+  const auto cert = certify_here(o);
+  ASSERT_EQ(cert.at("kernels").size(), 4u) << "indexer-logits-only libraries: one implementation each";
+  const auto& good = kernel(cert, "good_indexer_logits");
+  EXPECT_EQ(good.at("kinds"), json::array({"indexer_logits"}));
+  EXPECT_EQ(good.at("origin").at("entry"), "indexer_logits");
+  EXPECT_EQ(good.at("origin").at("isolation"), "child_per_case");
+  ASSERT_FALSE(good.at("cases").empty());
+  bool stored = false, paged2 = false, ragged = false;
+  for (const auto& row : good.at("cases")) {
+    EXPECT_EQ(row.at("verdict"), "PASS") << row.at("case") << ": " << reasons(row);
+    stored = stored || row.at("family") == "indexer";
+    const auto& sh = row.at("shape");
+    paged2 = paged2 || (sh.at("layout") == "paged" && sh.at("next_n") == 2);
+    ragged = ragged || sh.at("layout") == "ragged";
+  }
+  EXPECT_TRUE(stored && paged2 && ragged) << "stored cases, a paged next_n 2 call and a ragged call all ran";
+  // Each bug is red on every row whose call it changes and green where it cannot matter: the relu
+  // everywhere (each call has negative dots), the scale area on every paged call, the speculative
+  // token's horizon on paged calls with next_n 2 only.
+  const auto verdicts = [&](const char* name, const std::function<bool(const json& shape)>& applies) {
+    const auto& k = kernel(cert, name);
+    ASSERT_FALSE(k.at("cases").empty()) << name;
+    for (const auto& row : k.at("cases")) {
+      const bool expect_red = applies(row.at("shape"));
+      EXPECT_EQ(row.at("verdict"), expect_red ? "FAIL" : "PASS") << name << " " << row.at("case") << ": " << reasons(row);
+    }
+  };
+  verdicts("indexer_no_relu", [](const json&) { return true; });
+  verdicts("indexer_scale_after_each_token", [](const json& sh) { return sh.at("layout") == "paged"; });
+  verdicts("indexer_sees_next_token",
+           [](const json& sh) { return sh.at("layout") == "paged" && sh.at("next_n") == 2; });
+}
+
 // validate_descriptor of `good` with its `member` entry replaced by a copy that `change` altered
 // (the descriptor too, when it changes that): a refusal naming `words`.
 template <class Entry>
@@ -394,7 +436,10 @@ TEST(PluginPrefill, AnEntryThatBreaksARuleIsRefusedNamingTheField) {
   refused([](auto&, auto& e) { e.causal_alignment = 2; }, "prefill.causal_alignment 2");
   refused([](auto&, auto& e) { e.operand_precision = MLA_PLUGIN_PRECISION_BF16; }, "must both be declared");
   refused([](auto&, auto& e) { e.prefill = nullptr; }, "no prefill entry point");
-  refused([](auto& d, auto& e) { d.decode = nullptr, d.prefill = nullptr, d.merge = nullptr, d.topk = nullptr, (void)e; },
+  refused([](auto& d, auto& e) {
+            d.decode = nullptr, d.prefill = nullptr, d.merge = nullptr, d.topk = nullptr, d.indexer_logits = nullptr;
+            (void)e;
+          },
           "no decode entry point");
   // The merge entry's rules.
   ASSERT_NE(good.merge, nullptr);
@@ -425,6 +470,24 @@ TEST(PluginPrefill, AnEntryThatBreaksARuleIsRefusedNamingTheField) {
   topk_refused([](auto& e) { e.logits_precision = 3; }, "topk.logits_precision 3");
   topk_refused([](auto& e) { e.range_all_valid = 7; }, "topk.range_all_valid 7");
   topk_refused([](auto& e) { e.topk = nullptr; }, "no top-k entry point");
+  // The indexer logits entry's rules (1.5).
+  ASSERT_NE(good.indexer_logits, nullptr);
+  const auto logits_refused = [&](const std::function<void(mla_plugin_indexer_logits_entry&)>& change,
+                                  const std::string& words) {
+    expect_refused<mla_plugin_indexer_logits_entry>(good, &mla_plugin_descriptor::indexer_logits,
+                                                    [&](auto&, auto& e) { change(e); }, words);
+  };
+  logits_refused([](auto& e) { e.struct_size = 4; }, "indexer logits entry struct_size 4");
+  logits_refused([](auto& e) { e.name = "good_append_topk"; },
+                 "indexer logits entry name 'good_append_topk' is another entry's");
+  logits_refused([](auto& e) { e.layouts = 0; }, "indexer_logits.layouts 0x0");
+  logits_refused([](auto& e) { e.layouts = 0x4; }, "indexer_logits.layouts 0x4");
+  logits_refused([](auto& e) { e.next_ns = 0x4; }, "indexer_logits.next_ns 0x4");
+  logits_refused([](auto& e) { e.num_heads = 17; }, "indexer_logits.num_heads 17");
+  logits_refused([](auto& e) { e.num_heads = 1, e.heads[0] = 0; }, "indexer_logits.heads[0] = 0");
+  logits_refused([](auto& e) { e.num_block_sizes = 1, e.block_sizes[0] = -64; }, "indexer_logits.block_sizes[0] = -64");
+  logits_refused([](auto& e) { e.max_context = -1; }, "indexer_logits.max_context -1");
+  logits_refused([](auto& e) { e.indexer_logits = nullptr; }, "no indexer_logits entry point");
   // Without a decode, the decode's claims are not looked at.
   mla_plugin_descriptor d = good;
   d.decode = nullptr;

@@ -302,6 +302,59 @@ TEST_F(CertifyPython, VllmTopkCertifiesThroughTheDoorAndItsBugsAreRed) {
   }
 }
 
+// DeepGEMM's indexer logits (mla_door.adapters.deepgemm) over its CPU stand-in: green on the stored
+// indexer case it claims (64 heads) and on every drawn call, paged and ragged; the same arithmetic
+// called without clean_logits (as vLLM's decode path calls it) red by the -inf rule everywhere;
+// each planted bug red exactly on the calls it changes.
+TEST_F(CertifyPython, DeepGemmIndexerLogitsCertifyThroughTheDoorAndTheirBugsAreRed) {
+  const auto t = kExamples / "deepgemm_cpu.py";
+  std::string args = " --family indexer --family fresh";
+  for (const char* a : {"KERNEL", "UNCLEAN", "BUG_NO_RELU", "BUG_SCALE_AFTER_EACH_TOKEN", "BUG_SEES_NEXT_TOKEN"}) {
+    args += " --python " + quote(t.string() + ":" + a);
+  }
+  const auto r = certify(args, torch_path());
+  ASSERT_EQ(r.status, 1) << r.output;
+  ASSERT_EQ(r.cert.at("kernels").size(), 5u) << "indexer-logits-only kernels: one implementation each";
+  const auto& k = kernel(r, "deepgemm_logits_cpu_standin");
+  EXPECT_EQ(k.at("kinds"), json::array({"indexer_logits"}));
+  EXPECT_EQ(k.at("origin").at("entry"), "indexer_logits");
+  EXPECT_EQ(k.at("declared").at("heads"), json::array({32, 64}));
+  const auto judged = [](const json& c) { return c.at("verdict") != "NOT_CLAIMED"; };
+  int stored = 0, paged2 = 0, ragged = 0;
+  for (const auto& c : k.at("cases")) {
+    if (!judged(c)) continue;
+    EXPECT_EQ(c.at("verdict"), "PASS") << c.at("case") << ": " << reasons(c);
+    stored += c.at("family") == "indexer";
+    paged2 += c.at("shape").at("layout") == "paged" && c.at("shape").at("next_n") == 2;
+    ragged += c.at("shape").at("layout") == "ragged";
+  }
+  EXPECT_GT(stored, 0);
+  EXPECT_GT(paged2, 0);
+  EXPECT_GT(ragged, 0);
+  const auto red_where = [&](const char* name, const std::function<bool(const json&)>& applies, const std::string& words) {
+    const auto& b = kernel(r, name);
+    int red = 0;
+    for (const auto& c : b.at("cases")) {
+      if (!judged(c)) continue;
+      const bool expect_red = applies(c.at("shape"));
+      EXPECT_EQ(c.at("verdict"), expect_red ? "FAIL" : "PASS") << name << " " << c.at("case") << ": " << reasons(c);
+      if (expect_red) {
+        ++red;
+        EXPECT_NE(reasons(c).find(words), std::string::npos) << name << " " << c.at("case") << ": " << reasons(c);
+      }
+    }
+    EXPECT_GT(red, 0) << name;
+  };
+  const auto everywhere = [](const json&) { return true; };
+  red_where("deepgemm_logits_cpu_unclean", everywhere, "outside the row's valid range");
+  red_where("deepgemm_logits_cpu_bug_no_relu", everywhere, "indexer.logits.f32");
+  red_where("deepgemm_logits_cpu_bug_scale_after_each_token", [](const json& s) { return s.at("layout") == "paged"; },
+            "logit");
+  red_where("deepgemm_logits_cpu_bug_sees_next_token",
+            [](const json& s) { return s.at("layout") == "paged" && s.at("next_n") == 2; },
+            "outside the row's valid range");
+}
+
 // FlashInfer's top_k_ragged_transform (mla_door.adapters.flashinfer_topk) over its CPU stand-in:
 // it declares ranges of valid positions only (it returns a short row whole, masked positions
 // included), so its drawn cases hold no -inf inside a range and it is green on every one; the same
@@ -534,6 +587,32 @@ TEST(PythonDeclaration, EveryRuleOfACDescriptorNamesTheFieldItRefuses) {
   bad_prefill.push_back({with_topk("/precision", "fp8"), "declaration field 'topk.precision' is 'fp8'"});
   bad_prefill.push_back({with_topk("/max_n", -1), "topk.max_n -1 is negative"});
   bad_prefill.push_back({with_topk("/range_all_valid", 1), "declaration field 'topk.range_all_valid' is 1, expected true or false"});
+  // The indexer logits entry (mla_door.IndexerLogits).
+  auto only_logits = declaration();
+  only_logits["decode"] = false;
+  only_logits["indexer_logits"] = {{"name", "k_logits"}, {"description", "indexer logits"},
+                                   {"layouts", {"paged", "ragged"}}, {"next_ns", {1, 2}}, {"heads", {64}},
+                                   {"block_sizes", {64}}, {"max_context", 0}};
+  const auto lo = validate_python_declaration(only_logits);
+  ASSERT_TRUE(lo.indexer_logits.has_value());
+  EXPECT_EQ(lo.indexer_logits->layouts.size(), 2u);
+  EXPECT_EQ(lo.indexer_logits->next_ns, (std::vector<int>{1, 2}));
+  EXPECT_EQ(lo.indexer_logits->heads, std::vector<int64_t>{64});
+  const auto with_logits = [&](const char* pointer, json v) {
+    auto j = only_logits;
+    j["indexer_logits"][json::json_pointer(pointer)] = std::move(v);
+    return j;
+  };
+  bad_prefill.push_back({with_logits("/layouts", {"paged", "blocked"}), "'indexer_logits.layouts' holds \"blocked\""});
+  bad_prefill.push_back({with_logits("/layouts", json::array()), "indexer_logits.layouts 0x0 must be a non-empty set"});
+  bad_prefill.push_back({with_logits("/next_ns", {3}), "'indexer_logits.next_ns' holds 3, not 1 or 2"});
+  bad_prefill.push_back({with_logits("/heads", {0}), "'indexer_logits.heads[0]' = 0 is not a positive integer"});
+  bad_prefill.push_back({with_logits("/block_sizes", "64"), "'indexer_logits.block_sizes'"});
+  bad_prefill.push_back({with_logits("/max_context", -2), "indexer_logits.max_context -2 is negative"});
+  auto clash = only_logits;
+  clash["decode"] = true;
+  clash["indexer_logits"]["name"] = clash["name"];
+  bad_prefill.push_back({clash, "declaration field 'indexer_logits.name' is"});
   for (const auto& [j, words] : bad_prefill) {
     try {
       (void)validate_python_declaration(j);

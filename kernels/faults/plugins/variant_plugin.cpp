@@ -57,6 +57,9 @@ enum class Fault {
   merge_inf_as_number,     // merge: a +inf lse (FA2's empty row) weighed as a number: NaN
   topk_drops_last_valid,   // top-k: drops the largest logit when it sits at the row's last valid position
   topk_pads_with_masked,   // top-k: fewer valid positions than k: pads with a masked (causal) one
+  indexer_no_relu,         // indexer logits: sums q·k over the heads without the relu
+  indexer_scale_after_each_token,  // indexer logits: a paged key's scale read after its codes, not from the block's scale area
+  indexer_sees_next_token, // indexer logits, next_n 2: the first query token sees the second one's position
 };
 
 struct Variant {
@@ -80,6 +83,7 @@ struct Variant {
   bool merge;             // a merge-only library (ABI 1.4): no decode, the merge entry under its name
   bool topk;              // a top-k-only library (ABI 1.4): no decode, the top-k entry under its name
   bool relative;          // top-k: indices relative to the row's start, declared
+  bool indexer_logits;    // an indexer-logits-only library (ABI 1.5): no decode, the entry under its name
 };
 
 constexpr Variant kV{MLA_VARIANT_NAME,         Fault::MLA_VARIANT_FAULT,      MLA_VARIANT_OUT_BF16,
@@ -88,7 +92,7 @@ constexpr Variant kV{MLA_VARIANT_NAME,         Fault::MLA_VARIANT_FAULT,      ML
                      MLA_VARIANT_PRECISION,    MLA_VARIANT_FLASHINFER,        MLA_VARIANT_DECLARES_CONVENTIONS,
                      MLA_VARIANT_FLASHMLA_SHAPED, MLA_VARIANT_CAN_IMPLEMENT, MLA_VARIANT_BROKEN_CAN_IMPLEMENT,
                      MLA_VARIANT_DEVICE_MEMORY,  MLA_VARIANT_PREFILL,           MLA_VARIANT_MERGE,
-                     MLA_VARIANT_TOPK,         MLA_VARIANT_RELATIVE};
+                     MLA_VARIANT_TOPK,         MLA_VARIANT_RELATIVE,          MLA_VARIANT_INDEXER_LOGITS};
 constexpr bool is(Fault f) { return kV.fault == f; }
 constexpr bool kSteals = is(Fault::reads_catalog) || is(Fault::refuses_unknown) || is(Fault::hides_overflow);
 
@@ -479,6 +483,23 @@ mla_plugin_topk_entry variant_topk_entry() {
 }
 const mla_plugin_topk_entry kVariantTopk = variant_topk_entry();
 
+// ---- indexer logits -----------------------------------------------------------------------------
+constexpr IndexerDeparture kIndexerDeparture{is(Fault::indexer_no_relu), is(Fault::indexer_scale_after_each_token),
+                                             is(Fault::indexer_sees_next_token)};
+
+int32_t indexer_logits_variant(const mla_plugin_indexer_logits_args* args, char* error, size_t error_size) {
+  return indexer_logits_with(args, kIndexerDeparture, error, error_size);
+}
+
+mla_plugin_indexer_logits_entry variant_indexer_logits_entry() {
+  mla_plugin_indexer_logits_entry e = make_indexer_logits_entry();
+  e.name = kV.name;
+  e.description = "example plug-in indexer logits: float64, " MLA_VARIANT_NAME;
+  e.indexer_logits = indexer_logits_variant;
+  return e;
+}
+const mla_plugin_indexer_logits_entry kVariantIndexerLogits = variant_indexer_logits_entry();
+
 // ---- descriptor -------------------------------------------------------------------------------
 // The template's descriptor, and what each variant claims or declares differently.
 mla_plugin_descriptor variant_descriptor() {
@@ -520,11 +541,16 @@ mla_plugin_descriptor variant_descriptor() {
     d.append_formats = 0;
     d.append_scale_fmts = 0;
   }
-  // The template's prefill, merge and top-k entries only where the variant is one (their names would
+  // The template's prefill, merge, top-k and indexer logits entries only where the variant is one (their names would
   // repeat in a run certifying several variants); such a variant has no decode.
   d.prefill = nullptr;
   d.merge = nullptr;
   d.topk = nullptr;
+  d.indexer_logits = nullptr;
+  if (kV.indexer_logits) {
+    d.decode = nullptr;
+    d.indexer_logits = &kVariantIndexerLogits;
+  }
   if (kV.topk) {
     d.decode = nullptr;
     d.topk = &kVariantTopk;

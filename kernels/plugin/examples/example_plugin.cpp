@@ -466,6 +466,88 @@ mla_plugin_topk_entry make_topk_entry() {
 }
 const mla_plugin_topk_entry kTopkEntry = make_topk_entry();
 
+// ---- indexer logits (ABI 1.5): V3.2's lightning-indexer scores --------------------------------
+
+// Where a variant of this template departs from the right scores (kernels/faults/plugins).
+struct IndexerDeparture {
+  bool no_relu = false;                 // sums q·k over the heads without the relu
+  bool scale_after_each_token = false;  // paged: a key's scale read from the 4 bytes after its codes
+  bool sees_next_token = false;         // paged, next_n 2: the first query token sees the second's position
+};
+
+// One row's score at one key: k_scale · Σ_h w_h · relu(q_h · k), in float64 over exact e4m3 values.
+double indexer_score(const uint8_t* q, const float* w, int32_t heads, const uint8_t* k, double k_scale, bool relu) {
+  double sum = 0;
+  for (int32_t h = 0; h < heads; ++h) {
+    double dot = 0;
+    for (int d = 0; d < 128; ++d) dot += kE4m3[q[h * 128 + d]] * kE4m3[k[d]];
+    sum += (relu ? std::max(dot, 0.0) : dot) * w[h];
+  }
+  return sum * k_scale;
+}
+
+// -inf outside each row's range, the float64 score rounded once to float32 inside it.
+int32_t indexer_logits_with(const mla_plugin_indexer_logits_args* args, const IndexerDeparture& dep, char* error,
+                            size_t error_size) {
+  if (!args || args->struct_size < sizeof(mla_plugin_indexer_logits_args)) {
+    std::snprintf(error, error_size, "indexer logits arguments from an older host ABI");
+    return MLA_PLUGIN_ERROR;
+  }
+  const mla_plugin_indexer_logits_args& a = *args;
+  const bool paged = a.layout == MLA_PLUGIN_INDEXER_PAGED;
+  for (int64_t i = 0; i < a.rows * a.cols; ++i) a.logits[i] = -INFINITY;
+  for (int64_t r = 0; r < a.rows; ++r) {
+    const uint8_t* q = a.q + r * a.heads * 128;
+    const float* w = a.weights + r * a.heads;
+    int64_t begin = 0, end = 0, b = 0;
+    if (paged) {
+      b = r / a.next_n;
+      const int64_t i = r % a.next_n;
+      end = std::max<int64_t>(0, a.context_lens[b] - a.next_n + i + 1);
+      if (dep.sees_next_token && a.next_n == 2 && i == 0) end = std::min<int64_t>(end + 1, a.context_lens[b]);
+    } else {
+      begin = a.ks[r], end = std::max<int64_t>(a.ks[r], a.ke[r]);
+    }
+    for (int64_t p = begin; p < end; ++p) {
+      const uint8_t* k = nullptr;
+      float scale = 0;
+      if (paged) {
+        const uint8_t* block = a.kv_cache + a.block_table[b * a.max_blocks + p / a.block_size] * a.block_size * 132;
+        const int64_t off = p % a.block_size;
+        k = block + off * 128;
+        // The block's scale area follows all its tokens' codes; the bug reads as if each token were
+        // [128 codes | its scale].
+        std::memcpy(&scale, dep.scale_after_each_token ? block + off * 132 + 128 : block + a.block_size * 128 + off * 4, 4);
+      } else {
+        k = a.k_codes + p * 128;
+        scale = a.k_scales[p];
+      }
+      a.logits[r * a.cols + p] = static_cast<float>(indexer_score(q, w, a.heads, k, scale, !dep.no_relu));
+    }
+  }
+  return MLA_PLUGIN_OK;
+}
+
+int32_t indexer_logits(const mla_plugin_indexer_logits_args* args, char* error, size_t error_size) {
+  return indexer_logits_with(args, IndexerDeparture{}, error, error_size);
+}
+
+// The indexer logits entry: an implementation of its own, under its own name.
+mla_plugin_indexer_logits_entry make_indexer_logits_entry() {
+  mla_plugin_indexer_logits_entry e{};
+  e.struct_size = sizeof e;
+  e.name = "good_append_indexer_logits";
+  e.description = "example plug-in indexer logits: float64 sums of exact e4m3 values";
+  e.layouts = MLA_PLUGIN_INDEXER_PAGED | MLA_PLUGIN_INDEXER_RAGGED;
+  e.next_ns = 0;          // 1 and 2
+  e.num_heads = 0;        // any head count
+  e.num_block_sizes = 0;  // any block size
+  e.max_context = 0;      // any width
+  e.indexer_logits = indexer_logits;
+  return e;
+}
+const mla_plugin_indexer_logits_entry kIndexerLogitsEntry = make_indexer_logits_entry();
+
 // Left zero, the declarations (lse base, layout, empty-row value, index numbering, precision) are
 // the canonical conventions: a kernel that differs must declare it, or be judged wrong.
 mla_plugin_descriptor make_descriptor() {
@@ -492,6 +574,7 @@ mla_plugin_descriptor make_descriptor() {
   d.prefill = &kPrefillEntry;  // 1.4: certified as good_append_prefill
   d.merge = &kMergeEntry;      // 1.4: certified as good_append_merge
   d.topk = &kTopkEntry;        // 1.4: certified as good_append_topk
+  d.indexer_logits = &kIndexerLogitsEntry;  // 1.5: certified as good_append_indexer_logits
   return d;
 }
 

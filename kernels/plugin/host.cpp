@@ -283,6 +283,44 @@ IndexerLogitsKernelInfo indexer_logits_info_from(const mla_plugin_indexer_logits
   return i;
 }
 
+IndexerAppendKernelInfo indexer_append_info_from(const mla_plugin_indexer_append_entry& e) {
+  if (e.struct_size < MLA_PLUGIN_INDEXER_APPEND_ENTRY_V1_5_SIZE) {
+    throw PluginError(fmt::format("indexer append entry struct_size {} is smaller than ABI 1.5's {} bytes", e.struct_size,
+                                  MLA_PLUGIN_INDEXER_APPEND_ENTRY_V1_5_SIZE));
+  }
+  IndexerAppendKernelInfo i;
+  i.name = checked_string(e.name, "indexer_append.name", false);
+  if (!valid_kernel_name(i.name)) {
+    throw PluginError(fmt::format("indexer append entry name '{}' is not [a-z0-9_]+", i.name));
+  }
+  i.description = checked_string(e.description, "indexer_append.description", true);
+  const uint32_t known = MLA_PLUGIN_SCALE_FP32 | MLA_PLUGIN_SCALE_UE8M0;
+  if (e.scale_fmts == 0 || (e.scale_fmts & ~known) != 0) {
+    throw PluginError(fmt::format("indexer_append.scale_fmts 0x{:x} must be a non-empty set of MLA_PLUGIN_SCALE_* bits",
+                                  e.scale_fmts));
+  }
+  if (e.scale_fmts & MLA_PLUGIN_SCALE_FP32) i.scale_fmts.push_back(ScaleFmt::fp32);
+  if (e.scale_fmts & MLA_PLUGIN_SCALE_UE8M0) i.scale_fmts.push_back(ScaleFmt::ue8m0);
+  check_choice(e.fp32_scale_op, "indexer_append.fp32_scale_op", "MLA_PLUGIN_INDEXER_SCALE_DIVIDE",
+               "MLA_PLUGIN_INDEXER_SCALE_TIMES_RECIPROCAL");
+  i.conventions.fp32_scale_op =
+      e.fp32_scale_op == MLA_PLUGIN_INDEXER_SCALE_TIMES_RECIPROCAL ? IndexerScaleOp::times_reciprocal : IndexerScaleOp::divide;
+  if (e.num_block_sizes < 0 || e.num_block_sizes > MLA_PLUGIN_MAX_PAGE_SIZES) {
+    throw PluginError(fmt::format("indexer_append.num_block_sizes {} is outside [0, {}]", e.num_block_sizes,
+                                  MLA_PLUGIN_MAX_PAGE_SIZES));
+  }
+  for (int32_t j = 0; j < e.num_block_sizes; ++j) {
+    if (e.block_sizes[j] < 1) {
+      throw PluginError(fmt::format("indexer_append.block_sizes[{}] = {} is not positive", j, e.block_sizes[j]));
+    }
+    i.block_sizes.push_back(e.block_sizes[j]);
+  }
+  if (!e.indexer_append) throw PluginError("indexer append entry has no indexer_append entry point");
+  i.backend = "cpu";  // the descriptor's, set by the caller
+  i.role = KernelRole::optimized;
+  return i;
+}
+
 namespace {
 // The prefill and merge entries of a 1.4 descriptor, or NULL (an earlier revision's, or none given).
 const mla_plugin_prefill_entry* prefill_entry(const mla_plugin_descriptor& d) {
@@ -296,6 +334,9 @@ const mla_plugin_topk_entry* topk_entry(const mla_plugin_descriptor& d) {
 }
 const mla_plugin_indexer_logits_entry* indexer_logits_entry(const mla_plugin_descriptor& d) {
   return MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, indexer_logits, d.struct_size) ? d.indexer_logits : nullptr;
+}
+const mla_plugin_indexer_append_entry* indexer_append_entry(const mla_plugin_descriptor& d) {
+  return MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, indexer_append, d.struct_size) ? d.indexer_append : nullptr;
 }
 }  // namespace
 
@@ -353,8 +394,10 @@ void validate_descriptor(const mla_plugin_descriptor& d) {
   const auto* mer = merge_entry(d);
   const auto* top = topk_entry(d);
   const auto* idx = indexer_logits_entry(d);
-  if (!d.decode && !pre && !mer && !top && !idx) {
-    throw PluginError("descriptor has no decode entry point (and no prefill, merge, top-k or indexer logits entry)");
+  const auto* ida = indexer_append_entry(d);
+  if (!d.decode && !pre && !mer && !top && !idx && !ida) {
+    throw PluginError(
+        "descriptor has no decode entry point (and no prefill, merge, top-k, indexer logits or indexer append entry)");
   }
   if (MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, append, d.struct_size)) {
     if ((d.flags & ~MLA_PLUGIN_FLAG_DEVICE_MEMORY) != 0) {
@@ -387,6 +430,7 @@ void validate_descriptor(const mla_plugin_descriptor& d) {
   if (mer) distinct(merge_info_from(*mer).name, "merge");
   if (top) distinct(topk_info_from(*top).name, "top-k");
   if (idx) distinct(indexer_logits_info_from(*idx).name, "indexer logits");
+  if (ida) distinct(indexer_append_info_from(*ida).name, "indexer append");
 }
 
 // ---- Library --------------------------------------------------------------------------------
@@ -471,6 +515,11 @@ std::shared_ptr<Library> Library::open(const std::filesystem::path& path) {
     lib->indexer_logits_info_ = indexer_logits_info_from(*idx);
     lib->indexer_logits_info_->backend = d.backend;
     lib->indexer_logits_ = idx->indexer_logits;
+  }
+  if (const auto* ida = indexer_append_entry(d)) {
+    lib->indexer_append_info_ = indexer_append_info_from(*ida);
+    lib->indexer_append_info_->backend = d.backend;
+    lib->indexer_append_ = ida->indexer_append;
   }
   return lib;
 }
@@ -614,6 +663,12 @@ class EntryCall {
     outputs_.push_back({added_++, host, bytes});
     return dev_->add(name, {static_cast<const uint8_t*>(host), bytes}, detail::DeviceCall::Role::output);
   }
+  // Written in place: the device copy starts as `host` holds it and comes back into it.
+  void* inout(const char* name, void* host, std::size_t bytes) {
+    if (!dev_) return host;
+    outputs_.push_back({added_++, host, bytes});
+    return dev_->add(name, {static_cast<const uint8_t*>(host), bytes}, detail::DeviceCall::Role::inout);
+  }
   template <class Args>
   int32_t call(int32_t (*fn)(const Args*, char*, size_t), const Args& a, char* error, std::size_t error_size,
                std::vector<std::string>* device_findings) {
@@ -748,6 +803,28 @@ int32_t call_indexer_logits(const Library& lib, const IndexerLogitsInputs& in, f
   a.logits = static_cast<float*>(c.output("logits", logits, logits_bytes));
   a.stream = c.stream();
   return c.call(fn ? fn : lib.indexer_logits(), a, error, error_size, device_findings);
+}
+
+int32_t call_indexer_append(const Library& lib, const IndexerAppendShape& shape, std::span<const uint16_t> keys,
+                            std::span<const int64_t> slot_mapping, std::span<uint8_t> cache, char* error,
+                            std::size_t error_size, std::vector<std::string>* device_findings,
+                            mla_plugin_indexer_append_fn fn) {
+  if (!lib.indexer_append()) {
+    throw PluginError(fmt::format("plug-in {} has no indexer append entry point", lib.info().name));
+  }
+  EntryCall c(lib);
+  mla_plugin_indexer_append_args a{};
+  a.struct_size = sizeof a;
+  a.scale_fmt = shape.scale_fmt == ScaleFmt::ue8m0 ? MLA_PLUGIN_SCALE_UE8M0 : MLA_PLUGIN_SCALE_FP32;
+  a.num_tokens = shape.num_tokens;
+  a.num_blocks = shape.num_blocks;
+  a.block_size = shape.block_size;
+  a.keys = keys.empty() ? nullptr : c.input("keys", keys);
+  a.slot_mapping = slot_mapping.empty() ? nullptr : c.input("slot_mapping", slot_mapping);
+  // In place: a device-memory plug-in gets a device copy of the cache as it was, copied back after.
+  a.kv_cache = static_cast<uint8_t*>(c.inout("kv_cache", cache.data(), cache.size()));
+  a.stream = c.stream();
+  return c.call(fn ? fn : lib.indexer_append(), a, error, error_size, device_findings);
 }
 
 int32_t call_append(const Library& lib, const AppendCallShape& in, const AppendCallBuffers& b, char* error,

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -399,6 +400,39 @@ TEST(PluginIndexerLogits, TheTemplatesScoresAreGreenAndEachPlantedBugIsRedWhereI
            [](const json& sh) { return sh.at("layout") == "paged" && sh.at("next_n") == 2; });
 }
 
+// ---- indexer append (1.5) --------------------------------------------------------------------------
+
+// Indexer appends are drawn at run time only (their truth is the C++ oracle's bytes).
+TEST(PluginIndexerAppend, VllmsRecipeIsGreenAndEachWrongWriteIsRedOnEveryDrawnAppend) {
+  TempDir tmp;
+  auto o = in_process_options(tmp.path() / "out", {}, {"fresh"});
+  for (const auto* p : {MLA_PLUGIN_GOOD_INDEXER_APPEND, MLA_PLUGIN_INDEXER_APPEND_SCALE_AFTER_EACH_TOKEN,
+                        MLA_PLUGIN_INDEXER_APPEND_CLAMP_AFTER_DIVIDE, MLA_PLUGIN_INDEXER_APPEND_WRITES_SKIPPED_SLOTS}) {
+    o.plugins.emplace_back(p);
+  }
+  const auto cert = certify_here(o);
+  ASSERT_EQ(cert.at("kernels").size(), 4u) << "indexer-append-only libraries: one implementation each";
+  const auto& good = kernel(cert, "good_indexer_append");
+  EXPECT_EQ(good.at("kinds"), json::array({"indexer_append"}));
+  EXPECT_EQ(good.at("origin").at("entry"), "indexer_append");
+  EXPECT_EQ(good.at("origin").at("isolation"), "child_per_case");
+  EXPECT_EQ(good.at("declared").at("conventions").at("fp32_scale_op"), "divide");
+  std::set<std::string> fmts;
+  for (const auto& row : good.at("cases")) {
+    EXPECT_EQ(row.at("verdict"), "PASS") << row.at("case") << ": " << reasons(row);
+    fmts.insert(row.at("shape").at("scale_fmt").get<std::string>());
+  }
+  EXPECT_EQ(fmts, (std::set<std::string>{"fp32", "ue8m0"})) << "both recipes drawn";
+  // Every drawn append has skipped tokens, tokens whose amax is under the clamp and blocks with
+  // more than one token: each bug changes bytes on every one.
+  for (const char* name : {"indexer_append_scale_after_each_token", "indexer_append_clamp_after_divide",
+                           "indexer_append_writes_skipped_slots"}) {
+    const auto& k = kernel(cert, name);
+    ASSERT_EQ(k.at("cases").size(), good.at("cases").size()) << name;
+    for (const auto& row : k.at("cases")) EXPECT_EQ(row.at("verdict"), "FAIL") << name << " " << row.at("case") << ": " << reasons(row);
+  }
+}
+
 // validate_descriptor of `good` with its `member` entry replaced by a copy that `change` altered
 // (the descriptor too, when it changes that): a refusal naming `words`.
 template <class Entry>
@@ -438,6 +472,7 @@ TEST(PluginPrefill, AnEntryThatBreaksARuleIsRefusedNamingTheField) {
   refused([](auto&, auto& e) { e.prefill = nullptr; }, "no prefill entry point");
   refused([](auto& d, auto& e) {
             d.decode = nullptr, d.prefill = nullptr, d.merge = nullptr, d.topk = nullptr, d.indexer_logits = nullptr;
+            d.indexer_append = nullptr;
             (void)e;
           },
           "no decode entry point");
@@ -488,6 +523,22 @@ TEST(PluginPrefill, AnEntryThatBreaksARuleIsRefusedNamingTheField) {
   logits_refused([](auto& e) { e.num_block_sizes = 1, e.block_sizes[0] = -64; }, "indexer_logits.block_sizes[0] = -64");
   logits_refused([](auto& e) { e.max_context = -1; }, "indexer_logits.max_context -1");
   logits_refused([](auto& e) { e.indexer_logits = nullptr; }, "no indexer_logits entry point");
+  // The indexer append entry's rules (1.5).
+  ASSERT_NE(good.indexer_append, nullptr);
+  const auto append_refused = [&](const std::function<void(mla_plugin_indexer_append_entry&)>& change,
+                                  const std::string& words) {
+    expect_refused<mla_plugin_indexer_append_entry>(good, &mla_plugin_descriptor::indexer_append,
+                                                    [&](auto&, auto& e) { change(e); }, words);
+  };
+  append_refused([](auto& e) { e.struct_size = 4; }, "indexer append entry struct_size 4");
+  append_refused([](auto& e) { e.name = "good_append_indexer_logits"; },
+                 "indexer append entry name 'good_append_indexer_logits' is another entry's");
+  append_refused([](auto& e) { e.scale_fmts = 0; }, "indexer_append.scale_fmts 0x0");
+  append_refused([](auto& e) { e.scale_fmts = 0x4; }, "indexer_append.scale_fmts 0x4");
+  append_refused([](auto& e) { e.fp32_scale_op = 2; }, "indexer_append.fp32_scale_op 2");
+  append_refused([](auto& e) { e.num_block_sizes = 99; }, "indexer_append.num_block_sizes 99");
+  append_refused([](auto& e) { e.num_block_sizes = 1, e.block_sizes[0] = 0; }, "indexer_append.block_sizes[0] = 0");
+  append_refused([](auto& e) { e.indexer_append = nullptr; }, "no indexer_append entry point");
   // Without a decode, the decode's claims are not looked at.
   mla_plugin_descriptor d = good;
   d.decode = nullptr;

@@ -355,6 +355,32 @@ TEST_F(CertifyPython, DeepGemmIndexerLogitsCertifyThroughTheDoorAndTheirBugsAreR
             "outside the row's valid range");
 }
 
+// vLLM's indexer_k_quant_and_cache (mla_door.adapters.vllm_indexer_cache) over its CPU stand-in:
+// byte for byte the C++ oracle's cache on every drawn ue8m0 append (the format it claims), and each
+// wrong write red on every one (each drawn append has skipped tokens, keys under the clamp and
+// blocks of several tokens).
+TEST_F(CertifyPython, VllmIndexerCacheAppendIsExactThroughTheDoorAndItsBugsAreRed) {
+  const auto t = kExamples / "vllm_indexer_cache_cpu.py";
+  std::string args = " --family fresh";
+  for (const char* a : {"KERNEL", "BUG_SCALE_AFTER_EACH_TOKEN", "BUG_CLAMP_AFTER_DIVIDE", "BUG_WRITES_SKIPPED_SLOTS"}) {
+    args += " --python " + quote(t.string() + ":" + a);
+  }
+  const auto r = certify(args, torch_path());
+  ASSERT_EQ(r.status, 1) << r.output;
+  const auto& k = kernel(r, "vllm_indexer_cache_cpu_standin");
+  EXPECT_EQ(k.at("kinds"), json::array({"indexer_append"}));
+  EXPECT_EQ(k.at("declared").at("scale_fmts"), json::array({"ue8m0"}));
+  EXPECT_EQ(k.at("declared").at("conventions").at("fp32_scale_op"), "divide");
+  ASSERT_FALSE(k.at("cases").empty());
+  for (const auto& c : k.at("cases")) EXPECT_EQ(c.at("verdict"), "PASS") << c.at("case") << ": " << reasons(c);
+  for (const char* name : {"vllm_indexer_cache_cpu_bug_scale_after_each_token", "vllm_indexer_cache_cpu_bug_clamp_after_divide",
+                           "vllm_indexer_cache_cpu_bug_writes_skipped_slots"}) {
+    const auto& b = kernel(r, name);
+    ASSERT_EQ(b.at("cases").size(), k.at("cases").size()) << name;
+    for (const auto& c : b.at("cases")) EXPECT_EQ(c.at("verdict"), "FAIL") << name << " " << c.at("case") << ": " << reasons(c);
+  }
+}
+
 // FlashInfer's top_k_ragged_transform (mla_door.adapters.flashinfer_topk) over its CPU stand-in:
 // it declares ranges of valid positions only (it returns a short row whole, masked positions
 // included), so its drawn cases hold no -inf inside a range and it is green on every one; the same
@@ -609,6 +635,23 @@ TEST(PythonDeclaration, EveryRuleOfACDescriptorNamesTheFieldItRefuses) {
   bad_prefill.push_back({with_logits("/heads", {0}), "'indexer_logits.heads[0]' = 0 is not a positive integer"});
   bad_prefill.push_back({with_logits("/block_sizes", "64"), "'indexer_logits.block_sizes'"});
   bad_prefill.push_back({with_logits("/max_context", -2), "indexer_logits.max_context -2 is negative"});
+  // The indexer append entry (mla_door.IndexerAppend).
+  auto only_append = declaration();
+  only_append["decode"] = false;
+  only_append["indexer_append"] = {{"name", "k_append"}, {"description", "indexer append"}, {"scale_fmts", {"ue8m0"}},
+                                   {"block_sizes", json::array()}, {"fp32_scale_op", "divide"}};
+  const auto ao = validate_python_declaration(only_append);
+  ASSERT_TRUE(ao.indexer_append.has_value());
+  EXPECT_EQ(ao.indexer_append->scale_fmts, std::vector<mla::ScaleFmt>{mla::ScaleFmt::ue8m0});
+  const auto with_append = [&](const char* pointer, json v) {
+    auto j = only_append;
+    j["indexer_append"][json::json_pointer(pointer)] = std::move(v);
+    return j;
+  };
+  bad_prefill.push_back({with_append("/scale_fmts", {"e8m0"}), "'indexer_append.scale_fmts' holds \"e8m0\""});
+  bad_prefill.push_back({with_append("/scale_fmts", json::array()), "indexer_append.scale_fmts 0x0"});
+  bad_prefill.push_back({with_append("/fp32_scale_op", "multiply"), "'indexer_append.fp32_scale_op' is 'multiply'"});
+  bad_prefill.push_back({with_append("/block_sizes", {-1}), "'indexer_append.block_sizes[0]' = -1"});
   auto clash = only_logits;
   clash["decode"] = true;
   clash["indexer_logits"]["name"] = clash["name"];

@@ -300,6 +300,18 @@ int child_entry_calls(const KernelRef& kernel, const wire::Message& plan) {
         const auto out = own(mine.at(0));
         return plugin::call_indexer_logits(*lib, in, reinterpret_cast<float*>(out.data()), out.size(), err, n, device);
       };
+    } else if (entry == kEntryIndexerAppend) {
+      IndexerAppendShape shape;
+      shape.num_tokens = a.at("num_tokens").get<int64_t>();
+      shape.num_blocks = a.at("num_blocks").get<int64_t>();
+      shape.block_size = a.at("block_size").get<int64_t>();
+      shape.scale_fmt = scale_fmt_from_string(a.at("scale_fmt").get<std::string>());
+      const auto keys = input("keys", static_cast<uint16_t*>(nullptr));
+      const auto slots = input("slot_mapping", static_cast<int64_t*>(nullptr));
+      make = [&, shape, keys, slots](const std::vector<ArenaRegion>& mine, char* err, std::size_t n,
+                                     std::vector<std::string>* device) {
+        return plugin::call_indexer_append(*lib, shape, keys, slots, own(mine.at(0)), err, n, device);
+      };
     } else {
       throw Error(fmt::format("the plan names entry '{}', which this child does not know", entry));
     }
@@ -479,6 +491,7 @@ int child_describe(const std::filesystem::path& plugin_path, const std::filesyst
   d.merge = lib->merge_info();
   d.topk = lib->topk_info();
   d.indexer_logits = lib->indexer_logits_info();
+  d.indexer_append = lib->indexer_append_info();
   d.append_formats = lib->append_formats();
   d.append_scale_fmts = lib->append_scale_fmts();
   d.append_fp8_recipes = lib->append_fp8_recipes();

@@ -116,6 +116,29 @@ std::optional<IndexerLogitsKernelInfo> indexer_logits_from_json(const json& j) {
   return t;
 }
 
+
+
+json indexer_append_json(const std::optional<IndexerAppendKernelInfo>& t) {
+  if (!t) return json();
+  std::vector<std::string> fmts;
+  for (const auto f : t->scale_fmts) fmts.emplace_back(to_string(f));
+  return {{"name", t->name},       {"backend", t->backend},         {"description", t->description},
+          {"scale_fmts", fmts},    {"block_sizes", t->block_sizes},
+          {"fp32_scale_op", to_string(t->conventions.fp32_scale_op)}};
+}
+std::optional<IndexerAppendKernelInfo> indexer_append_from_json(const json& j) {
+  if (j.is_null()) return std::nullopt;
+  IndexerAppendKernelInfo t;
+  t.name = j.at("name").get<std::string>();
+  t.backend = j.at("backend").get<std::string>();
+  t.description = j.at("description").get<std::string>();
+  t.role = KernelRole::optimized;
+  for (const auto& f : j.at("scale_fmts")) t.scale_fmts.push_back(scale_fmt_from_string(f.get<std::string>()));
+  t.block_sizes = j.at("block_sizes").get<std::vector<int64_t>>();
+  t.conventions.fp32_scale_op = indexer_scale_op_from_string(j.at("fp32_scale_op").get<std::string>());
+  return t;
+}
+
 }  // namespace
 
 wire::Message encode(const PluginDescription& d) {
@@ -140,6 +163,7 @@ wire::Message encode(const PluginDescription& d) {
                 {"merge", merge_json(d.merge)},
                 {"topk", topk_json(d.topk)},
                 {"indexer_logits", indexer_logits_json(d.indexer_logits)},
+                {"indexer_append", indexer_append_json(d.indexer_append)},
                 {"unavailable", d.unavailable ? json(*d.unavailable) : json()}};
   return m;
 }
@@ -169,6 +193,7 @@ PluginDescription decode_plugin_description(const wire::Message& m) {
     d.merge = merge_from_json(f.at("merge"));
     d.topk = topk_from_json(f.at("topk"));
     d.indexer_logits = indexer_logits_from_json(f.at("indexer_logits"));
+    d.indexer_append = indexer_append_from_json(f.at("indexer_append"));
     return d;
   });
 }

@@ -245,6 +245,34 @@ IndexerLogitsKernelInfo validate_python_indexer_logits(const json& t) {
   }
 }
 
+// A Python kernel's indexer append entry, in the words of mla_door.IndexerAppend, then the C ABI's
+// rules for an indexer append entry.
+IndexerAppendKernelInfo validate_python_indexer_append(const json& t) {
+  const std::string w = "indexer_append.";
+  mla_plugin_indexer_append_entry e{};
+  e.struct_size = sizeof e;
+  const std::string name = string_field(t, w, "name"), description = string_field(t, w, "description");
+  e.name = name.c_str();
+  e.description = description.c_str();
+  for (const auto& f : field(t, w, "scale_fmts", json::value_t::array, "a list")) {
+    if (!f.is_string() || (f != "fp32" && f != "ue8m0")) {
+      throw Error(fmt::format("declaration field '{}scale_fmts' holds {}, not \"fp32\" or \"ue8m0\"", w, f.dump()));
+    }
+    e.scale_fmts |= f == "ue8m0" ? MLA_PLUGIN_SCALE_UE8M0 : MLA_PLUGIN_SCALE_FP32;
+  }
+  e.fp32_scale_op = word_field(t, w, "fp32_scale_op", {"divide", "times_reciprocal"},
+                               [](const std::string& x) { return x == "times_reciprocal" ? 1u : 0u; });
+  positive_list(t, w, "block_sizes", MLA_PLUGIN_MAX_PAGE_SIZES, e.block_sizes, e.num_block_sizes);
+  e.indexer_append = [](const mla_plugin_indexer_append_args*, char*, size_t) -> int32_t {
+    return MLA_PLUGIN_ERROR;  // never called
+  };
+  try {
+    return plugin::indexer_append_info_from(e);
+  } catch (const plugin::PluginError& ex) {
+    throw Error(fmt::format("declaration: {}", ex.what()));
+  }
+}
+
 // A Python kernel's top-k entry, in the words of mla_door.Topk, then the C ABI's rules for a top-k
 // entry.
 TopkKernelInfo validate_python_topk(const json& t) {
@@ -430,13 +458,19 @@ PythonDeclaration validate_python_declaration(const json& d) {
         validate_python_indexer_logits(field(d, "", "indexer_logits", json::value_t::object, "an object or null"));
     out.indexer_logits->backend = k.backend;
   }
+  if (d.contains("indexer_append") && !d.at("indexer_append").is_null()) {
+    out.indexer_append =
+        validate_python_indexer_append(field(d, "", "indexer_append", json::value_t::object, "an object or null"));
+    out.indexer_append->backend = k.backend;
+  }
   // Every implementation the kernel gives has its own name.
   std::vector<std::string> names;
   if (out.decodes) names.push_back(k.name);
   for (const auto& [entry, name] : {std::pair{"prefill", out.prefill ? out.prefill->name : std::string()},
                                     std::pair{"merge", out.merge ? out.merge->name : std::string()},
                                     std::pair{"topk", out.topk ? out.topk->name : std::string()},
-                                    std::pair{"indexer_logits", out.indexer_logits ? out.indexer_logits->name : std::string()}}) {
+                                    std::pair{"indexer_logits", out.indexer_logits ? out.indexer_logits->name : std::string()},
+                                    std::pair{"indexer_append", out.indexer_append ? out.indexer_append->name : std::string()}}) {
     if (name.empty()) continue;
     if (std::find(names.begin(), names.end(), name) != names.end()) {
       throw Error(fmt::format("declaration field '{}.name' is '{}', another entry's: each implementation has its own",
@@ -444,8 +478,9 @@ PythonDeclaration validate_python_declaration(const json& d) {
     }
     names.push_back(name);
   }
-  if (!out.decodes && !out.prefill && !out.merge && !out.topk && !out.indexer_logits) {
-    throw Error("declaration has no decode (\"decode\": false) and no prefill, merge, topk or indexer_logits");
+  if (!out.decodes && !out.prefill && !out.merge && !out.topk && !out.indexer_logits && !out.indexer_append) {
+    throw Error(
+        "declaration has no decode (\"decode\": false) and no prefill, merge, topk, indexer_logits or indexer_append");
   }
   return out;
 }
@@ -591,7 +626,7 @@ std::vector<std::pair<Implementation, reports::KernelReport>> describe_python(Se
   base.ref.python = ref;
   base.info.backend = e.info.backend;
   base.unavailable = e.unavailable;
-  auto others = external_entries(base, r, d.prefill, d.merge, d.topk, d.indexer_logits);
+  auto others = external_entries(base, r, d.prefill, d.merge, d.topk, d.indexer_logits, d.indexer_append);
   std::vector<std::pair<Implementation, reports::KernelReport>> out;
   if (d.decodes) out.emplace_back(std::move(e), std::move(r));
   for (auto& o : others) out.push_back(std::move(o));

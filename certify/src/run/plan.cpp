@@ -18,6 +18,7 @@
 #include "mla/golden/families.hpp"
 #include "mla/registry/registry.hpp"
 #include "isolation/python_door.hpp"
+#include "kinds/indexer_append/indexer_append_rows.hpp"
 #include "kinds/indexer_logits/indexer_logits_rows.hpp"
 #include "kinds/merge/merge_rows.hpp"
 #include "kinds/prefill/prefill_rows.hpp"
@@ -55,6 +56,9 @@ nlohmann::json capabilities_json(const MergeKernelInfo& i) {
 }
 nlohmann::json capabilities_json(const TopkKernelInfo& i) {
   return {{"ks", i.ks}, {"max_n", i.max_n}, {"range_all_valid", i.range_all_valid}};
+}
+nlohmann::json capabilities_json(const IndexerAppendKernelInfo& i) {
+  return {{"scale_fmts", spelled(i.scale_fmts)}, {"block_sizes", i.block_sizes}};
 }
 nlohmann::json capabilities_json(const IndexerLogitsKernelInfo& i) {
   return {{"layouts", spelled(i.layouts)}, {"next_ns", i.next_ns},         {"heads", i.heads},
@@ -197,7 +201,8 @@ void add_plugin(Session& s, const fs::path& path, std::size_t i) {
   reports::KernelReport report;
   report.version = d.version;
   report.origin = origin;
-  for (auto& [e, r] : external_entries(base, report, d.prefill, d.merge, d.topk, d.indexer_logits)) {
+  for (auto& [e, r] : external_entries(base, report, d.prefill, d.merge, d.topk, d.indexer_logits,
+                                         d.indexer_append)) {
     add_implementation(s, std::move(e), std::move(r));
   }
 }
@@ -270,7 +275,7 @@ std::pair<Implementation, reports::KernelReport> describe_candidate(const Sessio
   } else {
     const auto& i = adopt(c.indexer_append);
     e.indexer_append = c.indexer_append;
-    caps = {{"scale_fmts", spelled(i.scale_fmts)}, {"block_sizes", i.block_sizes}};
+    caps = capabilities_json(i);
   }
   r.origin = {{"kind", c.fault ? "self-test" : "builtin"}, {"capabilities", caps}};
   return {std::move(e), std::move(r)};
@@ -492,7 +497,8 @@ void plan(Session& s) {
 std::vector<std::pair<Implementation, reports::KernelReport>> external_entries(
     const Implementation& base, const reports::KernelReport& report, const std::optional<PrefillKernelInfo>& prefill,
     const std::optional<MergeKernelInfo>& merge, const std::optional<TopkKernelInfo>& topk,
-    const std::optional<IndexerLogitsKernelInfo>& indexer_logits) {
+    const std::optional<IndexerLogitsKernelInfo>& indexer_logits,
+    const std::optional<IndexerAppendKernelInfo>& indexer_append) {
   std::vector<std::pair<Implementation, reports::KernelReport>> out;
   const auto entry = [&](const std::string& name, const std::string& description, const char* kind) -> auto& {
     auto& [e, r] = out.emplace_back(base, report);
@@ -524,6 +530,12 @@ std::vector<std::pair<Implementation, reports::KernelReport>> external_entries(
     e.owned_indexer_logits = external_indexer_logits(*indexer_logits);
     e.indexer_logits = e.owned_indexer_logits.get();
     r.origin["capabilities"] = capabilities_json(*indexer_logits);
+  }
+  if (indexer_append) {
+    auto& [e, r] = entry(indexer_append->name, indexer_append->description, "indexer_append");
+    e.owned_indexer_append = external_indexer_append(*indexer_append);
+    e.indexer_append = e.owned_indexer_append.get();
+    r.origin["capabilities"] = capabilities_json(*indexer_append);
   }
   return out;
 }

@@ -60,6 +60,9 @@ enum class Fault {
   indexer_no_relu,         // indexer logits: sums q·k over the heads without the relu
   indexer_scale_after_each_token,  // indexer logits: a paged key's scale read after its codes, not from the block's scale area
   indexer_sees_next_token, // indexer logits, next_n 2: the first query token sees the second one's position
+  indexer_append_scale_after_each_token,  // indexer append: each token as [128 codes | scale], not the block's scale area
+  indexer_append_clamp_after_divide,      // indexer append: max(amax / 448, 1e-4) instead of max(amax, 1e-4) / 448
+  indexer_append_writes_skipped_slots,    // indexer append: a negative slot written from the cache's end
 };
 
 struct Variant {
@@ -84,6 +87,7 @@ struct Variant {
   bool topk;              // a top-k-only library (ABI 1.4): no decode, the top-k entry under its name
   bool relative;          // top-k: indices relative to the row's start, declared
   bool indexer_logits;    // an indexer-logits-only library (ABI 1.5): no decode, the entry under its name
+  bool indexer_append;    // an indexer-append-only library (ABI 1.5): the same
 };
 
 constexpr Variant kV{MLA_VARIANT_NAME,         Fault::MLA_VARIANT_FAULT,      MLA_VARIANT_OUT_BF16,
@@ -92,7 +96,8 @@ constexpr Variant kV{MLA_VARIANT_NAME,         Fault::MLA_VARIANT_FAULT,      ML
                      MLA_VARIANT_PRECISION,    MLA_VARIANT_FLASHINFER,        MLA_VARIANT_DECLARES_CONVENTIONS,
                      MLA_VARIANT_FLASHMLA_SHAPED, MLA_VARIANT_CAN_IMPLEMENT, MLA_VARIANT_BROKEN_CAN_IMPLEMENT,
                      MLA_VARIANT_DEVICE_MEMORY,  MLA_VARIANT_PREFILL,           MLA_VARIANT_MERGE,
-                     MLA_VARIANT_TOPK,         MLA_VARIANT_RELATIVE,          MLA_VARIANT_INDEXER_LOGITS};
+                     MLA_VARIANT_TOPK,         MLA_VARIANT_RELATIVE,          MLA_VARIANT_INDEXER_LOGITS,
+                     MLA_VARIANT_INDEXER_APPEND};
 constexpr bool is(Fault f) { return kV.fault == f; }
 constexpr bool kSteals = is(Fault::reads_catalog) || is(Fault::refuses_unknown) || is(Fault::hides_overflow);
 
@@ -500,6 +505,24 @@ mla_plugin_indexer_logits_entry variant_indexer_logits_entry() {
 }
 const mla_plugin_indexer_logits_entry kVariantIndexerLogits = variant_indexer_logits_entry();
 
+// ---- indexer append -----------------------------------------------------------------------------
+constexpr IndexerAppendDeparture kIndexerAppendDeparture{is(Fault::indexer_append_scale_after_each_token),
+                                                         is(Fault::indexer_append_clamp_after_divide),
+                                                         is(Fault::indexer_append_writes_skipped_slots)};
+
+int32_t indexer_append_variant(const mla_plugin_indexer_append_args* args, char* error, size_t error_size) {
+  return indexer_append_with(args, kIndexerAppendDeparture, error, error_size);
+}
+
+mla_plugin_indexer_append_entry variant_indexer_append_entry() {
+  mla_plugin_indexer_append_entry e = make_indexer_append_entry();
+  e.name = kV.name;
+  e.description = "example plug-in indexer append: vLLM's recipe, " MLA_VARIANT_NAME;
+  e.indexer_append = indexer_append_variant;
+  return e;
+}
+const mla_plugin_indexer_append_entry kVariantIndexerAppend = variant_indexer_append_entry();
+
 // ---- descriptor -------------------------------------------------------------------------------
 // The template's descriptor, and what each variant claims or declares differently.
 mla_plugin_descriptor variant_descriptor() {
@@ -547,6 +570,11 @@ mla_plugin_descriptor variant_descriptor() {
   d.merge = nullptr;
   d.topk = nullptr;
   d.indexer_logits = nullptr;
+  d.indexer_append = nullptr;
+  if (kV.indexer_append) {
+    d.decode = nullptr;
+    d.indexer_append = &kVariantIndexerAppend;
+  }
   if (kV.indexer_logits) {
     d.decode = nullptr;
     d.indexer_logits = &kVariantIndexerLogits;

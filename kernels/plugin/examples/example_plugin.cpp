@@ -548,6 +548,76 @@ mla_plugin_indexer_logits_entry make_indexer_logits_entry() {
 }
 const mla_plugin_indexer_logits_entry kIndexerLogitsEntry = make_indexer_logits_entry();
 
+// ---- indexer append (ABI 1.5): V3.2's keys into their paged 132-byte cache -----------------------
+
+// Where a variant of this template departs from the right append (kernels/faults/plugins).
+struct IndexerAppendDeparture {
+  bool scale_after_each_token = false;  // each token laid out as [128 codes | its scale]
+  bool clamp_after_divide = false;      // max(amax / 448, 1e-4): the clamp on the scale, not on amax
+  bool writes_skipped_slots = false;    // a negative slot counted from the cache's end, not skipped
+};
+
+// vLLM's recipe in float32, byte for byte: s = max(amax, 1e-4) / 448 (ue8m0: the next power of
+// two up), codes e4m3(k / s) to nearest even, saturated; a negative zero keeps its sign bit.
+int32_t indexer_append_with(const mla_plugin_indexer_append_args* args, const IndexerAppendDeparture& dep, char* error,
+                            size_t error_size) {
+  if (!args || args->struct_size < sizeof(mla_plugin_indexer_append_args)) {
+    std::snprintf(error, error_size, "indexer append arguments from an older host ABI");
+    return MLA_PLUGIN_ERROR;
+  }
+  const mla_plugin_indexer_append_args& a = *args;
+  const int64_t slots = a.num_blocks * a.block_size;
+  for (int64_t t = 0; t < a.num_tokens; ++t) {
+    int64_t slot = a.slot_mapping[t];
+    if (slot < 0 && dep.writes_skipped_slots) slot += slots;
+    if (slot < 0) continue;
+    if (slot >= slots) {
+      std::snprintf(error, error_size, "token %lld: slot %lld is past the cache's %lld slots", static_cast<long long>(t),
+                    static_cast<long long>(slot), static_cast<long long>(slots));
+      return MLA_PLUGIN_ERROR;
+    }
+    const uint16_t* k = a.keys + t * 128;
+    float amax = 0;
+    for (int d = 0; d < 128; ++d) amax = std::max(amax, std::fabs(bf16_to_float(k[d])));
+    float s = dep.clamp_after_divide ? std::max(amax / 448.0f, 1e-4f) : std::max(amax, 1e-4f) / 448.0f;
+    if (a.scale_fmt == MLA_PLUGIN_SCALE_UE8M0) {
+      int e = 0;
+      const float m = std::frexp(s, &e);  // s = m · 2^e, m in [0.5, 1)
+      s = std::ldexp(1.0f, m == 0.5f ? e - 1 : e);
+    }
+    uint8_t* block = a.kv_cache + (slot / a.block_size) * a.block_size * 132;
+    const int64_t off = slot % a.block_size;
+    uint8_t* codes = dep.scale_after_each_token ? block + off * 132 : block + off * 128;
+    uint8_t* scale = dep.scale_after_each_token ? block + off * 132 + 128 : block + a.block_size * 128 + off * 4;
+    for (int d = 0; d < 128; ++d) {
+      const float x = bf16_to_float(k[d]) / s;
+      uint8_t c = e4m3_from_float(x);
+      if (c == 0 && std::signbit(x)) c = 0x80;
+      codes[d] = c;
+    }
+    std::memcpy(scale, &s, 4);
+  }
+  return MLA_PLUGIN_OK;
+}
+
+int32_t indexer_append(const mla_plugin_indexer_append_args* args, char* error, size_t error_size) {
+  return indexer_append_with(args, IndexerAppendDeparture{}, error, error_size);
+}
+
+// The indexer append entry: an implementation of its own, under its own name.
+mla_plugin_indexer_append_entry make_indexer_append_entry() {
+  mla_plugin_indexer_append_entry e{};
+  e.struct_size = sizeof e;
+  e.name = "good_append_indexer_append";
+  e.description = "example plug-in indexer append: vLLM's float32 recipe";
+  e.scale_fmts = MLA_PLUGIN_SCALE_FP32 | MLA_PLUGIN_SCALE_UE8M0;
+  e.fp32_scale_op = MLA_PLUGIN_INDEXER_SCALE_DIVIDE;
+  e.num_block_sizes = 0;  // any block size
+  e.indexer_append = indexer_append;
+  return e;
+}
+const mla_plugin_indexer_append_entry kIndexerAppendEntry = make_indexer_append_entry();
+
 // Left zero, the declarations (lse base, layout, empty-row value, index numbering, precision) are
 // the canonical conventions: a kernel that differs must declare it, or be judged wrong.
 mla_plugin_descriptor make_descriptor() {
@@ -575,6 +645,7 @@ mla_plugin_descriptor make_descriptor() {
   d.merge = &kMergeEntry;      // 1.4: certified as good_append_merge
   d.topk = &kTopkEntry;        // 1.4: certified as good_append_topk
   d.indexer_logits = &kIndexerLogitsEntry;  // 1.5: certified as good_append_indexer_logits
+  d.indexer_append = &kIndexerAppendEntry;  // 1.5: certified as good_append_indexer_append
   return d;
 }
 

@@ -13,8 +13,9 @@ and judges the results; this package only runs in the certifier's child process,
 kernel and writes nothing but the outputs (and a bounded message) back.
 
 A kernel may also have a prefill in the MHA form (`Prefill`), a merge of two attention states
-(`Merge`), V3.2's top-k over the indexer's logits (`Topk`) and the indexer's logits themselves
-(`IndexerLogits`; their docstrings have the signatures), each certified as an implementation of
+(`Merge`), V3.2's top-k over the indexer's logits (`Topk`), the indexer's logits themselves
+(`IndexerLogits`) and the append of its keys into their 132-byte cache (`IndexerAppend`; their
+docstrings have the signatures), each certified as an implementation of
 its own; a kernel without a decode leaves `decode` out.
 
 The one signature of a decode:
@@ -332,6 +333,42 @@ class IndexerLogits:
     max_context: int = 0                        # the widest logits row; 0: any
 
 
+@dataclass(frozen=True)
+class IndexerAppendCall:
+    """What an indexer append is told besides its tensors (mla/core/indexer_cache.hpp)."""
+
+    num_tokens: int
+    num_blocks: int
+    block_size: int
+    scale_fmt: str    # "fp32" | "ue8m0"
+
+
+@dataclass(frozen=True)
+class IndexerAppend:
+    """V3.2's indexer keys into their paged 132-byte FP8 cache: its own implementation.
+
+        append(keys, slot_mapping, kv_cache, call) -> None
+
+        keys          torch.bfloat16 [num_tokens, 128] (normalized, rotated: the append only
+                      quantizes and stores)
+        slot_mapping  torch.int64    [num_tokens]; slot = block * block_size + offset, < 0: skip
+        kv_cache      torch.uint8    [num_blocks, block_size * 132], WRITTEN IN PLACE: per block
+                      every token's 128 e4m3 codes, then every token's float32 scale; a byte no
+                      token of the call owns keeps its value
+        call          an `IndexerAppendCall`
+
+    Per token s = max(amax, 1e-4) / 448 in float32 (`fp32_scale_op` "divide", vLLM's) or
+    max(amax, 1e-4) * float32(1/448) ("times_reciprocal", DeepSeek's act_quant); ue8m0 rounds s up
+    to a power of two; codes e4m3(k / s), nearest even, saturated to 448."""
+
+    name: str                                   # [a-z0-9_]+, not another entry's
+    description: str
+    append: Callable
+    scale_fmts: Tuple[str, ...] = ("fp32", "ue8m0")
+    block_sizes: Tuple[int, ...] = ()           # empty: any
+    fp32_scale_op: str = "divide"               # "divide" | "times_reciprocal"
+
+
 def e4m3(t):
     """A uint8 tensor of e4m3 codes viewed as torch.float8_e4m3fn (no copy), or the tensor itself
     where this torch has no float8 dtype (torch < 2.1)."""
@@ -363,6 +400,8 @@ class Kernel:
     topk: Optional[Topk] = None
     # Optional: V3.2's indexer logits, certified as an implementation of its own.
     indexer_logits: Optional[IndexerLogits] = None
+    # Optional: V3.2's indexer key cache append, certified as an implementation of its own.
+    indexer_append: Optional[IndexerAppend] = None
 
 
 def describe(k: Kernel) -> dict:
@@ -414,6 +453,13 @@ def describe(k: Kernel) -> dict:
             "heads": list(k.indexer_logits.heads),
             "block_sizes": list(k.indexer_logits.block_sizes),
             "max_context": k.indexer_logits.max_context,
+        },
+        "indexer_append": None if k.indexer_append is None else {
+            "name": k.indexer_append.name,
+            "description": k.indexer_append.description,
+            "scale_fmts": list(k.indexer_append.scale_fmts),
+            "block_sizes": list(k.indexer_append.block_sizes),
+            "fp32_scale_op": k.indexer_append.fp32_scale_op,
         },
     }
 

@@ -418,7 +418,7 @@ def call(args):
 
 def call_entry(args, plan):
     """The calls of an entry-calls plan (certify/src/isolation/entry_calls.hpp): the kernel's
-    prefill, merge, top-k or indexer logits, each call on its own outputs, stopping after each so the certifier
+    prefill, merge, top-k, indexer logits or indexer append, each call on its own outputs, stopping after each so the certifier
     can audit it."""
     mm, ctl = open_arena(plan)
     loaded = load_for_calls(args.spec, ctl)
@@ -426,7 +426,7 @@ def call_entry(args, plan):
         return 0
     torch, k = loaded
     entry = plan["entry"]
-    if getattr(k, entry, None) is None or entry not in ("prefill", "merge", "topk", "indexer_logits"):
+    if getattr(k, entry, None) is None or entry not in ("prefill", "merge", "topk", "indexer_logits", "indexer_append"):
         ctl.setup(STATE_ERROR, f"the certifier asks for the kernel's {entry} entry, which it does not have")
         return 0
     view = region_view(torch, mm, plan)
@@ -434,6 +434,14 @@ def call_entry(args, plan):
     cuda = k.backend == "cuda"
     if entry == "indexer_logits":
         return indexer_logits_calls(torch, ctl, plan, cuda, k.indexer_logits, view)
+    if entry == "indexer_append":
+        ia = k.indexer_append
+        nt, nb, bs = a["num_tokens"], a["num_blocks"], a["block_size"]
+        info = mla_door.IndexerAppendCall(num_tokens=nt, num_blocks=nb, block_size=bs, scale_fmt=a["scale_fmt"])
+        inputs = [view(inp["keys"], torch.bfloat16, (nt, 128)), view(inp["slot_mapping"], torch.int64, (nt,))]
+        # The cache is the call's own copy, written in place.
+        return make_entry_calls(torch, ctl, plan, cuda, lambda *t: ia.append(*t, info), inputs,
+                                lambda regions: [view(regions[0], torch.uint8, (nb, bs * 132))])
     if entry == "topk":
         t = k.topk
         rows, n, kk = a["rows"], a["n"], a["k"]

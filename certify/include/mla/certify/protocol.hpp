@@ -16,6 +16,7 @@
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
+#include "mla/core/indexer_cache.hpp"
 #include "mla/core/indexer_logits.hpp"
 #include "mla/core/topk.hpp"
 #include "mla/plugin/host.hpp"
@@ -54,6 +55,7 @@ inline constexpr const char* kEntryPrefill = "prefill";
 inline constexpr const char* kEntryMerge = "merge";
 inline constexpr const char* kEntryTopk = "topk";
 inline constexpr const char* kEntryIndexerLogits = "indexer_logits";
+inline constexpr const char* kEntryIndexerAppend = "indexer_append";
 inline constexpr const char* kPluginDescription = "plugin-description";
 inline constexpr const char* kClaimQuery = "claim-query";
 inline constexpr const char* kClaimAnswers = "claim-answers";
@@ -74,6 +76,7 @@ struct PluginDescription {
   std::optional<MergeKernelInfo> merge;                // the 1.4 merge entry, as validated
   std::optional<TopkKernelInfo> topk;                  // the 1.4 top-k entry, as validated
   std::optional<IndexerLogitsKernelInfo> indexer_logits;  // the 1.5 indexer logits entry, as validated
+  std::optional<IndexerAppendKernelInfo> indexer_append;  // the 1.5 indexer append entry, as validated
 };
 wire::Message encode(const PluginDescription& d);
 PluginDescription decode_plugin_description(const wire::Message& m);

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mla/core/indexer_cache.hpp"
 #include "mla/core/indexer_logits.hpp"
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
@@ -34,6 +35,9 @@ struct PythonDeclaration {
   // Its indexer logits entry ("indexer_logits": null or an object), the same way
   // (plugin::indexer_logits_info_from).
   std::optional<IndexerLogitsKernelInfo> indexer_logits;
+  // Its indexer append entry ("indexer_append": null or an object), the same way
+  // (plugin::indexer_append_info_from).
+  std::optional<IndexerAppendKernelInfo> indexer_append;
 };
 
 // Throws mla::Error naming the field and its value ("declaration field 'caps.heads' range [0, 128]

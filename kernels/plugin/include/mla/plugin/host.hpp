@@ -21,6 +21,7 @@
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
+#include "mla/core/indexer_cache.hpp"
 #include "mla/core/indexer_logits.hpp"
 #include "mla/core/topk.hpp"
 #include "mla/plugin/mla_plugin.h"
@@ -86,6 +87,9 @@ class Library {
   // The indexer logits entry (1.5), the same way.
   const std::optional<IndexerLogitsKernelInfo>& indexer_logits_info() const { return indexer_logits_info_; }
   mla_plugin_indexer_logits_fn indexer_logits() const { return indexer_logits_; }
+  // The indexer append entry (1.5), the same way.
+  const std::optional<IndexerAppendKernelInfo>& indexer_append_info() const { return indexer_append_info_; }
+  mla_plugin_indexer_append_fn indexer_append() const { return indexer_append_; }
 
   // The plug-in's own answer on a shape and its lengths (can_implement; a 1.2 plug-in does not
   // read the lengths): ok, or unsupported with its reason,
@@ -118,6 +122,8 @@ class Library {
   mla_plugin_topk_fn topk_ = nullptr;
   std::optional<IndexerLogitsKernelInfo> indexer_logits_info_;
   mla_plugin_indexer_logits_fn indexer_logits_ = nullptr;
+  std::optional<IndexerAppendKernelInfo> indexer_append_info_;
+  mla_plugin_indexer_append_fn indexer_append_ = nullptr;
 };
 
 // The prefill entry's claims, conventions and precision class in the prefill kind's terms.
@@ -129,6 +135,9 @@ MergeKernelInfo merge_info_from(const mla_plugin_merge_entry& e);
 TopkKernelInfo topk_info_from(const mla_plugin_topk_entry& e);
 // The indexer logits entry's claims in the indexer_logits kind's terms; the same.
 IndexerLogitsKernelInfo indexer_logits_info_from(const mla_plugin_indexer_logits_entry& e);
+// The indexer append entry's claims and declared scale operation in the indexer_append kind's
+// terms; the same.
+IndexerAppendKernelInfo indexer_append_info_from(const mla_plugin_indexer_append_entry& e);
 
 // One append call's scalars, in the C ABI's terms.
 struct AppendCallShape {
@@ -199,6 +208,13 @@ int32_t call_topk(const Library& lib, const TopkInputs& in, int32_t* indices, st
 int32_t call_indexer_logits(const Library& lib, const IndexerLogitsInputs& in, float* logits, std::size_t logits_bytes,
                             char* error, std::size_t error_size, std::vector<std::string>* device_findings,
                             mla_plugin_indexer_logits_fn fn = nullptr);
+
+// One indexer append call (1.5) on buffers the caller owns and audits, as call_prefill; `cache`
+// (the cache before the call) written in place.
+int32_t call_indexer_append(const Library& lib, const IndexerAppendShape& shape, std::span<const uint16_t> keys,
+                            std::span<const int64_t> slot_mapping, std::span<uint8_t> cache, char* error,
+                            std::size_t error_size, std::vector<std::string>* device_findings,
+                            mla_plugin_indexer_append_fn fn = nullptr);
 
 // The canary byte at offset `i` of a device buffer's guard region: varied, so that no single
 // written value (0, a NaN pattern, 0xFF) can match a run of it by accident.

@@ -1,6 +1,6 @@
 /* mla_plugin.h — the C ABI of an external MLA kernel: attention-core decode, cache append and
  * (from 1.4) prefill in the MHA form, the merge of attention states and the indexer's top-k,
- * (from 1.5) the indexer's logits; version 1.5.
+ * (from 1.5) the indexer's logits and its cache append; version 1.5.
  *
  * A plug-in is a shared library that exports one function, mla_plugin_get_descriptor, returning
  * a descriptor: who it is (name, version), what it claims to support (cache formats, head and
@@ -62,9 +62,11 @@
  * each is certified as its own implementation, under its own name, beside the decode. With any
  * of them, decode may be NULL (a library without a decode); `caps` is then ignored.
  *
- * Revision 1.5 adds V3.2's lightning-indexer LOGITS (mla/core/indexer_logits.hpp; what DeepGEMM's
- * fp8_paged_mqa_logits and fp8_mqa_logits compute): an `mla_plugin_indexer_logits_entry`, an
- * entry of the same kind as 1.4's, that may also be a library's only one.
+ * Revision 1.5 adds V3.2's lightning indexer: its LOGITS (mla/core/indexer_logits.hpp; what
+ * DeepGEMM's fp8_paged_mqa_logits and fp8_mqa_logits compute) and the APPEND of its keys into the
+ * paged 132-byte cache (mla/core/indexer_cache.hpp; vLLM's indexer_k_quant_and_cache): an
+ * `mla_plugin_indexer_logits_entry` and an `mla_plugin_indexer_append_entry`, entries of the same
+ * kind as 1.4's, either of which may also be a library's only one.
  *
  * Data layouts are those of fixtures/SCHEMA.md and of mla::AttnInputs: a bf16 absorbed query, a
  * paged latent cache (bf16: 576 bf16 values per token; fp8: the 656-byte V3.2 token), a block
@@ -86,7 +88,7 @@ extern "C" {
 #define MLA_PLUGIN_ABI_MINOR 5u /* 1.1: append entry point, device memory flag; 1.2: conventions,
                                    precision class, FP8 recipes, can_implement; 1.3: lengths in
                                    can_implement's shape; 1.4: the prefill, merge and top-k entries;
-                                   1.5: the indexer logits entry */
+                                   1.5: the indexer logits and indexer append entries */
 #define MLA_PLUGIN_ENTRY_SYMBOL "mla_plugin_get_descriptor"
 
 /* Cache formats (bit mask in capabilities, a single bit in decode arguments). */
@@ -492,6 +494,45 @@ typedef struct mla_plugin_indexer_logits_entry {
   mla_plugin_indexer_logits_fn indexer_logits; /* required */
 } mla_plugin_indexer_logits_entry;
 
+/* ---- 1.5: the V3.2 indexer's keys into their paged 132-byte cache ------------------------------
+ *
+ * keys bf16 [num_tokens, 128] (already normalized, rotated and Hadamard'd upstream: the append only
+ * quantizes and stores), slot_mapping int64 [num_tokens] (slot = block * block_size + offset; a
+ * slot < 0 skips its token), kv_cache [num_blocks, block_size * 132] written in place: within each
+ * block all its tokens' 128 e4m3 codes first, then all their float32 scales. Per token amax =
+ * max|k|, s = max(amax, 1e-4) / 448 in float32 (ue8m0: the smallest power of two >= s), codes =
+ * e4m3(k / s) rounded to nearest even, saturated to +-448. Every byte of the cache the call's
+ * tokens do not own must keep its prior value. */
+
+/* How the float32 scale divides amax by 448 (the entry's fp32_scale_op). */
+#define MLA_PLUGIN_INDEXER_SCALE_DIVIDE 0u           /* max(amax, 1e-4) / 448: vLLM's write */
+#define MLA_PLUGIN_INDEXER_SCALE_TIMES_RECIPROCAL 1u /* max(amax, 1e-4) * float32(1/448): DeepSeek's act_quant */
+
+typedef struct mla_plugin_indexer_append_args {
+  uint32_t struct_size;   /* sizeof(mla_plugin_indexer_append_args) as the host compiled it */
+  uint32_t scale_fmt;     /* MLA_PLUGIN_SCALE_FP32 or MLA_PLUGIN_SCALE_UE8M0, one of the entry's */
+  int64_t num_tokens, num_blocks, block_size;
+  const uint16_t* keys;         /* [num_tokens, 128] bf16 bits */
+  const int64_t* slot_mapping;  /* [num_tokens] */
+  uint8_t* kv_cache;            /* [num_blocks, block_size * 132], in place */
+  void* stream;                 /* as in mla_plugin_decode_args */
+} mla_plugin_indexer_append_args;
+
+typedef int32_t (*mla_plugin_indexer_append_fn)(const mla_plugin_indexer_append_args* args, char* error,
+                                                size_t error_size);
+
+/* The indexer append entry (1.5): its own implementation in the certificate. */
+typedef struct mla_plugin_indexer_append_entry {
+  uint32_t struct_size; /* sizeof(mla_plugin_indexer_append_entry) as the plug-in compiled it */
+  const char* name;     /* [a-z0-9_]+, unlike every other entry's */
+  const char* description;
+  uint32_t scale_fmts;  /* MLA_PLUGIN_SCALE_* bits it writes, at least one */
+  uint32_t fp32_scale_op; /* MLA_PLUGIN_INDEXER_SCALE_DIVIDE or _TIMES_RECIPROCAL */
+  int32_t num_block_sizes; /* 0: any block size; else the first num_block_sizes entries */
+  int32_t block_sizes[MLA_PLUGIN_MAX_PAGE_SIZES];
+  mla_plugin_indexer_append_fn indexer_append; /* required */
+} mla_plugin_indexer_append_entry;
+
 /* Returns MLA_PLUGIN_OK, or another code with a NUL-terminated message in error[0..error_size). */
 typedef int32_t (*mla_plugin_decode_fn)(const mla_plugin_decode_args* args, char* error, size_t error_size);
 
@@ -543,6 +584,7 @@ typedef struct mla_plugin_descriptor {
   const mla_plugin_topk_entry* topk;       /* optional; valid while the library is loaded */
   /* ---- 1.5 (read only when struct_size covers it; NULL: no such entry) ---- */
   const mla_plugin_indexer_logits_entry* indexer_logits; /* optional; valid while the library is loaded */
+  const mla_plugin_indexer_append_entry* indexer_append; /* optional; valid while the library is loaded */
 } mla_plugin_descriptor;
 
 /* Whether a struct whose struct_size is `size` contains `field` entirely. */
@@ -559,6 +601,8 @@ typedef struct mla_plugin_descriptor {
 #define MLA_PLUGIN_TOPK_ENTRY_V1_4_SIZE (offsetof(mla_plugin_topk_entry, topk) + sizeof(mla_plugin_topk_fn))
 #define MLA_PLUGIN_INDEXER_LOGITS_ENTRY_V1_5_SIZE \
   (offsetof(mla_plugin_indexer_logits_entry, indexer_logits) + sizeof(mla_plugin_indexer_logits_fn))
+#define MLA_PLUGIN_INDEXER_APPEND_ENTRY_V1_5_SIZE \
+  (offsetof(mla_plugin_indexer_append_entry, indexer_append) + sizeof(mla_plugin_indexer_append_fn))
 
 /* The one exported symbol. `host_abi_version` is the host's MLA_PLUGIN_ABI_VERSION; a plug-in
  * that cannot serve it returns NULL. The descriptor must stay valid while the library is loaded. */

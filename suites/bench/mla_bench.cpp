@@ -392,6 +392,13 @@ struct Run {
   std::vector<std::string> external_points;  // empty: every point
   std::vector<mla::certify::ExternalBenchKernel> externals;
   std::map<const mla::AttentionImpl*, const mla::certify::ExternalBenchKernel*> external_of;
+  // An external kernel's prefill, merge, top-k and indexer logits entries (and their overhead
+  // rows) in `phase`, by address: where each came from and, for an overhead row, whose it is.
+  struct PhaseExternal {
+    const mla::certify::ExternalBenchKernel* from = nullptr;
+    std::string overhead_of;  // empty: the entry itself
+  };
+  std::map<const void*, PhaseExternal> phase_external;
   std::optional<std::string> device_why;  // nullopt: a device is usable
   std::size_t budget = 0;                 // host memory budget (--mla_max_mem_gib)
   mla::bench::PhaseSelection phase;       // the prefill and merge rows (host side)
@@ -474,9 +481,23 @@ std::optional<int> take_kernels(const Options& o, Run& run) {
     return kExitUsage;
   }
   for (const auto& e : run.externals) {
-    run.impls.push_back(e.impl.get());
-    run.impls.push_back(e.overhead.get());
-    run.external_of[e.impl.get()] = run.external_of[e.overhead.get()] = &e;
+    if (e.impl) {
+      run.impls.push_back(e.impl.get());
+      run.impls.push_back(e.overhead.get());
+      run.external_of[e.impl.get()] = run.external_of[e.overhead.get()] = &e;
+    }
+    // Each other entry beside the registered kernels of its kind, its overhead row after it.
+    const auto add = [&](auto& list, const auto& entry, const auto& overhead) {
+      if (!entry) return;
+      list.push_back(entry.get());
+      list.push_back(overhead.get());
+      run.phase_external[entry.get()] = {&e, ""};
+      run.phase_external[overhead.get()] = {&e, entry->info().name};
+    };
+    add(run.phase.prefill, e.prefill, e.prefill_overhead);
+    add(run.phase.merge, e.merge, e.merge_overhead);
+    add(run.phase.topk, e.topk, e.topk_overhead);
+    add(run.phase.indexer_logits, e.indexer_logits, e.indexer_logits_overhead);
   }
   run.device_why = device_unavailable_reason();
   // Nothing to time without a device: the conventional "skipped" status with the reason.
@@ -516,15 +537,22 @@ void add_points_and_kernels_context(const Run& run, const CeilingSet& ceilings) 
     kj.push_back(std::move(j));
   }
   // A prefill or merge kernel is listed only when it has rows: the report reads every listed
-  // kernel as one with a row at each point of its kind.
-  if (!run.phase.prefill_points.empty())
-    for (const auto* k : run.phase.prefill) kj.push_back(mla::bench::kernel_json(*k, roof_for(*k, ceilings)));
-  if (!run.phase.merge_points.empty())
-    for (const auto* k : run.phase.merge) kj.push_back(mla::bench::kernel_json(*k, roof_for(*k, ceilings)));
-  if (!run.phase.indexer_logits_points.empty())
-    for (const auto* k : run.phase.indexer_logits) kj.push_back(mla::bench::kernel_json(*k, roof_for(*k, ceilings)));
-  if (!run.phase.topk_points.empty())
-    for (const auto* k : run.phase.topk) kj.push_back(mla::bench::kernel_json(*k, roof_for(*k, ceilings)));
+  // kernel as one with a row at each point of its kind. An external entry says where it came from.
+  const auto phase_kernels = [&](const auto& points, const auto& kernels) {
+    if (points.empty()) return;
+    for (const auto* k : kernels) {
+      auto j = mla::bench::kernel_json(*k, roof_for(*k, ceilings));
+      if (const auto it = run.phase_external.find(k); it != run.phase_external.end()) {
+        j["origin"] = it->second.from->origin;
+        if (!it->second.overhead_of.empty()) j["overhead_of"] = it->second.overhead_of;
+      }
+      kj.push_back(std::move(j));
+    }
+  };
+  phase_kernels(run.phase.prefill_points, run.phase.prefill);
+  phase_kernels(run.phase.merge_points, run.phase.merge);
+  phase_kernels(run.phase.indexer_logits_points, run.phase.indexer_logits);
+  phase_kernels(run.phase.topk_points, run.phase.topk);
   benchmark::AddCustomContext("mla_kernels", kj.dump());
 }
 
@@ -532,26 +560,30 @@ void add_points_and_kernels_context(const Run& run, const CeilingSet& ceilings) 
 // (the device side times decode kernels only).
 // One kind's rows: every point of the kind by every kernel of it, `time_row` the kind's body.
 template <class RowCase, class Point, class Impl>
-void register_kind_rows(const std::vector<const Point*>& points, const std::vector<const Impl*>& kernels,
-                        std::size_t budget, HostSide& host_side,
+void register_kind_rows(const Run& run, const std::vector<const Point*>& points, const std::vector<const Impl*>& kernels,
+                        HostSide& host_side,
                         mla::bench::RowResult (*time_row)(benchmark::State&, const RowCase&, mla::bench::PhaseSide&)) {
   for (const auto* p : points)
     for (const auto* k : kernels) {
-      const RowCase rc{k, p, budget};
-      benchmark::RegisterBenchmark(fmt::format("mla/{}/{}", k->info().name, p->name).c_str(),
-                                   [&host_side, rc, time_row](benchmark::State& st) { (void)time_row(st, rc, host_side); })
-          ->UseManualTime()
-          ->Unit(benchmark::kMillisecond);
+      const auto ext = run.phase_external.find(k);
+      const RowCase rc{k, p, run.budget, ext != run.phase_external.end() && !ext->second.overhead_of.empty()};
+      auto* b = benchmark::RegisterBenchmark(fmt::format("mla/{}/{}", k->info().name, p->name).c_str(),
+                                             [&host_side, rc, time_row](benchmark::State& st) {
+                                               (void)time_row(st, rc, host_side);
+                                             });
+      b->UseManualTime()->Unit(benchmark::kMillisecond);
+      // As the decode overhead rows: a fixed count of calls, not a minimum time of microsecond ones.
+      if (rc.overhead) b->Iterations(mla::bench::kOverheadCalls);
     }
 }
 
 void register_phase_rows(const Run& run, HostSide& host_side) {
   namespace b = mla::bench;
-  register_kind_rows(run.phase.prefill_points, run.phase.prefill, run.budget, host_side, &b::time_prefill_row);
-  register_kind_rows(run.phase.merge_points, run.phase.merge, run.budget, host_side, &b::time_merge_row);
-  register_kind_rows(run.phase.indexer_logits_points, run.phase.indexer_logits, run.budget, host_side,
+  register_kind_rows(run, run.phase.prefill_points, run.phase.prefill, host_side, &b::time_prefill_row);
+  register_kind_rows(run, run.phase.merge_points, run.phase.merge, host_side, &b::time_merge_row);
+  register_kind_rows(run, run.phase.indexer_logits_points, run.phase.indexer_logits, host_side,
                      &b::time_indexer_logits_row);
-  register_kind_rows(run.phase.topk_points, run.phase.topk, run.budget, host_side, &b::time_topk_row);
+  register_kind_rows(run, run.phase.topk_points, run.phase.topk, host_side, &b::time_topk_row);
 }
 
 // Google Benchmark over the registered rows; the JSON file (--benchmark_out) rewritten after

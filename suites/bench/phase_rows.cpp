@@ -332,7 +332,9 @@ RowResult time_prefill_row(benchmark::State& st, const PrefillRowCase& rc, Phase
     const std::string key = impl.info().name + "/" + p.name;
     // The one boundary between the canonical conventions and the kernel's declared ones.
     prepare_once(s, key, [&] { return impl.prepare(inputs_to_kernel(impl.info().conventions, in, s.v_storage)); });
-    if (auto why = verdict(key, [&] { return judge_prefill_call(impl, s); })) return *why;
+    if (!rc.overhead) {
+      if (auto why = verdict(key, [&] { return judge_prefill_call(impl, s); })) return *why;
+    }
     // The byte/FLOP model of exactly the call timed: one run() over the point's inputs.
     return Ready{impl.cost(in), std::make_unique<PreparedCall<PreparedPrefill>>(*s.prepared)};
   }, side);
@@ -347,7 +349,9 @@ RowResult time_merge_row(benchmark::State& st, const MergeRowCase& rc, PhaseSide
     const MergeInputs in = s.in->view();
     const std::string key = impl.info().name + "/" + p.name;
     prepare_once(s, key, [&] { return impl.prepare(inputs_to_kernel(impl.info().conventions, in, s.lse_a, s.lse_b)); });
-    if (auto why = verdict(key, [&] { return judge_merge_call(impl, s); })) return *why;
+    if (!rc.overhead) {
+      if (auto why = verdict(key, [&] { return judge_merge_call(impl, s); })) return *why;
+    }
     return Ready{impl.cost(p.shape), std::make_unique<PreparedCall<PreparedMerge>>(*s.prepared)};
   }, side);
 }
@@ -361,7 +365,9 @@ RowResult time_indexer_logits_row(benchmark::State& st, const IndexerLogitsRowCa
     if (auto no = impl.check(in.shape)) return "unsupported: " + *no;
     const std::string key = impl.info().name + "/" + p.name;
     prepare_once(s, key, [&] { return impl.prepare(in); });
-    if (auto why = verdict(key, [&] { return judge_indexer_logits_call(s); })) return *why;
+    if (!rc.overhead) {
+      if (auto why = verdict(key, [&] { return judge_indexer_logits_call(s); })) return *why;
+    }
     return Ready{impl.cost(in), std::make_unique<PreparedCall<PreparedIndexerLogits>>(*s.prepared)};
   }, side);
 }
@@ -375,7 +381,9 @@ RowResult time_topk_row(benchmark::State& st, const TopkRowCase& rc, PhaseSide& 
     const TopkInputs in = s.in->view();
     const std::string key = impl.info().name + "/" + p.name;
     prepare_once(s, key, [&] { return impl.prepare(in); });
-    if (auto why = verdict(key, [&] { return judge_topk_call(impl, s); })) return *why;
+    if (!rc.overhead) {
+      if (auto why = verdict(key, [&] { return judge_topk_call(impl, s); })) return *why;
+    }
     return Ready{impl.cost(in), std::make_unique<PreparedCall<PreparedTopk>>(*s.prepared),
                  static_cast<double>(axes::logits_read(in))};
   }, side);

@@ -68,27 +68,33 @@ class PhaseSide {
   virtual void finish(benchmark::State& st, const KernelFacts& k, const RowResult& r) = 0;
 };
 
+// `overhead`: an external kernel's calling path with an entry that does nothing
+// (certify/external_bench.hpp): timed, never judged (its outputs mean nothing).
 struct PrefillRowCase {
   const PrefillImpl* impl = nullptr;
   const axes::PrefillPoint* point = nullptr;
   std::size_t mem_budget = 0;  // refuse points whose inputs exceed a quarter of it (0: no limit)
+  bool overhead = false;
 };
 struct MergeRowCase {
   const MergeImpl* impl = nullptr;
   const axes::MergePoint* point = nullptr;
   std::size_t mem_budget = 0;
+  bool overhead = false;
 };
 
 struct TopkRowCase {
   const TopkImpl* impl = nullptr;
   const axes::TopkPoint* point = nullptr;
   std::size_t mem_budget = 0;
+  bool overhead = false;
 };
 
 struct IndexerLogitsRowCase {
   const IndexerLogitsImpl* impl = nullptr;
   const axes::IndexerLogitsPoint* point = nullptr;
   std::size_t mem_budget = 0;
+  bool overhead = false;
 };
 
 // One row as a Google Benchmark function body; a row that is not timed is a SkipWithError with

@@ -1,5 +1,8 @@
 // A C plug-in opened for timing (external_bench.hpp): called in this process through the same
 // host path the certifier's child uses (plugin::call_decode), on inputs copied once in prepare().
+#include <cstring>
+#include <functional>
+
 #include <fmt/format.h>
 
 #include "mla/certify/certify.hpp"
@@ -59,6 +62,189 @@ class PluginPrepared final : public PreparedAttention {
   std::vector<uint8_t> out_, lse_;
 };
 
+// ---- the other entries (ABI 1.4 and 1.5) ------------------------------------------------------
+
+// Calling paths without a kernel, one per entry, as decode_nothing.
+int32_t prefill_nothing(const mla_plugin_prefill_args*, char*, std::size_t) { return MLA_PLUGIN_OK; }
+int32_t merge_nothing(const mla_plugin_merge_args*, char*, std::size_t) { return MLA_PLUGIN_OK; }
+int32_t topk_nothing(const mla_plugin_topk_args*, char*, std::size_t) { return MLA_PLUGIN_OK; }
+int32_t logits_nothing(const mla_plugin_indexer_logits_args*, char*, std::size_t) { return MLA_PLUGIN_OK; }
+
+// Why a plug-in cannot be timed by this driver (its own reason, or device memory: see
+// PluginImpl::unavailable), or nullopt.
+std::optional<std::string> bench_unavailable(const plugin::Library& lib) {
+  if (auto why = lib.unavailable()) return why;
+  if (lib.device_memory())
+    return std::string("a device-memory plug-in: this driver copies its inputs to the device on every call, so "
+                       "its time would be the copies'; time it through the Python door or a device-resident harness");
+  return std::nullopt;
+}
+
+// One entry call's result code as the benchmark's exceptions (UNSUPPORTED: a refusal).
+void check_rc(const plugin::Library& lib, const std::string& entry, int32_t rc, const char* error) {
+  if (rc == MLA_PLUGIN_OK) return;
+  const std::string why = fmt::format("plug-in {} ({}) returned {}: {}", lib.info().name, entry, plugin::describe_rc(rc),
+                                      error[0] ? printable(error) : "(no message)");
+  if (rc == MLA_PLUGIN_UNSUPPORTED) throw UnsupportedError(why);
+  throw Error(why);
+}
+
+// A prepared entry call: the inputs (already in the entry's conventions) copied once, the output
+// buffers, the call (the entry, or its empty stand-in for the overhead row) and the reading of the
+// outputs back, widened, still in the entry's conventions.
+template <class Prepared, class Buffers, class Outputs>
+class EntryPrepared final : public Prepared {
+ public:
+  using Call = std::function<int32_t(const Buffers&, std::vector<std::vector<uint8_t>>&, char*, std::size_t)>;
+  using Read = std::function<Outputs(const std::vector<std::vector<uint8_t>>&)>;
+  EntryPrepared(std::shared_ptr<plugin::Library> lib, std::string entry, Buffers in, std::vector<std::size_t> out_bytes,
+                Call call, Read read)
+      : lib_(std::move(lib)), entry_(std::move(entry)), in_(std::move(in)), call_(std::move(call)), read_(std::move(read)) {
+    for (const auto n : out_bytes) out_.emplace_back(std::max<std::size_t>(n, 1), 0);
+  }
+  void run() override {
+    char error[1024] = {};
+    check_rc(*lib_, entry_, call_(in_, out_, error, sizeof error), error);
+  }
+  Outputs results() override { return read_(out_); }
+
+ private:
+  std::shared_ptr<plugin::Library> lib_;
+  std::string entry_;
+  Buffers in_;
+  std::vector<std::vector<uint8_t>> out_;
+  Call call_;
+  Read read_;
+};
+
+// An entry of the plug-in as an implementation of its kind: its declared info (renamed for the
+// overhead row), the kind's default claims check and cost model, prepare() copying the inputs.
+template <class Impl, class Info, class Inputs, class Prepared>
+class EntryImpl final : public Impl {
+ public:
+  using Make = std::function<std::unique_ptr<Prepared>(const Inputs&)>;
+  EntryImpl(std::shared_ptr<plugin::Library> lib, Info info, bool empty, Make make)
+      : lib_(std::move(lib)), info_(std::move(info)), make_(std::move(make)) {
+    if (empty) {
+      const std::string of = info_.name;
+      info_.name = overhead_name(of);
+      info_.description = "the calling path of " + of + " with an entry that does nothing";
+    }
+  }
+  const Info& info() const override { return info_; }
+  std::optional<std::string> unavailable() const override { return bench_unavailable(*lib_); }
+  std::unique_ptr<Prepared> prepare(const Inputs& in) const override { return make_(in); }
+
+ private:
+  std::shared_ptr<plugin::Library> lib_;
+  Info info_;
+  Make make_;
+};
+
+void open_entries(const std::shared_ptr<plugin::Library>& lib, ExternalBenchKernel& k) {
+  if (const auto& info = lib->prefill_info()) {
+    const OutDType dtype = info->out_dtype;
+    const auto make = [lib, dtype](bool empty) {
+      return [lib, dtype, empty](const PrefillInputs& in) -> std::unique_ptr<PreparedPrefill> {
+        const auto& sh = in.shape;
+        const std::size_t vb = out_bytes_per_value(dtype);
+        const auto n_out = static_cast<std::size_t>(sh.total_q * sh.heads * sh.d_v);
+        const auto n_lse = static_cast<std::size_t>(sh.total_q * sh.heads);
+        return std::make_unique<EntryPrepared<PreparedPrefill, PrefillBuffers, PrefillOutputs>>(
+            lib, "prefill", PrefillBuffers(in), std::vector<std::size_t>{n_out * vb, n_lse * 4},
+            [lib, empty](const PrefillBuffers& b, auto& out, char* err, std::size_t n) {
+              return plugin::call_prefill(*lib, b.view(), out[0].data(), out[0].size(), out[1].data(), out[1].size(), err,
+                                          n, nullptr, empty ? &prefill_nothing : nullptr);
+            },
+            [dtype, vb, n_out, n_lse](const auto& out) {
+              PrefillOutputs o;
+              o.dtype = dtype;
+              o.out = widen_values({out[0].data(), n_out * vb}, static_cast<int>(vb));
+              o.lse = widen_values({out[1].data(), n_lse * 4}, 4);
+              return o;
+            });
+      };
+    };
+    using E = EntryImpl<PrefillImpl, PrefillKernelInfo, PrefillInputs, PreparedPrefill>;
+    k.prefill = std::make_unique<E>(lib, *info, false, make(false));
+    k.prefill_overhead = std::make_unique<E>(lib, *info, true, make(true));
+  }
+  if (const auto& info = lib->merge_info()) {
+    const auto make = [lib](bool empty) {
+      return [lib, empty](const MergeInputs& in) -> std::unique_ptr<PreparedMerge> {
+        const auto& sh = in.shape;
+        const std::size_t vb = bytes_per_value(sh.dtype);
+        const auto n_out = static_cast<std::size_t>(sh.tokens * sh.heads * sh.head_dim);
+        const auto n_lse = static_cast<std::size_t>(sh.tokens * sh.heads);
+        return std::make_unique<EntryPrepared<PreparedMerge, MergeBuffers, MergeOutputs>>(
+            lib, "merge", MergeBuffers(in), std::vector<std::size_t>{n_out * vb, n_lse * 4},
+            [lib, empty](const MergeBuffers& b, auto& out, char* err, std::size_t n) {
+              return plugin::call_merge(*lib, b.view(), out[0].data(), out[0].size(), out[1].data(), out[1].size(), err, n,
+                                        nullptr, empty ? &merge_nothing : nullptr);
+            },
+            [dtype = sh.dtype, n_out, n_lse](const auto& out) {
+              MergeOutputs o;
+              o.dtype = dtype;
+              o.out.resize(n_out);
+              for (std::size_t i = 0; i < n_out; ++i) o.out[i] = state_value(dtype, out[0], i);
+              o.lse = widen_values({out[1].data(), n_lse * 4}, 4);
+              return o;
+            });
+      };
+    };
+    using E = EntryImpl<MergeImpl, MergeKernelInfo, MergeInputs, PreparedMerge>;
+    k.merge = std::make_unique<E>(lib, *info, false, make(false));
+    k.merge_overhead = std::make_unique<E>(lib, *info, true, make(true));
+  }
+  if (const auto& info = lib->topk_info()) {
+    const auto make = [lib](bool empty) {
+      return [lib, empty](const TopkInputs& in) -> std::unique_ptr<PreparedTopk> {
+        const auto n = static_cast<std::size_t>(in.shape.rows * in.shape.k);
+        return std::make_unique<EntryPrepared<PreparedTopk, TopkBuffers, TopkOutputs>>(
+            lib, "top-k", TopkBuffers(in), std::vector<std::size_t>{n * 4},
+            [lib, empty](const TopkBuffers& b, auto& out, char* err, std::size_t m) {
+              return plugin::call_topk(*lib, b.view(), reinterpret_cast<int32_t*>(out[0].data()), out[0].size(), err, m,
+                                       nullptr, empty ? &topk_nothing : nullptr);
+            },
+            [n](const auto& out) {
+              TopkOutputs o;
+              o.indices.resize(n);
+              for (std::size_t i = 0; i < n; ++i) {
+                int32_t x;
+                std::memcpy(&x, out[0].data() + 4 * i, 4);
+                o.indices[i] = x;
+              }
+              return o;
+            });
+      };
+    };
+    using E = EntryImpl<TopkImpl, TopkKernelInfo, TopkInputs, PreparedTopk>;
+    k.topk = std::make_unique<E>(lib, *info, false, make(false));
+    k.topk_overhead = std::make_unique<E>(lib, *info, true, make(true));
+  }
+  if (const auto& info = lib->indexer_logits_info()) {
+    const auto make = [lib](bool empty) {
+      return [lib, empty](const IndexerLogitsInputs& in) -> std::unique_ptr<PreparedIndexerLogits> {
+        const auto n = static_cast<std::size_t>(in.shape.rows() * in.shape.cols());
+        return std::make_unique<EntryPrepared<PreparedIndexerLogits, IndexerLogitsBuffers, std::vector<float>>>(
+            lib, "indexer logits", IndexerLogitsBuffers(in), std::vector<std::size_t>{n * 4},
+            [lib, empty](const IndexerLogitsBuffers& b, auto& out, char* err, std::size_t m) {
+              return plugin::call_indexer_logits(*lib, b.view(), reinterpret_cast<float*>(out[0].data()), out[0].size(),
+                                                 err, m, nullptr, empty ? &logits_nothing : nullptr);
+            },
+            [n](const auto& out) {
+              std::vector<float> o(n);
+              if (n > 0) std::memcpy(o.data(), out[0].data(), 4 * n);
+              return o;
+            });
+      };
+    };
+    using E = EntryImpl<IndexerLogitsImpl, IndexerLogitsKernelInfo, IndexerLogitsInputs, PreparedIndexerLogits>;
+    k.indexer_logits = std::make_unique<E>(lib, *info, false, make(false));
+    k.indexer_logits_overhead = std::make_unique<E>(lib, *info, true, make(true));
+  }
+}
+
 class PluginImpl final : public AttentionImpl {
  public:
   PluginImpl(std::shared_ptr<plugin::Library> lib, bool empty) : lib_(std::move(lib)), empty_(empty), info_(lib_->info()) {
@@ -68,16 +254,10 @@ class PluginImpl final : public AttentionImpl {
     }
   }
   const KernelInfo& info() const override { return info_; }
-  std::optional<std::string> unavailable() const override {
-    if (auto why = lib_->unavailable()) return why;
-    // call_decode copies every input to the device and the outputs back on each call of a
-    // device-memory plug-in (the certifier's audit needs host buffers); timed, that would be the
-    // copies' speed, not the kernel's.
-    if (lib_->device_memory())
-      return std::string("a device-memory plug-in: this driver copies its inputs to the device on every call, so "
-                         "its time would be the copies'; time it through the Python door or a device-resident harness");
-    return std::nullopt;
-  }
+  // call_decode copies every input to the device and the outputs back on each call of a
+  // device-memory plug-in (the certifier's audit needs host buffers); timed, that would be the
+  // copies' speed, not the kernel's.
+  std::optional<std::string> unavailable() const override { return bench_unavailable(*lib_); }
   std::unique_ptr<PreparedAttention> prepare(const AttnInputs& in) const override {
     if (auto why = check(in.shape)) throw UnsupportedError(*why);
     return std::make_unique<PluginPrepared>(lib_, empty_ ? &decode_nothing : nullptr, in);
@@ -102,13 +282,22 @@ ExternalBenchKernel open_plugin_for_bench(const std::filesystem::path& library) 
   } catch (const std::exception& e) {
     throw UsageError(fmt::format("--plugin {}: {}", printable(abs.string()), e.what()));
   }
-  // The benchmark times decode calls; a prefill-only library (ABI 1.4) has none to time yet.
-  if (!lib->decodes()) {
-    throw UsageError(fmt::format("--plugin {}: it has no decode entry point (a prefill-only plug-in); the benchmark "
-                                 "times decode calls only",
-                                 printable(abs.string())));
-  }
   ExternalBenchKernel k;
+  k.origin = {{"kind", "plugin"},
+              {"path", abs.string()},
+              {"sha256", sha256_file(abs)},
+              {"version", printable(lib->version())},
+              {"abi", fmt::format("{}.{}", lib->descriptor().abi_version, lib->abi_minor())}};
+  open_entries(lib, k);
+  if (!lib->decodes()) {
+    // A library of other entries only (its indexer append, 1.5, has no benchmark rows yet).
+    if (!k.prefill && !k.merge && !k.topk && !k.indexer_logits) {
+      throw UsageError(fmt::format("--plugin {}: it has no entry the benchmark times (decode, prefill, merge, top-k, "
+                                   "indexer logits)",
+                                   printable(abs.string())));
+    }
+    return k;
+  }
   k.impl = std::make_unique<PluginImpl>(lib, false);
   k.overhead = std::make_unique<PluginImpl>(lib, true);
   if (lib->has_can_implement()) {
@@ -119,11 +308,6 @@ ExternalBenchKernel open_plugin_for_bench(const std::filesystem::path& library) 
       return fmt::format("can_implement failed: {} {}", plugin::describe_rc(c.rc), printable(c.reason));
     };
   }
-  k.origin = {{"kind", "plugin"},
-              {"path", abs.string()},
-              {"sha256", sha256_file(abs)},
-              {"version", printable(lib->version())},
-              {"abi", fmt::format("{}.{}", lib->descriptor().abi_version, lib->abi_minor())}};
   return k;
 }
 

@@ -423,10 +423,11 @@ ExternalBenchKernel open_python_for_bench(const std::string& spec, const fs::pat
   door->options.timeout_s = std::max(call_timeout_s(), 120.0);
   door->session.self = self;
   auto all = describe_python(door->session, spec, 0);
-  // The benchmark times decode calls: the decode, which comes first when the kernel has one.
+  // The door's bench child makes decode calls only: the decode, which comes first when the kernel
+  // has one. (A C plug-in's other entries are timed in this process: plugin_bench.cpp.)
   if (!all.front().first.decodes()) {
-    throw UsageError(fmt::format("--python {}: it has no decode (a prefill-only kernel); the benchmark times decode "
-                                 "calls only",
+    throw UsageError(fmt::format("--python {}: it has no decode; a Python kernel's prefill, merge, top-k and indexer "
+                                 "entries are not benchmarked yet (a C plug-in's are)",
                                  printable(spec)));
   }
   auto described = std::move(all.front());

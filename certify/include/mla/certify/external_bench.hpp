@@ -21,7 +21,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mla/core/indexer_logits.hpp"
 #include "mla/core/kernel.hpp"
+#include "mla/core/merge.hpp"
+#include "mla/core/prefill_kernel.hpp"
+#include "mla/core/topk.hpp"
 
 namespace mla::certify {
 
@@ -30,6 +34,7 @@ struct ExternalBenchKernel {
   // `mla certify` applies), check() asks its own can_implement as well as its capabilities, and
   // results() returns out/lse already normalized to the suite's conventions (lse base e,
   // [b, h, s_q], the empty-row value), widened to double.
+  // Null for a library without a decode (a plug-in of other entries only).
   std::unique_ptr<AttentionImpl> impl;
   // The calling path with an empty kernel (returns at once, writes nothing): its run() costs
   // what the path costs. Its outputs are meaningless and never judged. Named "<name>~overhead".
@@ -38,6 +43,15 @@ struct ExternalBenchKernel {
   // does not carry it): nullopt when it takes the shape, else its reason. Empty for a kernel that
   // answers nothing beyond its capabilities (check() covers them).
   std::function<std::optional<std::string>(const AttnShape&, std::optional<ScaleFmt>)> claim;
+  // A C plug-in's other entries (ABI 1.4 and 1.5) as implementations of their kinds, each with its
+  // calling path's overhead row beside it (the entry replaced by one that returns at once); null
+  // where it has none. Their results() are in the entry's declared conventions, as a registered
+  // kernel's: the benchmark makes them canonical before judging. (A Python kernel's other entries
+  // are not timed: its bench child makes decode calls only.)
+  std::unique_ptr<PrefillImpl> prefill, prefill_overhead;
+  std::unique_ptr<MergeImpl> merge, merge_overhead;
+  std::unique_ptr<TopkImpl> topk, topk_overhead;
+  std::unique_ptr<IndexerLogitsImpl> indexer_logits, indexer_logits_overhead;
   // Where it came from, for the report: {"kind": "plugin", "path", "sha256", "version", "abi"}
   // or {"kind": "python", "spec", "module_digest", "python", "torch", "executable"}.
   nlohmann::json origin;

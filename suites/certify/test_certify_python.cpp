@@ -695,15 +695,21 @@ TEST_F(CertifyPython, PythonIsFoundAsUsersExpectAndAMissingTorchSkipsNamingWhatW
   auto r = certify(kOneCase + spec("GOOD"), "PATH=" + bin);
   EXPECT_EQ(r.status, mla::reports::kExitCoverage) << "nothing judged is no pass: " << r.output;
   EXPECT_EQ(r.cert.at("verdict"), "NOT_JUDGED") << r.output;
-  auto c = row(r, "python_good", "h3_sq2_short");
+  auto c = row(r, "python_door_kernels_good", "h3_sq2_short");
   EXPECT_EQ(c.at("verdict"), "SKIPPED");
   EXPECT_NE(reasons(c).find("no python3 that imports torch: tried " + no_torch.string()), std::string::npos) << reasons(c);
   EXPECT_NE(reasons(c).find("No module named 'torch'"), std::string::npos) << reasons(c);
   // --python-exe is the one tried, whatever PATH holds.
   r = certify(kOneCase + spec("GOOD") + " --python-exe " + quote(no_torch), torch_path());
-  c = row(r, "python_good", "h3_sq2_short");
+  c = row(r, "python_door_kernels_good", "h3_sq2_short");
   EXPECT_EQ(c.at("verdict"), "SKIPPED");
   EXPECT_NE(reasons(c).find("tried " + no_torch.string() + " ("), std::string::npos) << reasons(c);
+  // Two kernels named by the same ATTR in two modules stay two rows while nothing can be imported.
+  r = certify(kOneCase + spec("GOOD") + " --python " + quote((kExamples / "torch_mla.py").string() + ":GOOD") +
+                  " --python-exe " + quote(no_torch),
+              torch_path());
+  EXPECT_EQ(r.cert.at("kernels").size(), 2u) << r.output;
+  EXPECT_EQ(row(r, "python_torch_mla_good", "h3_sq2_short").at("verdict"), "SKIPPED");
   // One that does not exist is a mistake of the command line, not a machine without torch.
   r = certify(kOneCase + spec("GOOD") + " --python-exe no_such_python_of_the_door_tests", torch_path());
   EXPECT_EQ(r.status, 2) << r.output;

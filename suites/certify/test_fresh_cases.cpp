@@ -450,9 +450,10 @@ TEST(FreshAppend, CorrectAppendsAreGreenAndEachAppendBugRedWhereItShows) {
   EXPECT_EQ(run.status, 1) << run.output;
   ASSERT_TRUE(run.cert.has_value()) << run.output;
   const auto& cert = *run.cert;
-  // good_append is the plug-in template: its prefill, merge and top-k entries are implementations
-  // too, with no append rows.
-  const std::set<std::string> other_entries{"good_append_prefill", "good_append_merge", "good_append_topk"};
+  // good_append is the plug-in template: its prefill, merge, top-k and indexer entries are
+  // implementations too, with no rows of the MLA cache append.
+  const std::set<std::string> other_entries{"good_append_prefill", "good_append_merge", "good_append_topk",
+                                            "good_append_indexer_logits", "good_append_indexer_append"};
   ASSERT_EQ(cert.kernels.size(), 4u + other_entries.size());
   for (const auto& k : cert.kernels) {
     if (other_entries.count(k.name)) {

@@ -60,11 +60,15 @@ std::vector<fs::path> on_path(const std::string& name) {
   return found;
 }
 
-// The name a kernel is reported under before its declaration could be read: its ATTR in the
-// words a name allows.
-std::string fallback_name(const std::string& attr) {
+// The name a kernel is reported under before its declaration could be read: its module's last
+// component (a file's stem) and its ATTR, in the words a name allows; two kernels of one run named
+// by the same ATTR in different modules (every example's KERNEL) stay apart.
+std::string fallback_name(const std::string& where, const std::string& attr) {
+  const std::string module = where.size() > 3 && where.compare(where.size() - 3, 3, ".py") == 0
+                                 ? fs::path(where).stem().string()
+                                 : where.substr(where.rfind('.') == std::string::npos ? 0 : where.rfind('.') + 1);
   std::string n = "python_";
-  for (const char c : attr) {
+  for (const char c : module + "_" + attr) {
     n += (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ? c : (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : '_';
   }
   return n;
@@ -567,7 +571,7 @@ std::vector<std::pair<Implementation, reports::KernelReport>> describe_python(Se
   r.origin = {{"kind", "python"}, {"spec", ref.spec}, {"door", ref.child.parent_path().parent_path().string()}};
   if (!described) {
     // Without torch nothing of the user's code can run: every case is SKIPPED, saying what was tried.
-    e.info.name = fallback_name(attr);
+    e.info.name = fallback_name(spec.substr(0, colon), attr);
     e.info.backend = "cpu";
     e.info.out_dtype = OutDType::f32;
     e.info.description = fmt::format("Python kernel {}", ref.spec);

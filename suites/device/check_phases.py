@@ -115,7 +115,8 @@ class Phases:
             # The field's libraries as they are, each SKIPPED with its import error where absent.
             py_kernels = [x for spec in ("flashmla:kernel", "flashinfer:kernel", "flash_attn:fa2", "flash_attn:fa3",
                                          "flashinfer_prefill:ragged", "merge_states:vllm", "merge_states:flashinfer",
-                                         "vllm_topk:kernel", "flashinfer_topk:kernel")
+                                         "vllm_topk:kernel", "flashinfer_topk:kernel", "deepgemm:kernel",
+                                         "vllm_indexer_cache:kernel")
                           for x in ("--python", f"mla_door.adapters.{spec}")]
             note = ""
         results, threads = {}, []

@@ -208,12 +208,7 @@ void open_entries(const std::shared_ptr<plugin::Library>& lib, ExternalBenchKern
             },
             [n](const auto& out) {
               TopkOutputs o;
-              o.indices.resize(n);
-              for (std::size_t i = 0; i < n; ++i) {
-                int32_t x;
-                std::memcpy(&x, out[0].data() + 4 * i, 4);
-                o.indices[i] = x;
-              }
+              o.indices = int32_values({out[0].data(), n * 4});
               return o;
             });
       };

@@ -44,6 +44,16 @@ uint64_t arena_unwritten_bits(uint64_t key, int value_bytes) {
   }
 }
 
+std::vector<int64_t> int32_values(std::span<const uint8_t> b) {
+  std::vector<int64_t> v(b.size() / 4);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    int32_t x;
+    std::memcpy(&x, b.data() + 4 * i, 4);
+    v[i] = x;
+  }
+  return v;
+}
+
 std::vector<double> widen_values(std::span<const uint8_t> b, int value_bytes) {
   std::vector<double> v(b.size() / static_cast<std::size_t>(value_bytes));
   for (std::size_t i = 0; i < v.size(); ++i) {

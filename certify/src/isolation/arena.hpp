@@ -173,6 +173,8 @@ class Arena {
 
 // An output's raw elements of `value_bytes` (2: bf16, 4: f32, 8: f64) as doubles, exactly.
 std::vector<double> widen_values(std::span<const uint8_t> bytes, int value_bytes);
+// An int32 output's raw elements (a top-k's indices), widened.
+std::vector<int64_t> int32_values(std::span<const uint8_t> bytes);
 
 // A decode call's raw outputs as kernel `k` wrote them (out in its output dtype, lse float32 in
 // its declared convention) widened and made canonical for a call of `canonical_shape`: what a

@@ -106,6 +106,17 @@ auto word_field(const json& j, const std::string& where, const char* key, const 
   return parse(w);
 }
 
+// An entry's C ABI validation (plugin::*_info_from) on a Python declaration: its refusal worded
+// as the declaration's, so both doors refuse the same entry with the same words.
+template <class F>
+auto by_the_c_abis_rules(F validate) {
+  try {
+    return validate();
+  } catch (const plugin::PluginError& ex) {
+    throw Error(fmt::format("declaration: {}", ex.what()));
+  }
+}
+
 // A Python kernel's prefill entry, in the words of mla_door.Prefill, checked field by field and
 // then by the C ABI's rules for a prefill entry (one rule set for both doors).
 PrefillKernelInfo validate_python_prefill(const json& p) {
@@ -146,11 +157,7 @@ PrefillKernelInfo validate_python_prefill(const json& p) {
     e.accum_precision = word_field(pr, w + "precision.", "accumulate", {"f64", "f32", "bf16"}, abi);
   }
   e.prefill = [](const mla_plugin_prefill_args*, char*, size_t) -> int32_t { return MLA_PLUGIN_ERROR; };  // never called
-  try {
-    return plugin::prefill_info_from(e);
-  } catch (const plugin::PluginError& ex) {
-    throw Error(fmt::format("declaration: {}", ex.what()));
-  }
+  return by_the_c_abis_rules([&] { return plugin::prefill_info_from(e); });
 }
 
 // A Python kernel's merge entry, in the words of mla_door.Merge, then the C ABI's rules for a
@@ -190,16 +197,13 @@ MergeKernelInfo validate_python_merge(const json& m) {
   e.lse_layout = one_of("lse_layout", "[h,n]", "[n,h]");
   e.both_empty_lse = one_of("both_empty_lse", "-inf", "+inf");
   e.merge = [](const mla_plugin_merge_args*, char*, size_t) -> int32_t { return MLA_PLUGIN_ERROR; };  // never called
-  try {
-    return plugin::merge_info_from(e);
-  } catch (const plugin::PluginError& ex) {
-    throw Error(fmt::format("declaration: {}", ex.what()));
-  }
+  return by_the_c_abis_rules([&] { return plugin::merge_info_from(e); });
 }
 
 // A list of positive integers of a declaration (at most `most`), into `dst` / `count`.
 template <class T>
-void positive_list(const json& t, const std::string& w, const char* key, std::size_t most, T* dst, int32_t& count) {
+void positive_list(const json& t, const std::string& w, const char* key, std::size_t most, T* dst, int32_t& count,
+                   const char* noun = "a positive integer") {
   const json& v = field(t, w, key, json::value_t::array, "a list");
   if (v.size() > most) {
     throw Error(fmt::format("declaration field '{}{}' has {} entries, at most {}", w, key, v.size(), most));
@@ -207,7 +211,7 @@ void positive_list(const json& t, const std::string& w, const char* key, std::si
   count = static_cast<int32_t>(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (!v[i].is_number_integer() || v[i].get<int64_t>() < 1 || v[i].get<int64_t>() > (int64_t{1} << 30)) {
-      throw Error(fmt::format("declaration field '{}{}[{}]' = {} is not a positive integer", w, key, i, v[i].dump()));
+      throw Error(fmt::format("declaration field '{}{}[{}]' = {} is not {}", w, key, i, v[i].dump(), noun));
     }
     dst[i] = static_cast<T>(v[i].get<int64_t>());
   }
@@ -242,11 +246,7 @@ IndexerLogitsKernelInfo validate_python_indexer_logits(const json& t) {
   e.indexer_logits = [](const mla_plugin_indexer_logits_args*, char*, size_t) -> int32_t {
     return MLA_PLUGIN_ERROR;  // never called
   };
-  try {
-    return plugin::indexer_logits_info_from(e);
-  } catch (const plugin::PluginError& ex) {
-    throw Error(fmt::format("declaration: {}", ex.what()));
-  }
+  return by_the_c_abis_rules([&] { return plugin::indexer_logits_info_from(e); });
 }
 
 // A Python kernel's indexer append entry, in the words of mla_door.IndexerAppend, then the C ABI's
@@ -270,11 +270,7 @@ IndexerAppendKernelInfo validate_python_indexer_append(const json& t) {
   e.indexer_append = [](const mla_plugin_indexer_append_args*, char*, size_t) -> int32_t {
     return MLA_PLUGIN_ERROR;  // never called
   };
-  try {
-    return plugin::indexer_append_info_from(e);
-  } catch (const plugin::PluginError& ex) {
-    throw Error(fmt::format("declaration: {}", ex.what()));
-  }
+  return by_the_c_abis_rules([&] { return plugin::indexer_append_info_from(e); });
 }
 
 // A Python kernel's top-k entry, in the words of mla_door.Topk, then the C ABI's rules for a top-k
@@ -286,17 +282,7 @@ TopkKernelInfo validate_python_topk(const json& t) {
   const std::string name = string_field(t, w, "name"), description = string_field(t, w, "description");
   e.name = name.c_str();
   e.description = description.c_str();
-  const json& ks = field(t, w, "ks", json::value_t::array, "a list");
-  if (ks.size() > MLA_PLUGIN_MAX_KS) {
-    throw Error(fmt::format("declaration field 'topk.ks' has {} entries, at most {}", ks.size(), MLA_PLUGIN_MAX_KS));
-  }
-  e.num_ks = static_cast<int32_t>(ks.size());
-  for (std::size_t i = 0; i < ks.size(); ++i) {
-    if (!ks[i].is_number_integer() || ks[i].get<int64_t>() < 1 || ks[i].get<int64_t>() > (int64_t{1} << 30)) {
-      throw Error(fmt::format("declaration field 'topk.ks[{}]' = {} is not a positive k", i, ks[i].dump()));
-    }
-    e.ks[i] = ks[i].get<int32_t>();
-  }
+  positive_list(t, w, "ks", MLA_PLUGIN_MAX_KS, e.ks, e.num_ks, "a positive k");
   e.max_n = field(t, w, "max_n", json::value_t::number_integer, "an integer").get<int64_t>();
   e.index_base = word_field(t, w, "index_base", {"absolute", "relative"},
                             [](const std::string& x) { return x == "relative" ? 1u : 0u; });
@@ -305,11 +291,7 @@ TopkKernelInfo validate_python_topk(const json& t) {
   e.logits_precision = word_field(t, w, "precision", {"f32", "bf16"},
                                   [](const std::string& x) { return x == "bf16" ? 1u : 0u; });
   e.topk = [](const mla_plugin_topk_args*, char*, size_t) -> int32_t { return MLA_PLUGIN_ERROR; };  // never called
-  try {
-    return plugin::topk_info_from(e);
-  } catch (const plugin::PluginError& ex) {
-    throw Error(fmt::format("declaration: {}", ex.what()));
-  }
+  return by_the_c_abis_rules([&] { return plugin::topk_info_from(e); });
 }
 
 }  // namespace

@@ -36,12 +36,7 @@ InProcessRun<TopkOutputs> run_topk_in_child(Session& s, const Implementation& k,
   plan.args = {{"rows", in.shape.rows}, {"n", in.shape.n}, {"k", in.shape.k}};
   return external_run<TopkOutputs>(run_entry_in_child(s, k, plan, tag), host_caused, [&](const auto& b) {
     TopkOutputs o;
-    o.indices.resize(n_idx);
-    for (std::size_t i = 0; i < n_idx; ++i) {
-      int32_t x;
-      std::memcpy(&x, b[0].data() + 4 * i, 4);
-      o.indices[i] = x;
-    }
+    o.indices = int32_values({b[0].data(), n_idx * 4});
     return o;
   });
 }

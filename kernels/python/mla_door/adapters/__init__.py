@@ -37,6 +37,27 @@ def open_library(lib, module: str) -> Tuple[object, Optional[str], str, str]:
     return lib, why_not, getattr(lib, "BACKEND", "cuda"), str(getattr(lib, "__version__", "unknown"))
 
 
+def open_vllm_ops(ops, namespace: str) -> Tuple[object, Optional[str], str, str]:
+    """(ops, why vllm._C does not import or None, backend, version) for a vLLM op adapter's
+    make(ops): `ops` None imports vllm._C (which registers its ops) and takes torch.ops.<namespace>;
+    a stand-in passed as `ops` says where it runs with `BACKEND` and its version with `__version__`."""
+    why_not = None
+    if ops is None:
+        lib, why_not = import_library("vllm._C")
+        if lib is None:
+            return None, why_not, "cuda", "absent"
+        import torch
+        ops = getattr(torch.ops, namespace)
+    version = getattr(ops, "__version__", None)
+    if version is None:
+        try:
+            import vllm
+            version = getattr(vllm, "__version__", "unknown")
+        except Exception:  # the version is for the report only
+            version = "unknown"
+    return ops, why_not, getattr(ops, "BACKEND", "cuda"), str(version)
+
+
 def takes_argument(fn, name: str) -> bool:
     """Whether `fn` has a parameter `name` (versions of a library differ); a compiled function
     without a signature is assumed to take it, so that the call itself says if it does not."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Optional
 
 import mla_door
-from mla_door.adapters import availability, import_library
+from mla_door.adapters import availability, open_vllm_ops
 
 MODULE = "vllm._C"
 
@@ -22,14 +22,7 @@ MODULE = "vllm._C"
 def make(ops=None, name: Optional[str] = None) -> mla_door.Kernel:
     """`ops` anything with indexer_k_quant_and_cache (None: torch.ops._C_cache_ops after importing
     vllm._C) or a stand-in with its API (a `BACKEND` attribute says where it runs, "cpu")."""
-    why_not = None
-    if ops is None:
-        lib, why_not = import_library(MODULE)
-        if lib is not None:
-            import torch
-            ops = torch.ops._C_cache_ops
-    backend = getattr(ops, "BACKEND", "cuda") if ops is not None else "cuda"
-    version = str(getattr(ops, "__version__", None) or _vllm_version()) if ops is not None else "absent"
+    ops, why_not, backend, version = open_vllm_ops(ops, "_C_cache_ops")
     name = name or "vllm_indexer_k_quant_and_cache"
 
     def append(keys, slot_mapping, kv_cache, call) -> None:
@@ -43,14 +36,6 @@ def make(ops=None, name: Optional[str] = None) -> mla_door.Kernel:
             name=name, description="vLLM indexer_k_quant_and_cache: ue8m0 scales, max(amax, 1e-4) / 448",
             append=append, scale_fmts=("ue8m0",), fp32_scale_op="divide"),
         unavailable=availability(why_not, backend, MODULE))
-
-
-def _vllm_version() -> str:
-    try:
-        import vllm
-        return str(getattr(vllm, "__version__", "unknown"))
-    except Exception:
-        return "unknown"
 
 
 def kernel() -> mla_door.Kernel:

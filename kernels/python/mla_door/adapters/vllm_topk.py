@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Optional
 
 import mla_door
-from mla_door.adapters import availability, import_library
+from mla_door.adapters import availability, open_vllm_ops
 
 MODULE = "vllm._C"
 
@@ -23,14 +23,7 @@ MODULE = "vllm._C"
 def make(ops=None, name: Optional[str] = None) -> mla_door.Kernel:
     """`ops` anything with top_k_per_row_prefill (None: torch.ops._C after importing vllm._C) or
     a stand-in with its API (a `BACKEND` attribute says where it runs, "cpu")."""
-    why_not = None
-    if ops is None:
-        lib, why_not = import_library(MODULE)
-        if lib is not None:
-            import torch
-            ops = torch.ops._C
-    backend = getattr(ops, "BACKEND", "cuda") if ops is not None else "cuda"
-    version = str(getattr(ops, "__version__", None) or _vllm_version()) if ops is not None else "absent"
+    ops, why_not, backend, version = open_vllm_ops(ops, "_C")
     name = name or "vllm_top_k_per_row"
 
     def topk(logits, starts, ends, indices, call) -> None:
@@ -41,14 +34,6 @@ def make(ops=None, name: Optional[str] = None) -> mla_door.Kernel:
         topk=mla_door.Topk(name=name, description="vLLM top_k_per_row_prefill: relative indices, unsorted",
                            topk=topk, ks=(2048,), index_base="relative", sorted=False, precision="f32"),
         unavailable=availability(why_not, backend, MODULE))
-
-
-def _vllm_version() -> str:
-    try:
-        import vllm
-        return str(getattr(vllm, "__version__", "unknown"))
-    except Exception:
-        return "unknown"
 
 
 def kernel() -> mla_door.Kernel:

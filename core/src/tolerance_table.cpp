@@ -55,6 +55,7 @@ struct TableBuilder {
   void add_cache_append();
   void add_prefill();
   void add_merge();
+  void add_sparse_prefill();
   void add_topk();
   void add_indexer_append();
   void add_indexer_logits();
@@ -297,6 +298,23 @@ void TableBuilder::add_prefill() {
        .atol_rel_max = kBf16Ulp});
 }
 
+void TableBuilder::add_sparse_prefill() {
+  // ---- sparse prefill's max_logits (mla/core/sparse_prefill.hpp) vs fp64 truth ----------------
+  // Its out and lse are judged by the decode entries (the same arithmetic on the same rows). The
+  // largest logit of a row is one float32 dot of 576 bf16 products times the scale in every
+  // deployed kernel: its error is that of a logit, ~2^-24 of the terms' sum of magnitudes, which
+  // does not shrink with the logit itself; so the lse entries' bounds, with the absolute part
+  // growing with the tensor's largest |logit| as for the prefill lse (16 float32 ulps of it). The
+  // bf16 pipeline's float32 dot uses it with room (suites/reference sparse prefill tests).
+  add({.name = "sparse_prefill.max_logits.f64",
+       .why = "fp64 max_logits vs fp64 truth: one dot product in another order (~1e-16 relative)",
+       .atol = 1e-12, .rtol = 1e-12, .cos_diff = 1e-20});
+  add({.name = "sparse_prefill.max_logits.f32",
+       .why = "a float32 logit of bf16 values: FlashMLA's fp32 lse bound rel 8.01/65536, atol 1e-5, at least "
+              "2^-20·max|max_logits| (the terms' rounding does not shrink with the logit)",
+       .atol = 1e-5, .rtol = kLseRel, .cos_diff = 1e-7, .atol_rel_max = kLseLogitRounding});
+}
+
 void TableBuilder::add_merge() {
   // ---- merge of two attention states (mla/core/merge.hpp) vs fp64 truth ----------------------
   // The merged out is the rounding, to the state dtype, of a float32 value: half an ulp of it
@@ -414,6 +432,7 @@ std::vector<Tolerance> build() {
   b.add_cache_append();
   b.add_prefill();
   b.add_merge();
+  b.add_sparse_prefill();
   b.add_topk();
   b.add_indexer_append();
   b.add_indexer_logits();

@@ -38,6 +38,10 @@
 #define MLA_BUILTIN_CPU_INDEXER_LOGITS_KERNELS(X) \
   X(cpu_indexer_logits)                           \
   /* end of the host indexer logits kernels */
+// Host sparse prefill kernels (mla/core/sparse_prefill.hpp).
+#define MLA_BUILTIN_CPU_SPARSE_PREFILL_KERNELS(X) \
+  X(cpu_sparse_prefill_f32)                       \
+  /* end of the host sparse prefill kernels */
 
 // CUDA kernels (kernels/cuda, built whenever a CUDA toolkit is present).
 #define MLA_BUILTIN_CUDA_KERNELS(X) \
@@ -68,6 +72,9 @@ MLA_BUILTIN_CPU_INDEXER_APPEND_KERNELS(MLA_DECLARE_INDEXER_APPEND_FACTORY)
 #define MLA_DECLARE_INDEXER_LOGITS_FACTORY(name) std::unique_ptr<IndexerLogitsImpl> make_##name();
 MLA_BUILTIN_CPU_INDEXER_LOGITS_KERNELS(MLA_DECLARE_INDEXER_LOGITS_FACTORY)
 #undef MLA_DECLARE_INDEXER_LOGITS_FACTORY
+#define MLA_DECLARE_SPARSE_PREFILL_FACTORY(name) std::unique_ptr<SparsePrefillImpl> make_##name();
+MLA_BUILTIN_CPU_SPARSE_PREFILL_KERNELS(MLA_DECLARE_SPARSE_PREFILL_FACTORY)
+#undef MLA_DECLARE_SPARSE_PREFILL_FACTORY
 #if defined(MLA_HAVE_CUDA_KERNELS)
 MLA_BUILTIN_CUDA_KERNELS(MLA_DECLARE_FACTORY)
 #define MLA_DECLARE_MERGE_FACTORY(name) std::unique_ptr<MergeImpl> make_##name();
@@ -87,6 +94,7 @@ void add_builtin_kernels(Registry& registry) {
   MLA_BUILTIN_CPU_TOPK_KERNELS(MLA_ADD)
   MLA_BUILTIN_CPU_INDEXER_APPEND_KERNELS(MLA_ADD)
   MLA_BUILTIN_CPU_INDEXER_LOGITS_KERNELS(MLA_ADD)
+  MLA_BUILTIN_CPU_SPARSE_PREFILL_KERNELS(MLA_ADD)
 #if defined(MLA_HAVE_CUDA_KERNELS)
   MLA_BUILTIN_CUDA_KERNELS(MLA_ADD)
   MLA_BUILTIN_CUDA_MERGE_KERNELS(MLA_ADD)

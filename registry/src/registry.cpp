@@ -50,6 +50,7 @@ void Registry::add(std::unique_ptr<MergeImpl> impl) { add_to(merge_, std::move(i
 void Registry::add(std::unique_ptr<TopkImpl> impl) { add_to(topk_, std::move(impl)); }
 void Registry::add(std::unique_ptr<IndexerAppendImpl> impl) { add_to(indexer_append_, std::move(impl)); }
 void Registry::add(std::unique_ptr<IndexerLogitsImpl> impl) { add_to(indexer_logits_, std::move(impl)); }
+void Registry::add(std::unique_ptr<SparsePrefillImpl> impl) { add_to(sparse_prefill_, std::move(impl)); }
 
 const AttentionImpl* Registry::find(std::string_view name) const { return find_in(attention_, name); }
 const PrefillImpl* Registry::find_prefill(std::string_view name) const { return find_in(prefill_, name); }
@@ -60,6 +61,9 @@ const IndexerAppendImpl* Registry::find_indexer_append(std::string_view name) co
 }
 const IndexerLogitsImpl* Registry::find_indexer_logits(std::string_view name) const {
   return find_in(indexer_logits_, name);
+}
+const SparsePrefillImpl* Registry::find_sparse_prefill(std::string_view name) const {
+  return find_in(sparse_prefill_, name);
 }
 
 void register_builtin_kernels() {

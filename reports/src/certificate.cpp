@@ -136,6 +136,7 @@ json case_json(const CaseResult& r) {
           {"lse", opt_cmp(r.lse)},
           {"latent", opt_cmp(r.latent)},
           {"k_pe", opt_cmp(r.k_pe)},
+          {"max_logits", opt_cmp(r.max_logits)},
           {"out_vs_unquantized", opt_cmp(r.out_vs_unquantized)},
           {"lse_vs_unquantized", opt_cmp(r.lse_vs_unquantized)},
           {"run_seconds", opt(r.run_seconds)},
@@ -186,6 +187,7 @@ CaseResult case_from(const json& j, const std::string& w, int format) {
   r.lse = read_cmp(j, w, "lse");
   r.latent = read_cmp(j, w, "latent");
   r.k_pe = read_cmp(j, w, "k_pe");
+  r.max_logits = read_cmp(j, w, "max_logits");  // absent before sparse prefill rows existed
   // Certificates written before append rows had fields of their own kept an append row's latent
   // and k_pe comparisons under "out" and "lse". Each comparison names what it compared, so such
   // a row is recognised by its "out" saying "latent", and read under the fields' own names.
@@ -271,7 +273,7 @@ std::optional<ShardInfo> shard_from(const json& j) {
 
 std::vector<const tol::Comparison*> judged_comparisons(const CaseResult& r) {
   std::vector<const tol::Comparison*> v;
-  for (const auto* c : {&r.out, &r.lse, &r.latent, &r.k_pe}) {
+  for (const auto* c : {&r.out, &r.lse, &r.latent, &r.k_pe, &r.max_logits}) {
     if (*c) v.push_back(&**c);
   }
   return v;

@@ -12,5 +12,6 @@ const CaseKind& merge_kind();    // kinds/merge/kind.cpp
 const CaseKind& topk_kind();     // kinds/topk/kind.cpp
 const CaseKind& indexer_append_kind();  // kinds/indexer_append/kind.cpp
 const CaseKind& indexer_logits_kind();  // kinds/indexer_logits/kind.cpp
+const CaseKind& sparse_prefill_kind();  // kinds/sparse_prefill/kind.cpp
 
 }  // namespace mla::certify

@@ -26,7 +26,8 @@ const CaseKind* find_in(const std::vector<const CaseKind*>& kinds, std::string_v
 const std::vector<const CaseKind*>& registered() {
   // Run order: the kinds every implementation has first (common()), then the others.
   static const std::vector<const CaseKind*> kinds{&decode_kind(), &append_kind(), &prefill_kind(), &merge_kind(),
-                                                  &topk_kind(), &indexer_append_kind(), &indexer_logits_kind()};
+                                                  &topk_kind(), &indexer_append_kind(), &indexer_logits_kind(),
+                                                  &sparse_prefill_kind()};
   return kinds;
 }
 

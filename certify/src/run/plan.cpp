@@ -57,6 +57,10 @@ nlohmann::json capabilities_json(const MergeKernelInfo& i) {
 nlohmann::json capabilities_json(const TopkKernelInfo& i) {
   return {{"ks", i.ks}, {"max_n", i.max_n}, {"range_all_valid", i.range_all_valid}};
 }
+nlohmann::json capabilities_json(const SparsePrefillKernelInfo& i) {
+  return {{"heads", i.heads}, {"topk_multiple", i.topk_multiple}, {"d_qks", i.d_qks}, {"sink", i.sink},
+          {"topk_length", i.topk_length}};
+}
 nlohmann::json capabilities_json(const IndexerAppendKernelInfo& i) {
   return {{"scale_fmts", spelled(i.scale_fmts)}, {"block_sizes", i.block_sizes}};
 }
@@ -70,6 +74,11 @@ nlohmann::json declared_json(const Implementation& e) {
   if (e.prefill) {
     const auto& i = e.prefill->info();
     return {{"precision", to_json(precision_class(i), i.compute.has_value())}, {"conventions", to_json(i.conventions)}};
+  }
+  if (e.sparse_prefill) {
+    // Judged by the decode entries of its class (out, lse) and sparse_prefill.max_logits.
+    const auto& i = e.sparse_prefill->info();
+    return {{"precision", to_json(precision_class(i.compute, i.out_dtype), i.compute.has_value())}};
   }
   if (e.indexer_logits) {
     // Judged by the one entry indexer.logits.f32, whatever the kernel computes in.
@@ -216,6 +225,7 @@ struct Candidate {
   const TopkImpl* topk = nullptr;
   const IndexerAppendImpl* indexer_append = nullptr;
   const IndexerLogitsImpl* indexer_logits = nullptr;
+  const SparsePrefillImpl* sparse_prefill = nullptr;
   std::optional<std::string> fault;
   const std::string& name() const {
     return impl      ? impl->info().name
@@ -223,7 +233,8 @@ struct Candidate {
            : merge   ? merge->info().name
            : topk    ? topk->info().name
            : indexer_append ? indexer_append->info().name
-                            : indexer_logits->info().name;
+           : indexer_logits ? indexer_logits->info().name
+                            : sparse_prefill->info().name;
   }
 };
 
@@ -268,6 +279,11 @@ std::pair<Implementation, reports::KernelReport> describe_candidate(const Sessio
     const auto& i = adopt(c.topk);
     e.topk = c.topk;
     caps = capabilities_json(i);
+  } else if (c.sparse_prefill) {
+    const auto& i = adopt(c.sparse_prefill);
+    e.info.out_dtype = i.out_dtype;
+    e.sparse_prefill = c.sparse_prefill;
+    caps = capabilities_json(i);
   } else if (c.indexer_logits) {
     const auto& i = adopt(c.indexer_logits);
     e.indexer_logits = c.indexer_logits;
@@ -310,13 +326,17 @@ void select_implementations(Session& s) {
     } else if (has(faults::indexer_logits_names(), name)) {
       s.indexer_logits_fault_kernels.push_back(faults::make_indexer_logits(name));
       pool.push_back({.indexer_logits = s.indexer_logits_fault_kernels.back().get(), .fault = name});
+    } else if (has(faults::sparse_prefill_names(), name)) {
+      s.sparse_prefill_fault_kernels.push_back(faults::make_sparse_prefill(name));
+      pool.push_back({.sparse_prefill = s.sparse_prefill_fault_kernels.back().get(), .fault = name});
     } else {
       throw UsageError(fmt::format("unknown fault kernel '{}' (decode: {}; prefill: {}; merge: {}; top-k: {}; indexer "
-                                   "append: {}; indexer logits: {})",
+                                   "append: {}; indexer logits: {}; sparse prefill: {})",
                                    name, fmt::join(faults::names(), ", "), fmt::join(faults::prefill_names(), ", "),
                                    fmt::join(faults::merge_names(), ", "), fmt::join(faults::topk_names(), ", "),
                                    fmt::join(faults::indexer_append_names(), ", "),
-                                   fmt::join(faults::indexer_logits_names(), ", ")));
+                                   fmt::join(faults::indexer_logits_names(), ", "),
+                                   fmt::join(faults::sparse_prefill_names(), ", ")));
     }
   }
   for (const auto& k : Registry::instance().prefill()) pool.push_back({.prefill = k.get()});
@@ -324,6 +344,7 @@ void select_implementations(Session& s) {
   for (const auto& k : Registry::instance().topk()) pool.push_back({.topk = k.get()});
   for (const auto& k : Registry::instance().indexer_append()) pool.push_back({.indexer_append = k.get()});
   for (const auto& k : Registry::instance().indexer_logits()) pool.push_back({.indexer_logits = k.get()});
+  for (const auto& k : Registry::instance().sparse_prefill()) pool.push_back({.sparse_prefill = k.get()});
   std::set<std::string> known;
   for (const auto& c : pool) known.insert(c.name());
   for (const auto& want : o.kernels) {

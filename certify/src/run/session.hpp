@@ -26,6 +26,7 @@
 #include "mla/core/prefill_kernel.hpp"
 #include "mla/core/indexer_cache.hpp"
 #include "mla/core/indexer_logits.hpp"
+#include "mla/core/sparse_prefill.hpp"
 #include "mla/core/topk.hpp"
 #include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
@@ -64,6 +65,7 @@ struct Implementation {
   const TopkImpl* topk = nullptr;
   const IndexerAppendImpl* indexer_append = nullptr;
   const IndexerLogitsImpl* indexer_logits = nullptr;
+  const SparsePrefillImpl* sparse_prefill = nullptr;
   // A plug-in's prefill entry (ABI 1.4): the object `prefill` points to, whose info, check() and
   // cost() this process uses; its calls are made in child processes (kinds/prefill).
   std::shared_ptr<const PrefillImpl> owned_prefill;
@@ -73,7 +75,7 @@ struct Implementation {
   std::shared_ptr<const IndexerAppendImpl> owned_indexer_append;  // and an indexer append entry (1.5)
   // Whether it has the decode entry point (every registered decode kernel, fault kernel,
   // plug-in and Python kernel; a kernel of one of the other kinds has none).
-  bool decodes() const { return !prefill && !merge && !topk && !indexer_append && !indexer_logits; }
+  bool decodes() const { return !prefill && !merge && !topk && !indexer_append && !indexer_logits && !sparse_prefill; }
 };
 
 // The implementations of an external kernel's entries other than decode (a plug-in's, ABI 1.4 and
@@ -160,6 +162,7 @@ class Session {
   std::vector<std::unique_ptr<PrefillImpl>> prefill_fault_kernels;  // likewise, for --fault of a prefill bug
   std::vector<std::unique_ptr<MergeImpl>> merge_fault_kernels;      // and of a merge bug
   std::vector<std::unique_ptr<TopkImpl>> topk_fault_kernels;        // and of a top-k bug
+  std::vector<std::unique_ptr<SparsePrefillImpl>> sparse_prefill_fault_kernels;  // and of a sparse prefill bug
   std::vector<std::unique_ptr<IndexerAppendImpl>> indexer_append_fault_kernels;  // and of an indexer append bug
   std::vector<std::unique_ptr<IndexerLogitsImpl>> indexer_logits_fault_kernels;  // and of an indexer logits bug
   std::vector<CaseRef> attention_cases;

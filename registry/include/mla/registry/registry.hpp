@@ -18,13 +18,15 @@
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
+#include "mla/core/sparse_prefill.hpp"
 #include "mla/core/topk.hpp"
 
 namespace mla {
 
 // One list per case kind's interface: decode (AttentionImpl), prefill (PrefillImpl), the merge
 // of attention states (MergeImpl), the top-k selection (TopkImpl), the indexer key cache
-// append (IndexerAppendImpl) and the indexer logits (IndexerLogitsImpl). A name is a kernel's
+// append (IndexerAppendImpl), the indexer logits (IndexerLogitsImpl) and the sparse prefill
+// (SparsePrefillImpl). A name is a kernel's
 // identity in certificates and benchmark rows, so it is unique across all lists.
 class Registry {
  public:
@@ -42,6 +44,8 @@ class Registry {
   const std::vector<std::unique_ptr<IndexerAppendImpl>>& indexer_append() const { return indexer_append_; }
   void add(std::unique_ptr<IndexerLogitsImpl> impl);
   const std::vector<std::unique_ptr<IndexerLogitsImpl>>& indexer_logits() const { return indexer_logits_; }
+  void add(std::unique_ptr<SparsePrefillImpl> impl);
+  const std::vector<std::unique_ptr<SparsePrefillImpl>>& sparse_prefill() const { return sparse_prefill_; }
   // nullptr when absent.
   const AttentionImpl* find(std::string_view name) const;
   const PrefillImpl* find_prefill(std::string_view name) const;
@@ -49,6 +53,7 @@ class Registry {
   const TopkImpl* find_topk(std::string_view name) const;
   const IndexerAppendImpl* find_indexer_append(std::string_view name) const;
   const IndexerLogitsImpl* find_indexer_logits(std::string_view name) const;
+  const SparsePrefillImpl* find_sparse_prefill(std::string_view name) const;
 
  private:
   void check_name(const std::string& name) const;
@@ -61,6 +66,7 @@ class Registry {
   std::vector<std::unique_ptr<TopkImpl>> topk_;
   std::vector<std::unique_ptr<IndexerAppendImpl>> indexer_append_;
   std::vector<std::unique_ptr<IndexerLogitsImpl>> indexer_logits_;
+  std::vector<std::unique_ptr<SparsePrefillImpl>> sparse_prefill_;
 };
 
 // Adds every built-in implementation (the list in registry/src/builtin.cpp) to `registry`. The

@@ -77,6 +77,8 @@ struct CaseResult {
   std::optional<tol::Comparison> out, lse;
   // Cache-append rows: the stored latent (kv_norm) and k_pe (RoPE) against their fp64 values.
   std::optional<tol::Comparison> latent, k_pe;
+  // Sparse prefill rows: max_logits against the truth (out and lse as attention rows).
+  std::optional<tol::Comparison> max_logits;
   // FP8 cases: the result against the fp64 result on the unquantized cache (information only,
   // never part of the verdict).
   std::optional<tol::Comparison> out_vs_unquantized, lse_vs_unquantized;

@@ -24,6 +24,7 @@
 #include "mla/core/prefill_kernel.hpp"
 #include "mla/core/indexer_cache.hpp"
 #include "mla/core/indexer_logits.hpp"
+#include "mla/core/sparse_prefill.hpp"
 #include "mla/core/topk.hpp"
 
 namespace mla::faults {
@@ -119,6 +120,20 @@ std::unique_ptr<MergeImpl> make_merge(const std::string& name);
 const std::vector<std::string>& topk_names();
 // Throws mla::Error naming the known top-k faults on an unknown name.
 std::unique_ptr<TopkImpl> make_topk(const std::string& name);
+
+// The sparse prefill bugs (sparse_prefill_faults.cpp), each kernel named
+// cpu_sparse_prefill_<fault without its sparse_ prefix>: cpu_sparse_prefill_f32 with one bug of the
+// field each, FAIL on every
+// drawn sparse prefill case that has what it needs:
+//   sparse_minus_one_as_zero    reads a -1 index as position 0 (a gather without the mask): every case
+//                         with a -1 entry in a row whose position 0 is not already a key.
+//   sparse_lse_log2             lse in base 2, undeclared: every case with a row that has a key.
+//   sparse_sink_in_lse          the sink's mass added to lse: every case with a sink.
+//   sparse_ignores_topk_length  reads every entry, past topk_length too: every case with topk_length
+//                         cutting a row before a valid entry.
+const std::vector<std::string>& sparse_prefill_names();
+// Throws mla::Error naming the known sparse prefill faults on an unknown name.
+std::unique_ptr<SparsePrefillImpl> make_sparse_prefill(const std::string& name);
 
 // The indexer key cache append bugs (indexer_append_faults.cpp), each kernel named
 // cpu_indexer_append_<fault>, ue8m0 and fp32 scales by division; each FAIL on every drawn

@@ -20,6 +20,7 @@
 #include "mla/core/indexer_cache.hpp"
 #include "mla/core/indexer_logits.hpp"
 #include "mla/golden/golden.hpp"
+#include "mla/core/sparse_prefill.hpp"
 #include "mla/core/topk.hpp"
 #include "mla/faults/faults.hpp"
 #include "mla/registry/registry.hpp"
@@ -435,6 +436,59 @@ TEST(CertifyIndexerLogits, TheStoredIndexerStepsPassEveryLogitsKernelAndFailEver
     const auto& rows = kernel(cert, name)["cases"];
     EXPECT_EQ(rows.size(), cases.size());
     for (const auto& r : rows) EXPECT_EQ(r["verdict"], "FAIL") << r["case"] << ": " << r["reasons"].dump();
+  }
+}
+
+// ---- the sparse prefill (drawn only) --------------------------------------------------------------
+
+constexpr const char* kSparseFile = "fresh_sparse_prefill";
+
+TEST(CertifySparsePrefill, EveryRegisteredSparsePrefillPassesEveryDrawnCallWithItsThreeComparisons) {
+  mla::register_builtin_kernels();
+  const TempDir tmp("sparse-prefill");
+  std::vector<std::string> names;
+  for (const auto& k : mla::Registry::instance().sparse_prefill()) names.push_back(k->info().name);
+  ASSERT_FALSE(names.empty());
+  const auto cert = certify_here(options(tmp.path() / "all", names));
+  for (const auto& name : names) {
+    SCOPED_TRACE(name);
+    const auto& k = kernel(cert, name);
+    EXPECT_EQ(k["kinds"], json::array({"sparse_prefill"}));
+    const auto rows = rows_of(k, kSparseFile);
+    // The plain call, the one with a sink and topk_length, and the 512-wide call.
+    ASSERT_EQ(rows.size(), 3u);
+    std::set<std::string> seen;
+    for (const auto* r : rows) {
+      EXPECT_EQ((*r)["verdict"], "PASS") << (*r)["case"] << ": " << (*r)["reasons"].dump();
+      for (const char* what : {"out", "lse", "max_logits"}) EXPECT_TRUE((*r)[what].is_object()) << what;
+      // The bound the judge used for max_logits is the table's, and the baseline uses little of it.
+      EXPECT_EQ((*r)["max_logits"]["tolerance"], "sparse_prefill.max_logits.f32");
+      EXPECT_LT((*r)["max_logits"]["max_bound_use"].get<double>(), 0.5);
+      seen.insert((*r)["case"].get<std::string>());
+    }
+    EXPECT_TRUE(seen.count("sparse_prefill_h16_k64_d576") && seen.count("sparse_prefill_h16_k64_d576_sink_len") &&
+                seen.count("sparse_prefill_h16_k64_d512_sink"));
+  }
+}
+
+TEST(CertifySparsePrefill, EveryPlantedSparsePrefillBugIsRedOnEveryDrawnCallItAppliesTo) {
+  mla::register_builtin_kernels();
+  const TempDir tmp("sparse-prefill-faults");
+  auto o = options(tmp.path() / "faults", {});
+  const auto planted = plant(o, mla::faults::sparse_prefill_names(), &mla::faults::make_sparse_prefill);
+  const auto cert = certify_here(o);
+  for (const auto& [fault, name] : planted) {
+    SCOPED_TRACE(name);
+    const auto rows = rows_of(kernel(cert, name), kSparseFile);
+    EXPECT_EQ(rows.size(), 3u);
+    for (const auto* r : rows) {
+      const auto& shape = (*r)["shape"];
+      // Every drawn call has -1 entries in rows that do not name position 0 and rows with keys;
+      // the sink and topk_length exist only where drawn.
+      const bool applies = (fault != "sparse_sink_in_lse" || shape["sink"] == true) &&
+                           (fault != "sparse_ignores_topk_length" || shape["topk_length"] == true);
+      EXPECT_EQ((*r)["verdict"], applies ? "FAIL" : "PASS") << (*r)["case"] << ": " << (*r)["reasons"].dump();
+    }
   }
 }
 

@@ -89,6 +89,17 @@ nlohmann::json kernels_json() {
                           {"block_sizes", k.block_sizes},
                           {"max_context", k.max_context}}));
   }
+  // A sparse prefill writes out in its dtype (max_logits and lse float32); what it claims is the
+  // head counts, the topk multiple, the widths and whether it takes a sink and topk_length.
+  for (const auto& impl : r.sparse_prefill()) {
+    const auto& k = impl->info();
+    list.push_back(entry(k, "sparse_prefill", to_string(k.out_dtype),
+                         {{"heads", k.heads},
+                          {"topk_multiple", k.topk_multiple},
+                          {"d_qks", k.d_qks},
+                          {"sink", k.sink},
+                          {"topk_length", k.topk_length}}));
+  }
   return list;
 }
 

@@ -197,9 +197,9 @@ struct CertifyCommand {
     cmd->add_option("--fault,--kernel-extra", o.faults,
                     "test only: add a deliberately broken implementation (kernels/faults/include/mla/faults/faults.hpp "
                     "lists them: decode ones such as dropped_last, the planted prefill, merge, top-k, indexer "
-                    "append and indexer logits bugs such as causal_off_by_one, pos_inf_lse_as_number, "
-                    "last_valid_dropped, scale_after_each_token and no_relu; throws, leaky, bf16_only are "
-                    "certifier self-tests)");
+                    "append, indexer logits and sparse prefill bugs such as causal_off_by_one, "
+                    "pos_inf_lse_as_number, last_valid_dropped, scale_after_each_token, no_relu and "
+                    "sparse_minus_one_as_zero; throws, leaky, bf16_only are certifier self-tests)");
   }
 
   int run() {

@@ -321,6 +321,60 @@ IndexerAppendKernelInfo indexer_append_info_from(const mla_plugin_indexer_append
   return i;
 }
 
+SparsePrefillKernelInfo sparse_prefill_info_from(const mla_plugin_sparse_prefill_entry& e) {
+  if (e.struct_size < MLA_PLUGIN_SPARSE_PREFILL_ENTRY_V1_5_SIZE) {
+    throw PluginError(fmt::format("sparse prefill entry struct_size {} is smaller than ABI 1.5's {} bytes", e.struct_size,
+                                  MLA_PLUGIN_SPARSE_PREFILL_ENTRY_V1_5_SIZE));
+  }
+  SparsePrefillKernelInfo i;
+  i.name = checked_string(e.name, "sparse_prefill.name", false);
+  if (!valid_kernel_name(i.name)) {
+    throw PluginError(fmt::format("sparse prefill entry name '{}' is not [a-z0-9_]+", i.name));
+  }
+  i.description = checked_string(e.description, "sparse_prefill.description", true);
+  if (e.out_dtype != MLA_PLUGIN_OUT_F32 && e.out_dtype != MLA_PLUGIN_OUT_BF16) {
+    throw PluginError(fmt::format("sparse_prefill.out_dtype {} is neither MLA_PLUGIN_OUT_F32 ({}) nor MLA_PLUGIN_OUT_BF16 "
+                                  "({})",
+                                  e.out_dtype, MLA_PLUGIN_OUT_F32, MLA_PLUGIN_OUT_BF16));
+  }
+  i.out_dtype = out_dtype_from_abi(e.out_dtype);
+  const auto ops = precision_from_abi(e.operand_precision, "sparse_prefill.operand_precision");
+  const auto acc = precision_from_abi(e.accum_precision, "sparse_prefill.accum_precision");
+  if (ops.has_value() != acc.has_value()) {
+    throw PluginError(fmt::format("sparse_prefill.operand_precision {} and sparse_prefill.accum_precision {} must both be "
+                                  "declared or both be MLA_PLUGIN_PRECISION_UNDECLARED",
+                                  e.operand_precision, e.accum_precision));
+  }
+  if (ops) {
+    i.compute = ComputePrecision{*ops, *acc};
+    if (auto why = unjudgeable(precision_class(i.compute, i.out_dtype))) {
+      throw PluginError(fmt::format("sparse prefill precision class {}", *why));
+    }
+  }
+  if (e.num_heads < 0 || e.num_heads > MLA_PLUGIN_MAX_HEAD_COUNTS) {
+    throw PluginError(fmt::format("sparse_prefill.num_heads {} is outside [0, {}]", e.num_heads, MLA_PLUGIN_MAX_HEAD_COUNTS));
+  }
+  for (int32_t j = 0; j < e.num_heads; ++j) {
+    if (e.heads[j] < 1) throw PluginError(fmt::format("sparse_prefill.heads[{}] = {} is not positive", j, e.heads[j]));
+    i.heads.push_back(e.heads[j]);
+  }
+  if (e.topk_multiple < 1) throw PluginError(fmt::format("sparse_prefill.topk_multiple {} is below 1", e.topk_multiple));
+  i.topk_multiple = e.topk_multiple;
+  if ((e.d_qks & ~(MLA_PLUGIN_SPARSE_DQK_576 | MLA_PLUGIN_SPARSE_DQK_512)) != 0) {
+    throw PluginError(fmt::format("sparse_prefill.d_qks 0x{:x} has bits that are not MLA_PLUGIN_SPARSE_DQK_*", e.d_qks));
+  }
+  if (e.d_qks & MLA_PLUGIN_SPARSE_DQK_576) i.d_qks.push_back(576);
+  if (e.d_qks & MLA_PLUGIN_SPARSE_DQK_512) i.d_qks.push_back(512);
+  check_choice(e.takes_sink, "sparse_prefill.takes_sink", "no attention sink", "an attention sink");
+  check_choice(e.takes_topk_length, "sparse_prefill.takes_topk_length", "no topk_length", "topk_length");
+  i.sink = e.takes_sink != 0;
+  i.topk_length = e.takes_topk_length != 0;
+  if (!e.sparse_prefill) throw PluginError("sparse prefill entry has no sparse_prefill entry point");
+  i.backend = "cpu";  // the descriptor's, set by the caller
+  i.role = KernelRole::optimized;
+  return i;
+}
+
 namespace {
 // The prefill and merge entries of a 1.4 descriptor, or NULL (an earlier revision's, or none given).
 const mla_plugin_prefill_entry* prefill_entry(const mla_plugin_descriptor& d) {
@@ -337,6 +391,9 @@ const mla_plugin_indexer_logits_entry* indexer_logits_entry(const mla_plugin_des
 }
 const mla_plugin_indexer_append_entry* indexer_append_entry(const mla_plugin_descriptor& d) {
   return MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, indexer_append, d.struct_size) ? d.indexer_append : nullptr;
+}
+const mla_plugin_sparse_prefill_entry* sparse_prefill_entry(const mla_plugin_descriptor& d) {
+  return MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, sparse_prefill, d.struct_size) ? d.sparse_prefill : nullptr;
 }
 }  // namespace
 
@@ -395,9 +452,11 @@ void validate_descriptor(const mla_plugin_descriptor& d) {
   const auto* top = topk_entry(d);
   const auto* idx = indexer_logits_entry(d);
   const auto* ida = indexer_append_entry(d);
-  if (!d.decode && !pre && !mer && !top && !idx && !ida) {
+  const auto* spf = sparse_prefill_entry(d);
+  if (!d.decode && !pre && !mer && !top && !idx && !ida && !spf) {
     throw PluginError(
-        "descriptor has no decode entry point (and no prefill, merge, top-k, indexer logits or indexer append entry)");
+        "descriptor has no decode entry point (and no prefill, merge, top-k, indexer logits, indexer append or sparse "
+        "prefill entry)");
   }
   if (MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, append, d.struct_size)) {
     if ((d.flags & ~MLA_PLUGIN_FLAG_DEVICE_MEMORY) != 0) {
@@ -431,6 +490,7 @@ void validate_descriptor(const mla_plugin_descriptor& d) {
   if (top) distinct(topk_info_from(*top).name, "top-k");
   if (idx) distinct(indexer_logits_info_from(*idx).name, "indexer logits");
   if (ida) distinct(indexer_append_info_from(*ida).name, "indexer append");
+  if (spf) distinct(sparse_prefill_info_from(*spf).name, "sparse prefill");
 }
 
 // ---- Library --------------------------------------------------------------------------------
@@ -520,6 +580,11 @@ std::shared_ptr<Library> Library::open(const std::filesystem::path& path) {
     lib->indexer_append_info_ = indexer_append_info_from(*ida);
     lib->indexer_append_info_->backend = d.backend;
     lib->indexer_append_ = ida->indexer_append;
+  }
+  if (const auto* spf = sparse_prefill_entry(d)) {
+    lib->sparse_prefill_info_ = sparse_prefill_info_from(*spf);
+    lib->sparse_prefill_info_->backend = d.backend;
+    lib->sparse_prefill_ = spf->sparse_prefill;
   }
   return lib;
 }
@@ -825,6 +890,39 @@ int32_t call_indexer_append(const Library& lib, const IndexerAppendShape& shape,
   a.kv_cache = static_cast<uint8_t*>(c.inout("kv_cache", cache.data(), cache.size()));
   a.stream = c.stream();
   return c.call(fn ? fn : lib.indexer_append(), a, error, error_size, device_findings);
+}
+
+int32_t call_sparse_prefill(const Library& lib, const SparsePrefillInputs& in, void* out, std::size_t out_bytes,
+                            float* max_logits, std::size_t max_logits_bytes, float* lse, std::size_t lse_bytes,
+                            char* error, std::size_t error_size, std::vector<std::string>* device_findings,
+                            mla_plugin_sparse_prefill_fn fn) {
+  if (!lib.sparse_prefill()) {
+    throw PluginError(fmt::format("plug-in {} has no sparse prefill entry point", lib.info().name));
+  }
+  EntryCall c(lib);
+  const auto given = [&]<class T>(const char* name, std::span<const T> host) -> const T* {
+    return host.empty() ? nullptr : c.input(name, host);
+  };
+  const auto& s = in.shape;
+  mla_plugin_sparse_prefill_args a{};
+  a.struct_size = sizeof a;
+  a.s_q = s.s_q;
+  a.s_kv = s.s_kv;
+  a.heads = s.heads;
+  a.d_qk = s.d_qk;
+  a.d_v = kSparsePrefillDv;
+  a.topk = s.topk;
+  a.softmax_scale = in.sm_scale;
+  a.q = given("q", in.q);
+  a.kv = given("kv", in.kv);
+  a.indices = given("indices", in.indices);
+  a.attn_sink = given("attn_sink", in.attn_sink);
+  a.topk_length = given("topk_length", in.topk_length);
+  a.out = c.output("out", out, out_bytes);
+  a.max_logits = static_cast<float*>(c.output("max_logits", max_logits, max_logits_bytes));
+  a.lse = static_cast<float*>(c.output("lse", lse, lse_bytes));
+  a.stream = c.stream();
+  return c.call(fn ? fn : lib.sparse_prefill(), a, error, error_size, device_findings);
 }
 
 int32_t call_append(const Library& lib, const AppendCallShape& in, const AppendCallBuffers& b, char* error,

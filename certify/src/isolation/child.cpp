@@ -312,6 +312,27 @@ int child_entry_calls(const KernelRef& kernel, const wire::Message& plan) {
                                      std::vector<std::string>* device) {
         return plugin::call_indexer_append(*lib, shape, keys, slots, own(mine.at(0)), err, n, device);
       };
+    } else if (entry == kEntrySparsePrefill) {
+      SparsePrefillInputs in;
+      const auto& sh = a.at("shape");
+      in.shape.s_q = sh.at("s_q").get<int64_t>();
+      in.shape.s_kv = sh.at("s_kv").get<int64_t>();
+      in.shape.heads = sh.at("heads").get<int>();
+      in.shape.d_qk = sh.at("d_qk").get<int>();
+      in.shape.topk = sh.at("topk").get<int>();
+      in.shape.sink = sh.at("sink").get<bool>();
+      in.shape.topk_length = sh.at("topk_length").get<bool>();
+      in.sm_scale = a.at("sm_scale").get<double>();
+      in.q = input("q", static_cast<uint16_t*>(nullptr));
+      in.kv = input("kv", static_cast<uint16_t*>(nullptr));
+      in.indices = input("indices", static_cast<int32_t*>(nullptr));
+      if (in.shape.sink) in.attn_sink = input("attn_sink", static_cast<float*>(nullptr));
+      if (in.shape.topk_length) in.topk_length = input("topk_length", static_cast<int32_t*>(nullptr));
+      make = [&, in](const std::vector<ArenaRegion>& mine, char* err, std::size_t n, std::vector<std::string>* device) {
+        const auto out = own(mine.at(0)), mx = own(mine.at(1)), lse = own(mine.at(2));
+        return plugin::call_sparse_prefill(*lib, in, out.data(), out.size(), reinterpret_cast<float*>(mx.data()), mx.size(),
+                                           reinterpret_cast<float*>(lse.data()), lse.size(), err, n, device);
+      };
     } else {
       throw Error(fmt::format("the plan names entry '{}', which this child does not know", entry));
     }
@@ -492,6 +513,7 @@ int child_describe(const std::filesystem::path& plugin_path, const std::filesyst
   d.topk = lib->topk_info();
   d.indexer_logits = lib->indexer_logits_info();
   d.indexer_append = lib->indexer_append_info();
+  d.sparse_prefill = lib->sparse_prefill_info();
   d.append_formats = lib->append_formats();
   d.append_scale_fmts = lib->append_scale_fmts();
   d.append_fp8_recipes = lib->append_fp8_recipes();

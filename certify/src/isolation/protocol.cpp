@@ -139,6 +139,30 @@ std::optional<IndexerAppendKernelInfo> indexer_append_from_json(const json& j) {
   return t;
 }
 
+json sparse_prefill_json(const std::optional<SparsePrefillKernelInfo>& t) {
+  if (!t) return json();
+  return {{"name", t->name},           {"backend", t->backend},       {"description", t->description},
+          {"out_dtype", to_string(t->out_dtype)}, {"compute", compute_json(t->compute)},
+          {"heads", t->heads},         {"topk_multiple", t->topk_multiple}, {"d_qks", t->d_qks},
+          {"sink", t->sink},           {"topk_length", t->topk_length}};
+}
+std::optional<SparsePrefillKernelInfo> sparse_prefill_from_json(const json& j) {
+  if (j.is_null()) return std::nullopt;
+  SparsePrefillKernelInfo t;
+  t.name = j.at("name").get<std::string>();
+  t.backend = j.at("backend").get<std::string>();
+  t.description = j.at("description").get<std::string>();
+  t.role = KernelRole::optimized;
+  t.out_dtype = out_dtype_from_string(j.at("out_dtype").get<std::string>());
+  t.compute = compute_from_json(j.at("compute"));
+  t.heads = j.at("heads").get<std::vector<int>>();
+  t.topk_multiple = j.at("topk_multiple").get<int>();
+  t.d_qks = j.at("d_qks").get<std::vector<int>>();
+  t.sink = j.at("sink").get<bool>();
+  t.topk_length = j.at("topk_length").get<bool>();
+  return t;
+}
+
 }  // namespace
 
 wire::Message encode(const PluginDescription& d) {
@@ -164,6 +188,7 @@ wire::Message encode(const PluginDescription& d) {
                 {"topk", topk_json(d.topk)},
                 {"indexer_logits", indexer_logits_json(d.indexer_logits)},
                 {"indexer_append", indexer_append_json(d.indexer_append)},
+                {"sparse_prefill", sparse_prefill_json(d.sparse_prefill)},
                 {"unavailable", d.unavailable ? json(*d.unavailable) : json()}};
   return m;
 }
@@ -194,6 +219,7 @@ PluginDescription decode_plugin_description(const wire::Message& m) {
     d.topk = topk_from_json(f.at("topk"));
     d.indexer_logits = indexer_logits_from_json(f.at("indexer_logits"));
     d.indexer_append = indexer_append_from_json(f.at("indexer_append"));
+    d.sparse_prefill = sparse_prefill_from_json(f.at("sparse_prefill"));
     return d;
   });
 }

@@ -273,6 +273,42 @@ IndexerAppendKernelInfo validate_python_indexer_append(const json& t) {
   return by_the_c_abis_rules([&] { return plugin::indexer_append_info_from(e); });
 }
 
+// A Python kernel's sparse prefill entry, in the words of mla_door.SparsePrefill, then the C ABI's
+// rules for a sparse prefill entry.
+SparsePrefillKernelInfo validate_python_sparse_prefill(const json& t) {
+  const std::string w = "sparse_prefill.";
+  mla_plugin_sparse_prefill_entry e{};
+  e.struct_size = sizeof e;
+  const std::string name = string_field(t, w, "name"), description = string_field(t, w, "description");
+  e.name = name.c_str();
+  e.description = description.c_str();
+  e.out_dtype = word_field(t, w, "out_dtype", {"f32", "bf16"},
+                           [](const std::string& x) { return x == "bf16" ? MLA_PLUGIN_OUT_BF16 : MLA_PLUGIN_OUT_F32; });
+  if (!t.contains("precision")) throw Error("declaration has no field 'sparse_prefill.precision' (null: the class out_dtype implies)");
+  if (!t.at("precision").is_null()) {
+    const json& p = field(t, w, "precision", json::value_t::object, "an object or null");
+    const auto code = [](const std::string& x) {
+      return x == "f64" ? MLA_PLUGIN_PRECISION_FP64 : x == "f32" ? MLA_PLUGIN_PRECISION_FP32 : MLA_PLUGIN_PRECISION_BF16;
+    };
+    e.operand_precision = word_field(p, w + "precision.", "operands", {"f64", "f32", "bf16"}, code);
+    e.accum_precision = word_field(p, w + "precision.", "accumulate", {"f64", "f32", "bf16"}, code);
+  }
+  positive_list(t, w, "heads", MLA_PLUGIN_MAX_HEAD_COUNTS, e.heads, e.num_heads);
+  e.topk_multiple = static_cast<int32_t>(field(t, w, "topk_multiple", json::value_t::number_integer, "an integer").get<int64_t>());
+  for (const auto& d : field(t, w, "d_qks", json::value_t::array, "a list")) {
+    if (!d.is_number_integer() || (d != 576 && d != 512)) {
+      throw Error(fmt::format("declaration field '{}d_qks' holds {}, not 576 or 512", w, d.dump()));
+    }
+    e.d_qks |= d == 576 ? MLA_PLUGIN_SPARSE_DQK_576 : MLA_PLUGIN_SPARSE_DQK_512;
+  }
+  e.takes_sink = bool_field(t, w, "sink") ? 1u : 0u;
+  e.takes_topk_length = bool_field(t, w, "topk_length") ? 1u : 0u;
+  e.sparse_prefill = [](const mla_plugin_sparse_prefill_args*, char*, size_t) -> int32_t {
+    return MLA_PLUGIN_ERROR;  // never called
+  };
+  return by_the_c_abis_rules([&] { return plugin::sparse_prefill_info_from(e); });
+}
+
 // A Python kernel's top-k entry, in the words of mla_door.Topk, then the C ABI's rules for a top-k
 // entry.
 TopkKernelInfo validate_python_topk(const json& t) {
@@ -444,6 +480,11 @@ PythonDeclaration validate_python_declaration(const json& d) {
         validate_python_indexer_logits(field(d, "", "indexer_logits", json::value_t::object, "an object or null"));
     out.indexer_logits->backend = k.backend;
   }
+  if (d.contains("sparse_prefill") && !d.at("sparse_prefill").is_null()) {
+    out.sparse_prefill =
+        validate_python_sparse_prefill(field(d, "", "sparse_prefill", json::value_t::object, "an object or null"));
+    out.sparse_prefill->backend = k.backend;
+  }
   if (d.contains("indexer_append") && !d.at("indexer_append").is_null()) {
     out.indexer_append =
         validate_python_indexer_append(field(d, "", "indexer_append", json::value_t::object, "an object or null"));
@@ -456,7 +497,8 @@ PythonDeclaration validate_python_declaration(const json& d) {
                                     std::pair{"merge", out.merge ? out.merge->name : std::string()},
                                     std::pair{"topk", out.topk ? out.topk->name : std::string()},
                                     std::pair{"indexer_logits", out.indexer_logits ? out.indexer_logits->name : std::string()},
-                                    std::pair{"indexer_append", out.indexer_append ? out.indexer_append->name : std::string()}}) {
+                                    std::pair{"indexer_append", out.indexer_append ? out.indexer_append->name : std::string()},
+                                    std::pair{"sparse_prefill", out.sparse_prefill ? out.sparse_prefill->name : std::string()}}) {
     if (name.empty()) continue;
     if (std::find(names.begin(), names.end(), name) != names.end()) {
       throw Error(fmt::format("declaration field '{}.name' is '{}', another entry's: each implementation has its own",
@@ -464,9 +506,11 @@ PythonDeclaration validate_python_declaration(const json& d) {
     }
     names.push_back(name);
   }
-  if (!out.decodes && !out.prefill && !out.merge && !out.topk && !out.indexer_logits && !out.indexer_append) {
+  if (!out.decodes && !out.prefill && !out.merge && !out.topk && !out.indexer_logits && !out.indexer_append &&
+      !out.sparse_prefill) {
     throw Error(
-        "declaration has no decode (\"decode\": false) and no prefill, merge, topk, indexer_logits or indexer_append");
+        "declaration has no decode (\"decode\": false) and no prefill, merge, topk, indexer_logits, indexer_append or "
+        "sparse_prefill");
   }
   return out;
 }
@@ -612,7 +656,8 @@ std::vector<std::pair<Implementation, reports::KernelReport>> describe_python(Se
   base.ref.python = ref;
   base.info.backend = e.info.backend;
   base.unavailable = e.unavailable;
-  auto others = external_entries(base, r, d.prefill, d.merge, d.topk, d.indexer_logits, d.indexer_append);
+  auto others =
+      external_entries(base, r, d.prefill, d.merge, d.topk, d.indexer_logits, d.indexer_append, d.sparse_prefill);
   std::vector<std::pair<Implementation, reports::KernelReport>> out;
   if (d.decodes) out.emplace_back(std::move(e), std::move(r));
   for (auto& o : others) out.push_back(std::move(o));

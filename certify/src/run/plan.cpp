@@ -21,6 +21,7 @@
 #include "kinds/indexer_append/indexer_append_rows.hpp"
 #include "kinds/indexer_logits/indexer_logits_rows.hpp"
 #include "kinds/merge/merge_rows.hpp"
+#include "kinds/sparse_prefill/sparse_prefill_rows.hpp"
 #include "kinds/prefill/prefill_rows.hpp"
 #include "kinds/topk/topk_rows.hpp"
 #include "run/session.hpp"
@@ -211,7 +212,7 @@ void add_plugin(Session& s, const fs::path& path, std::size_t i) {
   report.version = d.version;
   report.origin = origin;
   for (auto& [e, r] : external_entries(base, report, d.prefill, d.merge, d.topk, d.indexer_logits,
-                                         d.indexer_append)) {
+                                         d.indexer_append, d.sparse_prefill)) {
     add_implementation(s, std::move(e), std::move(r));
   }
 }
@@ -519,7 +520,8 @@ std::vector<std::pair<Implementation, reports::KernelReport>> external_entries(
     const Implementation& base, const reports::KernelReport& report, const std::optional<PrefillKernelInfo>& prefill,
     const std::optional<MergeKernelInfo>& merge, const std::optional<TopkKernelInfo>& topk,
     const std::optional<IndexerLogitsKernelInfo>& indexer_logits,
-    const std::optional<IndexerAppendKernelInfo>& indexer_append) {
+    const std::optional<IndexerAppendKernelInfo>& indexer_append,
+    const std::optional<SparsePrefillKernelInfo>& sparse_prefill) {
   std::vector<std::pair<Implementation, reports::KernelReport>> out;
   const auto entry = [&](const std::string& name, const std::string& description, const char* kind) -> auto& {
     auto& [e, r] = out.emplace_back(base, report);
@@ -557,6 +559,13 @@ std::vector<std::pair<Implementation, reports::KernelReport>> external_entries(
     e.owned_indexer_append = external_indexer_append(*indexer_append);
     e.indexer_append = e.owned_indexer_append.get();
     r.origin["capabilities"] = capabilities_json(*indexer_append);
+  }
+  if (sparse_prefill) {
+    auto& [e, r] = entry(sparse_prefill->name, sparse_prefill->description, "sparse_prefill");
+    e.info.out_dtype = sparse_prefill->out_dtype;
+    e.owned_sparse_prefill = external_sparse_prefill(*sparse_prefill);
+    e.sparse_prefill = e.owned_sparse_prefill.get();
+    r.origin["capabilities"] = capabilities_json(*sparse_prefill);
   }
   return out;
 }

@@ -73,6 +73,7 @@ struct Implementation {
   std::shared_ptr<const TopkImpl> owned_topk;    // and a top-k entry
   std::shared_ptr<const IndexerLogitsImpl> owned_indexer_logits;  // and an indexer logits entry (1.5)
   std::shared_ptr<const IndexerAppendImpl> owned_indexer_append;  // and an indexer append entry (1.5)
+  std::shared_ptr<const SparsePrefillImpl> owned_sparse_prefill;  // and a sparse prefill entry (1.5)
   // Whether it has the decode entry point (every registered decode kernel, fault kernel,
   // plug-in and Python kernel; a kernel of one of the other kinds has none).
   bool decodes() const { return !prefill && !merge && !topk && !indexer_append && !indexer_logits && !sparse_prefill; }
@@ -86,7 +87,8 @@ std::vector<std::pair<Implementation, reports::KernelReport>> external_entries(
     const Implementation& base, const reports::KernelReport& report, const std::optional<PrefillKernelInfo>& prefill,
     const std::optional<MergeKernelInfo>& merge, const std::optional<TopkKernelInfo>& topk,
     const std::optional<IndexerLogitsKernelInfo>& indexer_logits,
-    const std::optional<IndexerAppendKernelInfo>& indexer_append);
+    const std::optional<IndexerAppendKernelInfo>& indexer_append,
+    const std::optional<SparsePrefillKernelInfo>& sparse_prefill);
 
 // A case of the plan: the family as the certificate names it, the catalog file, the case.
 struct CaseRef {

@@ -14,8 +14,8 @@ kernel and writes nothing but the outputs (and a bounded message) back.
 
 A kernel may also have a prefill in the MHA form (`Prefill`), a merge of two attention states
 (`Merge`), V3.2's top-k over the indexer's logits (`Topk`), the indexer's logits themselves
-(`IndexerLogits`) and the append of its keys into their 132-byte cache (`IndexerAppend`; their
-docstrings have the signatures), each certified as an implementation of
+(`IndexerLogits`), the append of its keys into their 132-byte cache (`IndexerAppend`) and
+FlashMLA's sparse prefill (`SparsePrefill`; their docstrings have the signatures), each certified as an implementation of
 its own; a kernel without a decode leaves `decode` out.
 
 The one signature of a decode:
@@ -369,6 +369,50 @@ class IndexerAppend:
     fp32_scale_op: str = "divide"               # "divide" | "times_reciprocal"
 
 
+@dataclass(frozen=True)
+class SparsePrefillCall:
+    """What a sparse prefill is told besides its tensors (mla/core/sparse_prefill.hpp)."""
+
+    s_q: int
+    s_kv: int
+    heads: int
+    d_qk: int          # 576 or 512
+    topk: int
+    sm_scale: float
+    d_v: int = 512
+
+
+@dataclass(frozen=True)
+class SparsePrefill:
+    """FlashMLA's sparse prefill (flash_mla_sparse_fwd): its own implementation in the certificate.
+
+        sparse_prefill(q, kv, indices, attn_sink, topk_length, out, max_logits, lse, call) -> None
+
+        q            torch.bfloat16 [s_q, heads, d_qk]
+        kv           torch.bfloat16 [s_kv, d_qk] (one latent head)
+        indices      torch.int32    [s_q, topk]: an entry is a key when 0 <= idx < s_kv (and, with
+                                    topk_length, j < topk_length[i]); -1, INT32_MIN, s_kv,
+                                    INT32_MAX ... are none
+        attn_sink    torch.float32  [heads], or None; topk_length torch.int32 [s_q], or None
+        out          [s_q, heads, 512] of `out_dtype`: WRITE EVERY ELEMENT (0 for a row without keys)
+        max_logits   torch.float32  [s_q, heads]: WRITE EVERY ELEMENT (-inf without keys)
+        lse          torch.float32  [s_q, heads], natural log: WRITE EVERY ELEMENT (+inf without keys)
+        call         a `SparsePrefillCall`
+
+    With a sink, out shrinks by 1 / (1 + exp(sink - lse)); lse and max_logits stay the keys'."""
+
+    name: str                                   # [a-z0-9_]+, not another entry's
+    description: str
+    sparse_prefill: Callable
+    out_dtype: str = "bf16"                     # "f32" | "bf16"
+    precision: Optional[Precision] = None       # None: the class out_dtype implies
+    heads: Tuple[int, ...] = ()                 # empty: any (FlashMLA: 64, 128)
+    topk_multiple: int = 1                      # topk must be a multiple of it (FlashMLA: 64)
+    d_qks: Tuple[int, ...] = ()                 # empty: 576 and 512
+    sink: bool = True                           # takes attn_sink
+    topk_length: bool = True                    # takes topk_length
+
+
 def e4m3(t):
     """A uint8 tensor of e4m3 codes viewed as torch.float8_e4m3fn (no copy), or the tensor itself
     where this torch has no float8 dtype (torch < 2.1)."""
@@ -402,6 +446,8 @@ class Kernel:
     indexer_logits: Optional[IndexerLogits] = None
     # Optional: V3.2's indexer key cache append, certified as an implementation of its own.
     indexer_append: Optional[IndexerAppend] = None
+    # Optional: FlashMLA's sparse prefill, certified as an implementation of its own.
+    sparse_prefill: Optional[SparsePrefill] = None
 
 
 def describe(k: Kernel) -> dict:
@@ -460,6 +506,17 @@ def describe(k: Kernel) -> dict:
             "scale_fmts": list(k.indexer_append.scale_fmts),
             "block_sizes": list(k.indexer_append.block_sizes),
             "fp32_scale_op": k.indexer_append.fp32_scale_op,
+        },
+        "sparse_prefill": None if k.sparse_prefill is None else {
+            "name": k.sparse_prefill.name,
+            "description": k.sparse_prefill.description,
+            "out_dtype": k.sparse_prefill.out_dtype,
+            "precision": None if k.sparse_prefill.precision is None else dataclasses.asdict(k.sparse_prefill.precision),
+            "heads": list(k.sparse_prefill.heads),
+            "topk_multiple": k.sparse_prefill.topk_multiple,
+            "d_qks": list(k.sparse_prefill.d_qks),
+            "sink": k.sparse_prefill.sink,
+            "topk_length": k.sparse_prefill.topk_length,
         },
     }
 

@@ -418,7 +418,8 @@ def call(args):
 
 def call_entry(args, plan):
     """The calls of an entry-calls plan (certify/src/isolation/entry_calls.hpp): the kernel's
-    prefill, merge, top-k, indexer logits or indexer append, each call on its own outputs, stopping after each so the certifier
+    prefill, merge, top-k, indexer logits, indexer append or sparse prefill, each call on its own
+    outputs, stopping after each so the certifier
     can audit it."""
     mm, ctl = open_arena(plan)
     loaded = load_for_calls(args.spec, ctl)
@@ -426,7 +427,8 @@ def call_entry(args, plan):
         return 0
     torch, k = loaded
     entry = plan["entry"]
-    if getattr(k, entry, None) is None or entry not in ("prefill", "merge", "topk", "indexer_logits", "indexer_append"):
+    if getattr(k, entry, None) is None or entry not in ("prefill", "merge", "topk", "indexer_logits", "indexer_append",
+                                                        "sparse_prefill"):
         ctl.setup(STATE_ERROR, f"the certifier asks for the kernel's {entry} entry, which it does not have")
         return 0
     view = region_view(torch, mm, plan)
@@ -434,6 +436,20 @@ def call_entry(args, plan):
     cuda = k.backend == "cuda"
     if entry == "indexer_logits":
         return indexer_logits_calls(torch, ctl, plan, cuda, k.indexer_logits, view)
+    if entry == "sparse_prefill":
+        sp = k.sparse_prefill
+        s = a["shape"]
+        sq, skv, h, d, tk = s["s_q"], s["s_kv"], s["heads"], s["d_qk"], s["topk"]
+        info = mla_door.SparsePrefillCall(s_q=sq, s_kv=skv, heads=h, d_qk=d, topk=tk, sm_scale=a["sm_scale"])
+        inputs = [view(inp["q"], torch.bfloat16, (sq, h, d)), view(inp["kv"], torch.bfloat16, (skv, d)),
+                  view(inp["indices"], torch.int32, (sq, tk)),
+                  view(inp["attn_sink"], torch.float32, (h,)) if s["sink"] else None,
+                  view(inp["topk_length"], torch.int32, (sq,)) if s["topk_length"] else None]
+        out_dtype = torch.bfloat16 if sp.out_dtype == "bf16" else torch.float32
+        return make_entry_calls(torch, ctl, plan, cuda, lambda *t: sp.sparse_prefill(*t, info), inputs,
+                                lambda regions: [view(regions[0], out_dtype, (sq, h, 512)),
+                                                 view(regions[1], torch.float32, (sq, h)),
+                                                 view(regions[2], torch.float32, (sq, h))])
     if entry == "indexer_append":
         ia = k.indexer_append
         nt, nb, bs = a["num_tokens"], a["num_blocks"], a["block_size"]

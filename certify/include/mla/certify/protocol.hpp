@@ -18,6 +18,7 @@
 #include "mla/core/prefill_kernel.hpp"
 #include "mla/core/indexer_cache.hpp"
 #include "mla/core/indexer_logits.hpp"
+#include "mla/core/sparse_prefill.hpp"
 #include "mla/core/topk.hpp"
 #include "mla/plugin/host.hpp"
 
@@ -56,6 +57,7 @@ inline constexpr const char* kEntryMerge = "merge";
 inline constexpr const char* kEntryTopk = "topk";
 inline constexpr const char* kEntryIndexerLogits = "indexer_logits";
 inline constexpr const char* kEntryIndexerAppend = "indexer_append";
+inline constexpr const char* kEntrySparsePrefill = "sparse_prefill";
 inline constexpr const char* kPluginDescription = "plugin-description";
 inline constexpr const char* kClaimQuery = "claim-query";
 inline constexpr const char* kClaimAnswers = "claim-answers";
@@ -77,6 +79,7 @@ struct PluginDescription {
   std::optional<TopkKernelInfo> topk;                  // the 1.4 top-k entry, as validated
   std::optional<IndexerLogitsKernelInfo> indexer_logits;  // the 1.5 indexer logits entry, as validated
   std::optional<IndexerAppendKernelInfo> indexer_append;  // the 1.5 indexer append entry, as validated
+  std::optional<SparsePrefillKernelInfo> sparse_prefill;  // the 1.5 sparse prefill entry, as validated
 };
 wire::Message encode(const PluginDescription& d);
 PluginDescription decode_plugin_description(const wire::Message& m);

@@ -12,6 +12,7 @@
 
 #include "mla/core/indexer_cache.hpp"
 #include "mla/core/indexer_logits.hpp"
+#include "mla/core/sparse_prefill.hpp"
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
@@ -38,6 +39,9 @@ struct PythonDeclaration {
   // Its indexer append entry ("indexer_append": null or an object), the same way
   // (plugin::indexer_append_info_from).
   std::optional<IndexerAppendKernelInfo> indexer_append;
+  // Its sparse prefill entry ("sparse_prefill": null or an object), the same way
+  // (plugin::sparse_prefill_info_from).
+  std::optional<SparsePrefillKernelInfo> sparse_prefill;
 };
 
 // Throws mla::Error naming the field and its value ("declaration field 'caps.heads' range [0, 128]

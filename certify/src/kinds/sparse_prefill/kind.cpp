@@ -2,8 +2,9 @@
 // SparsePrefillImpl: FlashMLA's flash_mla_sparse_fwd) on calls drawn inside its claims at run time,
 // judged by judge_sparse_prefill against the fp64 oracle of the call (mla/ref/sparse_prefill.hpp,
 // computed here) with the bf16 pipeline as the ratio rule's reference. No stored family: the
-// oracle's result is the truth, and a drawn call cannot be learnt. Its kernels run in this
-// process.
+// oracle's result is the truth, and a drawn call cannot be learnt. Registered kernels run in this
+// process; an external kernel's entry (a plug-in's, ABI 1.5, or a Python kernel's) in a child on
+// shared buffers this process lays out and audits (isolation/entry_calls.hpp).
 //
 // The drawn calls (per the kernel's claims: its first claimed head count, else 16; topk a multiple
 // of its claim, at least 64; V3.2's softmax scale): every kind of entry that is no key (-1, other
@@ -19,6 +20,8 @@
 
 #include "kinds/drawn_kind.hpp"
 #include "kinds/kinds.hpp"
+#include "kinds/sparse_prefill/sparse_prefill_rows.hpp"
+#include "isolation/arena.hpp"
 #include "mla/core/config.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/core/presets.hpp"
@@ -28,8 +31,6 @@
 
 namespace mla::certify {
 namespace {
-
-inline constexpr const char* kFreshSparsePrefillFile = "fresh_sparse_prefill";
 
 struct DrawnSparsePrefill {
   std::string name, description;
@@ -106,6 +107,36 @@ std::vector<DrawnSparsePrefill> draw_cases(uint64_t seed, const SparsePrefillKer
   return out;
 }
 
+// The calls of an external kernel's sparse prefill in a child: call 1's outputs, widened.
+InProcessRun<SparsePrefillOutputs> run_in_child(Session& s, const Implementation& k, const SparsePrefillInputs& in,
+                                                const std::string& tag, bool& host_caused) {
+  const auto& sh = in.shape;
+  const OutDType dtype = k.sparse_prefill->info().out_dtype;
+  const std::size_t vb = dtype == OutDType::bf16 ? 2 : 4;
+  const auto n_out = static_cast<std::size_t>(sh.s_q * sh.heads * kSparsePrefillDv);
+  const auto n_row = static_cast<std::size_t>(sh.s_q * sh.heads);
+  EntryCalls plan;
+  plan.entry = kEntrySparsePrefill;
+  plan.inputs = {{"q", raw_bytes(in.q), false, 2}, {"kv", raw_bytes(in.kv), false, 2}, {"indices", raw_bytes(in.indices), false, 4}};
+  if (sh.sink) plan.inputs.push_back({"attn_sink", raw_bytes(in.attn_sink), false, 4});
+  if (sh.topk_length) plan.inputs.push_back({"topk_length", raw_bytes(in.topk_length), false, 4});
+  plan.per_call = {{"out", {}, false, vb, std::max<std::size_t>(n_out * vb, 1)},
+                   {"max_logits", {}, false, 4, std::max<std::size_t>(n_row * 4, 1)},
+                   {"lse", {}, false, 4, std::max<std::size_t>(n_row * 4, 1)}};
+  plan.args = {{"shape",
+                {{"s_q", sh.s_q}, {"s_kv", sh.s_kv}, {"heads", sh.heads}, {"d_qk", sh.d_qk}, {"topk", sh.topk},
+                 {"sink", sh.sink}, {"topk_length", sh.topk_length}}},
+               {"sm_scale", in.sm_scale}};
+  return external_run<SparsePrefillOutputs>(run_entry_in_child(s, k, plan, tag), host_caused, [&](const auto& b) {
+    SparsePrefillOutputs o;
+    o.dtype = dtype;
+    o.out = widen_values({b[0].data(), n_out * vb}, static_cast<int>(vb));
+    o.max_logits = widen_values({b[1].data(), n_row * 4}, 4);
+    o.lse = widen_values({b[2].data(), n_row * 4}, 4);
+    return o;
+  });
+}
+
 reports::CaseResult sparse_row(Session& s, const Implementation& k, const DrawnSparsePrefill& c) {
   auto r = drawn_row(s, kFreshSparsePrefillFile, c.name, c.description);
   const auto in = c.inputs.view();
@@ -119,13 +150,22 @@ reports::CaseResult sparse_row(Session& s, const Implementation& k, const DrawnS
     return r;
   }
   if (!claimed_with_cost(r, impl, sh, in)) return r;
-  auto run = call_in_process<PreparedSparsePrefill, SparsePrefillOutputs>(
-      [&] { return impl.prepare(in); }, in_process_calls(s), [&] {
-        std::string d;
-        add_digest(d, in.q), add_digest(d, in.kv), add_digest(d, in.indices), add_digest(d, in.attn_sink);
-        add_digest(d, in.topk_length);
-        return d;
-      });
+  bool host_caused = false;
+  auto run = k.external
+                 ? run_in_child(s, k, in, fmt::format("sparse-prefill-{}-{:x}", k.info.name, hash_text(0, c.name)),
+                                host_caused)
+                 : call_in_process<PreparedSparsePrefill, SparsePrefillOutputs>(
+                       [&] { return impl.prepare(in); }, in_process_calls(s), [&] {
+                         std::string d;
+                         add_digest(d, in.q), add_digest(d, in.kv), add_digest(d, in.indices);
+                         add_digest(d, in.attn_sink), add_digest(d, in.topk_length);
+                         return d;
+                       });
+  if (host_caused) {
+    r.verdict = tol::Verdict::host_error;
+    r.reasons.push_back(run.message);
+    return r;
+  }
   judge_in_process<SparsePrefillOutputs>(r, run, [&](reports::CaseResult& row) {
     const auto& info = impl.info();
     const auto truth = ref::sparse_prefill_fp64(in);
@@ -154,6 +194,11 @@ class SparsePrefillKind final : public DrawnOnlyKind {
 };
 
 }  // namespace
+
+std::shared_ptr<const SparsePrefillImpl> external_sparse_prefill(SparsePrefillKernelInfo info) {
+  return std::make_shared<ExternalEntry<SparsePrefillImpl, SparsePrefillKernelInfo, PreparedSparsePrefill, SparsePrefillInputs>>(
+      std::move(info));
+}
 
 const CaseKind& sparse_prefill_kind() {
   static const SparsePrefillKind kind;

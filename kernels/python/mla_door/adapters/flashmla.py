@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Optional
 
 import mla_door
-from mla_door.adapters import availability, open_library
+from mla_door.adapters import availability, open_library, takes_argument
 from mla_door import D_V
 
 NAME = "flashmla"
@@ -90,3 +90,42 @@ def kernel() -> mla_door.Kernel:
     """`mla certify --python mla_door.adapters.flashmla:kernel`: the installed flash_mla."""
     return make()
 
+
+
+def make_sparse_prefill(lib=None, name: Optional[str] = None) -> mla_door.Kernel:
+    """FlashMLA's sparse prefill, `flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v, attn_sink,
+    topk_length)`, as a kernel of that entry alone: kv handed over as FlashMLA's [s_kv, 1, d_qk] and
+    indices as [s_q, 1, topk]; out bf16, max_logits and a natural-log lse [s_q, h] as it returns
+    them. It claims what FlashMLA states: 64 or 128 heads, topk a multiple of 64; the sink and
+    topk_length where this version of the function takes them (older ones had neither)."""
+    lib, why_not, backend, version = open_library(lib, "flash_mla")
+    name = name or "flashmla_sparse_prefill"
+    fwd = getattr(lib, "flash_mla_sparse_fwd", None) if lib is not None else None
+    if lib is not None and fwd is None and why_not is None:
+        why_not = f"flash_mla {version} has no flash_mla_sparse_fwd"
+    sink = fwd is not None and takes_argument(fwd, "attn_sink")
+    length = fwd is not None and takes_argument(fwd, "topk_length")
+
+    def sparse_prefill(q, kv, indices, attn_sink, topk_length, out, max_logits, lse, call) -> None:
+        extra = {}
+        if attn_sink is not None:
+            extra["attn_sink"] = attn_sink
+        if topk_length is not None:
+            extra["topk_length"] = topk_length
+        o, m, l = fwd(q, kv.unsqueeze(1), indices.unsqueeze(1), call.sm_scale, call.d_v, **extra)
+        out.copy_(o)
+        max_logits.copy_(m)
+        lse.copy_(l)
+
+    return mla_door.Kernel(
+        name=name, version=version, description=f"FlashMLA flash_mla_sparse_fwd (flash_mla {version})", backend=backend,
+        sparse_prefill=mla_door.SparsePrefill(
+            name=name, description="FlashMLA sparse prefill: natural-log lse [s_q, h], bf16 out",
+            sparse_prefill=sparse_prefill, out_dtype="bf16", precision=mla_door.Precision(operands="bf16", accumulate="f32"),
+            heads=SPARSE_HEADS, topk_multiple=SPARSE_TOPK_MULTIPLE, sink=sink, topk_length=length),
+        unavailable=availability(why_not, backend, "flash_mla"))
+
+
+def sparse_prefill() -> mla_door.Kernel:
+    """`mla certify --python mla_door.adapters.flashmla:sparse_prefill`: the installed flash_mla's."""
+    return make_sparse_prefill()

@@ -23,6 +23,7 @@
 #include "mla/core/prefill_kernel.hpp"
 #include "mla/core/indexer_cache.hpp"
 #include "mla/core/indexer_logits.hpp"
+#include "mla/core/sparse_prefill.hpp"
 #include "mla/core/topk.hpp"
 #include "mla/plugin/mla_plugin.h"
 
@@ -90,6 +91,9 @@ class Library {
   // The indexer append entry (1.5), the same way.
   const std::optional<IndexerAppendKernelInfo>& indexer_append_info() const { return indexer_append_info_; }
   mla_plugin_indexer_append_fn indexer_append() const { return indexer_append_; }
+  // The sparse prefill entry (1.5), the same way.
+  const std::optional<SparsePrefillKernelInfo>& sparse_prefill_info() const { return sparse_prefill_info_; }
+  mla_plugin_sparse_prefill_fn sparse_prefill() const { return sparse_prefill_; }
 
   // The plug-in's own answer on a shape and its lengths (can_implement; a 1.2 plug-in does not
   // read the lengths): ok, or unsupported with its reason,
@@ -124,6 +128,8 @@ class Library {
   mla_plugin_indexer_logits_fn indexer_logits_ = nullptr;
   std::optional<IndexerAppendKernelInfo> indexer_append_info_;
   mla_plugin_indexer_append_fn indexer_append_ = nullptr;
+  std::optional<SparsePrefillKernelInfo> sparse_prefill_info_;
+  mla_plugin_sparse_prefill_fn sparse_prefill_ = nullptr;
 };
 
 // The prefill entry's claims, conventions and precision class in the prefill kind's terms.
@@ -138,6 +144,8 @@ IndexerLogitsKernelInfo indexer_logits_info_from(const mla_plugin_indexer_logits
 // The indexer append entry's claims and declared scale operation in the indexer_append kind's
 // terms; the same.
 IndexerAppendKernelInfo indexer_append_info_from(const mla_plugin_indexer_append_entry& e);
+// The sparse prefill entry's claims and precision class in the sparse_prefill kind's terms; the same.
+SparsePrefillKernelInfo sparse_prefill_info_from(const mla_plugin_sparse_prefill_entry& e);
 
 // One append call's scalars, in the C ABI's terms.
 struct AppendCallShape {
@@ -215,6 +223,13 @@ int32_t call_indexer_append(const Library& lib, const IndexerAppendShape& shape,
                             std::span<const int64_t> slot_mapping, std::span<uint8_t> cache, char* error,
                             std::size_t error_size, std::vector<std::string>* device_findings,
                             mla_plugin_indexer_append_fn fn = nullptr);
+
+// One sparse prefill call (1.5) on buffers the caller owns and audits, as call_prefill; `out` in
+// the entry's out_dtype, `max_logits` and `lse` float32 [s_q, heads].
+int32_t call_sparse_prefill(const Library& lib, const SparsePrefillInputs& in, void* out, std::size_t out_bytes,
+                            float* max_logits, std::size_t max_logits_bytes, float* lse, std::size_t lse_bytes,
+                            char* error, std::size_t error_size, std::vector<std::string>* device_findings,
+                            mla_plugin_sparse_prefill_fn fn = nullptr);
 
 // The canary byte at offset `i` of a device buffer's guard region: varied, so that no single
 // written value (0, a NaN pattern, 0xFF) can match a run of it by accident.

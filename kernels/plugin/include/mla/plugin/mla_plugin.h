@@ -1,6 +1,6 @@
 /* mla_plugin.h — the C ABI of an external MLA kernel: attention-core decode, cache append and
  * (from 1.4) prefill in the MHA form, the merge of attention states and the indexer's top-k,
- * (from 1.5) the indexer's logits and its cache append; version 1.5.
+ * (from 1.5) the indexer's logits and its cache append and FlashMLA's sparse prefill; version 1.5.
  *
  * A plug-in is a shared library that exports one function, mla_plugin_get_descriptor, returning
  * a descriptor: who it is (name, version), what it claims to support (cache formats, head and
@@ -65,8 +65,9 @@
  * Revision 1.5 adds V3.2's lightning indexer: its LOGITS (mla/core/indexer_logits.hpp; what
  * DeepGEMM's fp8_paged_mqa_logits and fp8_mqa_logits compute) and the APPEND of its keys into the
  * paged 132-byte cache (mla/core/indexer_cache.hpp; vLLM's indexer_k_quant_and_cache): an
- * `mla_plugin_indexer_logits_entry` and an `mla_plugin_indexer_append_entry`, entries of the same
- * kind as 1.4's, either of which may also be a library's only one.
+ * `mla_plugin_indexer_logits_entry` and an `mla_plugin_indexer_append_entry`; and FlashMLA's SPARSE
+ * PREFILL (mla/core/sparse_prefill.hpp; flash_mla_sparse_fwd): an `mla_plugin_sparse_prefill_entry`.
+ * Entries of the same kind as 1.4's, any of which may also be a library's only one.
  *
  * Data layouts are those of fixtures/SCHEMA.md and of mla::AttnInputs: a bf16 absorbed query, a
  * paged latent cache (bf16: 576 bf16 values per token; fp8: the 656-byte V3.2 token), a block
@@ -88,7 +89,8 @@ extern "C" {
 #define MLA_PLUGIN_ABI_MINOR 5u /* 1.1: append entry point, device memory flag; 1.2: conventions,
                                    precision class, FP8 recipes, can_implement; 1.3: lengths in
                                    can_implement's shape; 1.4: the prefill, merge and top-k entries;
-                                   1.5: the indexer logits and indexer append entries */
+                                   1.5: the indexer logits, indexer append and sparse prefill
+                                   entries */
 #define MLA_PLUGIN_ENTRY_SYMBOL "mla_plugin_get_descriptor"
 
 /* Cache formats (bit mask in capabilities, a single bit in decode arguments). */
@@ -533,6 +535,55 @@ typedef struct mla_plugin_indexer_append_entry {
   mla_plugin_indexer_append_fn indexer_append; /* required */
 } mla_plugin_indexer_append_entry;
 
+/* ---- 1.5: FlashMLA's sparse prefill (flash_mla_sparse_fwd) ----------------------------------------
+ *
+ * q [s_q, heads, d_qk] bf16, kv [s_kv, d_qk] bf16 (one latent head), indices [s_q, topk] int32:
+ * entry j of row i is a key when 0 <= idx < s_kv and, with topk_length, j < topk_length[i]; any
+ * other value (-1, INT32_MIN, s_kv, INT32_MAX ...) is none, skipped. Scores over all d_qk dims
+ * times softmax_scale; V the first d_v (512) columns of the same rows. Writes out [s_q, heads,
+ * d_v], max_logits [s_q, heads] (-inf: no key) and lse [s_q, heads] (natural log, +inf: no key);
+ * with attn_sink [heads], out shrinks by 1 / (1 + exp(sink - lse)) and lse stays the keys'. A row
+ * with no key: out 0. No conventions to declare: these are FlashMLA's. */
+
+#define MLA_PLUGIN_SPARSE_DQK_576 0x1u /* latent 512 and rope 64 */
+#define MLA_PLUGIN_SPARSE_DQK_512 0x2u /* latent only */
+
+typedef struct mla_plugin_sparse_prefill_args {
+  uint32_t struct_size; /* sizeof(mla_plugin_sparse_prefill_args) as the host compiled it */
+  int64_t s_q, s_kv;
+  int32_t heads, d_qk, d_v, topk;
+  double softmax_scale;
+  const uint16_t* q;           /* [s_q, heads, d_qk] bf16 bits */
+  const uint16_t* kv;          /* [s_kv, d_qk] bf16 bits */
+  const int32_t* indices;      /* [s_q, topk] */
+  const float* attn_sink;      /* [heads], or NULL */
+  const int32_t* topk_length;  /* [s_q], or NULL */
+  void* out;                   /* [s_q, heads, d_v]: float32, or bf16 bits, per out_dtype: write every element */
+  float* max_logits;           /* [s_q, heads]: write every element */
+  float* lse;                  /* [s_q, heads]: write every element */
+  void* stream;                /* as in mla_plugin_decode_args */
+} mla_plugin_sparse_prefill_args;
+
+typedef int32_t (*mla_plugin_sparse_prefill_fn)(const mla_plugin_sparse_prefill_args* args, char* error,
+                                                size_t error_size);
+
+/* The sparse prefill entry (1.5): its own implementation in the certificate. */
+typedef struct mla_plugin_sparse_prefill_entry {
+  uint32_t struct_size; /* sizeof(mla_plugin_sparse_prefill_entry) as the plug-in compiled it */
+  const char* name;     /* [a-z0-9_]+, unlike every other entry's */
+  const char* description;
+  int32_t out_dtype;    /* MLA_PLUGIN_OUT_F32 or MLA_PLUGIN_OUT_BF16 */
+  uint32_t operand_precision; /* MLA_PLUGIN_PRECISION_*; UNDECLARED in both or in neither */
+  uint32_t accum_precision;
+  int32_t num_heads;    /* 0: any head count; else the first num_heads entries (FlashMLA: 64, 128) */
+  int32_t heads[MLA_PLUGIN_MAX_HEAD_COUNTS];
+  int32_t topk_multiple; /* >= 1: topk must be a multiple of it (FlashMLA: 64 or 128) */
+  uint32_t d_qks;       /* MLA_PLUGIN_SPARSE_DQK_* bits; 0: both */
+  uint32_t takes_sink;        /* 0 or 1 */
+  uint32_t takes_topk_length; /* 0 or 1 */
+  mla_plugin_sparse_prefill_fn sparse_prefill; /* required */
+} mla_plugin_sparse_prefill_entry;
+
 /* Returns MLA_PLUGIN_OK, or another code with a NUL-terminated message in error[0..error_size). */
 typedef int32_t (*mla_plugin_decode_fn)(const mla_plugin_decode_args* args, char* error, size_t error_size);
 
@@ -585,6 +636,7 @@ typedef struct mla_plugin_descriptor {
   /* ---- 1.5 (read only when struct_size covers it; NULL: no such entry) ---- */
   const mla_plugin_indexer_logits_entry* indexer_logits; /* optional; valid while the library is loaded */
   const mla_plugin_indexer_append_entry* indexer_append; /* optional; valid while the library is loaded */
+  const mla_plugin_sparse_prefill_entry* sparse_prefill; /* optional; valid while the library is loaded */
 } mla_plugin_descriptor;
 
 /* Whether a struct whose struct_size is `size` contains `field` entirely. */
@@ -601,6 +653,8 @@ typedef struct mla_plugin_descriptor {
 #define MLA_PLUGIN_TOPK_ENTRY_V1_4_SIZE (offsetof(mla_plugin_topk_entry, topk) + sizeof(mla_plugin_topk_fn))
 #define MLA_PLUGIN_INDEXER_LOGITS_ENTRY_V1_5_SIZE \
   (offsetof(mla_plugin_indexer_logits_entry, indexer_logits) + sizeof(mla_plugin_indexer_logits_fn))
+#define MLA_PLUGIN_SPARSE_PREFILL_ENTRY_V1_5_SIZE \
+  (offsetof(mla_plugin_sparse_prefill_entry, sparse_prefill) + sizeof(mla_plugin_sparse_prefill_fn))
 #define MLA_PLUGIN_INDEXER_APPEND_ENTRY_V1_5_SIZE \
   (offsetof(mla_plugin_indexer_append_entry, indexer_append) + sizeof(mla_plugin_indexer_append_fn))
 

@@ -433,6 +433,39 @@ TEST(PluginIndexerAppend, VllmsRecipeIsGreenAndEachWrongWriteIsRedOnEveryDrawnAp
   }
 }
 
+// ---- sparse prefill (1.5) --------------------------------------------------------------------------
+
+TEST(PluginSparsePrefill, TheTemplatesSparsePrefillIsGreenAndEachPlantedBugRedOnEveryDrawnCall) {
+  TempDir tmp;
+  auto o = in_process_options(tmp.path() / "out", {}, {"fresh"});
+  for (const auto* p : {MLA_PLUGIN_GOOD_SPARSE_PREFILL, MLA_PLUGIN_SPARSE_PREFILL_MINUS_ONE_AS_ZERO,
+                        MLA_PLUGIN_SPARSE_PREFILL_LSE_LOG2}) {
+    o.plugins.emplace_back(p);
+  }
+  const auto cert = certify_here(o);
+  ASSERT_EQ(cert.at("kernels").size(), 3u) << "sparse-prefill-only libraries: one implementation each";
+  const auto& good = kernel(cert, "good_sparse_prefill");
+  EXPECT_EQ(good.at("kinds"), json::array({"sparse_prefill"}));
+  EXPECT_EQ(good.at("origin").at("entry"), "sparse_prefill");
+  EXPECT_EQ(good.at("origin").at("isolation"), "child_per_case");
+  ASSERT_EQ(good.at("cases").size(), 3u) << "the plain call, the one with a sink and topk_length, the 512-wide one";
+  for (const auto& row : good.at("cases")) {
+    EXPECT_EQ(row.at("verdict"), "PASS") << row.at("case") << ": " << reasons(row);
+    EXPECT_EQ(row.at("max_logits").at("tolerance"), "sparse_prefill.max_logits.f32") << "written as float32";
+  }
+  // Every drawn call has -1 entries in rows that do not name position 0, and rows with keys.
+  const std::vector<std::pair<std::string, std::string>> bugs = {{"sparse_prefill_minus_one_as_zero", "out: "},
+                                                                 {"sparse_prefill_lse_log2", "lse: "}};
+  for (const auto& [name, words] : bugs) {
+    const auto& k = kernel(cert, name);
+    ASSERT_EQ(k.at("cases").size(), 3u) << name;
+    for (const auto& row : k.at("cases")) {
+      EXPECT_EQ(row.at("verdict"), "FAIL") << name << " " << row.at("case") << ": " << reasons(row);
+      EXPECT_TRUE(has_reason(row, words)) << name << " " << row.at("case") << ": " << reasons(row);
+    }
+  }
+}
+
 // validate_descriptor of `good` with its `member` entry replaced by a copy that `change` altered
 // (the descriptor too, when it changes that): a refusal naming `words`.
 template <class Entry>
@@ -472,7 +505,7 @@ TEST(PluginPrefill, AnEntryThatBreaksARuleIsRefusedNamingTheField) {
   refused([](auto&, auto& e) { e.prefill = nullptr; }, "no prefill entry point");
   refused([](auto& d, auto& e) {
             d.decode = nullptr, d.prefill = nullptr, d.merge = nullptr, d.topk = nullptr, d.indexer_logits = nullptr;
-            d.indexer_append = nullptr;
+            d.indexer_append = nullptr, d.sparse_prefill = nullptr;
             (void)e;
           },
           "no decode entry point");
@@ -539,6 +572,22 @@ TEST(PluginPrefill, AnEntryThatBreaksARuleIsRefusedNamingTheField) {
   append_refused([](auto& e) { e.num_block_sizes = 99; }, "indexer_append.num_block_sizes 99");
   append_refused([](auto& e) { e.num_block_sizes = 1, e.block_sizes[0] = 0; }, "indexer_append.block_sizes[0] = 0");
   append_refused([](auto& e) { e.indexer_append = nullptr; }, "no indexer_append entry point");
+  // The sparse prefill entry's rules (1.5).
+  ASSERT_NE(good.sparse_prefill, nullptr);
+  const auto sparse_refused = [&](const std::function<void(mla_plugin_sparse_prefill_entry&)>& change,
+                                  const std::string& words) {
+    expect_refused<mla_plugin_sparse_prefill_entry>(good, &mla_plugin_descriptor::sparse_prefill,
+                                                    [&](auto&, auto& e) { change(e); }, words);
+  };
+  sparse_refused([](auto& e) { e.struct_size = 4; }, "sparse prefill entry struct_size 4");
+  sparse_refused([](auto& e) { e.name = "good_append_merge"; }, "sparse prefill entry name 'good_append_merge' is another entry's");
+  sparse_refused([](auto& e) { e.out_dtype = 9; }, "sparse_prefill.out_dtype 9");
+  sparse_refused([](auto& e) { e.accum_precision = MLA_PLUGIN_PRECISION_UNDECLARED; }, "must both be declared");
+  sparse_refused([](auto& e) { e.num_heads = 1, e.heads[0] = 0; }, "sparse_prefill.heads[0] = 0");
+  sparse_refused([](auto& e) { e.topk_multiple = 0; }, "sparse_prefill.topk_multiple 0");
+  sparse_refused([](auto& e) { e.d_qks = 0x4; }, "sparse_prefill.d_qks 0x4");
+  sparse_refused([](auto& e) { e.takes_sink = 2; }, "sparse_prefill.takes_sink 2");
+  sparse_refused([](auto& e) { e.sparse_prefill = nullptr; }, "no sparse_prefill entry point");
   // Without a decode, the decode's claims are not looked at.
   mla_plugin_descriptor d = good;
   d.decode = nullptr;

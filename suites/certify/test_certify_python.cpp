@@ -355,6 +355,33 @@ TEST_F(CertifyPython, DeepGemmIndexerLogitsCertifyThroughTheDoorAndTheirBugsAreR
             "outside the row's valid range");
 }
 
+// FlashMLA's flash_mla_sparse_fwd (mla_door.adapters.flashmla:sparse_prefill) over its CPU stand-in:
+// green on every drawn call (its bf16 arithmetic under the decode entries and their ratio rule),
+// each bug red on every one, for the comparison that shows it.
+TEST_F(CertifyPython, FlashMlaSparsePrefillCertifiesThroughTheDoorAndItsBugsAreRed) {
+  const auto t = kExamples / "flashmla_cpu.py";
+  std::string args = " --family fresh";
+  for (const char* a : {"SPARSE_PREFILL", "BUG_SPARSE_MINUS_ONE_AS_ZERO", "BUG_SPARSE_LSE_BASE2"}) {
+    args += " --python " + quote(t.string() + ":" + a);
+  }
+  const auto r = certify(args, torch_path());
+  ASSERT_EQ(r.status, 1) << r.output;
+  const auto& k = kernel(r, "flashmla_sparse_prefill_cpu_standin");
+  EXPECT_EQ(k.at("kinds"), json::array({"sparse_prefill"}));
+  EXPECT_EQ(k.at("origin").at("capabilities").at("heads"), json::array({64, 128}));
+  ASSERT_EQ(k.at("cases").size(), 3u);
+  for (const auto& c : k.at("cases")) EXPECT_EQ(c.at("verdict"), "PASS") << c.at("case") << ": " << reasons(c);
+  for (const auto& [name, words] : std::vector<std::pair<std::string, std::string>>{
+           {"flashmla_sparse_prefill_cpu_bug_minus_one_as_zero", "out: "}, {"flashmla_sparse_prefill_cpu_bug_lse_base2", "lse: "}}) {
+    const auto& b = kernel(r, name);
+    ASSERT_EQ(b.at("cases").size(), 3u) << name;
+    for (const auto& c : b.at("cases")) {
+      EXPECT_EQ(c.at("verdict"), "FAIL") << name << " " << c.at("case") << ": " << reasons(c);
+      EXPECT_NE(reasons(c).find(words), std::string::npos) << name << " " << c.at("case") << ": " << reasons(c);
+    }
+  }
+}
+
 // vLLM's indexer_k_quant_and_cache (mla_door.adapters.vllm_indexer_cache) over its CPU stand-in:
 // byte for byte the C++ oracle's cache on every drawn ue8m0 append (the format it claims), and each
 // wrong write red on every one (each drawn append has skipped tokens, keys under the clamp and
@@ -652,6 +679,26 @@ TEST(PythonDeclaration, EveryRuleOfACDescriptorNamesTheFieldItRefuses) {
   bad_prefill.push_back({with_append("/scale_fmts", json::array()), "indexer_append.scale_fmts 0x0"});
   bad_prefill.push_back({with_append("/fp32_scale_op", "multiply"), "'indexer_append.fp32_scale_op' is 'multiply'"});
   bad_prefill.push_back({with_append("/block_sizes", {-1}), "'indexer_append.block_sizes[0]' = -1"});
+  // The sparse prefill entry (mla_door.SparsePrefill).
+  auto only_sparse = declaration();
+  only_sparse["decode"] = false;
+  only_sparse["sparse_prefill"] = {{"name", "k_sparse"},    {"description", "sparse prefill"}, {"out_dtype", "bf16"},
+                                   {"precision", nullptr},  {"heads", {64, 128}},             {"topk_multiple", 64},
+                                   {"d_qks", {576}},        {"sink", true},                   {"topk_length", false}};
+  const auto so = validate_python_declaration(only_sparse);
+  ASSERT_TRUE(so.sparse_prefill.has_value());
+  EXPECT_EQ(so.sparse_prefill->topk_multiple, 64);
+  EXPECT_EQ(so.sparse_prefill->d_qks, std::vector<int>{576});
+  EXPECT_FALSE(so.sparse_prefill->topk_length);
+  const auto with_sparse = [&](const char* pointer, json v) {
+    auto j = only_sparse;
+    j["sparse_prefill"][json::json_pointer(pointer)] = std::move(v);
+    return j;
+  };
+  bad_prefill.push_back({with_sparse("/d_qks", {192}), "'sparse_prefill.d_qks' holds 192, not 576 or 512"});
+  bad_prefill.push_back({with_sparse("/topk_multiple", 0), "sparse_prefill.topk_multiple 0 is below 1"});
+  bad_prefill.push_back({with_sparse("/out_dtype", "f16"), "'sparse_prefill.out_dtype' is 'f16'"});
+  bad_prefill.push_back({with_sparse("/precision", json{{"operands", "bf16"}, {"accumulate", "bf16"}}), "precision class"});
   auto clash = only_logits;
   clash["decode"] = true;
   clash["indexer_logits"]["name"] = clash["name"];

@@ -453,7 +453,8 @@ TEST(FreshAppend, CorrectAppendsAreGreenAndEachAppendBugRedWhereItShows) {
   // good_append is the plug-in template: its prefill, merge, top-k and indexer entries are
   // implementations too, with no rows of the MLA cache append.
   const std::set<std::string> other_entries{"good_append_prefill", "good_append_merge", "good_append_topk",
-                                            "good_append_indexer_logits", "good_append_indexer_append"};
+                                            "good_append_indexer_logits", "good_append_indexer_append",
+                                            "good_append_sparse_prefill"};
   ASSERT_EQ(cert.kernels.size(), 4u + other_entries.size());
   for (const auto& k : cert.kernels) {
     if (other_entries.count(k.name)) {

@@ -63,6 +63,8 @@ enum class Fault {
   indexer_append_scale_after_each_token,  // indexer append: each token as [128 codes | scale], not the block's scale area
   indexer_append_clamp_after_divide,      // indexer append: max(amax / 448, 1e-4) instead of max(amax, 1e-4) / 448
   indexer_append_writes_skipped_slots,    // indexer append: a negative slot written from the cache's end
+  sparse_prefill_minus_one_as_zero,       // sparse prefill: a -1 entry gathered as position 0
+  sparse_prefill_lse_log2,                // sparse prefill: lse in base 2, undeclared
 };
 
 struct Variant {
@@ -88,6 +90,7 @@ struct Variant {
   bool relative;          // top-k: indices relative to the row's start, declared
   bool indexer_logits;    // an indexer-logits-only library (ABI 1.5): no decode, the entry under its name
   bool indexer_append;    // an indexer-append-only library (ABI 1.5): the same
+  bool sparse_prefill;    // a sparse-prefill-only library (ABI 1.5): the same
 };
 
 constexpr Variant kV{MLA_VARIANT_NAME,         Fault::MLA_VARIANT_FAULT,      MLA_VARIANT_OUT_BF16,
@@ -97,7 +100,7 @@ constexpr Variant kV{MLA_VARIANT_NAME,         Fault::MLA_VARIANT_FAULT,      ML
                      MLA_VARIANT_FLASHMLA_SHAPED, MLA_VARIANT_CAN_IMPLEMENT, MLA_VARIANT_BROKEN_CAN_IMPLEMENT,
                      MLA_VARIANT_DEVICE_MEMORY,  MLA_VARIANT_PREFILL,           MLA_VARIANT_MERGE,
                      MLA_VARIANT_TOPK,         MLA_VARIANT_RELATIVE,          MLA_VARIANT_INDEXER_LOGITS,
-                     MLA_VARIANT_INDEXER_APPEND};
+                     MLA_VARIANT_INDEXER_APPEND,    MLA_VARIANT_SPARSE_PREFILL};
 constexpr bool is(Fault f) { return kV.fault == f; }
 constexpr bool kSteals = is(Fault::reads_catalog) || is(Fault::refuses_unknown) || is(Fault::hides_overflow);
 
@@ -505,6 +508,23 @@ mla_plugin_indexer_logits_entry variant_indexer_logits_entry() {
 }
 const mla_plugin_indexer_logits_entry kVariantIndexerLogits = variant_indexer_logits_entry();
 
+// ---- sparse prefill -----------------------------------------------------------------------------
+constexpr SparsePrefillDeparture kSparseDeparture{is(Fault::sparse_prefill_minus_one_as_zero),
+                                                  is(Fault::sparse_prefill_lse_log2)};
+
+int32_t sparse_prefill_variant(const mla_plugin_sparse_prefill_args* args, char* error, size_t error_size) {
+  return sparse_prefill_with(args, kSparseDeparture, error, error_size);
+}
+
+mla_plugin_sparse_prefill_entry variant_sparse_prefill_entry() {
+  mla_plugin_sparse_prefill_entry e = make_sparse_prefill_entry();
+  e.name = kV.name;
+  e.description = "example plug-in sparse prefill: float64, " MLA_VARIANT_NAME;
+  e.sparse_prefill = sparse_prefill_variant;
+  return e;
+}
+const mla_plugin_sparse_prefill_entry kVariantSparsePrefill = variant_sparse_prefill_entry();
+
 // ---- indexer append -----------------------------------------------------------------------------
 constexpr IndexerAppendDeparture kIndexerAppendDeparture{is(Fault::indexer_append_scale_after_each_token),
                                                          is(Fault::indexer_append_clamp_after_divide),
@@ -571,6 +591,11 @@ mla_plugin_descriptor variant_descriptor() {
   d.topk = nullptr;
   d.indexer_logits = nullptr;
   d.indexer_append = nullptr;
+  d.sparse_prefill = nullptr;
+  if (kV.sparse_prefill) {
+    d.decode = nullptr;
+    d.sparse_prefill = &kVariantSparsePrefill;
+  }
   if (kV.indexer_append) {
     d.decode = nullptr;
     d.indexer_append = &kVariantIndexerAppend;

@@ -618,6 +618,93 @@ mla_plugin_indexer_append_entry make_indexer_append_entry() {
 }
 const mla_plugin_indexer_append_entry kIndexerAppendEntry = make_indexer_append_entry();
 
+// ---- sparse prefill (ABI 1.5): FlashMLA's flash_mla_sparse_fwd --------------------------------
+
+// Where a variant of this template departs from the right sparse prefill (kernels/faults/plugins).
+struct SparsePrefillDeparture {
+  bool minus_one_as_zero = false;  // a -1 entry gathered as position 0
+  bool lse_log2 = false;           // lse in base 2, undeclared
+};
+
+// Each row's keys gathered in index order, float64 scores of the exact bf16 values, a float64
+// softmax with the sink in its denominator; out, max_logits and lse rounded once to float32.
+int32_t sparse_prefill_with(const mla_plugin_sparse_prefill_args* args, const SparsePrefillDeparture& dep, char* error,
+                            size_t error_size) {
+  if (!args || args->struct_size < sizeof(mla_plugin_sparse_prefill_args)) {
+    std::snprintf(error, error_size, "sparse prefill arguments from an older host ABI");
+    return MLA_PLUGIN_ERROR;
+  }
+  const mla_plugin_sparse_prefill_args& a = *args;
+  float* out = static_cast<float*>(a.out);
+  std::vector<int64_t> keys;
+  std::vector<double> s, acc(static_cast<std::size_t>(a.d_v));
+  for (int64_t i = 0; i < a.s_q; ++i) {
+    keys.clear();
+    for (int32_t j = 0; j < a.topk; ++j) {
+      int64_t idx = a.indices[i * a.topk + j];
+      if (dep.minus_one_as_zero && idx == -1) idx = 0;
+      const bool in_length = !a.topk_length || j < a.topk_length[i];
+      if (idx >= 0 && idx < a.s_kv && in_length && std::find(keys.begin(), keys.end(), idx) == keys.end()) keys.push_back(idx);
+    }
+    for (int32_t h = 0; h < a.heads; ++h) {
+      const uint16_t* q = a.q + (i * a.heads + h) * a.d_qk;
+      const int64_t row = i * a.heads + h;
+      float* o = out + row * a.d_v;
+      if (keys.empty()) {
+        for (int32_t d = 0; d < a.d_v; ++d) o[d] = 0.0f;
+        a.max_logits[row] = -INFINITY;
+        a.lse[row] = INFINITY;
+        continue;
+      }
+      s.assign(keys.size(), 0.0);
+      double m = -INFINITY;
+      for (std::size_t k = 0; k < keys.size(); ++k) {
+        const uint16_t* kv = a.kv + keys[k] * a.d_qk;
+        double dot = 0;
+        for (int32_t d = 0; d < a.d_qk; ++d) dot += static_cast<double>(bf16_to_float(q[d])) * bf16_to_float(kv[d]);
+        s[k] = a.softmax_scale * dot;
+        m = std::max(m, s[k]);
+      }
+      double sum = 0;
+      for (double& x : s) sum += (x = std::exp(x - m));
+      const double denom = sum + (a.attn_sink ? std::exp(static_cast<double>(a.attn_sink[h]) - m) : 0.0);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (std::size_t k = 0; k < keys.size(); ++k) {
+        const uint16_t* v = a.kv + keys[k] * a.d_qk;
+        for (int32_t d = 0; d < a.d_v; ++d) acc[static_cast<std::size_t>(d)] += s[k] / denom * bf16_to_float(v[d]);
+      }
+      for (int32_t d = 0; d < a.d_v; ++d) o[d] = static_cast<float>(acc[static_cast<std::size_t>(d)]);
+      const double lse = m + std::log(sum);
+      a.max_logits[row] = static_cast<float>(m);
+      a.lse[row] = static_cast<float>(dep.lse_log2 ? lse / std::log(2.0) : lse);
+    }
+  }
+  return MLA_PLUGIN_OK;
+}
+
+int32_t sparse_prefill(const mla_plugin_sparse_prefill_args* args, char* error, size_t error_size) {
+  return sparse_prefill_with(args, SparsePrefillDeparture{}, error, error_size);
+}
+
+// The sparse prefill entry: an implementation of its own, under its own name.
+mla_plugin_sparse_prefill_entry make_sparse_prefill_entry() {
+  mla_plugin_sparse_prefill_entry e{};
+  e.struct_size = sizeof e;
+  e.name = "good_append_sparse_prefill";
+  e.description = "example plug-in sparse prefill: float64 softmax over the gathered keys, float32 out";
+  e.out_dtype = MLA_PLUGIN_OUT_F32;
+  e.operand_precision = MLA_PLUGIN_PRECISION_FP64;  // exact bf16 values read into float64
+  e.accum_precision = MLA_PLUGIN_PRECISION_FP64;
+  e.num_heads = 0;       // any head count
+  e.topk_multiple = 1;   // any topk
+  e.d_qks = 0;           // 576 and 512
+  e.takes_sink = 1;
+  e.takes_topk_length = 1;
+  e.sparse_prefill = sparse_prefill;
+  return e;
+}
+const mla_plugin_sparse_prefill_entry kSparsePrefillEntry = make_sparse_prefill_entry();
+
 // Left zero, the declarations (lse base, layout, empty-row value, index numbering, precision) are
 // the canonical conventions: a kernel that differs must declare it, or be judged wrong.
 mla_plugin_descriptor make_descriptor() {
@@ -646,6 +733,7 @@ mla_plugin_descriptor make_descriptor() {
   d.topk = &kTopkEntry;        // 1.4: certified as good_append_topk
   d.indexer_logits = &kIndexerLogitsEntry;  // 1.5: certified as good_append_indexer_logits
   d.indexer_append = &kIndexerAppendEntry;  // 1.5: certified as good_append_indexer_append
+  d.sparse_prefill = &kSparsePrefillEntry;  // 1.5: certified as good_append_sparse_prefill
   return d;
 }
 

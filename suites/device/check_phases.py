@@ -116,7 +116,7 @@ class Phases:
             py_kernels = [x for spec in ("flashmla:kernel", "flashinfer:kernel", "flash_attn:fa2", "flash_attn:fa3",
                                          "flashinfer_prefill:ragged", "merge_states:vllm", "merge_states:flashinfer",
                                          "vllm_topk:kernel", "flashinfer_topk:kernel", "deepgemm:kernel",
-                                         "vllm_indexer_cache:kernel")
+                                         "vllm_indexer_cache:kernel", "flashmla:sparse_prefill")
                           for x in ("--python", f"mla_door.adapters.{spec}")]
             note = ""
         results, threads = {}, []

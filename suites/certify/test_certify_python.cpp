@@ -359,9 +359,9 @@ TEST_F(CertifyPython, DeepGemmIndexerLogitsCertifyThroughTheDoorAndTheirBugsAreR
 // green on every drawn call (its bf16 arithmetic under the decode entries and their ratio rule),
 // each bug red on every one, for the comparison that shows it.
 TEST_F(CertifyPython, FlashMlaSparsePrefillCertifiesThroughTheDoorAndItsBugsAreRed) {
-  const auto t = kExamples / "flashmla_cpu.py";
+  const auto t = kExamples / "flashmla_sparse_cpu.py";
   std::string args = " --family fresh";
-  for (const char* a : {"SPARSE_PREFILL", "BUG_SPARSE_MINUS_ONE_AS_ZERO", "BUG_SPARSE_LSE_BASE2"}) {
+  for (const char* a : {"KERNEL", "BUG_MINUS_ONE_AS_ZERO", "BUG_LSE_BASE2"}) {
     args += " --python " + quote(t.string() + ":" + a);
   }
   const auto r = certify(args, torch_path());

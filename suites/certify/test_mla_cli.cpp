@@ -196,9 +196,18 @@ TEST(MlaKernels, ListsEveryRegisteredImplementationWithItsBackendAndRole) {
   const auto& topk = mla::Registry::instance().topk();
   const auto& indexer_append = mla::Registry::instance().indexer_append();
   const auto& indexer_logits = mla::Registry::instance().indexer_logits();
+  const auto& sparse_prefill = mla::Registry::instance().sparse_prefill();
   ASSERT_EQ(listed.size(), registered.size() + prefill.size() + merge.size() + topk.size() + indexer_append.size() +
-                               indexer_logits.size())
+                               indexer_logits.size() + sparse_prefill.size())
       << p.out;
+  ASSERT_FALSE(sparse_prefill.empty());
+  for (std::size_t i = 0; i < sparse_prefill.size(); ++i) {
+    const auto& k = sparse_prefill[i]->info();
+    const auto& e = listed[listed.size() - sparse_prefill.size() + i];
+    EXPECT_EQ(e["name"], k.name);
+    EXPECT_EQ(e["kind"], "sparse_prefill");
+    EXPECT_EQ(e["capabilities"]["topk_multiple"], k.topk_multiple);
+  }
   ASSERT_FALSE(indexer_logits.empty());
   for (std::size_t i = 0; i < indexer_logits.size(); ++i) {
     const auto& k = indexer_logits[i]->info();

@@ -23,13 +23,3 @@ BUG_DROPPED_LAST_TOKEN = flashmla.make(standin.library("dropped_last_token"),
 BUG_SLOTS_AS_POSITIONS = flashmla.make(standin.library("slots_as_positions"),
                                        name="flashmla_cpu_bug_slots_as_positions")
 BUG_LSE_BASE2 = flashmla.make(standin.library("lse_base2"), name="flashmla_cpu_bug_lse_base2")
-
-# FlashMLA's sparse prefill (flash_mla_sparse_fwd) through the same adapter module, over its own
-# stand-in: green, and red where a -1 index is gathered as position 0 or lse comes in base 2.
-import standin_flash_mla_sparse as sparse_standin  # noqa: E402
-
-SPARSE_PREFILL = flashmla.make_sparse_prefill(sparse_standin.library(), name="flashmla_sparse_prefill_cpu_standin")
-BUG_SPARSE_MINUS_ONE_AS_ZERO = flashmla.make_sparse_prefill(sparse_standin.library("minus_one_as_zero"),
-                                                            name="flashmla_sparse_prefill_cpu_bug_minus_one_as_zero")
-BUG_SPARSE_LSE_BASE2 = flashmla.make_sparse_prefill(sparse_standin.library("lse_base2"),
-                                                    name="flashmla_sparse_prefill_cpu_bug_lse_base2")

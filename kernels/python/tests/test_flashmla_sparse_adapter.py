@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-import flashmla_cpu
+import flashmla_sparse_cpu
 import mla_door
 from mla_door.adapters import flashmla
 
@@ -39,35 +39,35 @@ def indices():
 
 
 def test_rows_without_keys_and_skipped_entries():
-    out, mx, lse = call_of(flashmla_cpu.SPARSE_PREFILL, indices())
+    out, mx, lse = call_of(flashmla_sparse_cpu.KERNEL, indices())
     assert torch.all(out[2] == 0) and torch.all(torch.isinf(lse[2]) & (lse[2] > 0)) and torch.all(mx[2] == -math.inf)
     assert torch.isfinite(lse[:2]).all() and torch.isfinite(lse[3]).all()
-    bug_out, _, _ = call_of(flashmla_cpu.BUG_SPARSE_MINUS_ONE_AS_ZERO, indices())
+    bug_out, _, _ = call_of(flashmla_sparse_cpu.BUG_MINUS_ONE_AS_ZERO, indices())
     assert not torch.equal(bug_out[1], out[1]), "a -1 gathered as position 0 changes the row"
     assert torch.equal(bug_out[3], out[3]), "a row naming position 0 already is unchanged"
 
 
 def test_the_sink_shrinks_out_and_leaves_lse_and_topk_length_cuts():
     idx = indices()
-    out, _, lse = call_of(flashmla_cpu.SPARSE_PREFILL, idx)
+    out, _, lse = call_of(flashmla_sparse_cpu.KERNEL, idx)
     sink = torch.full((H,), 1.0)
-    out_s, _, lse_s = call_of(flashmla_cpu.SPARSE_PREFILL, idx, sink=sink)
+    out_s, _, lse_s = call_of(flashmla_sparse_cpu.KERNEL, idx, sink=sink)
     assert torch.equal(lse_s, lse)
     w = 1 / (1 + torch.exp(1.0 - lse[0]))
     assert torch.allclose(out_s[0], out[0] * w[:, None], rtol=2e-2, atol=1e-2)
     length = torch.tensor([1, 4, 0, S_KV], dtype=torch.int32)
-    _, _, lse_l = call_of(flashmla_cpu.SPARSE_PREFILL, idx, length=length)
+    _, _, lse_l = call_of(flashmla_sparse_cpu.KERNEL, idx, length=length)
     assert not torch.equal(lse_l[0], lse[0]) and torch.equal(lse_l[3], lse[3])
 
 
 def test_the_base2_bug_divides_lse_by_ln2():
-    _, _, lse = call_of(flashmla_cpu.SPARSE_PREFILL, indices())
-    _, _, lse2 = call_of(flashmla_cpu.BUG_SPARSE_LSE_BASE2, indices())
+    _, _, lse = call_of(flashmla_sparse_cpu.KERNEL, indices())
+    _, _, lse2 = call_of(flashmla_sparse_cpu.BUG_LSE_BASE2, indices())
     assert torch.allclose(lse2[0], lse[0] / math.log(2.0))
 
 
 def test_declaration_is_in_the_hosts_words():
-    d = mla_door.describe(flashmla_cpu.SPARSE_PREFILL)
+    d = mla_door.describe(flashmla_sparse_cpu.KERNEL)
     assert d["decode"] is False
     sp = d["sparse_prefill"]
     assert sp["heads"] == [64, 128] and sp["topk_multiple"] == 64 and sp["out_dtype"] == "bf16"

@@ -127,6 +127,12 @@ void print_table() {
                              p.shape.rows, p.shape.k, p.shape.n, j["logits_read"].get<int64_t>(),
                              static_cast<double>(mla::axes::input_bytes(p)) / (1 << 20), p.scaled_from);
   }
+  // Sparse prefill: batch 1 (one sequence's chunk), s_q = its query rows, topk = the indices per
+  // row, seqlen_max = total_tokens = the sequence's keys (s_kv).
+  for (const auto& p : mla::axes::sparse_prefill_catalog())
+    std::cout << fmt::format("{}\tsparse_prefill\t{}\t1\t{}\t{}\t-\t{}\tbf16\t{}\t{}\t{:.1f}\t{}\n", p.name,
+                             tiers_of(p.tiers), p.s_q, p.heads, p.topk, p.s_kv, p.s_kv,
+                             static_cast<double>(mla::axes::input_bytes(p)) / (1 << 20), p.scaled_from);
 }
 
 // --mla_list_points: the selected points, with the columns torch_side_by_side.py reads.
@@ -148,7 +154,7 @@ std::vector<const mla::axes::AxisPoint*> select_points(const Options& o) {
   std::vector<const mla::axes::AxisPoint*> points;
   for (const auto& name : o.points) {
     if (mla::axes::find_prefill(name) || mla::axes::find_merge(name) || mla::axes::find_indexer_logits(name) ||
-        mla::axes::find_topk(name))
+        mla::axes::find_topk(name) || mla::axes::find_sparse_prefill(name))
       continue;  // select_phase_points
     const auto* p = mla::axes::find(name);
     if (!p) throw mla::Error("no axis point named '" + name + "' (see --mla_list)");
@@ -164,6 +170,7 @@ PhaseSelection select_phase_points(const Options& o) {
     sel.merge_points = mla::axes::select_merge(o.tier);
     sel.indexer_logits_points = mla::axes::select_indexer_logits(o.tier);
     sel.topk_points = mla::axes::select_topk(o.tier);
+    sel.sparse_prefill_points = mla::axes::select_sparse_prefill(o.tier);
     return sel;
   }
   for (const auto& name : o.points) {
@@ -171,6 +178,7 @@ PhaseSelection select_phase_points(const Options& o) {
     if (const auto* p = mla::axes::find_merge(name)) sel.merge_points.push_back(p);
     if (const auto* p = mla::axes::find_indexer_logits(name)) sel.indexer_logits_points.push_back(p);
     if (const auto* p = mla::axes::find_topk(name)) sel.topk_points.push_back(p);
+    if (const auto* p = mla::axes::find_sparse_prefill(name)) sel.sparse_prefill_points.push_back(p);
   }
   return sel;
 }
@@ -198,6 +206,8 @@ void select_phase_kernels(const Options& o, PhaseSelection& sel) {
     if (kernel_selected(o, k->info().name, k->info().backend)) sel.indexer_logits.push_back(k.get());
   for (const auto& k : mla::Registry::instance().topk())
     if (kernel_selected(o, k->info().name, k->info().backend)) sel.topk.push_back(k.get());
+  for (const auto& k : mla::Registry::instance().sparse_prefill())
+    if (kernel_selected(o, k->info().name, k->info().backend)) sel.sparse_prefill.push_back(k.get());
 }
 
 // The registered kernels of this run, as --mla_kernels / --mla_backend / --mla_tier chose them;
@@ -211,7 +221,7 @@ bool select_kernels(const Options& o, std::vector<const mla::AttentionImpl*>& im
   };
   for (const auto& name : o.kernels)
     if (!reg.find(name) && !in(reg.prefill(), name) && !in(reg.merge(), name) && !in(reg.indexer_logits(), name) &&
-        !in(reg.topk(), name)) {
+        !in(reg.topk(), name) && !in(reg.sparse_prefill(), name)) {
       std::cerr << "mla-bench: no implementation named '" << name << "'\n";
       return false;
     }

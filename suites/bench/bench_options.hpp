@@ -63,9 +63,12 @@ struct PhaseSelection {
   std::vector<const IndexerLogitsImpl*> indexer_logits;
   std::vector<const axes::TopkPoint*> topk_points;
   std::vector<const TopkImpl*> topk;
+  std::vector<const axes::SparsePrefillPoint*> sparse_prefill_points;
+  std::vector<const SparsePrefillImpl*> sparse_prefill;
   bool any() const {
     return (!prefill_points.empty() && !prefill.empty()) || (!merge_points.empty() && !merge.empty()) ||
-           (!indexer_logits_points.empty() && !indexer_logits.empty()) || (!topk_points.empty() && !topk.empty());
+           (!indexer_logits_points.empty() && !indexer_logits.empty()) || (!topk_points.empty() && !topk.empty()) ||
+           (!sparse_prefill_points.empty() && !sparse_prefill.empty());
   }
 };
 PhaseSelection select_phase_points(const Options& o);

@@ -151,7 +151,7 @@ int probe_gpu() {
 // Which host ceilings judge an implementation. Device implementations get none here (the
 // device side gives the `cuda` ones their device's roofs) rather than a CPU number that would
 // make a GPU look 100x past its roof.
-// Every kind (decode, prefill, merge, indexer logits, top-k) is held to the same roofs by the precision
+// Every kind (decode, prefill, merge, indexer logits, top-k, sparse prefill) is held to the same roofs by the precision
 // it computes in.
 mla::bench::Roof roof_for(const std::string& backend, mla::OutDType compute, const CeilingSet& c) {
   mla::bench::Roof r;
@@ -392,7 +392,7 @@ struct Run {
   std::vector<std::string> external_points;  // empty: every point
   std::vector<mla::certify::ExternalBenchKernel> externals;
   std::map<const mla::AttentionImpl*, const mla::certify::ExternalBenchKernel*> external_of;
-  // An external kernel's prefill, merge, top-k and indexer logits entries (and their overhead
+  // An external kernel's prefill, merge, top-k, indexer logits and sparse prefill entries (and their overhead
   // rows) in `phase`, by address: where each came from and, for an overhead row, whose it is.
   struct PhaseExternal {
     const mla::certify::ExternalBenchKernel* from = nullptr;
@@ -498,6 +498,7 @@ std::optional<int> take_kernels(const Options& o, Run& run) {
     add(run.phase.merge, e.merge, e.merge_overhead);
     add(run.phase.topk, e.topk, e.topk_overhead);
     add(run.phase.indexer_logits, e.indexer_logits, e.indexer_logits_overhead);
+    add(run.phase.sparse_prefill, e.sparse_prefill, e.sparse_prefill_overhead);
   }
   run.device_why = device_unavailable_reason();
   // Nothing to time without a device: the conventional "skipped" status with the reason.
@@ -522,6 +523,7 @@ void add_points_and_kernels_context(const Run& run, const CeilingSet& ceilings) 
   for (const auto* p : run.phase.merge_points) pj[p->name] = mla::bench::point_json(*p);
   for (const auto* p : run.phase.indexer_logits_points) pj[p->name] = mla::bench::point_json(*p);
   for (const auto* p : run.phase.topk_points) pj[p->name] = mla::bench::point_json(*p);
+  for (const auto* p : run.phase.sparse_prefill_points) pj[p->name] = mla::bench::point_json(*p);
   benchmark::AddCustomContext("mla_points", pj.dump());
   nlohmann::ordered_json kj = nlohmann::ordered_json::array();
   for (const auto* k : run.impls) {
@@ -553,10 +555,11 @@ void add_points_and_kernels_context(const Run& run, const CeilingSet& ceilings) 
   phase_kernels(run.phase.merge_points, run.phase.merge);
   phase_kernels(run.phase.indexer_logits_points, run.phase.indexer_logits);
   phase_kernels(run.phase.topk_points, run.phase.topk);
+  phase_kernels(run.phase.sparse_prefill_points, run.phase.sparse_prefill);
   benchmark::AddCustomContext("mla_kernels", kj.dump());
 }
 
-// The prefill, merge, indexer logits and top-k rows, point-major like the decode rows, on the host side
+// The prefill, merge, indexer logits, top-k and sparse prefill rows, point-major like the decode rows, on the host side
 // (the device side times decode kernels only).
 // One kind's rows: every point of the kind by every kernel of it, `time_row` the kind's body.
 template <class RowCase, class Point, class Impl>
@@ -584,6 +587,8 @@ void register_phase_rows(const Run& run, HostSide& host_side) {
   register_kind_rows(run, run.phase.indexer_logits_points, run.phase.indexer_logits, host_side,
                      &b::time_indexer_logits_row);
   register_kind_rows(run, run.phase.topk_points, run.phase.topk, host_side, &b::time_topk_row);
+  register_kind_rows(run, run.phase.sparse_prefill_points, run.phase.sparse_prefill, host_side,
+                     &b::time_sparse_prefill_row);
 }
 
 // Google Benchmark over the registered rows; the JSON file (--benchmark_out) rewritten after

@@ -17,7 +17,9 @@
 #include "mla/judge/merge.hpp"
 #include "mla/judge/topk.hpp"
 #include "mla/judge/prefill.hpp"
+#include "mla/judge/sparse_prefill.hpp"
 #include "mla/ref/prefill.hpp"
+#include "mla/ref/sparse_prefill.hpp"
 #include "point_judge.hpp"
 
 namespace mla::bench {
@@ -60,11 +62,22 @@ struct PointState {
 using IndexerLogitsState = PointState<IndexerLogitsBuffers, PreparedIndexerLogits>;
 using TopkState = PointState<TopkBuffers, PreparedTopk>;
 
+// One sparse prefill point's inputs and truths (no conventions to cross: the contract's are
+// FlashMLA's own), and the current kernel's prepared call there.
+struct SparsePrefillState {
+  std::string point;
+  std::optional<SparsePrefillBuffers> in;
+  std::optional<SparsePrefillOutputs> truth, same_dtype;
+  std::string key;
+  std::unique_ptr<PreparedSparsePrefill> prepared;
+};
+
 struct Cache {
   PrefillState prefill;
   MergeState merge;
   IndexerLogitsState indexer_logits;
   TopkState topk;
+  SparsePrefillState sparse_prefill;
   std::map<std::string, std::optional<std::string>> verdicts;  // "kernel/point": nullopt = PASS
   int truths = 0;
   double truth_seconds = 0;
@@ -96,6 +109,7 @@ State& point_state(State& s, const Point& p) {
   cache().merge = MergeState{};
   cache().indexer_logits = IndexerLogitsState{};
   cache().topk = TopkState{};
+  cache().sparse_prefill = SparsePrefillState{};
   const auto t0 = Clock::now();
   s.in.emplace(axes::build_inputs(p));
   s.point = p.name;
@@ -164,6 +178,22 @@ std::optional<std::string> judge_topk_call(const TopkImpl& impl, TopkState& s) {
   const auto j = timed_truth(s.point, "judge", [&] {
     return judge_topk(in, got, impl.info().precision, impl.info().conventions.sorted);
   });
+  return not_timed_reason(j.pass(), j.reasons);
+}
+
+std::optional<std::string> judge_sparse_prefill_call(const SparsePrefillImpl& impl, SparsePrefillState& s) {
+  SparsePrefillOutputs got;
+  if (auto why = judged_call(*s.prepared, got)) return why;
+  const SparsePrefillInputs in = s.in->view();
+  if (!s.truth) s.truth = timed_truth(s.point, "fp64 oracle", [&] { return ref::sparse_prefill_fp64(in); });
+  // The ratio rule's reference, for a kernel that is not fp64 (judge_sparse_prefill arms it then).
+  const SparsePrefillOutputs* same = nullptr;
+  if (impl.info().out_dtype != OutDType::f64) {
+    if (!s.same_dtype)
+      s.same_dtype = timed_truth(s.point, "bf16 pipeline", [&] { return ref::sparse_prefill_same_dtype(in, OutDType::bf16); });
+    same = &*s.same_dtype;
+  }
+  const auto j = judge_sparse_prefill(in.shape, {impl.info().out_dtype, impl.info().compute}, got, *s.truth, same);
   return not_timed_reason(j.pass(), j.reasons);
 }
 
@@ -239,6 +269,20 @@ KernelFacts facts_of(const TopkImpl& impl) { return {impl.info().name, impl.info
 
 KernelFacts facts_of(const IndexerLogitsImpl& impl) {
   return {impl.info().name, impl.info().backend, OutDType::f32};
+}
+
+KernelFacts facts_of(const SparsePrefillImpl& impl) {
+  const auto& i = impl.info();
+  return {i.name, i.backend, i.out_dtype == OutDType::f64 ? OutDType::f64 : OutDType::f32};
+}
+
+nlohmann::ordered_json point_json(const axes::SparsePrefillPoint& p) {
+  return {{"axis", "sparse_prefill"}, {"why", p.why},
+          {"scaled_from", p.scaled_from}, {"batch", 1},
+          {"s_q", p.s_q},
+          {"heads", p.heads},         {"topk", p.topk},
+          {"edge", p.edge},           {"seqlen_max", p.s_kv},
+          {"total_tokens", p.s_kv},   {"seed", p.seed}};
 }
 
 nlohmann::ordered_json point_json(const axes::PrefillPoint& p) {
@@ -321,6 +365,9 @@ nlohmann::ordered_json kernel_json(const TopkImpl& impl, const Roof& roof) { ret
 nlohmann::ordered_json kernel_json(const IndexerLogitsImpl& impl, const Roof& roof) {
   return phase_kernel_json(impl, "indexer_logits", roof);
 }
+nlohmann::ordered_json kernel_json(const SparsePrefillImpl& impl, const Roof& roof) {
+  return phase_kernel_json(impl, "sparse_prefill", roof);
+}
 
 RowResult time_prefill_row(benchmark::State& st, const PrefillRowCase& rc, PhaseSide& side) {
   const PrefillImpl& impl = *rc.impl;
@@ -389,6 +436,24 @@ RowResult time_topk_row(benchmark::State& st, const TopkRowCase& rc, PhaseSide& 
   }, side);
 }
 
+RowResult time_sparse_prefill_row(benchmark::State& st, const SparsePrefillRowCase& rc, PhaseSide& side) {
+  const SparsePrefillImpl& impl = *rc.impl;
+  const axes::SparsePrefillPoint& p = *rc.point;
+  return phase_row(st, facts_of(impl), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
+    SparsePrefillState& s = point_state(cache().sparse_prefill, p);
+    const SparsePrefillInputs in = s.in->view();
+    if (auto no = impl.check(in.shape)) return "unsupported: " + *no;
+    const std::string key = impl.info().name + "/" + p.name;
+    prepare_once(s, key, [&] { return impl.prepare(in); });
+    if (!rc.overhead) {
+      if (auto why = verdict(key, [&] { return judge_sparse_prefill_call(impl, s); })) return *why;
+    }
+    // The byte/FLOP model of exactly the call timed (sparse_prefill_cost_model: the keys the
+    // valid indices name, each gathered once per query row).
+    return Ready{impl.cost(in), std::make_unique<PreparedCall<PreparedSparsePrefill>>(*s.prepared)};
+  }, side);
+}
+
 int phase_truths() { return cache().truths; }
 double phase_truth_seconds() { return cache().truth_seconds; }
 
@@ -398,6 +463,7 @@ void release_phase_cache() {
   c.merge = MergeState{};
   c.indexer_logits = IndexerLogitsState{};
   c.topk = TopkState{};
+  c.sparse_prefill = SparsePrefillState{};
   c.verdicts.clear();
 }
 

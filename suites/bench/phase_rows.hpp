@@ -1,6 +1,7 @@
-// The prefill, merge, indexer logits and top-k rows of mla-bench (`mla/<kernel>/<point>`, the
-// point names carrying the kind: prefill_..., cpu_prefill_..., merge_..., cpu_merge_...,
-// indexer_logits_..., cpu_indexer_logits_..., topk_..., cpu_topk_...), through the same per-call loop,
+// The prefill, merge, indexer logits, top-k and sparse prefill rows of mla-bench
+// (`mla/<kernel>/<point>`, the point names carrying the kind: prefill_..., cpu_prefill_...,
+// merge_..., cpu_merge_..., indexer_logits_..., cpu_indexer_logits_..., topk_..., cpu_topk_...,
+// sparse_prefill_..., cpu_sparse_prefill_...), through the same per-call loop,
 // timers, flush policy and counters as the decode rows (kernel_loop.hpp, time_calls): refusals
 // with their reasons, the point's inputs and the kernel's prepared call kept across Google
 // Benchmark's repetitions (one point's inputs alive at a time), the judge before timing, then
@@ -9,7 +10,8 @@
 // Speed only where correct: each kernel's output at the point is judged before timing, prefill by
 // judge_prefill against the fp64 oracle mla::ref::prefill_attention (and, for a kernel that is
 // not fp64, the bf16 pipeline mla::ref::prefill_same_dtype the ratio rule measures against), merge
-// by judge_merge against mla::ref::merge_states; inputs cross to the kernel's conventions and its
+// by judge_merge against mla::ref::merge_states, a sparse prefill by judge_sparse_prefill against
+// mla::ref::sparse_prefill_fp64 (and the bf16 pipeline for a kernel that is not fp64); inputs cross to the kernel's conventions and its
 // outputs back through the one boundary (inputs_to_kernel, outputs_to_canonical). A point it does
 // not pass is a "not timed: FAIL (...)" row.
 #pragma once
@@ -27,6 +29,7 @@
 #include "mla/core/merge.hpp"
 #include "mla/core/topk.hpp"
 #include "mla/core/prefill_kernel.hpp"
+#include "mla/core/sparse_prefill.hpp"
 #include "mla/workloads/phase_axes.hpp"
 
 namespace mla::bench {
@@ -45,6 +48,8 @@ KernelFacts facts_of(const MergeImpl& impl);
 KernelFacts facts_of(const IndexerLogitsImpl& impl);
 // Top-k kernels do no arithmetic (the cost model counts bytes only); fp32 for the roof's sake.
 KernelFacts facts_of(const TopkImpl& impl);
+// A sparse prefill computes in its declared precision class: fp64 only for an fp64 kernel.
+KernelFacts facts_of(const SparsePrefillImpl& impl);
 
 // The points and kernels in the JSON context (mla_points, mla_kernels), in the decode rows'
 // vocabulary where it applies (axis, why, scaled_from, heads, total_tokens, seed; a kernel's
@@ -53,10 +58,12 @@ nlohmann::ordered_json point_json(const axes::PrefillPoint& p);
 nlohmann::ordered_json point_json(const axes::MergePoint& p);
 nlohmann::ordered_json point_json(const axes::IndexerLogitsPoint& p);
 nlohmann::ordered_json point_json(const axes::TopkPoint& p);
+nlohmann::ordered_json point_json(const axes::SparsePrefillPoint& p);
 nlohmann::ordered_json kernel_json(const PrefillImpl& impl, const Roof& roof);
 nlohmann::ordered_json kernel_json(const MergeImpl& impl, const Roof& roof);
 nlohmann::ordered_json kernel_json(const IndexerLogitsImpl& impl, const Roof& roof);
 nlohmann::ordered_json kernel_json(const TopkImpl& impl, const Roof& roof);
+nlohmann::ordered_json kernel_json(const SparsePrefillImpl& impl, const Roof& roof);
 
 // How the run times and counts a prefill or merge row (mla-bench's host side).
 class PhaseSide {
@@ -97,6 +104,13 @@ struct IndexerLogitsRowCase {
   bool overhead = false;
 };
 
+struct SparsePrefillRowCase {
+  const SparsePrefillImpl* impl = nullptr;
+  const axes::SparsePrefillPoint* point = nullptr;
+  std::size_t mem_budget = 0;
+  bool overhead = false;
+};
+
 // One row as a Google Benchmark function body; a row that is not timed is a SkipWithError with
 // the reason, which the result carries too.
 RowResult time_prefill_row(benchmark::State& st, const PrefillRowCase& rc, PhaseSide& side);
@@ -106,6 +120,8 @@ RowResult time_indexer_logits_row(benchmark::State& st, const IndexerLogitsRowCa
 // Top-k: judged by judge_topk before timing; the row also counts the logits a call reads
 // (RowResult::logits, the counter logits_per_second).
 RowResult time_topk_row(benchmark::State& st, const TopkRowCase& rc, PhaseSide& side);
+// Sparse prefill: judged by judge_sparse_prefill (out, lse and max_logits) before timing.
+RowResult time_sparse_prefill_row(benchmark::State& st, const SparsePrefillRowCase& rc, PhaseSide& side);
 
 // Truths computed for prefill and merge points and their seconds (untimed), for the run's summary.
 int phase_truths();

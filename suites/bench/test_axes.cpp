@@ -315,7 +315,11 @@ TEST(PhaseAxes, NamesTiersSeedsAndScaledFromAreDeclared) {
   EXPECT_EQ(ax::find_prefill("cpu_merge_f32_t2048_h16_d128"), nullptr);
   for (const auto& p : ax::topk_catalog())
     check_declaration<ax::TopkPoint>(p, names, seeds, [](std::string_view n) { return ax::find_topk(n); });
+  for (const auto& p : ax::sparse_prefill_catalog())
+    check_declaration<ax::SparsePrefillPoint>(p, names, seeds,
+                                              [](std::string_view n) { return ax::find_sparse_prefill(n); });
   EXPECT_EQ(ax::find_indexer_logits("cpu_merge_f32_t2048_h16_d128"), nullptr);
+  EXPECT_EQ(ax::find_sparse_prefill("topk_edge_r12_n4096_k2048"), nullptr);
   EXPECT_EQ(ax::find_topk("topk_no_such_point"), nullptr);
   EXPECT_EQ(ax::find_merge("no_such_point"), nullptr);
 }
@@ -407,6 +411,31 @@ TEST(PhaseAxes, IndexerLogitsInputsAreValidPagedAndRaggedCalls) {
   EXPECT_EQ(rb.ke.back(), r->context);
   EXPECT_EQ(rb.ke.front(), r->context - r->batch + 1);
   EXPECT_TRUE(std::all_of(rb.ks.begin(), rb.ks.end(), [](int32_t k) { return k == 0; }));
+}
+
+// The sparse prefill points: the production ones at V3.2's top-2048 and FlashMLA's two head counts
+// (64, 128), whose topk multiple of 64 every point keeps (so FlashMLA can run each of them); the
+// quick tier holds a chunk over a prefix and the edge point, which has rows with fewer keys than
+// topk and a row with none.
+TEST(PhaseAxes, SparsePrefillPointsAreV32sAndFlashMlasShapes) {
+  std::set<int> gpu_heads;
+  bool quick_chunk = false, quick_edge = false;
+  for (const auto& p : ax::sparse_prefill_catalog()) {
+    SCOPED_TRACE(p.name);
+    EXPECT_EQ(p.topk % 64, 0);
+    EXPECT_GE(p.s_kv, p.s_q);
+    if (p.in(ax::gpu) && !p.edge) {
+      EXPECT_EQ(p.topk, 2048);
+      gpu_heads.insert(p.heads);
+    }
+    if (p.in(ax::cpu_quick)) {
+      quick_chunk |= p.s_kv > p.s_q && !p.edge;
+      quick_edge |= p.edge;
+    }
+  }
+  EXPECT_EQ(gpu_heads, (std::set<int>{64, 128}));
+  EXPECT_TRUE(quick_chunk);
+  EXPECT_TRUE(quick_edge);
 }
 
 // The top-k points: V3.2's k = 2048 everywhere; the edge rows hold every range length the

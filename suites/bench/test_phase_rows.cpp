@@ -1,4 +1,4 @@
-// The prefill, merge, indexer logits and top-k rows of mla-bench: through the one per-call loop with a recording side
+// The prefill, merge, indexer logits, top-k and sparse prefill rows of mla-bench: through the one per-call loop with a recording side
 // (timed and finished with the kernel's own cost model; a planted wrong kernel, which no flag of
 // mla-bench selects because the faults are not registered, never reaches the timer), and end to
 // end: mla-bench on one prefill and one merge point writes timed rows against the ceilings it
@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <tuple>
 #include <unistd.h>
 #include <string>
@@ -198,6 +199,75 @@ TEST_F(PhaseRows, TopkRowsAreJudgedBeforeTheyAreTimedAndCountTheLogitsRead) {
   }
 }
 
+// The sparse prefill rows: the registered kernel passes the edge point (rows with fewer keys than
+// topk, every kind of entry that is no key, a row with none) and the CPU point, and is timed with
+// its own cost model; every planted sparse prefill bug that needs no sink or topk_length (the bench
+// points have neither: every sparse prefill kernel takes that call) is not timed on the edge point,
+// where each one changes some row (the row of no key turns -1 into position 0; every row with a key
+// has an lse).
+TEST_F(PhaseRows, SparsePrefillRowsAreJudgedBeforeTheyAreTimed) {
+  const auto* edge = ax::find_sparse_prefill("sparse_prefill_edge_h64_sq80_skv80_k64");
+  const auto* cpu = ax::find_sparse_prefill("cpu_sparse_prefill_h16_sq128_skv1024_k256");
+  ASSERT_NE(edge, nullptr);
+  ASSERT_NE(cpu, nullptr);
+  const mla::SparsePrefillImpl* k = mla::Registry::instance().find_sparse_prefill("cpu_sparse_prefill_f32");
+  ASSERT_NE(k, nullptr);
+  RecordingSide side;
+  for (const auto* p : {edge, cpu}) {
+    SCOPED_TRACE(p->name);
+    mla::bench::RowResult r;
+    const auto error = run_row("phase/sparse_ok", 2, [&](benchmark::State& st) {
+      r = mla::bench::time_sparse_prefill_row(st, {k, p, 0}, side);
+    });
+    EXPECT_EQ(error, "");
+    const auto in = ax::build_inputs(*p);
+    EXPECT_EQ(r.cost.flops, k->cost(in.view()).flops);
+    EXPECT_EQ(r.cost.bytes, k->cost(in.view()).bytes);
+    EXPECT_GT(r.cost.flops, 0);
+  }
+  EXPECT_EQ(side.calls, 4);
+  int bugs = 0;
+  for (const auto& bug : mla::faults::sparse_prefill_names()) {
+    if (bug.find("sink") != std::string::npos || bug.find("topk_length") != std::string::npos) continue;
+    ++bugs;
+    const auto bad = mla::faults::make_sparse_prefill(bug);
+    const auto error = run_row("phase/sparse_" + bug, 1, [&](benchmark::State& st) {
+      (void)mla::bench::time_sparse_prefill_row(st, {bad.get(), edge, 0}, side);
+    });
+    EXPECT_EQ(error.rfind("not timed: FAIL (", 0), 0u) << bug << ": " << error;
+  }
+  EXPECT_GE(bugs, 2);
+  EXPECT_EQ(side.calls, 4);  // no fault reached the timer
+}
+
+// A sparse prefill point's indices are what a top-k hands the attention: each row's entries the
+// positions it may see (bottom-right causal), distinct, all of them when it sees fewer than topk
+// (the rest -1, or on the edge point's odd rows the other kinds of entry that are no key).
+TEST(SparsePrefillAxis, IndicesAreACausalTopkSelection) {
+  for (const auto& p : ax::sparse_prefill_catalog()) {
+    if (p.s_q * p.s_kv > 1024 * 1024) continue;  // the production points: the same code, larger
+    SCOPED_TRACE(p.name);
+    const auto b = ax::build_inputs(p);
+    int rows_without_key = 0, short_rows = 0;
+    for (int64_t i = 0; i < p.s_q; ++i) {
+      const int64_t sees = p.s_kv - p.s_q + i + 1;
+      std::set<int32_t> keys;
+      for (int64_t j = 0; j < p.topk; ++j) {
+        const int32_t v = b.indices[static_cast<std::size_t>(i * p.topk + j)];
+        if (v >= 0 && v < p.s_kv) {
+          EXPECT_LT(v, sees) << "row " << i << " lists a position it may not see";
+          EXPECT_TRUE(keys.insert(v).second) << "row " << i << " lists " << v << " twice";
+        }
+      }
+      if (keys.empty()) ++rows_without_key;
+      else EXPECT_EQ(static_cast<int64_t>(keys.size()), std::min<int64_t>(sees, p.topk)) << "row " << i;
+      if (sees < p.topk) ++short_rows;
+    }
+    EXPECT_EQ(rows_without_key, p.edge ? 1 : 0);
+    if (p.s_q == p.s_kv) EXPECT_GT(short_rows, 0);
+  }
+}
+
 TEST_F(PhaseRows, TooLargeIsRefusedBeforeAnyInputIsBuilt) {
   RecordingSide side;
   const auto error = run_row("phase/too_large", 2, [&](benchmark::State& st) {
@@ -221,8 +291,9 @@ TEST_F(PhaseRows, MlaBenchWritesTimedPhaseRowsAgainstItsCeilings) {
   const auto out = std::filesystem::temp_directory_path() / ("mla_bench_phase_" + std::to_string(::getpid()) + ".json");
   const std::string cmd = std::string("\"") + MLA_BENCH_EXE + "\" --mla_quick --mla_points=" + kPrefillPoint +
                           ",cpu_merge_bf16_t2048_h16_d128,indexer_logits_edge_paged_b3_n2_bs16_ctx67,"
-                          "topk_edge_r12_n4096_k2048 --mla_kernels=cpu_prefill_fp64,cpu_merge_f32,cpu_indexer_logits,"
-                          "cpu_topk_radix_f32 "
+                          "topk_edge_r12_n4096_k2048,cpu_sparse_prefill_h16_sq128_skv1024_k256 "
+                          "--mla_kernels=cpu_prefill_fp64,cpu_merge_f32,cpu_indexer_logits,cpu_topk_radix_f32,"
+                          "cpu_sparse_prefill_f32 "
                           "--mla_stream_mib=64 --mla_ceiling_reps=1 --benchmark_repetitions=2 "
                           "--benchmark_out=" + out.string() + " > /dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
@@ -241,6 +312,7 @@ TEST_F(PhaseRows, MlaBenchWritesTimedPhaseRowsAgainstItsCeilings) {
   EXPECT_EQ(points["cpu_merge_bf16_t2048_h16_d128"]["axis"], "merge");
   EXPECT_EQ(points["indexer_logits_edge_paged_b3_n2_bs16_ctx67"]["axis"], "indexer_logits");
   EXPECT_EQ(points["topk_edge_r12_n4096_k2048"]["axis"], "topk");
+  EXPECT_EQ(points["cpu_sparse_prefill_h16_sq128_skv1024_k256"]["axis"], "sparse_prefill");
   // The top-k row: no FLOPs, memory-bound, and its rate in logits read per second of wall time.
   const auto* tp = ax::find_topk("topk_edge_r12_n4096_k2048");
   // One repetition's row (not an aggregate: the median of a rate and of a time are taken apart):
@@ -270,9 +342,14 @@ TEST_F(PhaseRows, MlaBenchWritesTimedPhaseRowsAgainstItsCeilings) {
   const auto* lp = ax::find_indexer_logits("indexer_logits_edge_paged_b3_n2_bs16_ctx67");
   const auto& lk = logits_kernel("cpu_indexer_logits");
   const double logits_flops = lk.cost(ax::build_inputs(*lp).view()).flops;
+  const auto* sp = ax::find_sparse_prefill("cpu_sparse_prefill_h16_sq128_skv1024_k256");
+  const auto* sk = mla::Registry::instance().find_sparse_prefill("cpu_sparse_prefill_f32");
+  ASSERT_NE(sk, nullptr);
+  const double sparse_flops = sk->cost(ax::build_inputs(*sp).view()).flops;
   for (const auto& [kernel, point, flops, memory_bound] :
        {std::tuple{pk.info().name, pp->name, prefill_flops, 0.0}, std::tuple{mk.info().name, mp->name, merge_flops, 1.0},
-        std::tuple{lk.info().name, lp->name, logits_flops, 0.0}}) {
+        std::tuple{lk.info().name, lp->name, logits_flops, 0.0},
+        std::tuple{sk->info().name, sp->name, sparse_flops, 0.0}}) {
     SCOPED_TRACE(kernel + "/" + point);
     const auto* r = row_of(doc, kernel, point);
     ASSERT_NE(r, nullptr);
@@ -284,7 +361,8 @@ TEST_F(PhaseRows, MlaBenchWritesTimedPhaseRowsAgainstItsCeilings) {
     // (which a loaded machine moves: a bandwidth probe that shared its cores reads low), and the
     // kinds sit on the sides the models put them: prefill at tens of FLOPs a byte, merge below
     // one, the indexer logits at 64 heads about 2 * 64 FLOPs per key byte (each key is scored by
-    // every head), right of every CPU ridge.
+    // every head), right of every CPU ridge; the sparse prefill at 16 heads sharing each gathered
+    // 1152-byte key row, about 2 * 16 * 1088 FLOPs for it, right of the ridge too.
     const double ai = (*r)["ai_flop_per_byte"].get<double>(), ridge = (*r)["ridge_flop_per_byte"].get<double>();
     EXPECT_EQ((*r)["memory_bound"].get<double>(), ai < ridge ? 1.0 : 0.0) << "ai " << ai << ", ridge " << ridge;
     if (memory_bound == 1.0) {

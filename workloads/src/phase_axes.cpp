@@ -1,6 +1,7 @@
 #include "mla/workloads/phase_axes.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -198,6 +199,48 @@ std::vector<TopkPoint> build_topk_catalog() {
   return t;
 }
 
+SparsePrefillPoint sparse_point(std::string name, unsigned tiers, int heads, int64_t s_q, int64_t s_kv, int topk,
+                                uint64_t seed, std::string why, std::string scaled_from = {}, bool edge = false) {
+  SparsePrefillPoint p;
+  p.name = std::move(name);
+  p.tiers = tiers;
+  p.heads = heads;
+  p.s_q = s_q;
+  p.s_kv = s_kv;
+  p.topk = topk;
+  p.edge = edge;
+  p.seed = seed;
+  p.why = std::move(why);
+  p.scaled_from = std::move(scaled_from);
+  return p;
+}
+
+std::vector<SparsePrefillPoint> build_sparse_prefill_catalog() {
+  std::vector<SparsePrefillPoint> t;
+  // --- production (tier gpu): V3.2's prefill of a 4K-token chunk over an 8K-token sequence, each
+  // token attending its top 2048, at both head counts FlashMLA's sparse prefill takes ----------
+  for (const int h : {128, 64})
+    t.push_back(sparse_point(fmt::format("sparse_prefill_h{}_sq4096_skv8192_k2048", h), kGpu, h, 4096, 8192, 2048,
+                             h == 128 ? 1401u : 1402u,
+                             "V3.2 sparse prefill: a 4K-token chunk over an 8K-token sequence, top-2048 keys per token"));
+  t.push_back(sparse_point("sparse_prefill_fresh_h128_sq4096_skv4096_k2048", kGpu, 128, 4096, 4096, 2048, 1403,
+                           "V3.2 sparse prefill of a 4K-token sequence from its start: the first 2047 tokens see "
+                           "fewer than 2048 keys (their indices padded with -1)"));
+  // --- CPU tiers: the fp64 oracle judges every kernel first --------------------------------------
+  t.push_back(sparse_point("cpu_sparse_prefill_h16_sq128_skv1024_k256", kQuick, 16, 128, 1024, 256, 1451,
+                           "sparse prefill on the CPU",
+                           "sparse_prefill_h128_sq4096_skv8192_k2048: heads / 8, rows / 32, keys / 8, top-k / 8"));
+  t.push_back(sparse_point("cpu_sparse_prefill_h64_sq256_skv256_k128", kFull, 64, 256, 256, 128, 1452,
+                           "sparse prefill of a sequence from its start on the CPU, at FlashMLA's 64 heads",
+                           "sparse_prefill_fresh_h128_sq4096_skv4096_k2048: heads / 2, tokens / 16, top-k / 16"));
+  // --- edge: every kind of entry that is no key, a row with none, rows with fewer than topk ----
+  t.push_back(sparse_point("sparse_prefill_edge_h64_sq80_skv80_k64", kQuick | kGpu, 64, 80, 80, 64, 1491,
+                           "sparse prefill edges: -1, -2, INT32_MIN, s_kv and INT32_MAX entries, a row with no key, "
+                           "rows that see fewer keys than topk",
+                           {}, true));
+  return t;
+}
+
 // Checks a table's declarations: names unique (across the decode table and every phase table:
 // --mla_points selects by name alone) and well formed, tiers set.
 template <class P>
@@ -218,6 +261,7 @@ struct Tables {
   std::vector<MergePoint> merge = build_merge_catalog();
   std::vector<IndexerLogitsPoint> indexer_logits = build_indexer_logits_catalog();
   std::vector<TopkPoint> topk = build_topk_catalog();
+  std::vector<SparsePrefillPoint> sparse_prefill = build_sparse_prefill_catalog();
   Tables() {
     std::set<std::string> seen;
     for (const auto& p : catalog()) seen.insert(p.name);
@@ -225,6 +269,7 @@ struct Tables {
     check_names(merge, seen);
     check_names(indexer_logits, seen);
     check_names(topk, seen);
+    check_names(sparse_prefill, seen);
   }
 };
 
@@ -272,6 +317,9 @@ const PrefillPoint* find_prefill(std::string_view name) { return find_in(prefill
 const MergePoint* find_merge(std::string_view name) { return find_in(merge_catalog(), name); }
 const IndexerLogitsPoint* find_indexer_logits(std::string_view name) { return find_in(indexer_logits_catalog(), name); }
 const TopkPoint* find_topk(std::string_view name) { return find_in(topk_catalog(), name); }
+const std::vector<SparsePrefillPoint>& sparse_prefill_catalog() { return tables().sparse_prefill; }
+const SparsePrefillPoint* find_sparse_prefill(std::string_view name) { return find_in(sparse_prefill_catalog(), name); }
+std::vector<const SparsePrefillPoint*> select_sparse_prefill(Tier t) { return select_in(sparse_prefill_catalog(), t); }
 
 std::vector<const PrefillPoint*> select_prefill(Tier t) { return select_in(prefill_catalog(), t); }
 std::vector<const MergePoint*> select_merge(Tier t) { return select_in(merge_catalog(), t); }
@@ -474,6 +522,37 @@ int64_t logits_read(const TopkInputs& in) {
   int64_t n = 0;
   for (std::size_t r = 0; r < in.starts.size(); ++r) n += std::max(0, in.ends[r] - in.starts[r]);
   return n;
+}
+
+SparsePrefillBuffers build_inputs(const SparsePrefillPoint& p) {
+  SparsePrefillBuffers b;
+  SparsePrefillShape& s = b.shape;
+  s.s_q = p.s_q, s.s_kv = p.s_kv, s.heads = p.heads, s.d_qk = kMlaDqk, s.topk = p.topk;
+  b.sm_scale = deepseek_v3_softmax_scale();
+  b.q.resize(static_cast<std::size_t>(p.s_q * p.heads) * kMlaDqk);
+  b.kv.resize(static_cast<std::size_t>(p.s_kv) * kMlaDqk);
+  gen::fill_bf16(p.seed, 1, 0.0, 1.0, b.q);
+  gen::fill_bf16(p.seed, 2, 0.0, 1.0, b.kv);
+  const int32_t invalid[] = {-2, INT32_MIN, static_cast<int32_t>(p.s_kv), INT32_MAX};
+  b.indices.assign(static_cast<std::size_t>(p.s_q * p.topk), -1);
+  for (int64_t i = 0; i < p.s_q; ++i) {
+    int32_t* row = b.indices.data() + i * p.topk;
+    if (p.edge && i == p.s_q / 2) continue;  // no key at all
+    const int64_t sees = p.s_kv - p.s_q + i + 1;
+    // The first topk of a permutation of what the row sees: distinct, in no particular order (a
+    // top-k's output order is its own), one row's permutation keyed by the row.
+    const auto perm = gen::permutation(gen::mix64(p.seed ^ static_cast<uint64_t>(i + 1)), 3, sees);
+    const int64_t n = std::min<int64_t>(sees, p.topk);
+    for (int64_t j = 0; j < n; ++j) row[j] = static_cast<int32_t>(perm[static_cast<std::size_t>(j)]);
+    if (p.edge && i % 2 == 1)
+      for (int64_t j = n; j < p.topk; ++j) row[j] = invalid[static_cast<std::size_t>(j % 4)];
+  }
+  validate_sparse_prefill_inputs(b.view(), p.name);
+  return b;
+}
+
+std::size_t input_bytes(const SparsePrefillPoint& p) {
+  return static_cast<std::size_t>(p.s_q * p.heads + p.s_kv) * kMlaDqk * 2 + static_cast<std::size_t>(p.s_q * p.topk) * 4;
 }
 
 std::size_t input_bytes(const TopkPoint& p) {

@@ -69,6 +69,7 @@ int32_t prefill_nothing(const mla_plugin_prefill_args*, char*, std::size_t) { re
 int32_t merge_nothing(const mla_plugin_merge_args*, char*, std::size_t) { return MLA_PLUGIN_OK; }
 int32_t topk_nothing(const mla_plugin_topk_args*, char*, std::size_t) { return MLA_PLUGIN_OK; }
 int32_t logits_nothing(const mla_plugin_indexer_logits_args*, char*, std::size_t) { return MLA_PLUGIN_OK; }
+int32_t sparse_prefill_nothing(const mla_plugin_sparse_prefill_args*, char*, std::size_t) { return MLA_PLUGIN_OK; }
 
 // Why a plug-in cannot be timed by this driver (its own reason, or device memory: see
 // PluginImpl::unavailable), or nullopt.
@@ -238,6 +239,37 @@ void open_entries(const std::shared_ptr<plugin::Library>& lib, ExternalBenchKern
     k.indexer_logits = std::make_unique<E>(lib, *info, false, make(false));
     k.indexer_logits_overhead = std::make_unique<E>(lib, *info, true, make(true));
   }
+  if (const auto& info = lib->sparse_prefill_info()) {
+    const OutDType dtype = info->out_dtype;
+    const auto make = [lib, dtype](bool empty) {
+      return [lib, dtype, empty](const SparsePrefillInputs& in) -> std::unique_ptr<PreparedSparsePrefill> {
+        const auto& sh = in.shape;
+        const std::size_t vb = out_bytes_per_value(dtype);
+        const auto n_out = static_cast<std::size_t>(sh.s_q * sh.heads * kSparsePrefillDv);
+        const auto n_row = static_cast<std::size_t>(sh.s_q * sh.heads);
+        return std::make_unique<EntryPrepared<PreparedSparsePrefill, SparsePrefillBuffers, SparsePrefillOutputs>>(
+            lib, "sparse prefill", SparsePrefillBuffers(in), std::vector<std::size_t>{n_out * vb, n_row * 4, n_row * 4},
+            [lib, empty](const SparsePrefillBuffers& b, auto& out, char* err, std::size_t n) {
+              return plugin::call_sparse_prefill(*lib, b.view(), out[0].data(), out[0].size(),
+                                                 reinterpret_cast<float*>(out[1].data()), out[1].size(),
+                                                 reinterpret_cast<float*>(out[2].data()), out[2].size(), err, n, nullptr,
+                                                 empty ? &sparse_prefill_nothing : nullptr);
+            },
+            [dtype, vb, n_out, n_row](const auto& out) {
+              // max_logits and lse are float32 whatever out's dtype (the ABI writes them so).
+              SparsePrefillOutputs o;
+              o.dtype = dtype;
+              o.out = widen_values({out[0].data(), n_out * vb}, static_cast<int>(vb));
+              o.max_logits = widen_values({out[1].data(), n_row * 4}, 4);
+              o.lse = widen_values({out[2].data(), n_row * 4}, 4);
+              return o;
+            });
+      };
+    };
+    using E = EntryImpl<SparsePrefillImpl, SparsePrefillKernelInfo, SparsePrefillInputs, PreparedSparsePrefill>;
+    k.sparse_prefill = std::make_unique<E>(lib, *info, false, make(false));
+    k.sparse_prefill_overhead = std::make_unique<E>(lib, *info, true, make(true));
+  }
 }
 
 class PluginImpl final : public AttentionImpl {
@@ -286,9 +318,9 @@ ExternalBenchKernel open_plugin_for_bench(const std::filesystem::path& library) 
   open_entries(lib, k);
   if (!lib->decodes()) {
     // A library of other entries only (its indexer append, 1.5, has no benchmark rows yet).
-    if (!k.prefill && !k.merge && !k.topk && !k.indexer_logits) {
+    if (!k.prefill && !k.merge && !k.topk && !k.indexer_logits && !k.sparse_prefill) {
       throw UsageError(fmt::format("--plugin {}: it has no entry the benchmark times (decode, prefill, merge, top-k, "
-                                   "indexer logits)",
+                                   "indexer logits, sparse prefill)",
                                    printable(abs.string())));
     }
     return k;

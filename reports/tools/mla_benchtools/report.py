@@ -23,7 +23,7 @@ from .plots import plot_bandwidth, plot_roofline
 BUSY_SHARE = 0.9
 
 AXIS_ORDER = ["decode_memory", "decode_compute", "long_context", "varlen", "sparse", "fp8", "edge", "prefill", "merge",
-              "indexer_logits", "topk"]
+              "indexer_logits", "topk", "sparse_prefill"]
 
 # What each kind of case (the axis mla-bench records for its point) measures, for the headings.
 KIND_TITLES = {
@@ -39,6 +39,8 @@ KIND_TITLES = {
     "indexer_logits": "V3.2 lightning-indexer logits over the 132-byte FP8 key cache (paged decode steps, "
                       "ragged prefill; every key scored by each of 64 heads)",
     "topk": "V3.2's top-2048 over the indexer logits (no arithmetic: measured in logits read per second)",
+    "sparse_prefill": "V3.2 sparse prefill (FlashMLA's flash_mla_sparse_fwd): each token attends its top-k keys "
+                      "(compute-bound: the heads share each gathered 576-wide key)",
     "other": "cases of no known kind",
 }
 
@@ -54,6 +56,8 @@ def kind_from_name(point: str) -> str:
     written before mla_points existed, or a point added by hand): mla-bench names its points
     `[cpu_]<kind word>_<shape>` (cpu_decode_b4_h16_sq1_sk1024, sparse_b64_..., edge_len1)."""
     stem = point[4:] if point.startswith("cpu_") else point
+    if stem.startswith("sparse_prefill_"):  # not the sparse decode its first word names
+        return "sparse_prefill"
     return _NAME_KINDS.get(stem.split("_", 1)[0], "other")
 
 

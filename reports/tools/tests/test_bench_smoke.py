@@ -178,34 +178,43 @@ def test_external_kernels_beside_the_builtins_timed_only_where_they_pass(tmp_pat
 
 
 BAD_LOGITS = os.environ.get("MLA_PLUGIN_BAD_LOGITS")
+BAD_SPARSE = os.environ.get("MLA_PLUGIN_BAD_SPARSE")
 
 
-@pytest.mark.skipif(not (GOOD and BAD_LOGITS), reason="MLA_PLUGIN_GOOD / MLA_PLUGIN_BAD_LOGITS (example plug-ins) not set")
+@pytest.mark.skipif(not (GOOD and BAD_LOGITS and BAD_SPARSE),
+                    reason="MLA_PLUGIN_GOOD / MLA_PLUGIN_BAD_LOGITS / MLA_PLUGIN_BAD_SPARSE (example plug-ins) not set")
 def test_a_plugins_other_entries_are_timed_beside_the_builtins_only_where_they_pass(tmp_path):
-    # The template plug-in's top-k and indexer logits entries and a plug-in whose indexer logits
-    # drop the relu, beside the registered kernels of those kinds: the template's entries get times
-    # and overhead rows, the wrong one "not timed: FAIL" rows, each row named by its entry.
+    # The template plug-in's top-k, indexer logits and sparse prefill entries, a plug-in whose
+    # indexer logits drop the relu and one whose sparse prefill gathers -1 as position 0, beside the
+    # registered kernels of those kinds: the template's entries get times and overhead rows, the
+    # wrong ones "not timed: FAIL" rows, each row named by its entry.
     out = tmp_path / "entries.json"
-    points = "indexer_logits_edge_paged_b3_n2_bs16_ctx67,topk_edge_r12_n4096_k2048"
-    p = subprocess.run([BENCH, f"--mla_points={points}", "--kernel", "cpu_topk_exact", "--plugin", GOOD,
-                        f"--mla_plugin={BAD_LOGITS}", *FAST, "--benchmark_repetitions=2", "--benchmark_filter=^mla/",
+    points = "indexer_logits_edge_paged_b3_n2_bs16_ctx67,topk_edge_r12_n4096_k2048,sparse_prefill_edge_h64_sq80_skv80_k64"
+    p = subprocess.run([BENCH, f"--mla_points={points}", "--kernel", "cpu_topk_exact", "--kernel", "cpu_sparse_prefill_f32",
+                        "--plugin", GOOD, f"--mla_plugin={BAD_LOGITS}", f"--mla_plugin={BAD_SPARSE}", *FAST,
+                        "--benchmark_repetitions=2", "--benchmark_filter=^mla/",
                         f"--benchmark_out={out}", "--benchmark_out_format=json"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     run = benchjson.load(out)
     rows = {(c.kernel, c.point): c for c in run.kernel_cases()}
     overhead = {(run.kernels[c.kernel]["overhead_of"], c.point): c for c in run.overhead_cases()}
-    logits_point, topk_point = points.split(",")
-    for name, point in (("good_append_indexer_logits", logits_point), ("good_append_topk", topk_point)):
+    logits_point, topk_point, sparse_point = points.split(",")
+    for name, point in (("good_append_indexer_logits", logits_point), ("good_append_topk", topk_point),
+                        ("good_append_sparse_prefill", sparse_point)):
         assert run.kernels[name]["origin"]["path"].endswith(os.path.basename(GOOD)), run.kernels[name]
         r, o = rows[(name, point)], overhead[(name, point)]
         assert not r.error and len(r.times_s) == 2, r.error
         assert not o.error and len(o.times_s) == 2, o.error
-    bad = rows[("indexer_no_relu", logits_point)]
-    assert bad.error and bad.error.startswith("not timed: FAIL (") and not bad.times_s, bad.error
+    for name, point in (("indexer_no_relu", logits_point), ("sparse_prefill_minus_one_as_zero", sparse_point)):
+        bad = rows[(name, point)]
+        assert bad.error and bad.error.startswith("not timed: FAIL (") and not bad.times_s, (name, bad.error)
     assert not rows[("cpu_topk_exact", topk_point)].error
+    assert not rows[("cpu_sparse_prefill_f32", sparse_point)].error
+    assert run.points[sparse_point]["axis"] == "sparse_prefill"
     md = report.render_markdown(run, roofline_png=None, bandwidth_png=None)
     assert "good_append_indexer_logits" in md and "not timed: FAIL" in md
+    assert "good_append_sparse_prefill" in md and "V3.2 sparse prefill" in md
 
 
 CLI = os.environ.get("MLA_CLI")

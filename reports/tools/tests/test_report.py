@@ -316,6 +316,9 @@ def test_kind_from_name_agrees_with_the_axis_every_published_point_records():
     assert report.kind_from_name("sparse_b64_h128_sq1_sk65536_top2048_fp8") == "sparse"
     assert report.kind_from_name("cpu_indexer_logits_paged_b4_n1_h64_ctx4096") == "indexer_logits"
     assert report.kind_from_name("topk_edge_r12_n4096_k2048") == "topk"
+    # A sparse prefill's name starts with the sparse decode's first word: its kind is its own.
+    assert report.kind_from_name("cpu_sparse_prefill_h16_sq128_skv1024_k256") == "sparse_prefill"
+    assert report.kind_from_name("sparse_prefill_edge_h64_sq80_skv80_k64") == "sparse_prefill"
     assert report.kind_from_name("my_shape") == "other"
 
 

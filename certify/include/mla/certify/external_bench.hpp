@@ -25,6 +25,7 @@
 #include "mla/core/kernel.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
+#include "mla/core/sparse_prefill.hpp"
 #include "mla/core/topk.hpp"
 
 namespace mla::certify {
@@ -52,6 +53,7 @@ struct ExternalBenchKernel {
   std::unique_ptr<MergeImpl> merge, merge_overhead;
   std::unique_ptr<TopkImpl> topk, topk_overhead;
   std::unique_ptr<IndexerLogitsImpl> indexer_logits, indexer_logits_overhead;
+  std::unique_ptr<SparsePrefillImpl> sparse_prefill, sparse_prefill_overhead;
   // Where it came from, for the report: {"kind": "plugin", "path", "sha256", "version", "abi"}
   // or {"kind": "python", "spec", "module_digest", "python", "torch", "executable"}.
   nlohmann::json origin;

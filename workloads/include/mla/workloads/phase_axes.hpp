@@ -18,6 +18,11 @@
 //
 // The top-k (mla/core/topk.hpp) selects V3.2's 2048 keys from each row of those logits: no
 // arithmetic (its cost model counts bytes only), measured in logits read per second.
+//
+// The sparse prefill (mla/core/sparse_prefill.hpp, FlashMLA's flash_mla_sparse_fwd) then attends
+// each query token's 2048 selected keys: 2 * (576 + 512) FLOPs per (row, key, head) over a gather
+// of 1152-byte rows, so with 64 or 128 heads sharing each gathered row it sits on the compute side
+// of every roofline, as a dense prefill does.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +34,7 @@
 #include "mla/core/indexer_logits.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill.hpp"
+#include "mla/core/sparse_prefill.hpp"
 #include "mla/core/topk.hpp"
 #include "mla/workloads/axes.hpp"
 
@@ -116,6 +122,26 @@ struct TopkPoint {
   bool in(Tier t) const { return (tiers & t) != 0; }
 };
 
+// A sparse prefill point: the `s_q` newest tokens of a sequence of `s_kv` (bottom-right causal,
+// row i at position s_kv - s_q + i), each row's indices the top-k's output: `topk` distinct
+// positions the row may see, in drawn order, or all of them (drawn order) followed by -1 when it
+// sees fewer than `topk` (the first rows of a sequence prefilled from its start). `edge` adds the
+// invalid entries a kernel must skip: every other kind of entry that is no key (-2, INT32_MIN,
+// s_kv, INT32_MAX) in place of the -1 padding on odd rows, and one row with no key at all.
+struct SparsePrefillPoint {
+  std::string name;
+  std::string why;
+  std::string scaled_from;
+  unsigned tiers = 0;
+  int heads = 0;
+  int64_t s_q = 0, s_kv = 0;
+  int topk = 2048;  // V3.2's index_topk
+  bool edge = false;
+  uint64_t seed = 0;
+
+  bool in(Tier t) const { return (tiers & t) != 0; }
+};
+
 // The tables, in a fixed order; nullptr when absent; the points of tier `t` in table order.
 const std::vector<PrefillPoint>& prefill_catalog();
 const std::vector<MergePoint>& merge_catalog();
@@ -129,6 +155,9 @@ std::vector<const IndexerLogitsPoint*> select_indexer_logits(Tier t);
 const std::vector<TopkPoint>& topk_catalog();
 const TopkPoint* find_topk(std::string_view name);
 std::vector<const TopkPoint*> select_topk(Tier t);
+const std::vector<SparsePrefillPoint>& sparse_prefill_catalog();
+const SparsePrefillPoint* find_sparse_prefill(std::string_view name);
+std::vector<const SparsePrefillPoint*> select_sparse_prefill(Tier t);
 
 // Prefill inputs of `seqs` from the counter-based generator, keyed by `seed`: q bf16 with std
 // `q_std` (stream 1), k and v bf16 with std 1 (streams 2, 3), and the rope part of k (its last 64
@@ -155,11 +184,18 @@ TopkBuffers build_inputs(const TopkPoint& p);
 // given inputs or of a point's (from its ranges alone, no logits drawn).
 int64_t logits_read(const TopkInputs& in);
 int64_t logits_read(const TopkPoint& p);
+// A sparse prefill point's inputs: q bf16 N(0, 1) [s_q, h, 576] (stream 1), kv bf16 N(0, 1)
+// [s_kv, 576] (stream 2), the indices of its rows (the point's rule; each row's positions the
+// first `topk` of a permutation of what it may see, stream 3 keyed by the row), DeepSeek-V3's
+// softmax scale; no sink, no topk_length (FlashMLA's earliest interface: every sparse prefill
+// kernel takes it).
+SparsePrefillBuffers build_inputs(const SparsePrefillPoint& p);
 
 // Host bytes of a point's canonical inputs.
 std::size_t input_bytes(const PrefillPoint& p);
 std::size_t input_bytes(const MergePoint& p);
 std::size_t input_bytes(const IndexerLogitsPoint& p);
 std::size_t input_bytes(const TopkPoint& p);
+std::size_t input_bytes(const SparsePrefillPoint& p);
 
 }  // namespace mla::axes

@@ -196,7 +196,7 @@ class HostSide : public mla::bench::RowSide, public mla::bench::PhaseSide {
     finish_row(st, {i.name, i.backend, i.out_dtype}, rc.out_of_process, r);
   }
   void finish(benchmark::State& st, const mla::bench::KernelFacts& k, const mla::bench::RowResult& r) override {
-    finish_row(st, k, false, r);
+    finish_row(st, k, k.out_of_process, r);
   }
 
  private:
@@ -569,7 +569,9 @@ void register_kind_rows(const Run& run, const std::vector<const Point*>& points,
   for (const auto* p : points)
     for (const auto* k : kernels) {
       const auto ext = run.phase_external.find(k);
-      const RowCase rc{k, p, run.budget, ext != run.phase_external.end() && !ext->second.overhead_of.empty()};
+      const bool external = ext != run.phase_external.end();
+      const RowCase rc{k, p, run.budget, external && !ext->second.overhead_of.empty(),
+                       external && ext->second.from->origin.value("kind", "") == "python"};
       auto* b = benchmark::RegisterBenchmark(fmt::format("mla/{}/{}", k->info().name, p->name).c_str(),
                                              [&host_side, rc, time_row](benchmark::State& st) {
                                                (void)time_row(st, rc, host_side);

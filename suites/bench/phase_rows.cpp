@@ -202,7 +202,21 @@ struct Ready {
   CostModel cost;
   std::unique_ptr<TimedCall> call;
   double logits = 0;  // the logits one call reads (top-k rows); 0 for the other kinds
+  // A kernel that runs in another process and clocks each call there (a Python kernel's entry):
+  // its clock is the row's time, the trip to it kept apart (round_trip_seconds).
+  const SelfTimed* self_timed = nullptr;
 };
+
+KernelFacts with_process(KernelFacts k, bool out_of_process) {
+  k.out_of_process = out_of_process;
+  return k;
+}
+
+// The prepared call as a TimedCall, with its own clock when it has one.
+template <class Prepared>
+Ready ready(CostModel cost, Prepared& p, double logits = 0) {
+  return Ready{cost, std::make_unique<PreparedCall<Prepared>>(p), logits, dynamic_cast<const SelfTimed*>(&p)};
+}
 using Setup = std::variant<std::string, Ready>;  // the reason the row is not timed, or the call
 
 // What every prefill and merge row does the same way: the refusals before any input exists, the
@@ -225,8 +239,10 @@ RowResult phase_row(benchmark::State& st, const KernelFacts& k, std::optional<st
     r.logits = ready.logits;
     const std::unique_ptr<CallTimer> timer = side.timer(k, input_bytes);
     r.flushed = timer->flushed();
-    (void)time_calls(st, *timer, *ready.call, r);
+    (void)time_calls(st, *timer, *ready.call, r, ready.self_timed);
     if (st.error_occurred()) return r;
+    if (r.round_trip_seconds > 0 && !r.seconds.empty())
+      st.counters["round_trip_seconds"] = benchmark::Counter(r.round_trip_seconds / static_cast<double>(r.seconds.size()));
     side.finish(st, k, r);
   } catch (const UnsupportedError& e) {
     return skip(std::string("unsupported: ") + e.what());
@@ -372,7 +388,7 @@ nlohmann::ordered_json kernel_json(const SparsePrefillImpl& impl, const Roof& ro
 RowResult time_prefill_row(benchmark::State& st, const PrefillRowCase& rc, PhaseSide& side) {
   const PrefillImpl& impl = *rc.impl;
   const axes::PrefillPoint& p = *rc.point;
-  return phase_row(st, facts_of(impl), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
+  return phase_row(st, with_process(facts_of(impl), rc.out_of_process), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
     PrefillState& s = point_state(cache().prefill, p);
     const PrefillInputs in = s.in->view();
     if (auto no = impl.check(in)) return "unsupported: " + *no;
@@ -383,14 +399,14 @@ RowResult time_prefill_row(benchmark::State& st, const PrefillRowCase& rc, Phase
       if (auto why = verdict(key, [&] { return judge_prefill_call(impl, s); })) return *why;
     }
     // The byte/FLOP model of exactly the call timed: one run() over the point's inputs.
-    return Ready{impl.cost(in), std::make_unique<PreparedCall<PreparedPrefill>>(*s.prepared)};
+    return ready(impl.cost(in), *s.prepared);
   }, side);
 }
 
 RowResult time_merge_row(benchmark::State& st, const MergeRowCase& rc, PhaseSide& side) {
   const MergeImpl& impl = *rc.impl;
   const axes::MergePoint& p = *rc.point;
-  return phase_row(st, facts_of(impl), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
+  return phase_row(st, with_process(facts_of(impl), rc.out_of_process), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
     if (auto no = impl.check(p.shape)) return "unsupported: " + *no;
     MergeState& s = point_state(cache().merge, p);
     const MergeInputs in = s.in->view();
@@ -399,14 +415,14 @@ RowResult time_merge_row(benchmark::State& st, const MergeRowCase& rc, PhaseSide
     if (!rc.overhead) {
       if (auto why = verdict(key, [&] { return judge_merge_call(impl, s); })) return *why;
     }
-    return Ready{impl.cost(p.shape), std::make_unique<PreparedCall<PreparedMerge>>(*s.prepared)};
+    return ready(impl.cost(p.shape), *s.prepared);
   }, side);
 }
 
 RowResult time_indexer_logits_row(benchmark::State& st, const IndexerLogitsRowCase& rc, PhaseSide& side) {
   const IndexerLogitsImpl& impl = *rc.impl;
   const axes::IndexerLogitsPoint& p = *rc.point;
-  return phase_row(st, facts_of(impl), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
+  return phase_row(st, with_process(facts_of(impl), rc.out_of_process), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
     IndexerLogitsState& s = point_state(cache().indexer_logits, p);
     const IndexerLogitsInputs in = s.in->view();
     if (auto no = impl.check(in.shape)) return "unsupported: " + *no;
@@ -415,14 +431,14 @@ RowResult time_indexer_logits_row(benchmark::State& st, const IndexerLogitsRowCa
     if (!rc.overhead) {
       if (auto why = verdict(key, [&] { return judge_indexer_logits_call(s); })) return *why;
     }
-    return Ready{impl.cost(in), std::make_unique<PreparedCall<PreparedIndexerLogits>>(*s.prepared)};
+    return ready(impl.cost(in), *s.prepared);
   }, side);
 }
 
 RowResult time_topk_row(benchmark::State& st, const TopkRowCase& rc, PhaseSide& side) {
   const TopkImpl& impl = *rc.impl;
   const axes::TopkPoint& p = *rc.point;
-  return phase_row(st, facts_of(impl), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
+  return phase_row(st, with_process(facts_of(impl), rc.out_of_process), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
     if (auto no = impl.check(p.shape)) return "unsupported: " + *no;
     TopkState& s = point_state(cache().topk, p);
     const TopkInputs in = s.in->view();
@@ -431,15 +447,14 @@ RowResult time_topk_row(benchmark::State& st, const TopkRowCase& rc, PhaseSide& 
     if (!rc.overhead) {
       if (auto why = verdict(key, [&] { return judge_topk_call(impl, s); })) return *why;
     }
-    return Ready{impl.cost(in), std::make_unique<PreparedCall<PreparedTopk>>(*s.prepared),
-                 static_cast<double>(axes::logits_read(in))};
+    return ready(impl.cost(in), *s.prepared, static_cast<double>(axes::logits_read(in)));
   }, side);
 }
 
 RowResult time_sparse_prefill_row(benchmark::State& st, const SparsePrefillRowCase& rc, PhaseSide& side) {
   const SparsePrefillImpl& impl = *rc.impl;
   const axes::SparsePrefillPoint& p = *rc.point;
-  return phase_row(st, facts_of(impl), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
+  return phase_row(st, with_process(facts_of(impl), rc.out_of_process), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
     SparsePrefillState& s = point_state(cache().sparse_prefill, p);
     const SparsePrefillInputs in = s.in->view();
     if (auto no = impl.check(in.shape)) return "unsupported: " + *no;
@@ -450,7 +465,7 @@ RowResult time_sparse_prefill_row(benchmark::State& st, const SparsePrefillRowCa
     }
     // The byte/FLOP model of exactly the call timed (sparse_prefill_cost_model: the keys the
     // valid indices name, each gathered once per query row).
-    return Ready{impl.cost(in), std::make_unique<PreparedCall<PreparedSparsePrefill>>(*s.prepared)};
+    return ready(impl.cost(in), *s.prepared);
   }, side);
 }
 

@@ -39,6 +39,9 @@ struct KernelFacts {
   std::string name, backend;
   // The precision its FLOPs run in: f64 is judged against the fp64 FMA roof, else the fp32 one.
   OutDType compute = OutDType::f64;
+  // It computes in another process (a Python kernel's entry, or its overhead twin): this
+  // process's CPU time says nothing of it.
+  bool out_of_process = false;
 };
 KernelFacts facts_of(const PrefillImpl& impl);
 // Merge kernels declare state dtypes, not a compute precision: they compute in fp32 (no merge
@@ -82,12 +85,14 @@ struct PrefillRowCase {
   const axes::PrefillPoint* point = nullptr;
   std::size_t mem_budget = 0;  // refuse points whose inputs exceed a quarter of it (0: no limit)
   bool overhead = false;
+  bool out_of_process = false;  // a Python kernel's entry (KernelFacts::out_of_process)
 };
 struct MergeRowCase {
   const MergeImpl* impl = nullptr;
   const axes::MergePoint* point = nullptr;
   std::size_t mem_budget = 0;
   bool overhead = false;
+  bool out_of_process = false;  // a Python kernel's entry (KernelFacts::out_of_process)
 };
 
 struct TopkRowCase {
@@ -95,6 +100,7 @@ struct TopkRowCase {
   const axes::TopkPoint* point = nullptr;
   std::size_t mem_budget = 0;
   bool overhead = false;
+  bool out_of_process = false;  // a Python kernel's entry (KernelFacts::out_of_process)
 };
 
 struct IndexerLogitsRowCase {
@@ -102,6 +108,7 @@ struct IndexerLogitsRowCase {
   const axes::IndexerLogitsPoint* point = nullptr;
   std::size_t mem_budget = 0;
   bool overhead = false;
+  bool out_of_process = false;  // a Python kernel's entry (KernelFacts::out_of_process)
 };
 
 struct SparsePrefillRowCase {
@@ -109,6 +116,7 @@ struct SparsePrefillRowCase {
   const axes::SparsePrefillPoint* point = nullptr;
   std::size_t mem_budget = 0;
   bool overhead = false;
+  bool out_of_process = false;  // a Python kernel's entry (KernelFacts::out_of_process)
 };
 
 // One row as a Google Benchmark function body; a row that is not timed is a SkipWithError with

@@ -29,6 +29,7 @@
 #include <fmt/format.h>
 
 #include "isolation/arena.hpp"
+#include "kinds/entry_plans.hpp"
 #include "run/claims.hpp"
 #include "mla/certify/certify.hpp"
 #include "mla/certify/isolation.hpp"
@@ -413,6 +414,188 @@ std::unique_ptr<PreparedAttention> PythonBench::prepare(const AttnInputs& in) co
   return std::make_unique<PythonPrepared>(door_, in, empty_);
 }
 
+// ---- the other entries ---------------------------------------------------------------------
+
+// One prepared call of a Python kernel's other entry (prefill, merge, top-k, indexer logits,
+// sparse prefill): its inputs (already in the entry's conventions) copied once and laid out as the
+// certifier lays out that entry's call (entry_plans.hpp), one long-lived `child.py bench` child
+// making the call per request, the outputs read back as the kind's outputs, in the entry's
+// conventions, as a registered kernel's results() are.
+template <class Prepared, class Buffers, class Outputs>
+class PythonEntryPrepared final : public Prepared, public SelfTimed {
+ public:
+  using Plan = std::function<EntryPlan<Outputs>(const Buffers&)>;
+  PythonEntryPrepared(std::shared_ptr<Door> door, const Implementation& entry, Buffers in, const Plan& plan, bool empty)
+      : door_(std::move(door)), name_(entry.info.name), cuda_(entry.info.backend == "cuda"), in_(std::move(in)),
+        timeout_s_(call_timeout_s()), empty_(empty) {
+    plan_ = plan(in_);  // its spans point into in_, which lives as long as this call
+    std::vector<ArenaBuffer> buffers = plan_.calls.inputs;
+    json inputs = json::object();
+    for (std::size_t i = 0; i < buffers.size(); ++i) inputs[buffers[i].name] = i;
+    std::vector<int> own;
+    for (const auto& b : plan_.calls.per_call) {
+      own.push_back(static_cast<int>(buffers.size()));
+      buffers.push_back(b);
+    }
+    own_ = own;
+    // The canaries and the unwritten pattern need no secret here (nothing is audited), only bytes.
+    arena_ = std::make_unique<Arena>(buffers, std::random_device{}());
+    arena_->reset();
+    int n;
+    {
+      std::lock_guard<std::mutex> lock(door_->mutex);
+      n = door_->children++;
+    }
+    const auto& work = door_->session.work.path();
+    const auto plan_file = work / fmt::format("bench-{}.plan", n);
+    wire::Message m(kEntryCalls);
+    m.fields() = {{"entry", plan_.calls.entry},   {"layout", arena_->layout().to_json()},
+                  {"control", arena_control_layout()}, {"arena_fd", arena_->fd()},
+                  {"make_calls", 1},                  {"inputs", inputs},
+                  {"calls", std::vector<std::vector<int>>{own}}, {"args", plan_.calls.args}};
+    wire::write(plan_file, m);
+    std::vector<std::string> args{"--plan", plan_file.string()};
+    if (empty) args.push_back("--empty");
+    const auto argv = python_child_argv(*entry.ref.python, "bench", args);
+    ChildHooks hooks;
+    {
+      std::lock_guard<std::mutex> lock(door_->mutex);  // the session's servers are shared
+      use_door_server(door_->session, *entry.ref.python, argv, hooks);
+    }
+    child_ = std::make_unique<BenchChild>(argv, arena_->fd(), work / fmt::format("bench-{}.log", n), name_, hooks);
+    std::error_code ec;
+    try {
+      child_->wait_answer(std::max(timeout_s_, 120.0), "while starting (importing torch and the kernel, laying out the call)");
+    } catch (...) {
+      fs::remove(plan_file, ec);
+      throw;
+    }
+    fs::remove(plan_file, ec);
+    const auto& c = arena_->control();
+    if (c.setup_state == ArenaState::unsupported) throw UnsupportedError(fmt::format("{}: {}", name_, bounded(c.setup_message)));
+    if (c.setup_state != ArenaState::not_started) throw Error(fmt::format("{}: {}", name_, bounded(c.setup_message)));
+  }
+  void run() override {
+    ran_ = false;
+    child_->round_trip(kRequestCall, timeout_s_, "during a call");
+    check_record("the call");
+    ran_ = true;
+  }
+  Outputs results() override {
+    if (!ran_) throw Error(fmt::format("{}: results() without a call that returned", name_));
+    if (cuda_) {
+      // Device outputs come back only now, never on a timed call.
+      child_->round_trip(kRequestResults, timeout_s_, "while copying its outputs back");
+      check_record("copying its outputs back");
+    }
+    std::vector<std::vector<uint8_t>> b;
+    for (const int region : own_) b.emplace_back(arena_->data(region), arena_->data(region) + arena_->bytes(region));
+    return plan_.outputs(b);
+  }
+  // The kernel's own time, as the child measured it; the empty twin's whole cost is the round trip.
+  std::optional<double> last_run_seconds() const override {
+    if (empty_ || !ran_) return std::nullopt;
+    return arena_->control().calls[0].seconds;
+  }
+
+ private:
+  void check_record(const char* what) const {
+    const auto& rec = arena_->control().calls[0];
+    switch (rec.state) {
+      case ArenaState::ok: return;
+      case ArenaState::unsupported: throw UnsupportedError(fmt::format("{} refused {}: {}", name_, what, bounded(rec.message)));
+      case ArenaState::error: throw Error(fmt::format("{} failed {}: {}", name_, what, bounded(rec.message)));
+      default: break;
+    }
+    throw Error(fmt::format("{}: the child answered {} without a record of it (state {})", name_, what,
+                            static_cast<int32_t>(rec.state)));
+  }
+  std::shared_ptr<Door> door_;
+  std::string name_;
+  bool cuda_;
+  Buffers in_;
+  EntryPlan<Outputs> plan_;
+  std::vector<int> own_;
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<BenchChild> child_;  // declared last: killed before the buffers go
+  double timeout_s_;
+  bool empty_;
+  bool ran_ = false;
+};
+
+// A Python kernel's other entry as an implementation of its kind: its validated declaration (the
+// one `mla certify --python` records), the kind's default claims check and cost model, prepare()
+// starting the entry's bench child. The overhead twin makes no call at all.
+template <class Impl, class Info, class Inputs, class Prepared, class Buffers, class Outputs>
+class PythonEntryBench final : public Impl {
+ public:
+  using Plan = typename PythonEntryPrepared<Prepared, Buffers, Outputs>::Plan;
+  PythonEntryBench(std::shared_ptr<Door> door, Implementation entry, Info info, Plan plan, bool empty)
+      : door_(std::move(door)), entry_(std::move(entry)), info_(std::move(info)), plan_(std::move(plan)), empty_(empty) {
+    if (empty_) {
+      const std::string of = info_.name;
+      info_.name = overhead_name(of);
+      info_.description = fmt::format("the Python door's own cost for {}: the same call path, no kernel call", of);
+    }
+  }
+  const Info& info() const override { return info_; }
+  std::optional<std::string> unavailable() const override { return entry_.unavailable; }
+  std::unique_ptr<Prepared> prepare(const Inputs& in) const override {
+    if (const auto why = unavailable()) throw UnsupportedError(fmt::format("{} is unavailable: {}", info_.name, *why));
+    return std::make_unique<PythonEntryPrepared<Prepared, Buffers, Outputs>>(door_, entry_, Buffers(in), plan_, empty_);
+  }
+
+ private:
+  std::shared_ptr<Door> door_;
+  Implementation entry_;
+  Info info_;
+  Plan plan_;
+  bool empty_;
+};
+
+// The entry `e` (one of describe_python's implementations, not the decode) as its kind's
+// benchmark implementation and overhead twin in `k`.
+void open_python_entry(const std::shared_ptr<Door>& door, const Implementation& e, ExternalBenchKernel& k) {
+  const auto both = [&](auto& impl, auto& overhead, auto make) { impl = make(false), overhead = make(true); };
+  if (e.prefill) {
+    using B = PythonEntryBench<PrefillImpl, PrefillKernelInfo, PrefillInputs, PreparedPrefill, PrefillBuffers, PrefillOutputs>;
+    const auto info = e.prefill->info();
+    both(k.prefill, k.prefill_overhead, [&](bool empty) {
+      return std::make_unique<B>(door, e, info, [info](const PrefillBuffers& b) { return prefill_entry_plan(info, b.view()); }, empty);
+    });
+  } else if (e.merge) {
+    using B = PythonEntryBench<MergeImpl, MergeKernelInfo, MergeInputs, PreparedMerge, MergeBuffers, MergeOutputs>;
+    const auto info = e.merge->info();
+    both(k.merge, k.merge_overhead, [&](bool empty) {
+      return std::make_unique<B>(door, e, info, [](const MergeBuffers& b) { return merge_entry_plan(b.view()); }, empty);
+    });
+  } else if (e.topk) {
+    using B = PythonEntryBench<TopkImpl, TopkKernelInfo, TopkInputs, PreparedTopk, TopkBuffers, TopkOutputs>;
+    const auto info = e.topk->info();
+    both(k.topk, k.topk_overhead, [&](bool empty) {
+      return std::make_unique<B>(door, e, info, [info](const TopkBuffers& b) { return topk_entry_plan(info, b.view()); }, empty);
+    });
+  } else if (e.indexer_logits) {
+    using B = PythonEntryBench<IndexerLogitsImpl, IndexerLogitsKernelInfo, IndexerLogitsInputs, PreparedIndexerLogits,
+                               IndexerLogitsBuffers, std::vector<float>>;
+    const auto info = e.indexer_logits->info();
+    both(k.indexer_logits, k.indexer_logits_overhead, [&](bool empty) {
+      return std::make_unique<B>(door, e, info, [](const IndexerLogitsBuffers& b) { return indexer_logits_entry_plan(b.view()); },
+                                 empty);
+    });
+  } else if (e.sparse_prefill) {
+    using B = PythonEntryBench<SparsePrefillImpl, SparsePrefillKernelInfo, SparsePrefillInputs, PreparedSparsePrefill,
+                               SparsePrefillBuffers, SparsePrefillOutputs>;
+    const auto info = e.sparse_prefill->info();
+    both(k.sparse_prefill, k.sparse_prefill_overhead, [&](bool empty) {
+      return std::make_unique<B>(door, e, info,
+                                 [info](const SparsePrefillBuffers& b) { return sparse_prefill_entry_plan(info, b.view()); }, empty);
+    });
+  }
+  // An indexer append writes a cache in place: the benchmark has no axis for it (nor for a C
+  // plug-in's), so it is left out here as there.
+}
+
 }  // namespace
 
 ExternalBenchKernel open_python_for_bench(const std::string& spec, const fs::path& self, const fs::path& python_exe) {
@@ -423,24 +606,27 @@ ExternalBenchKernel open_python_for_bench(const std::string& spec, const fs::pat
   door->options.timeout_s = std::max(call_timeout_s(), 120.0);
   door->session.self = self;
   auto all = describe_python(door->session, spec, 0);
-  // The door's bench child makes decode calls only: the decode, which comes first when the kernel
-  // has one. (A C plug-in's other entries are timed in this process: plugin_bench.cpp.)
-  if (!all.front().first.decodes()) {
-    throw UsageError(fmt::format("--python {}: it has no decode; a Python kernel's prefill, merge, top-k and indexer "
-                                 "entries are not benchmarked yet (a C plug-in's are)",
-                                 printable(spec)));
-  }
-  auto described = std::move(all.front());
-  door->kernel = std::move(described.first);
-  const auto& r = described.second;
+  // The decode comes first when the kernel has one; the door's session and servers serve every
+  // entry (the same module, the same Python).
+  door->kernel = all.front().first;
+  const auto& r = all.front().second;
   // The facts `mla certify --python` records in its KernelReport, under the benchmark's names.
   const auto fact = [&](const char* key) { return r.origin.contains(key) ? r.origin.at(key) : json(); };
   ExternalBenchKernel k;
   k.origin = {{"kind", "python"},         {"spec", fact("spec")},      {"module_digest", fact("module_sha256")},
               {"python", fact("python_version")}, {"torch", fact("torch_version")}, {"executable", fact("python")},
               {"version", r.version}};
-  k.impl = std::make_unique<PythonBench>(door, false);
-  k.overhead = std::make_unique<PythonBench>(door, true);
+  for (const auto& [e, report] : all) {
+    if (!e.decodes()) open_python_entry(door, e, k);
+  }
+  if (door->kernel.decodes()) {
+    k.impl = std::make_unique<PythonBench>(door, false);
+    k.overhead = std::make_unique<PythonBench>(door, true);
+  } else if (!k.prefill && !k.merge && !k.topk && !k.indexer_logits && !k.sparse_prefill) {
+    throw UsageError(fmt::format("--python {}: it has no entry the benchmark times (decode, prefill, merge, top-k, "
+                                 "indexer logits, sparse prefill)",
+                                 printable(spec)));
+  }
   return k;
 }
 

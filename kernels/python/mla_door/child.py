@@ -24,7 +24,10 @@ with CUDA events; else perf_counter), its state, time and message written into t
 block's call slot 0. Request b"r": a cuda kernel's outputs copied back into the shared buffers
 (never on a timed call), its outcome in slot 0. Each request is answered with one byte once the
 slot is written; the setup answers one byte too, its refusal or error in the setup record.
-`--empty` replaces the decode with nothing, keeping every view and copy: the door's own cost.
+`--empty` replaces the kernel call with nothing, keeping every view and copy: the door's own cost.
+An entry-calls plan (certify/src/kinds/entry_plans.hpp: the certifier's own layout of a prefill,
+merge, top-k, indexer logits or sparse prefill call) is benchmarked the same way, its outputs the
+plan's call 0 regions.
 """
 from __future__ import annotations
 
@@ -426,16 +429,25 @@ def call_entry(args, plan):
     if loaded is None:
         return 0
     torch, k = loaded
+    the_call = entry_call(torch, ctl, plan, k, region_view(torch, mm, plan))
+    if the_call is None:
+        return 0
+    return make_entry_calls(torch, ctl, plan, k.backend == "cuda", *the_call)
+
+
+def entry_call(torch, ctl, plan, k, view):
+    """The entry-calls plan's call as (fn, inputs, outputs_of): fn(*inputs, *outputs_of(a call's
+    regions)) calls the kernel's entry on zero-copy views of the shared buffers. None, with the
+    setup record saying why, when the kernel lacks the entry the plan names. Shared by `call` (the
+    certifier's audited calls) and `bench` (one call per request)."""
     entry = plan["entry"]
     if getattr(k, entry, None) is None or entry not in ("prefill", "merge", "topk", "indexer_logits", "indexer_append",
                                                         "sparse_prefill"):
         ctl.setup(STATE_ERROR, f"the certifier asks for the kernel's {entry} entry, which it does not have")
-        return 0
-    view = region_view(torch, mm, plan)
+        return None
     a, inp = plan["args"], plan["inputs"]
-    cuda = k.backend == "cuda"
     if entry == "indexer_logits":
-        return indexer_logits_calls(torch, ctl, plan, cuda, k.indexer_logits, view)
+        return indexer_logits_call(torch, ctl, plan, k.indexer_logits, view)
     if entry == "sparse_prefill":
         sp = k.sparse_prefill
         s = a["shape"]
@@ -446,7 +458,7 @@ def call_entry(args, plan):
                   view(inp["attn_sink"], torch.float32, (h,)) if s["sink"] else None,
                   view(inp["topk_length"], torch.int32, (sq,)) if s["topk_length"] else None]
         out_dtype = torch.bfloat16 if sp.out_dtype == "bf16" else torch.float32
-        return make_entry_calls(torch, ctl, plan, cuda, lambda *t: sp.sparse_prefill(*t, info), inputs,
+        return (lambda *t: sp.sparse_prefill(*t, info), inputs,
                                 lambda regions: [view(regions[0], out_dtype, (sq, h, 512)),
                                                  view(regions[1], torch.float32, (sq, h)),
                                                  view(regions[2], torch.float32, (sq, h))])
@@ -456,7 +468,7 @@ def call_entry(args, plan):
         info = mla_door.IndexerAppendCall(num_tokens=nt, num_blocks=nb, block_size=bs, scale_fmt=a["scale_fmt"])
         inputs = [view(inp["keys"], torch.bfloat16, (nt, 128)), view(inp["slot_mapping"], torch.int64, (nt,))]
         # The cache is the call's own copy, written in place.
-        return make_entry_calls(torch, ctl, plan, cuda, lambda *t: ia.append(*t, info), inputs,
+        return (lambda *t: ia.append(*t, info), inputs,
                                 lambda regions: [view(regions[0], torch.uint8, (nb, bs * 132))])
     if entry == "topk":
         t = k.topk
@@ -464,7 +476,7 @@ def call_entry(args, plan):
         inputs = [view(inp["logits"], torch.float32, (rows, n)), view(inp["starts"], torch.int32, (rows,)),
                   view(inp["ends"], torch.int32, (rows,))]
         info = mla_door.TopkCall(rows=rows, n=n, k=kk)
-        return make_entry_calls(torch, ctl, plan, cuda, lambda *x: t.topk(*x, info), inputs,
+        return (lambda *x: t.topk(*x, info), inputs,
                                 lambda regions: [view(regions[0], torch.int32, (rows, kk))])
     if entry == "merge":
         m = k.merge
@@ -474,7 +486,7 @@ def call_entry(args, plan):
         inputs = [view(inp["out_a"], dt, (n, h, d)), view(inp["lse_a"], torch.float32, lse_shape),
                   view(inp["out_b"], dt, (n, h, d)), view(inp["lse_b"], torch.float32, lse_shape)]
         info = mla_door.MergeCall(tokens=n, heads=h, head_dim=d, dtype=a["dtype"])
-        return make_entry_calls(torch, ctl, plan, cuda, lambda *t: m.merge(*t, info), inputs,
+        return (lambda *t: m.merge(*t, info), inputs,
                                 lambda regions: [view(regions[0], dt, (n, h, d)), view(regions[1], torch.float32, lse_shape)])
     p = k.prefill
     s = a["shape"]
@@ -487,13 +499,14 @@ def call_entry(args, plan):
     lse_shape = (tq, h) if p.conventions.lse_layout == "[b,s_q,h]" else (h, tq)
     info = mla_door.PrefillCall(batch=b, heads=h, total_q=tq, total_k=tk, d_qk=d_qk, d_v=d_v, causal=s["causal"],
                                 softmax_scale=a["softmax_scale"])
-    return make_entry_calls(torch, ctl, plan, cuda, lambda *t: p.prefill(*t, info), inputs,
+    return (lambda *t: p.prefill(*t, info), inputs,
                             lambda regions: [view(regions[0], out_dtype, (tq, h, d_v)),
                                              view(regions[1], torch.float32, lse_shape)])
 
 
-def indexer_logits_calls(torch, ctl, plan, cuda, il, view):
-    """An indexer logits plan: the entry's paged or ragged callable, by the call's layout."""
+def indexer_logits_call(torch, ctl, plan, il, view):
+    """An indexer logits plan's call (entry_call's triple): the entry's paged or ragged callable,
+    by the call's layout."""
     s, inp = plan["args"]["shape"], plan["inputs"]
     paged = s["layout"] == "paged"
     b, nn, h = s["batch"], s["next_n"], s["heads"]
@@ -506,7 +519,7 @@ def indexer_logits_calls(torch, ctl, plan, cuda, il, view):
     fn = il.paged if paged else il.ragged
     if fn is None:
         ctl.setup(STATE_ERROR, f"the certifier asks for the kernel's {s['layout']} indexer logits, which it does not have")
-        return 0
+        return None
     weights = view(inp["weights"], torch.float32, (rows, h))
     if paged:
         inputs = [view(inp["q"], torch.uint8, (b, nn, h, 128)),
@@ -517,7 +530,7 @@ def indexer_logits_calls(torch, ctl, plan, cuda, il, view):
         inputs = [view(inp["q"], torch.uint8, (rows, h, 128)), view(inp["k_codes"], torch.uint8, (cols, 128)),
                   view(inp["k_scales"], torch.float32, (cols,)), weights, view(inp["ks"], torch.int32, (rows,)),
                   view(inp["ke"], torch.int32, (rows,))]
-    return make_entry_calls(torch, ctl, plan, cuda, lambda *t: fn(*t, info), inputs,
+    return (lambda *t: fn(*t, info), inputs,
                             lambda regions: [view(regions[0], torch.float32, (rows, cols))])
 
 
@@ -553,8 +566,10 @@ def bench(args):
     the torch views and (backend cuda) the copies of the inputs and of the output buffers to the
     device. A request is then one kernel call and nothing else of the door's but its record and
     the answer, so a benchmark that times the round trip times the kernel plus the door's fixed
-    cost, which `--empty` (no decode at all, the same tensors and copies) measures on its own."""
-    plan = read_wire(args.plan, "attention-calls")
+    cost, which `--empty` (no kernel call at all, the same tensors and copies) measures on its own.
+    An attention-calls plan calls the decode; an entry-calls plan (the certifier's own layout of
+    that entry's call, entry_call) the entry it names."""
+    kind, plan = read_wire_of(args.plan, ("attention-calls", "entry-calls"))
     mm, ctl = open_arena(plan)
     sock = args.socket
 
@@ -568,19 +583,31 @@ def bench(args):
     torch, k = loaded
     cuda = k.backend == "cuda"
     try:
-        t, out, lse, info = call_tensors(torch, mm, plan, k)(0)
+        if kind == "entry-calls":
+            the_call = entry_call(torch, ctl, plan, k, region_view(torch, mm, plan))
+            if the_call is None:
+                answer()  # the setup record says which entry it lacks
+                return 0
+            fn, inputs, outputs_of = the_call
+            outputs = outputs_of(plan["calls"][0])
+        else:
+            t, out, lse, info = call_tensors(torch, mm, plan, k)(0)
+            decode = k.decode
+            fn = lambda q, kv, bt, sl, idx, o, l: decode(q, kv, bt, sl, idx, o, l, info)  # noqa: E731
+            inputs, outputs = [t["q"], t["kv_cache"], t["block_table"], t["cache_seqlens"], t["indices"]], [out, lse]
         if cuda:
             # Copied to the device once: the timed calls read and write device memory only.
-            t = {n: (v.to(COPY_DEVICE, copy=True) if v is not None else None) for n, v in t.items()}
-            d_out, d_lse = out.to(COPY_DEVICE, copy=True), lse.to(COPY_DEVICE, copy=True)
+            d_in = [v.to(COPY_DEVICE, copy=True) if v is not None else None for v in inputs]
+            d_out = [o.to(COPY_DEVICE, copy=True) for o in outputs]
             sync(torch)
         else:
-            d_out, d_lse = out, lse
+            d_in, d_out = inputs, outputs
     except Exception as e:
         ctl.setup(STATE_ERROR, f"the child could not lay out the call: {error_words(e)}")
         answer()
         return 0
-    decode = (lambda *a: None) if args.empty else k.decode
+    if args.empty:
+        fn = lambda *a: None  # noqa: E731
     events = cuda and COPY_DEVICE == "cuda"
     if events:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -595,22 +622,20 @@ def bench(args):
                 if events:
                     # The device's own clock: the call's kernels, not the host's launch loop.
                     start.record()
-                    decode(t["q"], t["kv_cache"], t["block_table"], t["cache_seqlens"], t["indices"], d_out, d_lse,
-                           info)
+                    fn(*d_in, *d_out)
                     end.record()
                     end.synchronize()
                     seconds = start.elapsed_time(end) / 1e3
                 else:
                     t0 = time.perf_counter()
-                    decode(t["q"], t["kv_cache"], t["block_table"], t["cache_seqlens"], t["indices"], d_out, d_lse,
-                           info)
+                    fn(*d_in, *d_out)
                     if cuda:
                         sync(torch)
                     seconds = time.perf_counter() - t0
             elif request == REQUEST_RESULTS:
                 if cuda:  # a CPU kernel wrote the shared buffers themselves
-                    out.copy_(d_out.cpu())
-                    lse.copy_(d_lse.cpu())
+                    for o, d in zip(outputs, d_out):
+                        o.copy_(d.cpu())
             else:
                 state, message = STATE_ERROR, f"unknown request {request!r}"
         except mla_door.Unsupported as e:

@@ -217,6 +217,45 @@ def test_a_plugins_other_entries_are_timed_beside_the_builtins_only_where_they_p
     assert "good_append_sparse_prefill" in md and "V3.2 sparse prefill" in md
 
 
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "kernels", "python", "examples")
+
+
+@pytest.mark.skipif(not _python_has_torch(), reason="/usr/bin/python3 cannot import torch")
+def test_a_python_kernels_other_entries_are_timed_beside_the_builtins_only_where_they_pass(tmp_path):
+    # FlashMLA's sparse prefill and vLLM's merge through their adapters (CPU stand-ins), FlashMLA's
+    # with its bug that gathers -1 as position 0, beside the registered kernels of those kinds:
+    # the correct entries get times (their own clock, the trip kept apart) and overhead rows, the
+    # wrong one "not timed: FAIL" rows; each Python entry is named by the kernel's own name.
+    out = tmp_path / "py_entries.json"
+    sparse, merge = "sparse_prefill_edge_h64_sq80_skv80_k64", "merge_edge_empty_sides_bf16_t64_h16_d128"
+    ex = os.path.abspath(EXAMPLES)
+    p = subprocess.run([BENCH, f"--mla_points={sparse},{merge}", "--kernel", "cpu_sparse_prefill_f32",
+                        "--kernel", "cpu_merge_f32",
+                        f"--python={ex}/flashmla_sparse_cpu.py:KERNEL", f"--python={ex}/flashmla_sparse_cpu.py:BUG_MINUS_ONE_AS_ZERO",
+                        f"--python={ex}/merge_cpu.py:VLLM", "--python-exe", "/usr/bin/python3", *FAST,
+                        "--benchmark_repetitions=2", "--benchmark_filter=^mla/",
+                        f"--benchmark_out={out}", "--benchmark_out_format=json"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run = benchjson.load(out)
+    rows = {(c.kernel, c.point): c for c in run.kernel_cases()}
+    overhead = {(run.kernels[c.kernel]["overhead_of"], c.point): c for c in run.overhead_cases()}
+    for name, point in (("flashmla_sparse_prefill_cpu_standin", sparse), ("vllm_merge_cpu_standin", merge)):
+        k = run.kernels[name]
+        assert k["origin"]["kind"] == "python" and len(k["origin"]["module_digest"]) == 64, k
+        r, o = rows[(name, point)], overhead[(name, point)]
+        assert not r.error and len(r.times_s) == 2, r.error
+        assert not o.error and len(o.times_s) == 2, o.error
+        # Its own clock is the time; the trip through the door is kept beside it.
+        assert r.counters.get("round_trip_seconds", 0) > 0, r.counters
+        # It computes in the door's child: no CPU share of this process is claimed for it.
+        assert "cpu_share" not in r.counters
+    bad = rows[("flashmla_sparse_prefill_cpu_bug_minus_one_as_zero", sparse)]
+    assert bad.error and bad.error.startswith("not timed: FAIL (") and not bad.times_s, bad.error
+    for name, point in (("cpu_sparse_prefill_f32", sparse), ("cpu_merge_f32", merge)):
+        assert not rows[(name, point)].error, (name, rows[(name, point)].error)
+
+
 CLI = os.environ.get("MLA_CLI")
 
 

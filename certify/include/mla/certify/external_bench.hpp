@@ -44,11 +44,13 @@ struct ExternalBenchKernel {
   // does not carry it): nullopt when it takes the shape, else its reason. Empty for a kernel that
   // answers nothing beyond its capabilities (check() covers them).
   std::function<std::optional<std::string>(const AttnShape&, std::optional<ScaleFmt>)> claim;
-  // A C plug-in's other entries (ABI 1.4 and 1.5) as implementations of their kinds, each with its
-  // calling path's overhead row beside it (the entry replaced by one that returns at once); null
-  // where it has none. Their results() are in the entry's declared conventions, as a registered
-  // kernel's: the benchmark makes them canonical before judging. (A Python kernel's other entries
-  // are not timed: its bench child makes decode calls only.)
+  // The kernel's other entries (a C plug-in's, ABI 1.4 and 1.5, called in this process; a Python
+  // kernel's, each in a long-lived bench child of its own over the certifier's layout of that
+  // entry's call) as implementations of their kinds, each with its calling path's overhead row
+  // beside it (the entry replaced by one that returns at once, or no call at all); null where it
+  // has none. Their results() are in the entry's declared conventions, as a registered kernel's:
+  // the benchmark makes them canonical before judging. A Python entry's prepared call clocks its
+  // own calls in its child (mla::SelfTimed), as a Python decode does.
   std::unique_ptr<PrefillImpl> prefill, prefill_overhead;
   std::unique_ptr<MergeImpl> merge, merge_overhead;
   std::unique_ptr<TopkImpl> topk, topk_overhead;
@@ -68,7 +70,8 @@ inline std::string overhead_name(const std::string& name) { return name + "~over
 ExternalBenchKernel open_plugin_for_bench(const std::filesystem::path& library);
 
 // Describes the kernel in a child of the door (this process never imports the user's code) and
-// returns an implementation whose prepare() starts the long-lived child over the point's inputs.
+// returns implementations (its decode, and each other entry it has) whose prepare() starts a
+// long-lived child over the point's inputs.
 // `self` is this executable's path (the door is found beside it or in the source tree, as for
 // `mla certify --python`); `python_exe` empty: python3 on PATH. Throws mla::UsageError for a
 // malformed SPEC or a module that does not import; no Python with torch, or a "cuda" kernel

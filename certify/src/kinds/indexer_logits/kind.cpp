@@ -13,6 +13,7 @@
 
 #include "kinds/drawn_kind.hpp"
 #include "kinds/indexer_logits/indexer_logits_rows.hpp"
+#include "kinds/entry_plans.hpp"
 #include "kinds/kinds.hpp"
 #include "kinds/stored_kind.hpp"
 #include "mla/golden/golden.hpp"
@@ -25,27 +26,8 @@ namespace {
 // layout's arrays are laid out (the child hands the other layout's as NULL / empty).
 InProcessRun<std::vector<float>> run_logits_in_child(Session& s, const Implementation& k, const IndexerLogitsInputs& in,
                                                      const std::string& tag, bool& host_caused) {
-  const auto n = static_cast<std::size_t>(in.shape.rows()) * static_cast<std::size_t>(in.shape.cols());
-  EntryCalls plan;
-  plan.entry = kEntryIndexerLogits;
-  plan.inputs = {{"q", raw_bytes(in.q), false, 1}, {"weights", raw_bytes(in.weights), false, 4}};
-  if (in.shape.layout == IndexerLogitsLayout::paged) {
-    plan.inputs.push_back({"kv_cache", raw_bytes(in.cache), false, 1});
-    plan.inputs.push_back({"context_lens", raw_bytes(in.context_lens), false, 4});
-    plan.inputs.push_back({"block_table", raw_bytes(in.block_table), false, 4});
-  } else {
-    plan.inputs.push_back({"k_codes", raw_bytes(in.k_codes), false, 1});
-    plan.inputs.push_back({"k_scales", raw_bytes(in.k_scales), false, 4});
-    plan.inputs.push_back({"ks", raw_bytes(in.ks), false, 4});
-    plan.inputs.push_back({"ke", raw_bytes(in.ke), false, 4});
-  }
-  plan.per_call = {{"logits", {}, false, 4, std::max<std::size_t>(n * 4, 1)}};
-  plan.args = {{"shape", to_json(in.shape)}};
-  return external_run<std::vector<float>>(run_entry_in_child(s, k, plan, tag), host_caused, [&](const auto& b) {
-    std::vector<float> o(n);
-    if (n > 0) std::memcpy(o.data(), b[0].data(), 4 * n);
-    return o;
-  });
+  const auto p = indexer_logits_entry_plan(in);
+  return external_run<std::vector<float>>(run_entry_in_child(s, k, p.calls, tag), host_caused, p.outputs);
 }
 
 // A row `r` (family, file, name and description set) of `k` on the call `in`.

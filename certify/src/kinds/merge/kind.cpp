@@ -6,6 +6,7 @@
 // audits (isolation/entry_calls.hpp).
 #include <fmt/format.h>
 
+#include "kinds/entry_plans.hpp"
 #include "kinds/kinds.hpp"
 #include "kinds/merge/merge_rows.hpp"
 #include "kinds/stored_kind.hpp"
@@ -60,28 +61,8 @@ class MergeKind final : public StoredCasesKind {
 // out and lse widened (still in its conventions), the audit's findings as reasons.
 InProcessRun<MergeOutputs> run_merge_in_child(Session& s, const Implementation& k, const MergeInputs& kin,
                                               const std::string& tag, bool& host_caused) {
-  const auto& sh = kin.shape;
-  const std::size_t vb = bytes_per_value(sh.dtype);
-  const auto n_out = static_cast<std::size_t>(sh.tokens) * static_cast<std::size_t>(sh.heads) * static_cast<std::size_t>(sh.head_dim);
-  const auto n_lse = static_cast<std::size_t>(sh.tokens) * static_cast<std::size_t>(sh.heads);
-  EntryCalls plan;
-  plan.entry = kEntryMerge;
-  plan.inputs = {{"out_a", kin.out_a, false, vb},
-                 {"lse_a", raw_bytes(kin.lse_a), false, 4},
-                 {"out_b", kin.out_b, false, vb},
-                 {"lse_b", raw_bytes(kin.lse_b), false, 4}};
-  // Empty outputs (no row) still get a region: the child is told one per call.
-  plan.per_call = {{"out", {}, false, vb, std::max<std::size_t>(n_out * vb, 1)},
-                   {"lse", {}, false, 4, std::max<std::size_t>(n_lse * 4, 1)}};
-  plan.args = {{"tokens", sh.tokens}, {"heads", sh.heads}, {"head_dim", sh.head_dim}, {"dtype", to_string(sh.dtype)}};
-  return external_run<MergeOutputs>(run_entry_in_child(s, k, plan, tag), host_caused, [&](const auto& b) {
-    MergeOutputs o;
-    o.dtype = sh.dtype;
-    o.out.resize(n_out);
-    for (std::size_t i = 0; i < n_out; ++i) o.out[i] = state_value(sh.dtype, b[0], i);
-    o.lse = widen_values({b[1].data(), n_lse * 4}, 4);
-    return o;
-  });
+  const auto p = merge_entry_plan(kin);
+  return external_run<MergeOutputs>(run_entry_in_child(s, k, p.calls, tag), host_caused, p.outputs);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "isolation/entry_calls.hpp"
+#include "kinds/entry_plans.hpp"
 #include "kinds/kinds.hpp"
 #include "kinds/prefill/prefill_rows.hpp"
 #include "kinds/stored_kind.hpp"
@@ -65,29 +66,8 @@ class PrefillKind final : public StoredCasesKind {
 // and lse widened (still in its conventions), the audit's findings as reasons.
 InProcessRun<PrefillOutputs> run_prefill_in_child(Session& s, const Implementation& k, const PrefillInputs& kin,
                                                   const std::string& tag, bool& host_caused) {
-  const auto& sh = kin.shape;
-  const OutDType dtype = k.prefill->info().out_dtype;
-  const std::size_t vb = dtype == OutDType::bf16 ? 2 : 4;
-  const auto n_out = static_cast<std::size_t>(sh.total_q) * static_cast<std::size_t>(sh.heads) * static_cast<std::size_t>(sh.d_v);
-  const auto n_lse = static_cast<std::size_t>(sh.total_q) * static_cast<std::size_t>(sh.heads);
-  EntryCalls plan;
-  plan.entry = kEntryPrefill;
-  plan.inputs = {{"q", raw_bytes(kin.q), false, 2},
-                 {"k", raw_bytes(kin.k), false, 2},
-                 {"v", raw_bytes(kin.v), false, 2},
-                 {"cu_seqlens_q", raw_bytes(kin.cu_seqlens_q), false, 4},
-                 {"cu_seqlens_k", raw_bytes(kin.cu_seqlens_k), false, 4}};
-  // Empty outputs (no query row) still get a region: the child is told one per call.
-  plan.per_call = {{"out", {}, false, vb, std::max<std::size_t>(n_out * vb, 1)},
-                   {"lse", {}, false, 4, std::max<std::size_t>(n_lse * 4, 1)}};
-  plan.args = {{"shape", to_json(sh)}, {"softmax_scale", kin.softmax_scale}};
-  return external_run<PrefillOutputs>(run_entry_in_child(s, k, plan, tag), host_caused, [&](const auto& b) {
-    PrefillOutputs o;
-    o.dtype = dtype;
-    o.out = widen_values({b[0].data(), n_out * vb}, static_cast<int>(vb));
-    o.lse = widen_values({b[1].data(), n_lse * 4}, 4);
-    return o;
-  });
+  const auto p = prefill_entry_plan(k.prefill->info(), kin);
+  return external_run<PrefillOutputs>(run_entry_in_child(s, k, p.calls, tag), host_caused, p.outputs);
 }
 
 }  // namespace

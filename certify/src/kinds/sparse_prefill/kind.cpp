@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "kinds/drawn_kind.hpp"
+#include "kinds/entry_plans.hpp"
 #include "kinds/kinds.hpp"
 #include "kinds/sparse_prefill/sparse_prefill_rows.hpp"
 #include "isolation/arena.hpp"
@@ -110,31 +111,8 @@ std::vector<DrawnSparsePrefill> draw_cases(uint64_t seed, const SparsePrefillKer
 // The calls of an external kernel's sparse prefill in a child: call 1's outputs, widened.
 InProcessRun<SparsePrefillOutputs> run_in_child(Session& s, const Implementation& k, const SparsePrefillInputs& in,
                                                 const std::string& tag, bool& host_caused) {
-  const auto& sh = in.shape;
-  const OutDType dtype = k.sparse_prefill->info().out_dtype;
-  const std::size_t vb = dtype == OutDType::bf16 ? 2 : 4;
-  const auto n_out = static_cast<std::size_t>(sh.s_q * sh.heads * kSparsePrefillDv);
-  const auto n_row = static_cast<std::size_t>(sh.s_q * sh.heads);
-  EntryCalls plan;
-  plan.entry = kEntrySparsePrefill;
-  plan.inputs = {{"q", raw_bytes(in.q), false, 2}, {"kv", raw_bytes(in.kv), false, 2}, {"indices", raw_bytes(in.indices), false, 4}};
-  if (sh.sink) plan.inputs.push_back({"attn_sink", raw_bytes(in.attn_sink), false, 4});
-  if (sh.topk_length) plan.inputs.push_back({"topk_length", raw_bytes(in.topk_length), false, 4});
-  plan.per_call = {{"out", {}, false, vb, std::max<std::size_t>(n_out * vb, 1)},
-                   {"max_logits", {}, false, 4, std::max<std::size_t>(n_row * 4, 1)},
-                   {"lse", {}, false, 4, std::max<std::size_t>(n_row * 4, 1)}};
-  plan.args = {{"shape",
-                {{"s_q", sh.s_q}, {"s_kv", sh.s_kv}, {"heads", sh.heads}, {"d_qk", sh.d_qk}, {"topk", sh.topk},
-                 {"sink", sh.sink}, {"topk_length", sh.topk_length}}},
-               {"sm_scale", in.sm_scale}};
-  return external_run<SparsePrefillOutputs>(run_entry_in_child(s, k, plan, tag), host_caused, [&](const auto& b) {
-    SparsePrefillOutputs o;
-    o.dtype = dtype;
-    o.out = widen_values({b[0].data(), n_out * vb}, static_cast<int>(vb));
-    o.max_logits = widen_values({b[1].data(), n_row * 4}, 4);
-    o.lse = widen_values({b[2].data(), n_row * 4}, 4);
-    return o;
-  });
+  const auto p = sparse_prefill_entry_plan(k.sparse_prefill->info(), in);
+  return external_run<SparsePrefillOutputs>(run_entry_in_child(s, k, p.calls, tag), host_caused, p.outputs);
 }
 
 reports::CaseResult sparse_row(Session& s, const Implementation& k, const DrawnSparsePrefill& c) {

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "kinds/entry_plans.hpp"
 #include "kinds/kinds.hpp"
 #include "kinds/drawn_kind.hpp"
 #include "kinds/topk/topk_rows.hpp"
@@ -22,23 +23,8 @@ namespace {
 // The calls of an external kernel's top-k in a child: call 1's indices (in its index base).
 InProcessRun<TopkOutputs> run_topk_in_child(Session& s, const Implementation& k, const TopkInputs& in,
                                             const std::string& tag, bool& host_caused) {
-  const auto n_idx = static_cast<std::size_t>(in.shape.rows) * static_cast<std::size_t>(in.shape.k);
-  EntryCalls plan;
-  plan.entry = kEntryTopk;
-  plan.inputs = {{"logits", raw_bytes(in.logits), false, 4},
-                 {"starts", raw_bytes(in.starts), false, 4},
-                 {"ends", raw_bytes(in.ends), false, 4}};
-  plan.per_call = {{"indices", {}, false, 4, std::max<std::size_t>(n_idx * 4, 1)}};
-  // An unsorted selection promises no order, and the field's kernels (vLLM's, FlashInfer's without
-  // its deterministic mode) may order a row differently on every call: its calls must agree on
-  // each row's set, not on its order.
-  if (!k.topk->info().conventions.sorted) plan.per_call[0].unordered_row = static_cast<std::size_t>(in.shape.k);
-  plan.args = {{"rows", in.shape.rows}, {"n", in.shape.n}, {"k", in.shape.k}};
-  return external_run<TopkOutputs>(run_entry_in_child(s, k, plan, tag), host_caused, [&](const auto& b) {
-    TopkOutputs o;
-    o.indices = int32_values({b[0].data(), n_idx * 4});
-    return o;
-  });
+  const auto p = topk_entry_plan(k.topk->info(), in);
+  return external_run<TopkOutputs>(run_entry_in_child(s, k, p.calls, tag), host_caused, p.outputs);
 }
 
 // The row of `k` on one drawn case: NOT_CLAIMED with its check()'s reason, else its calls in

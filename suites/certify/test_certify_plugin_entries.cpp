@@ -448,21 +448,51 @@ TEST(PluginSparsePrefill, TheTemplatesSparsePrefillIsGreenAndEachPlantedBugRedOn
   EXPECT_EQ(good.at("kinds"), json::array({"sparse_prefill"}));
   EXPECT_EQ(good.at("origin").at("entry"), "sparse_prefill");
   EXPECT_EQ(good.at("origin").at("isolation"), "child_per_case");
-  ASSERT_EQ(good.at("cases").size(), 3u) << "the plain call, the one with a sink and topk_length, the 512-wide one";
+  ASSERT_EQ(good.at("cases").size(), 5u) << "the plain call, the one with a sink and topk_length, the 512-wide one, "
+                                             "the two chain cases";
   for (const auto& row : good.at("cases")) {
     EXPECT_EQ(row.at("verdict"), "PASS") << row.at("case") << ": " << reasons(row);
     EXPECT_EQ(row.at("max_logits").at("tolerance"), "sparse_prefill.max_logits.f32") << "written as float32";
   }
-  // Every drawn call has -1 entries in rows that do not name position 0, and rows with keys.
+  // A library of the sparse prefill alone: the suite's links feed its chain.
+  for (const auto& row : good.at("cases")) {
+    if (row.at("case").get<std::string>().rfind("sparse_chain_", 0) != 0) continue;
+    EXPECT_NE(row.at("description").get<std::string>().find("by cpu_indexer_logits"), std::string::npos);
+  }
+  // Every drawn call has -1 entries in rows that do not name position 0, and rows with keys (the
+  // chain's -1 entries are a top-k's padding of rows that selected position 0: there it cannot
+  // matter, drawn_kinds' test says why).
   const std::vector<std::pair<std::string, std::string>> bugs = {{"sparse_prefill_minus_one_as_zero", "out: "},
                                                                  {"sparse_prefill_lse_log2", "lse: "}};
   for (const auto& [name, words] : bugs) {
     const auto& k = kernel(cert, name);
-    ASSERT_EQ(k.at("cases").size(), 3u) << name;
+    ASSERT_EQ(k.at("cases").size(), 5u) << name;
     for (const auto& row : k.at("cases")) {
+      if (name == "sparse_prefill_minus_one_as_zero" && row.at("case").get<std::string>().rfind("sparse_chain_", 0) == 0)
+        continue;
       EXPECT_EQ(row.at("verdict"), "FAIL") << name << " " << row.at("case") << ": " << reasons(row);
       EXPECT_TRUE(has_reason(row, words)) << name << " " << row.at("case") << ": " << reasons(row);
     }
+  }
+}
+
+// The template has all three of V3.2's sparse entries: a stack. Its chain cases feed its sparse
+// prefill with its own indexer logits and top-k, each judged in turn, all green.
+TEST(PluginSparsePrefill, TheTemplatesThreeSparseEntriesCertifyAsAChain) {
+  TempDir tmp;
+  auto o = in_process_options(tmp.path() / "out", {}, {"fresh"});
+  o.plugins.emplace_back(MLA_PLUGIN_GOOD_APPEND);
+  o.case_regex = "sparse_chain_";
+  const auto cert = certify_here(o);
+  const auto& k = kernel(cert, "good_append_sparse_prefill");
+  ASSERT_EQ(k.at("cases").size(), 2u) << "a chunk over a prefix and a sequence from its start";
+  for (const auto& row : k.at("cases")) {
+    EXPECT_EQ(row.at("verdict"), "PASS") << row.at("case") << ": " << reasons(row);
+    const auto d = row.at("description").get<std::string>();
+    EXPECT_NE(d.find("by good_append_indexer_logits, their top-64 by good_append_topk, then good_append_sparse_prefill"),
+              std::string::npos)
+        << d;
+    EXPECT_TRUE(row.at("out").is_object() && row.at("lse").is_object() && row.at("max_logits").is_object());
   }
 }
 

@@ -369,17 +369,68 @@ TEST_F(CertifyPython, FlashMlaSparsePrefillCertifiesThroughTheDoorAndItsBugsAreR
   const auto& k = kernel(r, "flashmla_sparse_prefill_cpu_standin");
   EXPECT_EQ(k.at("kinds"), json::array({"sparse_prefill"}));
   EXPECT_EQ(k.at("origin").at("capabilities").at("heads"), json::array({64, 128}));
-  ASSERT_EQ(k.at("cases").size(), 3u);
+  ASSERT_EQ(k.at("cases").size(), 5u) << "three calls, two chain cases";
   for (const auto& c : k.at("cases")) EXPECT_EQ(c.at("verdict"), "PASS") << c.at("case") << ": " << reasons(c);
   for (const auto& [name, words] : std::vector<std::pair<std::string, std::string>>{
            {"flashmla_sparse_prefill_cpu_bug_minus_one_as_zero", "out: "}, {"flashmla_sparse_prefill_cpu_bug_lse_base2", "lse: "}}) {
     const auto& b = kernel(r, name);
-    ASSERT_EQ(b.at("cases").size(), 3u) << name;
+    ASSERT_EQ(b.at("cases").size(), 5u) << name;
     for (const auto& c : b.at("cases")) {
+      // A chain's -1 entries pad rows that selected position 0 already (drawn_kinds' test).
+      if (name == "flashmla_sparse_prefill_cpu_bug_minus_one_as_zero" &&
+          c.at("case").get<std::string>().rfind("sparse_chain_", 0) == 0)
+        continue;
       EXPECT_EQ(c.at("verdict"), "FAIL") << name << " " << c.at("case") << ": " << reasons(c);
       EXPECT_NE(reasons(c).find(words), std::string::npos) << name << " " << c.at("case") << ": " << reasons(c);
     }
   }
+}
+
+// V3.2's sparse path as one Python kernel (mla_door.stack: DeepGEMM's logits, FlashInfer's top-k,
+// FlashMLA's sparse prefill, each adapter over its stand-in): every entry green as its own
+// implementation and the chain green; a bug in the last link red on the chain too, a bug in the
+// first link red on the chain naming that link (its logits are never judged as the attention's).
+TEST_F(CertifyPython, AV32StackCertifiesEachLinkAndTheChainAndABadLinkIsNamed) {
+  const auto t = kExamples / "v32_stack_cpu.py";
+  std::string args = " --family fresh";
+  for (const char* a : {"STACK", "BUG_ATTENTION_LSE_BASE2", "BUG_LOGITS_NO_RELU"}) args += " --python " + quote(t.string() + ":" + a);
+  const auto r = certify(args, torch_path());
+  ASSERT_EQ(r.status, 1) << r.output;
+  for (const char* entry : {"indexer_logits", "topk", "sparse_prefill"}) {
+    const auto& k = kernel(r, std::string("v32_stack_cpu_standin_") + entry);
+    ASSERT_FALSE(k.at("cases").empty()) << entry;
+    for (const auto& c : k.at("cases")) EXPECT_EQ(c.at("verdict"), "PASS") << entry << " " << c.at("case") << ": " << reasons(c);
+  }
+  const auto chain_rows = [&](const std::string& name) {
+    std::vector<json> rows;
+    for (const auto& c : kernel(r, name).at("cases"))
+      if (c.at("case").get<std::string>().rfind("sparse_chain_", 0) == 0) rows.push_back(c);
+    return rows;
+  };
+  const auto good = chain_rows("v32_stack_cpu_standin_sparse_prefill");
+  ASSERT_EQ(good.size(), 2u);
+  for (const auto& c : good) {
+    EXPECT_NE(c.at("description").get<std::string>().find("by v32_stack_cpu_standin_indexer_logits, their top-64 by "
+                                                         "v32_stack_cpu_standin_topk"),
+              std::string::npos);
+  }
+  for (const auto& c : chain_rows("v32_stack_cpu_bug_attention_lse_base2_sparse_prefill")) {
+    EXPECT_EQ(c.at("verdict"), "FAIL") << c.at("case");
+    EXPECT_NE(reasons(c).find("lse: "), std::string::npos) << reasons(c);
+  }
+  const auto bad_first = chain_rows("v32_stack_cpu_bug_logits_no_relu_sparse_prefill");
+  ASSERT_EQ(bad_first.size(), 2u);
+  for (const auto& c : bad_first) {
+    EXPECT_EQ(c.at("verdict"), "FAIL") << c.at("case");
+    EXPECT_NE(reasons(c).find("indexer logits (v32_stack_cpu_bug_logits_no_relu_indexer_logits): "), std::string::npos)
+        << reasons(c);
+    EXPECT_FALSE(c.contains("out") && c.at("out").is_object()) << "the attention was never called on wrong logits";
+  }
+  // The first link's own rows are red too, where its kind judges it.
+  bool indexer_red = false;
+  for (const auto& c : kernel(r, "v32_stack_cpu_bug_logits_no_relu_indexer_logits").at("cases"))
+    indexer_red |= c.at("verdict") == "FAIL";
+  EXPECT_TRUE(indexer_red);
 }
 
 // vLLM's indexer_k_quant_and_cache (mla_door.adapters.vllm_indexer_cache) over its CPU stand-in:

@@ -49,10 +49,13 @@ PLUGIN_CASES = r"^attn_core/(all_empty|h16_varlen_ps16|h64_sq2_ps64|h128_sq2_v3_
 # heads, a shape FlashMLA does not claim (NOT_CLAIMED with its reason). (FlashInfer does not claim
 # a causal row that attends nothing, so the first case is not its.)
 # The Python door's step: decode cases for FlashMLA and FlashInfer, a chunked causal and a
-# context-chunk prefill for FlashAttention, two merges, and V3.2's drawn top-k at k = 2048.
+# context-chunk prefill for FlashAttention, two merges, V3.2's drawn top-k at k = 2048, DeepGEMM's
+# indexer logits, vLLM's indexer cache write, and FlashMLA's sparse prefill on its drawn calls and
+# on the chain cases (the suite's indexer and top-k feeding it).
 PY_DOOR_CASES = (r"^attn_core/(h128_sq2_v3_scale_ps16|h64_sq2_ps64)$|^attn_sparse/sparse_fp8_tiny_flashmla_ue8m0$"
                  r"|^prefill/(h16_chunked|noncausal_context)$|^merge/(h128|d512)$|^fresh/topk_k2048_"
-                 r"|^indexer/h64_half_ue8m0$|^fresh/indexer_logits_|^fresh/indexer_append_|^fresh/sparse_prefill_")
+                 r"|^indexer/h64_half_ue8m0$|^fresh/indexer_logits_|^fresh/indexer_append_|^fresh/sparse_prefill_"
+                 r"|^fresh/sparse_chain_")
 TIMED_OUT = (124, 137)
 NOT_STARTED = 125
 

@@ -450,6 +450,39 @@ class Kernel:
     sparse_prefill: Optional[SparsePrefill] = None
 
 
+def stack(name: str, indexer_logits: Kernel, topk: Kernel, sparse_prefill: Kernel, version: str = "",
+          description: str = "") -> Kernel:
+    """V3.2's sparse path as deployed, one kernel of three: `indexer_logits`'s indexer logits entry,
+    `topk`'s top-k entry and `sparse_prefill`'s sparse prefill entry (three kernels, an adapter's
+    each, of one backend), renamed <name>_indexer_logits, <name>_topk and <name>_sparse_prefill.
+    `mla certify` certifies each entry as its own implementation, and the sparse prefill also on
+    the chain cases (sparse_chain_*), where this kernel's own logits and top-k feed it. Unavailable
+    where any of the three is, with its reason."""
+    parts = (("indexer_logits", indexer_logits), ("topk", topk), ("sparse_prefill", sparse_prefill))
+    for entry, k in parts:
+        if getattr(k, entry) is None:
+            raise ValueError(f"stack {name}: {k.name} has no {entry} entry")
+    backends = {k.backend for _, k in parts}
+    if len(backends) != 1:
+        raise ValueError(f"stack {name}: its kernels run on different backends ({', '.join(sorted(backends))})")
+
+    def unavailable():
+        for _, k in parts:
+            why = k.unavailable() if k.unavailable is not None else None
+            if why:
+                return f"{k.name}: {why}"
+        return None
+
+    return Kernel(
+        name=name, version=version or "+".join(f"{k.name} {k.version}" for _, k in parts),
+        description=description or "V3.2 sparse path: " + " -> ".join(k.name for _, k in parts),
+        backend=backends.pop(),
+        indexer_logits=dataclasses.replace(indexer_logits.indexer_logits, name=f"{name}_indexer_logits"),
+        topk=dataclasses.replace(topk.topk, name=f"{name}_topk"),
+        sparse_prefill=dataclasses.replace(sparse_prefill.sparse_prefill, name=f"{name}_sparse_prefill"),
+        unavailable=unavailable)
+
+
 def describe(k: Kernel) -> dict:
     """The declaration as the C++ host reads it (it validates every field itself)."""
     return {

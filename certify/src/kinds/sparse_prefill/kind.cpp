@@ -13,6 +13,8 @@
 // of large scores (q std 30); then, where it takes them, an attention sink per head and
 // topk_length cutting rows before valid entries (0, partial, all), the entries past the length
 // naming positions the row does not attend; and the 512-wide call (no rope part) where it takes it.
+// Then the chain cases (chain.cpp): V3.2's sparse path as deployed, the indexer's logits and their
+// top-k feeding the kernel (rows sparse_chain_*).
 #include <algorithm>
 #include <climits>
 
@@ -167,7 +169,9 @@ class SparsePrefillKind final : public DrawnOnlyKind {
  protected:
   std::string file() const override { return kFreshSparsePrefillFile; }
   std::vector<DrawnCase> draw(const Implementation& k, uint64_t seed) const override {
-    return as_drawn(draw_cases(seed, k.sparse_prefill->info()), &sparse_row);
+    auto cases = as_drawn(draw_cases(seed, k.sparse_prefill->info()), &sparse_row);
+    for (auto& c : as_drawn(draw_chain_cases(seed, k.sparse_prefill->info()), &chain_row)) cases.push_back(std::move(c));
+    return cases;
   }
 };
 

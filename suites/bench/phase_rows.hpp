@@ -78,46 +78,22 @@ class PhaseSide {
   virtual void finish(benchmark::State& st, const KernelFacts& k, const RowResult& r) = 0;
 };
 
-// `overhead`: an external kernel's calling path with an entry that does nothing
-// (certify/external_bench.hpp): timed, never judged (its outputs mean nothing).
-struct PrefillRowCase {
-  const PrefillImpl* impl = nullptr;
-  const axes::PrefillPoint* point = nullptr;
+// One row of a kind: the kernel, the point, and how it is timed. `overhead`: an external kernel's
+// calling path with an entry that does nothing (certify/external_bench.hpp): timed, never judged
+// (its outputs mean nothing).
+template <class Impl, class Point>
+struct PhaseRowCase {
+  const Impl* impl = nullptr;
+  const Point* point = nullptr;
   std::size_t mem_budget = 0;  // refuse points whose inputs exceed a quarter of it (0: no limit)
   bool overhead = false;
   bool out_of_process = false;  // a Python kernel's entry (KernelFacts::out_of_process)
 };
-struct MergeRowCase {
-  const MergeImpl* impl = nullptr;
-  const axes::MergePoint* point = nullptr;
-  std::size_t mem_budget = 0;
-  bool overhead = false;
-  bool out_of_process = false;  // a Python kernel's entry (KernelFacts::out_of_process)
-};
-
-struct TopkRowCase {
-  const TopkImpl* impl = nullptr;
-  const axes::TopkPoint* point = nullptr;
-  std::size_t mem_budget = 0;
-  bool overhead = false;
-  bool out_of_process = false;  // a Python kernel's entry (KernelFacts::out_of_process)
-};
-
-struct IndexerLogitsRowCase {
-  const IndexerLogitsImpl* impl = nullptr;
-  const axes::IndexerLogitsPoint* point = nullptr;
-  std::size_t mem_budget = 0;
-  bool overhead = false;
-  bool out_of_process = false;  // a Python kernel's entry (KernelFacts::out_of_process)
-};
-
-struct SparsePrefillRowCase {
-  const SparsePrefillImpl* impl = nullptr;
-  const axes::SparsePrefillPoint* point = nullptr;
-  std::size_t mem_budget = 0;
-  bool overhead = false;
-  bool out_of_process = false;  // a Python kernel's entry (KernelFacts::out_of_process)
-};
+using PrefillRowCase = PhaseRowCase<PrefillImpl, axes::PrefillPoint>;
+using MergeRowCase = PhaseRowCase<MergeImpl, axes::MergePoint>;
+using TopkRowCase = PhaseRowCase<TopkImpl, axes::TopkPoint>;
+using IndexerLogitsRowCase = PhaseRowCase<IndexerLogitsImpl, axes::IndexerLogitsPoint>;
+using SparsePrefillRowCase = PhaseRowCase<SparsePrefillImpl, axes::SparsePrefillPoint>;
 
 // One row as a Google Benchmark function body; a row that is not timed is a SkipWithError with
 // the reason, which the result carries too.

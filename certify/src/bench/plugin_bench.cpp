@@ -12,6 +12,7 @@
 #include "mla/core/text.hpp"
 #include "mla/plugin/host.hpp"
 #include "isolation/arena.hpp"
+#include "kinds/entry_plans.hpp"
 #include "run/session.hpp"
 
 namespace mla::certify {
@@ -144,26 +145,21 @@ class EntryImpl final : public Impl {
 
 void open_entries(const std::shared_ptr<plugin::Library>& lib, ExternalBenchKernel& k) {
   if (const auto& info = lib->prefill_info()) {
-    const OutDType dtype = info->out_dtype;
-    const auto make = [lib, dtype](bool empty) {
-      return [lib, dtype, empty](const PrefillInputs& in) -> std::unique_ptr<PreparedPrefill> {
+    const PrefillKernelInfo i = *info;
+    const auto make = [lib, i](bool empty) {
+      return [lib, i, empty](const PrefillInputs& in) -> std::unique_ptr<PreparedPrefill> {
         const auto& sh = in.shape;
-        const std::size_t vb = out_bytes_per_value(dtype);
+        const std::size_t vb = out_bytes_per_value(i.out_dtype);
         const auto n_out = static_cast<std::size_t>(sh.total_q * sh.heads * sh.d_v);
         const auto n_lse = static_cast<std::size_t>(sh.total_q * sh.heads);
+        // The outputs read back as the certifier reads them (entry_plans.hpp).
         return std::make_unique<EntryPrepared<PreparedPrefill, PrefillBuffers, PrefillOutputs>>(
             lib, "prefill", PrefillBuffers(in), std::vector<std::size_t>{n_out * vb, n_lse * 4},
             [lib, empty](const PrefillBuffers& b, auto& out, char* err, std::size_t n) {
               return plugin::call_prefill(*lib, b.view(), out[0].data(), out[0].size(), out[1].data(), out[1].size(), err,
                                           n, nullptr, empty ? &prefill_nothing : nullptr);
             },
-            [dtype, vb, n_out, n_lse](const auto& out) {
-              PrefillOutputs o;
-              o.dtype = dtype;
-              o.out = widen_values({out[0].data(), n_out * vb}, static_cast<int>(vb));
-              o.lse = widen_values({out[1].data(), n_lse * 4}, 4);
-              return o;
-            });
+            prefill_entry_plan(i, in).outputs);
       };
     };
     using E = EntryImpl<PrefillImpl, PrefillKernelInfo, PrefillInputs, PreparedPrefill>;
@@ -183,14 +179,7 @@ void open_entries(const std::shared_ptr<plugin::Library>& lib, ExternalBenchKern
               return plugin::call_merge(*lib, b.view(), out[0].data(), out[0].size(), out[1].data(), out[1].size(), err, n,
                                         nullptr, empty ? &merge_nothing : nullptr);
             },
-            [dtype = sh.dtype, n_out, n_lse](const auto& out) {
-              MergeOutputs o;
-              o.dtype = dtype;
-              o.out.resize(n_out);
-              for (std::size_t i = 0; i < n_out; ++i) o.out[i] = state_value(dtype, out[0], i);
-              o.lse = widen_values({out[1].data(), n_lse * 4}, 4);
-              return o;
-            });
+            merge_entry_plan(in).outputs);
       };
     };
     using E = EntryImpl<MergeImpl, MergeKernelInfo, MergeInputs, PreparedMerge>;
@@ -198,8 +187,9 @@ void open_entries(const std::shared_ptr<plugin::Library>& lib, ExternalBenchKern
     k.merge_overhead = std::make_unique<E>(lib, *info, true, make(true));
   }
   if (const auto& info = lib->topk_info()) {
-    const auto make = [lib](bool empty) {
-      return [lib, empty](const TopkInputs& in) -> std::unique_ptr<PreparedTopk> {
+    const TopkKernelInfo i = *info;
+    const auto make = [lib, i](bool empty) {
+      return [lib, i, empty](const TopkInputs& in) -> std::unique_ptr<PreparedTopk> {
         const auto n = static_cast<std::size_t>(in.shape.rows * in.shape.k);
         return std::make_unique<EntryPrepared<PreparedTopk, TopkBuffers, TopkOutputs>>(
             lib, "top-k", TopkBuffers(in), std::vector<std::size_t>{n * 4},
@@ -207,11 +197,7 @@ void open_entries(const std::shared_ptr<plugin::Library>& lib, ExternalBenchKern
               return plugin::call_topk(*lib, b.view(), reinterpret_cast<int32_t*>(out[0].data()), out[0].size(), err, m,
                                        nullptr, empty ? &topk_nothing : nullptr);
             },
-            [n](const auto& out) {
-              TopkOutputs o;
-              o.indices = int32_values({out[0].data(), n * 4});
-              return o;
-            });
+            topk_entry_plan(i, in).outputs);
       };
     };
     using E = EntryImpl<TopkImpl, TopkKernelInfo, TopkInputs, PreparedTopk>;
@@ -228,11 +214,7 @@ void open_entries(const std::shared_ptr<plugin::Library>& lib, ExternalBenchKern
               return plugin::call_indexer_logits(*lib, b.view(), reinterpret_cast<float*>(out[0].data()), out[0].size(),
                                                  err, m, nullptr, empty ? &logits_nothing : nullptr);
             },
-            [n](const auto& out) {
-              std::vector<float> o(n);
-              if (n > 0) std::memcpy(o.data(), out[0].data(), 4 * n);
-              return o;
-            });
+            indexer_logits_entry_plan(in).outputs);
       };
     };
     using E = EntryImpl<IndexerLogitsImpl, IndexerLogitsKernelInfo, IndexerLogitsInputs, PreparedIndexerLogits>;
@@ -240,11 +222,11 @@ void open_entries(const std::shared_ptr<plugin::Library>& lib, ExternalBenchKern
     k.indexer_logits_overhead = std::make_unique<E>(lib, *info, true, make(true));
   }
   if (const auto& info = lib->sparse_prefill_info()) {
-    const OutDType dtype = info->out_dtype;
-    const auto make = [lib, dtype](bool empty) {
-      return [lib, dtype, empty](const SparsePrefillInputs& in) -> std::unique_ptr<PreparedSparsePrefill> {
+    const SparsePrefillKernelInfo i = *info;
+    const auto make = [lib, i](bool empty) {
+      return [lib, i, empty](const SparsePrefillInputs& in) -> std::unique_ptr<PreparedSparsePrefill> {
         const auto& sh = in.shape;
-        const std::size_t vb = out_bytes_per_value(dtype);
+        const std::size_t vb = out_bytes_per_value(i.out_dtype);
         const auto n_out = static_cast<std::size_t>(sh.s_q * sh.heads * kSparsePrefillDv);
         const auto n_row = static_cast<std::size_t>(sh.s_q * sh.heads);
         return std::make_unique<EntryPrepared<PreparedSparsePrefill, SparsePrefillBuffers, SparsePrefillOutputs>>(
@@ -255,15 +237,7 @@ void open_entries(const std::shared_ptr<plugin::Library>& lib, ExternalBenchKern
                                                  reinterpret_cast<float*>(out[2].data()), out[2].size(), err, n, nullptr,
                                                  empty ? &sparse_prefill_nothing : nullptr);
             },
-            [dtype, vb, n_out, n_row](const auto& out) {
-              // max_logits and lse are float32 whatever out's dtype (the ABI writes them so).
-              SparsePrefillOutputs o;
-              o.dtype = dtype;
-              o.out = widen_values({out[0].data(), n_out * vb}, static_cast<int>(vb));
-              o.max_logits = widen_values({out[1].data(), n_row * 4}, 4);
-              o.lse = widen_values({out[2].data(), n_row * 4}, 4);
-              return o;
-            });
+            sparse_prefill_entry_plan(i, in).outputs);
       };
     };
     using E = EntryImpl<SparsePrefillImpl, SparsePrefillKernelInfo, SparsePrefillInputs, PreparedSparsePrefill>;

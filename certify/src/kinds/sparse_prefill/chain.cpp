@@ -31,10 +31,8 @@
 #include "mla/core/presets.hpp"
 #include "mla/core/sha256.hpp"
 #include "mla/judge/indexer_logits.hpp"
-#include "mla/judge/sparse_prefill.hpp"
 #include "mla/judge/topk.hpp"
 #include "mla/ref/indexer_logits.hpp"
-#include "mla/ref/sparse_prefill.hpp"
 #include "mla/registry/registry.hpp"
 #include "mla/workloads/phase_axes.hpp"
 
@@ -305,16 +303,7 @@ reports::CaseResult chain_row(Session& s, const Implementation& k, const DrawnCh
     r.reasons.push_back(run.message);
     return r;
   }
-  judge_in_process<SparsePrefillOutputs>(r, run, [&](reports::CaseResult& row) {
-    const auto& info = attention.info();
-    const auto truth = ref::sparse_prefill_fp64(ain);
-    const auto same = ref::sparse_prefill_same_dtype(ain, info.out_dtype == OutDType::bf16 ? OutDType::bf16 : OutDType::f32);
-    auto j = judge_sparse_prefill(ash, {info.out_dtype, info.compute}, run.outputs, truth, &same);
-    row.out = std::move(j.out);
-    row.lse = std::move(j.lse);
-    row.max_logits = std::move(j.max_logits);
-    return j.reasons;
-  });
+  judge_sparse_prefill_run(r, attention, ain, run);
   return r;
 }
 

@@ -146,16 +146,7 @@ reports::CaseResult sparse_row(Session& s, const Implementation& k, const DrawnS
     r.reasons.push_back(run.message);
     return r;
   }
-  judge_in_process<SparsePrefillOutputs>(r, run, [&](reports::CaseResult& row) {
-    const auto& info = impl.info();
-    const auto truth = ref::sparse_prefill_fp64(in);
-    const auto same = ref::sparse_prefill_same_dtype(in, info.out_dtype == OutDType::bf16 ? OutDType::bf16 : OutDType::f32);
-    auto j = judge_sparse_prefill(sh, {info.out_dtype, info.compute}, run.outputs, truth, &same);
-    row.out = std::move(j.out);
-    row.lse = std::move(j.lse);
-    row.max_logits = std::move(j.max_logits);
-    return j.reasons;
-  });
+  judge_sparse_prefill_run(r, impl, in, run);
   return r;
 }
 
@@ -176,6 +167,20 @@ class SparsePrefillKind final : public DrawnOnlyKind {
 };
 
 }  // namespace
+
+void judge_sparse_prefill_run(reports::CaseResult& r, const SparsePrefillImpl& impl, const SparsePrefillInputs& in,
+                              const InProcessRun<SparsePrefillOutputs>& run) {
+  judge_in_process<SparsePrefillOutputs>(r, run, [&](reports::CaseResult& row) {
+    const auto& info = impl.info();
+    const auto truth = ref::sparse_prefill_fp64(in);
+    const auto same = ref::sparse_prefill_same_dtype(in, info.out_dtype == OutDType::bf16 ? OutDType::bf16 : OutDType::f32);
+    auto j = judge_sparse_prefill(in.shape, {info.out_dtype, info.compute}, run.outputs, truth, &same);
+    row.out = std::move(j.out);
+    row.lse = std::move(j.lse);
+    row.max_logits = std::move(j.max_logits);
+    return j.reasons;
+  });
+}
 
 std::shared_ptr<const SparsePrefillImpl> external_sparse_prefill(SparsePrefillKernelInfo info) {
   return std::make_shared<ExternalEntry<SparsePrefillImpl, SparsePrefillKernelInfo, PreparedSparsePrefill, SparsePrefillInputs>>(

@@ -8,6 +8,7 @@
 
 #include "mla/core/indexer_logits.hpp"
 #include "mla/core/sparse_prefill.hpp"
+#include "kinds/stored_kind.hpp"
 #include "run/session.hpp"
 
 namespace mla::certify {
@@ -19,6 +20,12 @@ inline constexpr const char* kFreshSparsePrefillFile = "fresh_sparse_prefill";
 // kind sees it: its declared info and the default check() and cost(). Its calls are made in child
 // processes, never through prepare() (which throws).
 std::shared_ptr<const SparsePrefillImpl> external_sparse_prefill(SparsePrefillKernelInfo info);
+
+// The row `r` of a sparse prefill run on `in` (canonical, the kernel's too): the run's status,
+// then judge_sparse_prefill against the fp64 oracle with the bf16 (or float32) pipeline as the
+// ratio rule's reference, its three comparisons in the row. For the drawn calls and the chain.
+void judge_sparse_prefill_run(reports::CaseResult& r, const SparsePrefillImpl& impl, const SparsePrefillInputs& in,
+                              const InProcessRun<SparsePrefillOutputs>& run);
 
 // A chain case (chain.cpp): V3.2's sparse path as deployed, ending in the kernel the case is
 // drawn for. The indexer's inputs (ragged, bottom-right causal: row r of s_q sees keys

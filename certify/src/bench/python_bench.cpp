@@ -256,6 +256,21 @@ void BenchChild::wait_answer(double timeout_s, const char* during) {
 // The child's words in the control block, bounded and made printable (they are the kernel's bytes).
 std::string bounded(const char* s) { return printable(std::string_view(s, strnlen(s, kArenaMessage - 1))); }
 
+// Throws for a record in the arena's call slot 0 that is not a returned call of `name`'s: its
+// refusal (UnsupportedError) or its error, in its words, or a request answered without a record.
+void check_call_record(const Arena& arena, const std::string& name, const char* what) {
+  const auto& rec = arena.control().calls[0];
+  switch (rec.state) {
+    case ArenaState::ok: return;
+    case ArenaState::unsupported:
+      throw UnsupportedError(fmt::format("{} refused {}: {}", name, what, bounded(rec.message)));
+    case ArenaState::error: throw Error(fmt::format("{} failed {}: {}", name, what, bounded(rec.message)));
+    default: break;
+  }
+  throw Error(fmt::format("{}: the child answered {} without a record of it (state {})", name, what,
+                          static_cast<int32_t>(rec.state)));
+}
+
 // One prepared call: the inputs in the kernel's conventions laid out in an Arena, and the child
 // that calls the kernel on them.
 class PythonPrepared final : public PreparedAttention, public SelfTimed {
@@ -331,19 +346,7 @@ PythonPrepared::PythonPrepared(std::shared_ptr<Door> door, const AttnInputs& can
   if (c.setup_state != ArenaState::not_started) throw Error(fmt::format("{}: {}", k.info.name, bounded(c.setup_message)));
 }
 
-void PythonPrepared::check_record(const char* what) const {
-  const auto& rec = arena_->control().calls[0];
-  const auto& name = door_->kernel.info.name;
-  switch (rec.state) {
-    case ArenaState::ok: return;
-    case ArenaState::unsupported:
-      throw UnsupportedError(fmt::format("{} refused {}: {}", name, what, bounded(rec.message)));
-    case ArenaState::error: throw Error(fmt::format("{} failed {}: {}", name, what, bounded(rec.message)));
-    default: break;
-  }
-  throw Error(fmt::format("{}: the child answered {} without a record of it (state {})", name, what,
-                          static_cast<int32_t>(rec.state)));
-}
+void PythonPrepared::check_record(const char* what) const { check_call_record(*arena_, door_->kernel.info.name, what); }
 
 void PythonPrepared::run() {
   ran_ = false;
@@ -499,17 +502,7 @@ class PythonEntryPrepared final : public Prepared, public SelfTimed {
   }
 
  private:
-  void check_record(const char* what) const {
-    const auto& rec = arena_->control().calls[0];
-    switch (rec.state) {
-      case ArenaState::ok: return;
-      case ArenaState::unsupported: throw UnsupportedError(fmt::format("{} refused {}: {}", name_, what, bounded(rec.message)));
-      case ArenaState::error: throw Error(fmt::format("{} failed {}: {}", name_, what, bounded(rec.message)));
-      default: break;
-    }
-    throw Error(fmt::format("{}: the child answered {} without a record of it (state {})", name_, what,
-                            static_cast<int32_t>(rec.state)));
-  }
+  void check_record(const char* what) const { check_call_record(*arena_, name_, what); }
   std::shared_ptr<Door> door_;
   std::string name_;
   bool cuda_;

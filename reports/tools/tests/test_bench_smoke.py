@@ -177,6 +177,19 @@ def test_external_kernels_beside_the_builtins_timed_only_where_they_pass(tmp_pat
     assert "not timed: FAIL |" in md  # the kind table's cell
 
 
+def _bench_rows(args, out):
+    """mla-bench with `args` on two repetitions into `out`: (the run, its kernel rows by (kernel,
+    point), its overhead rows by (the kernel they are the path of, point))."""
+    p = subprocess.run([BENCH, *args, *FAST, "--benchmark_repetitions=2", "--benchmark_filter=^mla/",
+                        f"--benchmark_out={out}", "--benchmark_out_format=json"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    run = benchjson.load(out)
+    rows = {(c.kernel, c.point): c for c in run.kernel_cases()}
+    overhead = {(run.kernels[c.kernel]["overhead_of"], c.point): c for c in run.overhead_cases()}
+    return run, rows, overhead
+
+
 BAD_LOGITS = os.environ.get("MLA_PLUGIN_BAD_LOGITS")
 BAD_SPARSE = os.environ.get("MLA_PLUGIN_BAD_SPARSE")
 
@@ -190,15 +203,9 @@ def test_a_plugins_other_entries_are_timed_beside_the_builtins_only_where_they_p
     # wrong ones "not timed: FAIL" rows, each row named by its entry.
     out = tmp_path / "entries.json"
     points = "indexer_logits_edge_paged_b3_n2_bs16_ctx67,topk_edge_r12_n4096_k2048,sparse_prefill_edge_h64_sq80_skv80_k64"
-    p = subprocess.run([BENCH, f"--mla_points={points}", "--kernel", "cpu_topk_exact", "--kernel", "cpu_sparse_prefill_f32",
-                        "--plugin", GOOD, f"--mla_plugin={BAD_LOGITS}", f"--mla_plugin={BAD_SPARSE}", *FAST,
-                        "--benchmark_repetitions=2", "--benchmark_filter=^mla/",
-                        f"--benchmark_out={out}", "--benchmark_out_format=json"],
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    run = benchjson.load(out)
-    rows = {(c.kernel, c.point): c for c in run.kernel_cases()}
-    overhead = {(run.kernels[c.kernel]["overhead_of"], c.point): c for c in run.overhead_cases()}
+    run, rows, overhead = _bench_rows([f"--mla_points={points}", "--kernel", "cpu_topk_exact", "--kernel",
+                                       "cpu_sparse_prefill_f32", "--plugin", GOOD, f"--mla_plugin={BAD_LOGITS}",
+                                       f"--mla_plugin={BAD_SPARSE}"], out)
     logits_point, topk_point, sparse_point = points.split(",")
     for name, point in (("good_append_indexer_logits", logits_point), ("good_append_topk", topk_point),
                         ("good_append_sparse_prefill", sparse_point)):
@@ -229,17 +236,10 @@ def test_a_python_kernels_other_entries_are_timed_beside_the_builtins_only_where
     out = tmp_path / "py_entries.json"
     sparse, merge = "sparse_prefill_edge_h64_sq80_skv80_k64", "merge_edge_empty_sides_bf16_t64_h16_d128"
     ex = os.path.abspath(EXAMPLES)
-    p = subprocess.run([BENCH, f"--mla_points={sparse},{merge}", "--kernel", "cpu_sparse_prefill_f32",
-                        "--kernel", "cpu_merge_f32",
-                        f"--python={ex}/flashmla_sparse_cpu.py:KERNEL", f"--python={ex}/flashmla_sparse_cpu.py:BUG_MINUS_ONE_AS_ZERO",
-                        f"--python={ex}/merge_cpu.py:VLLM", "--python-exe", "/usr/bin/python3", *FAST,
-                        "--benchmark_repetitions=2", "--benchmark_filter=^mla/",
-                        f"--benchmark_out={out}", "--benchmark_out_format=json"],
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    run = benchjson.load(out)
-    rows = {(c.kernel, c.point): c for c in run.kernel_cases()}
-    overhead = {(run.kernels[c.kernel]["overhead_of"], c.point): c for c in run.overhead_cases()}
+    run, rows, overhead = _bench_rows([f"--mla_points={sparse},{merge}", "--kernel", "cpu_sparse_prefill_f32", "--kernel",
+                                       "cpu_merge_f32", f"--python={ex}/flashmla_sparse_cpu.py:KERNEL",
+                                       f"--python={ex}/flashmla_sparse_cpu.py:BUG_MINUS_ONE_AS_ZERO",
+                                       f"--python={ex}/merge_cpu.py:VLLM", "--python-exe", "/usr/bin/python3"], out)
     for name, point in (("flashmla_sparse_prefill_cpu_standin", sparse), ("vllm_merge_cpu_standin", merge)):
         k = run.kernels[name]
         assert k["origin"]["kind"] == "python" and len(k["origin"]["module_digest"]) == 64, k

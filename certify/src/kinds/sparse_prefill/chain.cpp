@@ -162,7 +162,7 @@ std::vector<DrawnChain> draw_chain_cases(uint64_t seed, const SparsePrefillKerne
   const uint64_t base = hash_text(seed, "sparse_chain");
   std::vector<DrawnChain> out;
   // A chunk over a cached prefix: every row sees more keys than topk.
-  out.push_back(draw_chain(gen::mix64(base + 1), "chunk", 40, 5 * topk, heads, topk, d));
+  out.push_back(draw_chain(gen::mix64(base + 1), "chunk", 24, 3 * topk, heads, topk, d));
   // A sequence prefilled from its start: its first topk - 1 rows see fewer keys than topk, so the
   // top-k pads them with -1, which the attention must skip.
   out.push_back(draw_chain(gen::mix64(base + 2), "from_start", topk + 16, topk + 16, heads, topk, d));
@@ -193,6 +193,14 @@ reports::CaseResult chain_row(Session& s, const Implementation& k, const DrawnCh
     r.verdict = Verdict::skipped;
     r.reasons.push_back(*k.unavailable);
     return r;
+  }
+  // A stack's link that cannot run here (its library is not installed) skips the chain, saying so.
+  for (const Implementation* link : {indexer.external, topk.external}) {
+    if (link && link->unavailable) {
+      r.verdict = Verdict::skipped;
+      r.reasons.push_back(fmt::format("{}: {}", link->info.name, *link->unavailable));
+      return r;
+    }
   }
   if (!indexer.impl || !topk.impl) {
     r.verdict = Verdict::error;

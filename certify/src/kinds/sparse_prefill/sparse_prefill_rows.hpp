@@ -37,7 +37,7 @@ struct DrawnChain {
   SparsePrefillBuffers attention;
 };
 // Inside `info`'s claims (its first claimed head count, else 16; topk the smallest multiple of its
-// claim from 64; d_qk 576 where it takes it): a chunk of 40 rows over 5 x topk keys, and a
+// claim from 64; d_qk 576 where it takes it): a chunk of 24 rows over 3 x topk keys, and a
 // sequence of topk + 16 tokens prefilled from its start (its first rows see fewer keys than topk).
 std::vector<DrawnChain> draw_chain_cases(uint64_t seed, const SparsePrefillKernelInfo& info);
 // The row of the chain ending in `k` (chain.cpp says which links feed it and how each is judged).

@@ -120,14 +120,19 @@ void TableBuilder::add_deployed_precision_attention() {
   // Judged against the truth on the dequantized cache, so quantization error is excluded; the
   // kernel still rounds e4m3·scale to bf16 for its MMAs, and the FP8 edge blocks hold values up
   // to 1e3, so logits (and their bf16 rounding) are large: the same-dtype reference misses
-  // FlashMLA's FP8 bounds by up to 30x (out) and 144x (lse) on this catalog.
+  // FlashMLA's FP8 bounds by up to 30x (out) and 144x (lse) on this catalog. With q std 100 (logits
+  // in the hundreds) two near-tied keys trade weight when their bf16 rounding moves each logit by
+  // units: on the GPU tests' fp8_long_20k_large_logits the reference's worst element is off by
+  // 3.9 bf16 ulps of max|truth| (0.052 of 1.73), and cuda_mla_decode with three splits by 4.1 on an
+  // H200 (1.05x the reference's error). The element bound is therefore 8 ulps (the reference uses
+  // 0.48 of it; the catalog 0.11); the ratio rule (k = 4) is the tight check there.
   add({.name = "attn.out.fp8",
-       .why = "FlashMLA sparse FP8 decode (abs 1e-3, rel 2.01/128), atol at least k = 4 bf16 ulps of "
-              "max|truth| (the same-dtype reference, 30x over abs 1e-3, uses 0.21 of it); "
-              "FlashAttention's fp8 ratio k=4, floor 2^-8·max|truth|; cos 2e-4 >= k² x the "
-              "reference's worst 7e-6",
+       .why = "FlashMLA sparse FP8 decode (abs 1e-3, rel 2.01/128), atol at least 8 bf16 ulps of "
+              "max|truth| (the same-dtype reference uses 0.48 of it at q std 100 over 20K FP8 tokens, "
+              "where near-tied logits trade weight, 0.11 on the catalog); FlashAttention's fp8 ratio "
+              "k=4, floor 2^-8·max|truth|; cos 2e-4 >= k² x the reference's worst 7e-6",
        .atol = 1e-3, .rtol = kBf16TwoUlps, .cos_diff = 2e-4, .ratio_k = 4,
-       .ratio_floor_rel = kBf16Rounding, .atol_rel_max = 4 * kBf16Ulp});
+       .ratio_floor_rel = kBf16Rounding, .atol_rel_max = 8 * kBf16Ulp});
   add({.name = "attn.lse.fp8",
        .why = "FP8 kernels round k to bf16, moving a logit by up to 2^-8·Σ|q·k|·scale (the reference: "
               "0.031, 144x FlashMLA's lse bound). Element bound one bf16 ulp of max|lse| (reference "
@@ -164,7 +169,7 @@ void TableBuilder::add_bf16_operand_attention() {
   //   Measured <= 0.0073·max|truth| (fp8_fp32scale_h16), up to 1.25x the bf16-output reference's
   //   error (fp8_ue8m0_h64_sq2: rounding the output cancels part of it there), cos <= 6.2e-6
   //   (fp8_fp32scale_varlen_v3). Element bound 3 bf16 ulps of max|truth| (used 0.31; the
-  //   bf16-output FP8 entry needs 4), rtol 2 ulps; FlashAttention's fp8 ratio k = 4, floor
+  //   bf16-output FP8 entry needs 8), rtol 2 ulps; FlashAttention's fp8 ratio k = 4, floor
   //   2^-8·max|truth|; cos 2e-4 >= k² x 6.2e-6 x 2.
   add({.name = "attn.out.fp8_bf16_operands_f32",
        .why = "FP8 dequantized into bf16 operands, fp32 sums and output: dequantization rounding dominates "

@@ -78,6 +78,9 @@ void PrintTo(const NamedSpec& c, std::ostream* os);
 
 // The synthetic cases the GPU suite runs every kernel on, each aimed at a hazard.
 std::vector<NamedSpec> synthetic_cases();
+// The FP8-cache and sparse problems cuda_mla_decode runs (the naive baseline refuses both); the
+// deployed-precision reference is held to the same bounds on each of them on the CPU.
+std::vector<NamedSpec> fp8_sparse_cases();
 
 // A device copy of `v`, and a whole device buffer read back as T (both synchronous).
 template <class T>

@@ -62,36 +62,6 @@ TEST_P(CudaAttention, MatchesTruth) {
 INSTANTIATE_TEST_SUITE_P(Synthetic, CudaAttention, ::testing::ValuesIn(synthetic_cases()),
                          [](const auto& info) { return info.param.name; });
 
-// FP8 and sparse problems: cuda_mla_decode only (the naive baseline refuses both, which
-// test_cuda_host.cpp checks). Long enough that the automatic plan splits on a real GPU.
-std::vector<NamedSpec> fp8_sparse_cases() {
-  std::vector<NamedSpec> v;
-  auto add = [&](std::string name, std::vector<int32_t> lens, int s_q, int heads, int topk, CacheFormat f,
-                 ScaleFmt sf, int page_size, uint64_t seed, double q_std = 1.0) {
-    AttnSpec s;
-    s.seqlens = std::move(lens);
-    s.s_q = s_q;
-    s.heads = heads;
-    s.topk = topk;
-    s.causal = topk == 0;
-    s.format = f;
-    s.scale_fmt = sf;
-    s.seed = seed;
-    s.q_std = q_std;
-    v.push_back({std::move(name), s, page_size});
-  };
-  const auto bf16 = CacheFormat::bf16, fp8 = CacheFormat::fp8;
-  add("fp8_varlen_h16", {37, 0, 130, 64, 1, 2000, 33}, 1, 16, 0, fp8, ScaleFmt::fp32, 16, 101);
-  add("fp8_ue8m0_h128", {300, 65}, 1, 128, 0, fp8, ScaleFmt::ue8m0, 64, 102);
-  add("fp8_sq4_causal_odd_pages", {2, 5, 100, 0, 3}, 4, 3, 0, fp8, ScaleFmt::fp32, 7, 103);
-  add("fp8_long_20k_large_logits", {20000, 3}, 2, 16, 0, fp8, ScaleFmt::fp32, 64, 104, 100.0);
-  add("sparse_bf16_topk2048_sq2", {3000, 100, 0}, 2, 64, 2048, bf16, ScaleFmt::fp32, 64, 105);
-  add("sparse_bf16_topk4096_h16", {5000}, 1, 16, 4096, bf16, ScaleFmt::fp32, 64, 106);
-  add("sparse_fp8_topk2048_h128", {2500, 17}, 1, 128, 2048, fp8, ScaleFmt::ue8m0, 64, 107, 100.0);
-  add("sparse_fp8_topk37_sq2_h5", {60, 0, 9}, 2, 5, 37, fp8, ScaleFmt::fp32, 7, 108);
-  return v;
-}
-
 class CudaMlaDecodeFp8Sparse : public ::testing::TestWithParam<NamedSpec> {};
 
 TEST_P(CudaMlaDecodeFp8Sparse, MatchesTruth) {

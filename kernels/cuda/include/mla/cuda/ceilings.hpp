@@ -8,7 +8,7 @@
 // measured in the same run says how close a kernel is.
 //
 // Byte accounting: the read probe counts the bytes it reads; the copy probe counts bytes read plus
-// bytes written (2x the buffer), the convention METHOD.md and most bandwidth tools use.
+// bytes written (2x the buffer), the convention most bandwidth tools use.
 //
 // C++17, no Eigen: included by .cu files. Every probe validates its arguments before any CUDA
 // call (so the validation is testable on machines without a GPU), then requires a usable device
@@ -66,7 +66,7 @@ class CopyProbe {
 
 // C[m,n] = A[m,k] B[k,n] in bf16 with fp32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F), all
 // column-major, alpha 1, beta 0. A and B hold deterministic values in [-1, 1) (never zeros: a
-// product of zeros ran 13% faster on an H200 here, METHOD.md).
+// matrix unit can run faster on zeros than on real data, which would inflate the ceiling).
 class GemmProbe {
  public:
   // m, n, k: > 0 and multiples of 8 (16-byte aligned columns, the tensor-core path).

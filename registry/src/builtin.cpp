@@ -49,6 +49,11 @@
   X(cuda_mla_decode)                \
   /* end of the CUDA kernels */
 
+// CUDA prefill kernels (mla/core/prefill_kernel.hpp).
+#define MLA_BUILTIN_CUDA_PREFILL_KERNELS(X) \
+  X(cuda_naive_prefill_cublas)              \
+  /* end of the CUDA prefill kernels */
+
 // CUDA merge-of-states kernels (mla/core/merge.hpp).
 #define MLA_BUILTIN_CUDA_MERGE_KERNELS(X) \
   X(cuda_merge)                           \
@@ -77,6 +82,9 @@ MLA_BUILTIN_CPU_SPARSE_PREFILL_KERNELS(MLA_DECLARE_SPARSE_PREFILL_FACTORY)
 #undef MLA_DECLARE_SPARSE_PREFILL_FACTORY
 #if defined(MLA_HAVE_CUDA_KERNELS)
 MLA_BUILTIN_CUDA_KERNELS(MLA_DECLARE_FACTORY)
+#define MLA_DECLARE_PREFILL_FACTORY(name) std::unique_ptr<PrefillImpl> make_##name();
+MLA_BUILTIN_CUDA_PREFILL_KERNELS(MLA_DECLARE_PREFILL_FACTORY)
+#undef MLA_DECLARE_PREFILL_FACTORY
 #define MLA_DECLARE_MERGE_FACTORY(name) std::unique_ptr<MergeImpl> make_##name();
 MLA_BUILTIN_CUDA_MERGE_KERNELS(MLA_DECLARE_MERGE_FACTORY)
 #undef MLA_DECLARE_MERGE_FACTORY
@@ -97,6 +105,7 @@ void add_builtin_kernels(Registry& registry) {
   MLA_BUILTIN_CPU_SPARSE_PREFILL_KERNELS(MLA_ADD)
 #if defined(MLA_HAVE_CUDA_KERNELS)
   MLA_BUILTIN_CUDA_KERNELS(MLA_ADD)
+  MLA_BUILTIN_CUDA_PREFILL_KERNELS(MLA_ADD)
   MLA_BUILTIN_CUDA_MERGE_KERNELS(MLA_ADD)
 #endif
 #undef MLA_ADD

@@ -238,7 +238,7 @@ def parse_pairs(text):
 
 
 def time_plan(took, status, input_rows, budget, cap, py_ms, sim_ctx, charged, certify_margin, command_limit,
-              command_margin, door_rows=0, door_kernels=0):
+              command_margin, door_rows=0, door_kernels=0, phase_rows=0):
     """(lines, fits): the time plan with what a rehearsal measured. It does not fit when the caps
     sum to more than the budget, a certify step leaves less than certify_margin % of its cap, the
     bench's measured inputs plus its GPU bound exceed the bench cap, or importing torch took over
@@ -246,7 +246,8 @@ def time_plan(took, status, input_rows, budget, cap, py_ms, sim_ctx, charged, ce
     row at each of their points), each a door child forked by its kernel's fork server, which
     creates a CUDA context (sim_ctx) before its row is timed; door_kernels: how many such kernels,
     each with one fork server that imports torch once (py_ms, measured here); plus one import
-    probe."""
+    probe. phase_rows: CUDA kernel rows of the other kinds (prefill, merge), one per point, bounded
+    like the decode rows."""
     out = []
     inputs = [r for r in input_rows if r["name"].startswith("inputs/")]
     gen = {r["name"]: r.get("items_per_second", 0) for r in input_rows if r["name"].startswith("gen/")}
@@ -263,7 +264,7 @@ def time_plan(took, status, input_rows, budget, cap, py_ms, sim_ctx, charged, ce
     # repetitions (<= 1 s each, no flush) after the ceilings' own 10-repetition measurement (<= 2 s
     # each). Uploads are the one figure not measured by this suite: taken at 10 GB/s, the low end
     # of pageable host-to-device copies on a PCIe Gen5 H200 host.
-    rows_n = 2 * len(inputs)  # two CUDA kernels per point (a refused pair costs nothing)
+    rows_n = 2 * len(inputs) + phase_rows  # two CUDA kernels per decode point (a refused pair costs nothing)
     gpu_s = rows_n * 3 * 0.5 + 3 * (1.0 + 2.0)
     upload_s = 2 * bytes_ / 10e9
     door_s = (door_rows * (sim_ctx + 3 * 0.5) + (max(door_kernels, 1) + 1) * py_ms / 1000) if door_rows else 0.0

@@ -186,7 +186,8 @@ class HostSide : public mla::bench::RowSide, public mla::bench::PhaseSide {
   std::unique_ptr<mla::bench::CallTimer> timer(const mla::bench::RowCase& rc, mla::PreparedAttention&) override {
     return host_timer(rc.impl->info().backend, mla::axes::footprint(*rc.point).total());
   }
-  std::unique_ptr<mla::bench::CallTimer> timer(const mla::bench::KernelFacts& k, std::size_t input_bytes) override {
+  std::unique_ptr<mla::bench::CallTimer> timer(const mla::bench::KernelFacts& k, std::size_t input_bytes,
+                                               const mla::bench::PreparedRef&) override {
     return host_timer(k.backend, input_bytes);
   }
 
@@ -409,6 +410,23 @@ struct Run {
   bool any(bool device) const {
     return std::any_of(impls.begin(), impls.end(), [&](const auto* k) { return on_device(k) == device; });
   }
+  // The same for a kernel of the other kinds (prefill, merge, top-k, indexer logits, sparse prefill).
+  bool phase_on_device(const std::string& backend) const { return !device_why && backend == "cuda"; }
+  // Whether some selected kernel of those kinds, with points of its kind, is timed on the device
+  // (`device`) or on the host.
+  bool phase_any(bool device) const {
+    bool found = false;
+    const auto scan = [&](const auto& points, const auto& kernels) {
+      if (points.empty()) return;
+      for (const auto* k : kernels) found = found || phase_on_device(k->info().backend) == device;
+    };
+    scan(phase.prefill_points, phase.prefill);
+    scan(phase.merge_points, phase.merge);
+    scan(phase.indexer_logits_points, phase.indexer_logits);
+    scan(phase.topk_points, phase.topk);
+    scan(phase.sparse_prefill_points, phase.sparse_prefill);
+    return found;
+  }
   bool is_overhead(const mla::AttentionImpl* k) const {
     const auto it = external_of.find(k);
     return it != external_of.end() && it->second->overhead.get() == k;
@@ -543,7 +561,12 @@ void add_points_and_kernels_context(const Run& run, const CeilingSet& ceilings) 
   const auto phase_kernels = [&](const auto& points, const auto& kernels) {
     if (points.empty()) return;
     for (const auto* k : kernels) {
-      auto j = mla::bench::kernel_json(*k, roof_for(*k, ceilings));
+      auto roof = roof_for(*k, ceilings);
+#if MLA_BENCH_WITH_GPU
+      // Timed on the device: judged against the device ceilings (suites/device/gpu_bench.hpp).
+      if (run.phase_on_device(k->info().backend)) roof = {mla::device::kRoofBw, mla::device::kRoofPeak, 0, 0};
+#endif
+      auto j = mla::bench::kernel_json(*k, roof);
       if (const auto it = run.phase_external.find(k); it != run.phase_external.end()) {
         j["origin"] = it->second.from->origin;
         if (!it->second.overhead_of.empty()) j["overhead_of"] = it->second.overhead_of;
@@ -559,12 +582,12 @@ void add_points_and_kernels_context(const Run& run, const CeilingSet& ceilings) 
   benchmark::AddCustomContext("mla_kernels", kj.dump());
 }
 
-// The prefill, merge, indexer logits, top-k and sparse prefill rows, point-major like the decode rows, on the host side
-// (the device side times decode kernels only).
+// The prefill, merge, indexer logits, top-k and sparse prefill rows, point-major like the decode rows, on the host side,
+// or on the device side for a CUDA kernel when a device is usable.
 // One kind's rows: every point of the kind by every kernel of it, `time_row` the kind's body.
 template <class RowCase, class Point, class Impl>
 void register_kind_rows(const Run& run, const std::vector<const Point*>& points, const std::vector<const Impl*>& kernels,
-                        HostSide& host_side,
+                        HostSide& host_side, mla::bench::PhaseSide* device_side,
                         mla::bench::RowResult (*time_row)(benchmark::State&, const RowCase&, mla::bench::PhaseSide&)) {
   for (const auto* p : points)
     for (const auto* k : kernels) {
@@ -572,9 +595,12 @@ void register_kind_rows(const Run& run, const std::vector<const Point*>& points,
       const bool external = ext != run.phase_external.end();
       const RowCase rc{k, p, run.budget, external && !ext->second.overhead_of.empty(),
                        external && ext->second.from->origin.value("kind", "") == "python"};
+      // A CUDA kernel with a device: the device side (events, L2 flush, device roofs).
+      mla::bench::PhaseSide* side = &host_side;
+      if (device_side && run.phase_on_device(k->info().backend)) side = device_side;
       auto* b = benchmark::RegisterBenchmark(fmt::format("mla/{}/{}", k->info().name, p->name).c_str(),
-                                             [&host_side, rc, time_row](benchmark::State& st) {
-                                               (void)time_row(st, rc, host_side);
+                                             [side, rc, time_row](benchmark::State& st) {
+                                               (void)time_row(st, rc, *side);
                                              });
       b->UseManualTime()->Unit(benchmark::kMillisecond);
       // As the decode overhead rows: a fixed count of calls, not a minimum time of microsecond ones.
@@ -582,14 +608,14 @@ void register_kind_rows(const Run& run, const std::vector<const Point*>& points,
     }
 }
 
-void register_phase_rows(const Run& run, HostSide& host_side) {
+void register_phase_rows(const Run& run, HostSide& host_side, mla::bench::PhaseSide* device_side) {
   namespace b = mla::bench;
-  register_kind_rows(run, run.phase.prefill_points, run.phase.prefill, host_side, &b::time_prefill_row);
-  register_kind_rows(run, run.phase.merge_points, run.phase.merge, host_side, &b::time_merge_row);
-  register_kind_rows(run, run.phase.indexer_logits_points, run.phase.indexer_logits, host_side,
+  register_kind_rows(run, run.phase.prefill_points, run.phase.prefill, host_side, device_side, &b::time_prefill_row);
+  register_kind_rows(run, run.phase.merge_points, run.phase.merge, host_side, device_side, &b::time_merge_row);
+  register_kind_rows(run, run.phase.indexer_logits_points, run.phase.indexer_logits, host_side, device_side,
                      &b::time_indexer_logits_row);
-  register_kind_rows(run, run.phase.topk_points, run.phase.topk, host_side, &b::time_topk_row);
-  register_kind_rows(run, run.phase.sparse_prefill_points, run.phase.sparse_prefill, host_side,
+  register_kind_rows(run, run.phase.topk_points, run.phase.topk, host_side, device_side, &b::time_topk_row);
+  register_kind_rows(run, run.phase.sparse_prefill_points, run.phase.sparse_prefill, host_side, device_side,
                      &b::time_sparse_prefill_row);
 }
 
@@ -635,7 +661,7 @@ int main(int argc, char** argv) {
 
   // The host ceilings, eviction and context only when something is timed on the host: a
   // device run does not spend its time on probes no row is judged against.
-  const bool host = run.any(false) || run.phase.any();
+  const bool host = run.any(false) || run.phase_any(false);
   const std::size_t llc = mla::bench::last_level_cache_bytes();
   const std::size_t stream_bytes = o.stream_mib << 20;
   CeilingSet ceilings;
@@ -656,7 +682,7 @@ int main(int argc, char** argv) {
 
 #if MLA_BENCH_WITH_GPU
   std::optional<mla::device::GpuBenchSetup> gpu;
-  if (run.any(true)) {
+  if (run.any(true) || run.phase_any(true)) {
     mla::device::GpuBenchOptions go;
     go.flush_l2 = o.flush;
     go.host_budget_bytes = run.budget;
@@ -699,7 +725,11 @@ int main(int argc, char** argv) {
       b->UseManualTime()->Unit(benchmark::kMillisecond);
       if (rc.overhead) b->Iterations(mla::bench::kOverheadCalls);
     }
-  register_phase_rows(run, host_side);
+  std::unique_ptr<mla::bench::PhaseSide> device_phase_side;
+#if MLA_BENCH_WITH_GPU
+  if (gpu) device_phase_side = mla::device::make_phase_side(*gpu);
+#endif
+  register_phase_rows(run, host_side, device_phase_side.get());
 #if MLA_BENCH_WITH_GPU
   if (gpu) {
     std::vector<const mla::AttentionImpl*> device_impls;

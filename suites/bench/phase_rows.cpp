@@ -205,6 +205,7 @@ struct Ready {
   // A kernel that runs in another process and clocks each call there (a Python kernel's entry):
   // its clock is the row's time, the trip to it kept apart (round_trip_seconds).
   const SelfTimed* self_timed = nullptr;
+  PreparedRef prepared;  // for the side's timer
 };
 
 KernelFacts with_process(KernelFacts k, bool out_of_process) {
@@ -215,7 +216,8 @@ KernelFacts with_process(KernelFacts k, bool out_of_process) {
 // The prepared call as a TimedCall, with its own clock when it has one.
 template <class Prepared>
 Ready ready(CostModel cost, Prepared& p, double logits = 0) {
-  return Ready{cost, std::make_unique<PreparedCall<Prepared>>(p), logits, dynamic_cast<const SelfTimed*>(&p)};
+  return Ready{cost, std::make_unique<PreparedCall<Prepared>>(p), logits, dynamic_cast<const SelfTimed*>(&p),
+               PreparedRef(static_cast<const Prepared*>(&p))};
 }
 using Setup = std::variant<std::string, Ready>;  // the reason the row is not timed, or the call
 
@@ -237,7 +239,7 @@ RowResult phase_row(benchmark::State& st, const KernelFacts& k, std::optional<st
     Ready& ready = std::get<Ready>(s);
     r.cost = ready.cost;
     r.logits = ready.logits;
-    const std::unique_ptr<CallTimer> timer = side.timer(k, input_bytes);
+    const std::unique_ptr<CallTimer> timer = side.timer(k, input_bytes, ready.prepared);
     r.flushed = timer->flushed();
     (void)time_calls(st, *timer, *ready.call, r, ready.self_timed);
     if (st.error_occurred()) return r;

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <variant>
 
 #include <benchmark/benchmark.h>
 #include <nlohmann/json.hpp>
@@ -68,12 +69,19 @@ nlohmann::ordered_json kernel_json(const IndexerLogitsImpl& impl, const Roof& ro
 nlohmann::ordered_json kernel_json(const TopkImpl& impl, const Roof& roof);
 nlohmann::ordered_json kernel_json(const SparsePrefillImpl& impl, const Roof& roof);
 
-// How the run times and counts a prefill or merge row (mla-bench's host side).
+// The prepared call a row times, through its kind's interface: a side may look for more in it
+// (the device side casts it to the CUDA kernels' StreamBound, to time the work on its stream with
+// events), which a TimedCall wrapper would hide.
+using PreparedRef = std::variant<const PreparedPrefill*, const PreparedMerge*, const PreparedTopk*,
+                                 const PreparedIndexerLogits*, const PreparedSparsePrefill*>;
+
+// How the run times and counts a row of these kinds: mla-bench's host side, and on a device the
+// device side for the CUDA kernels (suites/device/gpu_bench.hpp).
 class PhaseSide {
  public:
   virtual ~PhaseSide() = default;
-  // The timer of a row whose canonical inputs take `input_bytes`.
-  virtual std::unique_ptr<CallTimer> timer(const KernelFacts& k, std::size_t input_bytes) = 0;
+  // The timer of a row whose canonical inputs take `input_bytes`, for the prepared call `call`.
+  virtual std::unique_ptr<CallTimer> timer(const KernelFacts& k, std::size_t input_bytes, const PreparedRef& call) = 0;
   // The counters and label of a row that was timed.
   virtual void finish(benchmark::State& st, const KernelFacts& k, const RowResult& r) = 0;
 };

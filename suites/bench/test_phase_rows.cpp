@@ -31,7 +31,8 @@ constexpr const char* kMergePoint = "merge_edge_empty_sides_bf16_t64_h16_d128";
 class RecordingSide : public mla::bench::PhaseSide {
  public:
   int calls = 0, finishes = 0;
-  std::unique_ptr<mla::bench::CallTimer> timer(const mla::bench::KernelFacts&, std::size_t) override {
+  std::unique_ptr<mla::bench::CallTimer> timer(const mla::bench::KernelFacts&, std::size_t,
+                                               const mla::bench::PreparedRef&) override {
     struct Timer : mla::bench::CallTimer {
       explicit Timer(RecordingSide& s) : side(s) {}
       RecordingSide& side;

@@ -9,8 +9,8 @@ import threading
 import time
 
 from check_env import CERTIFY_MARGIN, COMMAND_LIMIT, COMMAND_MARGIN, PLAN
-from check_steps import (BENCH_POINTS, NOT_STARTED, PLUGIN_CASES, PY_BENCH_KERNELS, PY_BENCH_POINTS, PY_DOOR_CASES,
-                         SANITIZE_FILTER, TIMED_OUT, lines_of, read_text)
+from check_steps import (BENCH_POINTS, NOT_STARTED, PHASE_BENCH_POINTS, PLUGIN_CASES, PY_BENCH_KERNELS, PY_BENCH_POINTS,
+                         PY_DOOR_CASES, SANITIZE_FILTER, TIMED_OUT, lines_of, read_text)
 
 
 class Phases:
@@ -257,7 +257,9 @@ class Phases:
         py_args, py_note = self.python_bench_kernels()
         # --mla_backend=cuda: the registry's CUDA kernels only (the CPU ones would take minutes per
         # call on these production shapes); the Python door's kernels are added by name.
-        rc, secs = c.run_step("bench", [s.bench_exe, "--mla_backend=cuda", f"--mla_points={self.points}", "--mla_quick",
+        # The other kinds' points ride along unless MLA_CHECK_POINTS chose the points.
+        points = self.points if os.environ.get("MLA_CHECK_POINTS", "") else f"{self.points},{PHASE_BENCH_POINTS}"
+        rc, secs = c.run_step("bench", [s.bench_exe, "--mla_backend=cuda", f"--mla_points={points}", "--mla_quick",
                                         f"--benchmark_out={gpu_json}"] + py_args,
                               env=dict(os.environ, MLA_DOOR_PATH=s.door))
         try:
@@ -439,7 +441,8 @@ class Phases:
         lines, fits = c.readers.time_plan(took, status, rows, a.budget, {n: a.cap[n] for n, _ in PLAN},
                                           float(getattr(self, "py_ms", "") or 0), float(s.sim_ctx), charged,
                                           CERTIFY_MARGIN, COMMAND_LIMIT, COMMAND_MARGIN,
-                                          door_rows=self.door_rows(), door_kernels=len(PY_BENCH_KERNELS))
+                                          door_rows=self.door_rows(), door_kernels=len(PY_BENCH_KERNELS),
+                                          phase_rows=len(PHASE_BENCH_POINTS.split(",")))
         text = "\n".join(lines) + "\n"
         with open(c.plan_md, "w") as f:
             f.write(text)

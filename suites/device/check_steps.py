@@ -25,6 +25,13 @@ BENCH_POINTS = ("decode_b128_h16_sq1_sk1024,decode_b128_h16_sq1_sk4096,decode_b1
                 "decode_b128_h16_sq1_sk16384,compute_b128_h64_sq1_sk4096,compute_b128_h64_sq2_sk4096,"
                 "compute_b128_h128_sq1_sk4096,compute_b128_h128_sq2_sk4096,sparse_b64_h128_sq1_sk8192_top2048_bf16,"
                 "sparse_b64_h128_sq1_sk8192_top2048_fp8")
+# The CUDA kernels of the other kinds, on one point each (mla-bench's device side for them:
+# events, the L2 flush, the device roofs): cuda_naive_prefill_cublas on V3's 4K-token causal
+# prefill at 128 heads (the compute side of the roofline; its truth, the fp64 oracle and the bf16
+# pipeline over 8.4M attended pairs per head, is the slowest of the bench's), cuda_merge on
+# 16K tokens x 128 heads of bf16 states (memory-bound). Their inputs are built by mla-bench, not
+# by the rehearsal's input rates (decode points only); the plan counts their rows.
+PHASE_BENCH_POINTS = "prefill_causal_t4096_h128,merge_bf16_t16384_h128_d128"
 # The field's decode kernels beside the suite's in the bench (FlashMLA, FlashInfer through the Python
 # door's adapters: the module of each spec and the library it wraps). Each prepared point costs a
 # door child (a torch import, ~3 s, and a CUDA context) for the kernel and another for its

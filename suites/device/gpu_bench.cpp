@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <variant>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -152,6 +153,37 @@ class DeviceSide : public bench::RowSide {
   bool event_timed_ = false;
 };
 
+class DevicePhaseSide final : public bench::PhaseSide {
+ public:
+  explicit DevicePhaseSide(const GpuBenchSetup& s) : s_(s) {}
+  std::unique_ptr<bench::CallTimer> timer(const bench::KernelFacts&, std::size_t,
+                                          const bench::PreparedRef& call) override {
+    const cuda::StreamBound* bound =
+        std::visit([](const auto* p) { return dynamic_cast<const cuda::StreamBound*>(p); }, call);
+    auto t = std::make_unique<DeviceTimer>(bound, s_.options.flush_l2 ? &flusher() : nullptr);
+    event_timed_ = t->event_timed();
+    return t;
+  }
+  // The kind's byte and FLOP model (the kernel's cost(), beside the timed call in phase_rows.cpp)
+  // against the device roofs measured in this run.
+  void finish(benchmark::State& st, const bench::KernelFacts&, const bench::RowResult& r) override {
+    using C = benchmark::Counter;
+    const bench::Roof roof{kRoofBw, kRoofPeak, s_.ceiling(kRoofBw), s_.ceiling(kRoofPeak)};
+    std::string label = bench::roofline_counters(st, r.cost, r.total(), roof);
+    if (label.empty()) label = "no ceiling measured";
+    if (r.logits > 0) st.counters["logits_per_second"] = C(r.logits, C::kIsIterationInvariantRate);
+    st.counters["cold_cache"] = C(r.flushed ? 1.0 : 0.0);
+    st.counters["event_timed"] = C(event_timed_ ? 1.0 : 0.0);
+    label += event_timed_ ? "; CUDA events" : "; host clock incl. launch (implementation does not expose its stream)";
+    label += r.flushed ? "; L2 flushed" : "; warm L2";
+    st.SetLabel(label);
+  }
+
+ private:
+  const GpuBenchSetup& s_;
+  bool event_timed_ = false;
+};
+
 void bench_kernel(benchmark::State& st, const GpuBenchSetup* s, const bench::RowCase& rc) {
   DeviceSide side(*s);
   const bench::RowResult r = bench::time_kernel_row(st, rc, side);
@@ -251,6 +283,8 @@ struct GemmP {
 };
 
 }  // namespace
+
+std::unique_ptr<bench::PhaseSide> make_phase_side(const GpuBenchSetup& s) { return std::make_unique<DevicePhaseSide>(s); }
 
 double GpuBenchSetup::ceiling(const std::string& key) const {
   for (const auto& c : ceilings)

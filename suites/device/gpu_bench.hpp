@@ -20,6 +20,7 @@
 #include "mla/core/kernel.hpp"
 #include "mla/workloads/axes.hpp"
 #include "kernel_loop.hpp"
+#include "phase_rows.hpp"
 
 namespace mla::device {
 
@@ -61,6 +62,11 @@ void register_gpu_ceiling_benchmarks(const GpuBenchSetup& s);
 // `mla/<kernel>/<point>`, manual time, through the one timing loop with the device side. A row
 // that is not timed is a SkipWithError with the reason. The setup must outlive the benchmark run.
 void register_gpu_kernel_row(const GpuBenchSetup& s, const bench::RowCase& rc);
+// The device side of the prefill, merge, top-k, indexer logits and sparse prefill rows of CUDA
+// kernels (suites/bench/phase_rows.hpp): the decode rows' timer (CUDA events on the prepared
+// call's stream when it tells it, the L2 flush before each call) and the same device roofs.
+std::unique_ptr<bench::PhaseSide> make_phase_side(const GpuBenchSetup& s);
+
 // `mla_ratio/<kernel>/<fp8 point>_vs_<bf16 point>` for every selected FP8 point whose bf16 twin
 // (same shape, lengths and seed) is selected too: the measured median-time ratio of the two
 // kernel rows, their tokens/s and byte models (register after the kernel rows).

@@ -37,8 +37,8 @@ grep -q '^Caps sum to 420 s of the 420 s budget' "$s" || fail "the caps do not s
 grep -q '^Plan: fits the 420 s budget.' "$s" || fail "the plan does not fit"
 grep -qE '^Bench step: inputs [0-9.]+ s measured here' "$s" || fail "the bench step's measured inputs are missing"
 ! grep -qE '\| (FAIL|TIMEOUT) \|' "$s" || fail "a step failed in the rehearsal"
-grep -qE '^\| certify \| PASS \| [0-9]+ \| [0-9]+ \| rehearsed with stand-ins: cpu_mla_fp64 \(in_process\): [0-9]+ PASS; cpu_naive_mha_fp32 \(in_process\): [0-9]+ PASS; cpu_merge_f32 \(in_process\): [0-9]+ PASS; 1 process charged' "$s" ||
-  fail "the built-in kernels (a host kernel of its own kind for each CUDA one: decode, merge) were not certified in one process (one simulated context)"
+grep -qE '^\| certify \| PASS \| [0-9]+ \| [0-9]+ \| rehearsed with stand-ins: cpu_mla_fp64 \(in_process\): [0-9]+ PASS; cpu_naive_mha_fp32 \(in_process\): [0-9]+ PASS; cpu_prefill_naive_fp32 \(in_process\): [0-9]+ PASS; cpu_merge_f32 \(in_process\): [0-9]+ PASS; 1 process charged' "$s" ||
+  fail "the built-in kernels (a host kernel of its own kind for each CUDA one: decode, prefill, merge) were not certified in one process (one simulated context)"
 grep -qE '^\| certify_plugin \| PASS \| .*good_append \(child_per_case\): .*; ([2-9]|[1-9][0-9]+) processes charged' "$s" ||
   fail "the plug-in step did not run its cases in charged child processes"
 grep -qE '^\| certify_python \| PASS \| .*flashmla_cpu_standin .*flashinfer_cpu_standin .*; ([2-9]|[1-9][0-9]+) processes charged' "$s" ||

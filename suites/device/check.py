@@ -23,7 +23,7 @@ unpacking), probes included. The steps, in order, with their caps (the time plan
                         the smoke test (mla_gpu_smoke_tests: one small problem per decode kernel
                         instance with the combine, both cache appends) and every other gpu test
                         binary: CPU-bound references, the GPU is not being timed
-  bench            130  mla-bench --mla_backend=cuda: device ceilings + the CUDA kernels on the
+  bench            170  mla-bench --mla_backend=cuda: device ceilings + the CUDA kernels on the
                         device check's points, alone on the GPU, and beside them FlashMLA's and
                         FlashInfer's decode through the Python door (each where its adapter and
                         library import with the python that imports torch; the step's detail
@@ -32,7 +32,7 @@ unpacking), probes included. The steps, in order, with their caps (the time plan
   torch             35  reports/tools/torch_side_by_side.py on the same points, merged into the
                         bench JSON (a partial bench is merged as such)
   report            15  reports/tools/bench_report.py over the merged JSON + certificate
-  sanitize_memcheck 20, sanitize_racecheck 30, sanitize_synccheck 20
+  sanitize_memcheck 10, sanitize_racecheck 10, sanitize_synccheck 10
                         compute-sanitizer on the smoke binary's three smallest decode problems
                         and both appends; last, so a slow tool costs only itself, and each gets
                         at least its cap, more when the earlier steps left time; no --leak-check

@@ -9,7 +9,9 @@
 
 #include <fmt/format.h>
 
+#include "detail/naive_gemm_plan.hpp"
 #include "mla/core/error.hpp"
+#include "mla/cuda/check.hpp"
 
 namespace mla::cuda::detail {
 namespace {
@@ -63,6 +65,19 @@ CublasApi load() {
 const CublasApi& cublas() {
   static const CublasApi api = load();
   return api;
+}
+
+void strided_gemm(cublasHandle_t handle, const StridedGemm& g, const void* a, cudaDataType ta, const void* b,
+                  cudaDataType tb, void* c, cudaDataType tc) {
+  const float one = 1.f, zero = 0.f;
+  const auto at = [](const void* p, cudaDataType t, int64_t off) {
+    return static_cast<const char*>(p) + off * (t == CUDA_R_32F ? 4 : 2);
+  };
+  MLA_CUBLAS_CHECK(cublas().gemm_strided_batched_ex(
+      handle, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n, g.k, &one,
+      at(a, ta, g.a_offset), ta, g.lda, g.stride_a, at(b, tb, g.b_offset), tb, g.ldb, g.stride_b, &zero,
+      const_cast<char*>(at(c, tc, g.c_offset)), tc, g.ldc, g.stride_c, g.batch, CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace mla::cuda::detail

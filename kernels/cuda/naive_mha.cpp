@@ -119,16 +119,7 @@ class PreparedNaive final : public PreparedAttention, public StreamBound {
   // One strided-batched GEMM (bf16 inputs, fp32 accumulation) described by `g`.
   void gemm(const detail::StridedGemm& g, const void* a, cudaDataType ta, const void* b, cudaDataType tb,
             void* c, cudaDataType tc) {
-    const float one = 1.f, zero = 0.f;
-    auto at = [](const void* p, cudaDataType t, int64_t off) {
-      const std::size_t bytes = t == CUDA_R_32F ? 4 : 2;
-      return static_cast<const char*>(p) + off * static_cast<int64_t>(bytes);
-    };
-    MLA_CUBLAS_CHECK(detail::cublas().gemm_strided_batched_ex(
-        handle_, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n,
-        g.k, &one, at(a, ta, g.a_offset), ta, g.lda, g.stride_a, at(b, tb, g.b_offset), tb, g.ldb,
-        g.stride_b, &zero, const_cast<char*>(at(c, tc, g.c_offset)), tc, g.ldc, g.stride_c, g.batch,
-        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    detail::strided_gemm(handle_, g, a, ta, b, tb, c, tc);
   }
 
   // The timed call reads q, each sequence's per-head K and V, and S and P, which pass between

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "detail/naive_mha_launch.hpp"
+#include "detail/block_reduce.cuh"
 #include "mla/cuda/check.hpp"
 
 namespace mla::cuda::detail {
@@ -33,23 +34,6 @@ __global__ void __launch_bounds__(128) gather_kernel(const uint16_t* __restrict_
   }
 }
 
-// Deterministic block reductions: a fixed xor-shuffle tree per warp, then warp 0 over the
-// warps' results in a fixed order.
-template <bool kMax>
-__device__ float block_reduce(float x, float* red) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float y = __shfl_xor_sync(0xffffffffu, x, o);
-    x = kMax ? fmaxf(x, y) : x + y;
-  }
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  __syncthreads();  // `red` may still be read from a previous reduction
-  if (lane == 0) red[warp] = x;
-  __syncthreads();
-  float r = red[0];
-  for (int w = 1; w < kSoftmaxThreads / 32; ++w) r = kMax ? fmaxf(r, red[w]) : r + red[w];
-  return r;
-}
-
 __global__ void __launch_bounds__(kSoftmaxThreads) softmax_kernel(const float* __restrict__ scores,
                                                                   uint16_t* __restrict__ probs,
                                                                   float* __restrict__ lse, int L,
@@ -68,10 +52,10 @@ __global__ void __launch_bounds__(kSoftmaxThreads) softmax_kernel(const float* _
   }
   float m = __int_as_float(0xff800000);
   for (int j = threadIdx.x; j < limit; j += kSoftmaxThreads) m = fmaxf(m, srow[j] * scale);
-  m = block_reduce<true>(m, red);
+  m = block_reduce<kSoftmaxThreads, true>(m, red);
   float sum = 0.f;
   for (int j = threadIdx.x; j < limit; j += kSoftmaxThreads) sum += expf(srow[j] * scale - m);
-  sum = block_reduce<false>(sum, red);
+  sum = block_reduce<kSoftmaxThreads, false>(sum, red);
   for (int j = threadIdx.x; j < L; j += kSoftmaxThreads) {
     const float p = j < limit ? expf(srow[j] * scale - m) / sum : 0.f;
     prow[j] = __bfloat16_as_ushort(__float2bfloat16_rn(p));

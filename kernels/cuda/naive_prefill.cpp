@@ -94,15 +94,7 @@ class PreparedNaivePrefill final : public PreparedPrefill, public StreamBound {
   }
 
   void gemm(const detail::StridedGemm& g, const void* a, const void* b, void* c, cudaDataType tc) {
-    const float one = 1.f, zero = 0.f;
-    auto at = [](const void* p, std::size_t bytes, int64_t off) {
-      return static_cast<const char*>(p) + off * static_cast<int64_t>(bytes);
-    };
-    MLA_CUBLAS_CHECK(detail::cublas().gemm_strided_batched_ex(
-        handle_, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.m, g.n, g.k, &one,
-        at(a, 2, g.a_offset), CUDA_R_16BF, g.lda, g.stride_a, at(b, 2, g.b_offset), CUDA_R_16BF, g.ldb, g.stride_b,
-        &zero, const_cast<char*>(at(c, tc == CUDA_R_32F ? 4 : 2, g.c_offset)), tc, g.ldc, g.stride_c, g.batch,
-        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    detail::strided_gemm(handle_, g, a, CUDA_R_16BF, b, CUDA_R_16BF, c, tc);
   }
 
   void run() override {

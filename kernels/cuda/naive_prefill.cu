@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "detail/naive_prefill_launch.hpp"
+#include "detail/block_reduce.cuh"
 #include "mla/cuda/check.hpp"
 
 namespace mla::cuda::detail {
@@ -11,23 +12,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kDv = 128;
-
-// Deterministic block reduction: a fixed xor-shuffle tree per warp, then the warps' results in a
-// fixed order, so a row's max and sum are the same bits on every run.
-template <bool kMax>
-__device__ float block_reduce(float x, float* red) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float y = __shfl_xor_sync(0xffffffffu, x, o);
-    x = kMax ? fmaxf(x, y) : x + y;
-  }
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  __syncthreads();  // `red` may still be read from the previous reduction
-  if (lane == 0) red[warp] = x;
-  __syncthreads();
-  float r = red[0];
-  for (int w = 1; w < kThreads / 32; ++w) r = kMax ? fmaxf(r, red[w]) : r + red[w];
-  return r;
-}
 
 // One block per (head, chunk row): blockIdx.x = hh·rows + i.
 __global__ void __launch_bounds__(kThreads) softmax_kernel(const float* __restrict__ scores,
@@ -54,10 +38,10 @@ __global__ void __launch_bounds__(kThreads) softmax_kernel(const float* __restri
   }
   float m = __int_as_float(0xff800000);
   for (int64_t j = threadIdx.x; j < limit; j += kThreads) m = fmaxf(m, srow[j] * scale);
-  m = block_reduce<true>(m, red);
+  m = block_reduce<kThreads, true>(m, red);
   float sum = 0.f;
   for (int64_t j = threadIdx.x; j < limit; j += kThreads) sum += expf(srow[j] * scale - m);
-  sum = block_reduce<false>(sum, red);
+  sum = block_reduce<kThreads, false>(sum, red);
   for (int64_t j = threadIdx.x; j < s_k; j += kThreads) {
     const float p = j < limit ? expf(srow[j] * scale - m) / sum : 0.f;
     prow[j] = __bfloat16_as_ushort(__float2bfloat16_rn(p));

@@ -23,24 +23,12 @@
 #include "mla/golden/families.hpp"
 #include "mla/golden/golden.hpp"
 #include "mla/registry/registry.hpp"
+#include "support/goldens.hpp"
 #include "support/host_call.hpp"
 
 namespace mla::cuda::detail {
 namespace {
 
-namespace fs = std::filesystem;
-
-std::vector<golden::PrefillCase> stored_cases() {
-  std::vector<golden::PrefillCase> cases;
-  const fs::path dir = golden::default_goldens_dir();
-  if (!fs::exists(dir / "MANIFEST.sha256")) return cases;
-  const auto catalog = golden::open_catalog(dir);
-  for (const auto& fam : golden::family_names(golden::FamilyKind::prefill)) {
-    const auto file = catalog.file(golden::family(fam).file());
-    for (const auto& name : golden::read_file_info(file).cases) cases.push_back(golden::load_prefill_case(file, name));
-  }
-  return cases;
-}
 
 std::vector<PrefillSeq> sequences(const PrefillInputs& in) {
   std::vector<PrefillSeq> v;
@@ -109,7 +97,7 @@ TEST(NaivePrefillPlan, ReproducesEveryStoredCaseThroughTheDocumentedLayouts) {
   register_builtin_kernels();
   const PrefillImpl* kernel = Registry::instance().find_prefill("cuda_naive_prefill_cublas");
   ASSERT_NE(kernel, nullptr) << "cuda_naive_prefill_cublas is not registered";
-  const auto cases = stored_cases();
+  const auto cases = testing::stored_prefill_cases();
   if (cases.empty()) GTEST_SKIP() << "no golden catalog";
   int chunked = 0;
   for (const auto& c : cases) {
@@ -143,7 +131,7 @@ TEST(NaivePrefillPlan, ByteModelIsWhatThePlannedCallsMove) {
   register_builtin_kernels();
   const PrefillImpl* kernel = Registry::instance().find_prefill("cuda_naive_prefill_cublas");
   ASSERT_NE(kernel, nullptr);
-  const auto cases = stored_cases();
+  const auto cases = testing::stored_prefill_cases();
   if (cases.empty()) GTEST_SKIP() << "no golden catalog";
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);

@@ -14,24 +14,12 @@
 #include "mla/golden/golden.hpp"
 #include "mla/judge/prefill.hpp"
 #include "mla/registry/registry.hpp"
+#include "support/goldens.hpp"
 #include "support/host_call.hpp"
 
 namespace mla {
 namespace {
 
-namespace fs = std::filesystem;
-
-std::vector<golden::PrefillCase> prefill_cases() {
-  std::vector<golden::PrefillCase> cases;
-  const fs::path dir = golden::default_goldens_dir();
-  if (!fs::exists(dir / "MANIFEST.sha256")) return cases;
-  const auto catalog = golden::open_catalog(dir);
-  for (const auto& fam : golden::family_names(golden::FamilyKind::prefill)) {
-    const auto file = catalog.file(golden::family(fam).file());
-    for (const auto& name : golden::read_file_info(file).cases) cases.push_back(golden::load_prefill_case(file, name));
-  }
-  return cases;
-}
 
 using testing::call_prefill;
 
@@ -41,7 +29,7 @@ bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
 
 TEST(PrefillKernels, EveryRegisteredImplementationPassesEveryPrefillGolden) {
   register_builtin_kernels();
-  const auto cases = prefill_cases();
+  const auto cases = testing::stored_prefill_cases();
   if (cases.empty()) GTEST_SKIP() << "no golden catalog";
   ASSERT_FALSE(Registry::instance().prefill().empty());
   for (const auto& k : Registry::instance().prefill()) {
@@ -63,7 +51,7 @@ TEST(PrefillKernels, EveryRegisteredImplementationPassesEveryPrefillGolden) {
 
 TEST(PrefillKernels, ResultsRepeatAndDoNotDependOnTheThreadCount) {
   register_builtin_kernels();
-  const auto cases = prefill_cases();
+  const auto cases = testing::stored_prefill_cases();
   if (cases.empty()) GTEST_SKIP() << "no golden catalog";
   // The longest case: several row blocks and key chunks, so threads really split it.
   const auto* longest = &cases.front();

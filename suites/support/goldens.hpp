@@ -28,6 +28,20 @@ inline std::optional<golden::Catalog> open_goldens(std::string& why_absent) {
   return golden::open_catalog(dir);
 }
 
+// Every stored case of the catalog's prefill families, loaded (inputs, truth, bf16 pipeline), in
+// the catalog's order; empty when there is no catalog (the caller skips with that reason).
+inline std::vector<golden::PrefillCase> stored_prefill_cases() {
+  std::vector<golden::PrefillCase> cases;
+  const std::filesystem::path dir = golden::default_goldens_dir();
+  if (!std::filesystem::exists(dir / "MANIFEST.sha256")) return cases;
+  const auto catalog = golden::open_catalog(dir);
+  for (const auto& fam : golden::family_names(golden::FamilyKind::prefill)) {
+    const auto file = catalog.file(golden::family(fam).file());
+    for (const auto& name : golden::read_file_info(file).cases) cases.push_back(golden::load_prefill_case(file, name));
+  }
+  return cases;
+}
+
 // A case of the catalog, found by its header.
 struct GoldenCaseRef {
   std::string family, file, name;

@@ -18,26 +18,14 @@
 #include "mla/judge/prefill.hpp"
 #include "mla/ref/prefill.hpp"
 #include "mla/registry/registry.hpp"
+#include "support/goldens.hpp"
 
 namespace {
 
-namespace fs = std::filesystem;
 using namespace mla;
 
-std::vector<golden::PrefillCase> prefill_cases() {
-  std::vector<golden::PrefillCase> cases;
-  const fs::path dir = golden::default_goldens_dir();
-  if (!fs::exists(dir / "MANIFEST.sha256")) return cases;
-  const auto catalog = golden::open_catalog(dir);
-  for (const auto& fam : golden::family_names(golden::FamilyKind::prefill)) {
-    const auto file = catalog.file(golden::family(fam).file());
-    for (const auto& name : golden::read_file_info(file).cases) cases.push_back(golden::load_prefill_case(file, name));
-  }
-  return cases;
-}
-
 const std::vector<golden::PrefillCase>& cases() {
-  static const auto c = prefill_cases();
+  static const auto c = mla::testing::stored_prefill_cases();
   return c;
 }
 

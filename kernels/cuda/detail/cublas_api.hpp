@@ -44,4 +44,13 @@ struct CublasApi {
 // naming each file it tried and the loader's reason when cuBLAS cannot be loaded or lacks a symbol.
 const CublasApi& cublas();
 
+struct StridedGemm;  // detail/naive_gemm_plan.hpp
+
+// The naive baselines' one kind of cuBLAS call: the strided-batched GEMM `g` on `handle`'s stream,
+// alpha 1 and beta 0, fp32 accumulation (CUBLAS_COMPUTE_32F), g's offsets applied to each base
+// pointer in elements of its type (4 bytes for CUDA_R_32F, else 2). Throws mla::Error naming the
+// cuBLAS status.
+void strided_gemm(cublasHandle_t handle, const StridedGemm& g, const void* a, cudaDataType ta, const void* b,
+                  cudaDataType tb, void* c, cudaDataType tc);
+
 }  // namespace mla::cuda::detail

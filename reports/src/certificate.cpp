@@ -569,12 +569,15 @@ void write_files_together(const std::vector<std::pair<std::filesystem::path, std
     for (const auto& t : temps) std::filesystem::remove(t, ec);
     throw;
   }
-  // Every byte is written; only renames are left, with no signal handled between them.
+  // Every byte is written; only renames are left, with no signal handled between them. The
+  // first file is renamed last, as the commit point: a SIGKILL between two renames (no mask stops
+  // it) leaves it as it was, so whoever reads it (the certificate's JSON) never sees it ahead of
+  // the others.
   sigset_t all, before;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &before);
   std::optional<WriteError> failure;
-  for (std::size_t i = 0; i < temps.size(); ++i) {
+  for (std::size_t i = temps.size(); i-- > 0;) {
     try {
       if (!failure) rename_into_place(temps[i], files[i].first);
     } catch (const WriteError& e) {

@@ -199,7 +199,8 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view t
 // Several files replaced together: every one written to a temporary file first (any failure
 // leaves every target as it was and removes the temporaries), then the renames back to back
 // with every signal blocked, so no handled signal and no write failure can leave some replaced
-// and others not; only a SIGKILL or a crash within those few renames could. Throws WriteError.
+// and others not; only a SIGKILL or a crash within those few renames could, and the first file,
+// renamed last, is then still the old one: once it is replaced, all are. Throws WriteError.
 void write_files_together(const std::vector<std::pair<std::filesystem::path, std::string>>& files);
 // <dir>/certificate.json and <dir>/certificate.md, each atomically; creates `dir`.
 void write_certificate(const Certificate& c, const std::filesystem::path& dir);

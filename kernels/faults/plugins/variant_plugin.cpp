@@ -6,103 +6,38 @@
 // Design: the template is included whole for its number formats, cache layout, slot checks and
 // token encoder (so those exist once, and a variant's numbers are the template's); what follows
 // is the template's decode and append again, with a hook at each point where a variant departs
-// from it. A variant is one `Variant` value, built from the compile definitions that
-// kernels/faults/CMakeLists.txt (mla_variant_plugin) sets, and every hook is an `if constexpr`
-// on it: each .so holds the correct kernel plus its own departure, and reading one departure
-// means searching for its Fault or field name. The attacks' side effects are in attacks.cpp.
+// from it. A variant is one `Variant` value (variant.hpp), and every hook is an `if` on it: each
+// library holds the correct kernel and every departure, and takes its own; reading one departure
+// means searching for its Fault or field name. This file is compiled once for all the variants
+// (each variant's library adds only variant_def.cpp, which defines its value); compiling it
+// once per variant cost a minute of CPU per build, and two under the sanitizers. The attacks'
+// side effects are in attacks.cpp.
 #define MLA_PLUGIN_TEMPLATE_NO_EXPORT 1
 #include "example_plugin.cpp"
 
 #include <ctime>
+#include <deque>
 #include <limits>
 #include <optional>
+#include <string>
 
 #include "attacks.hpp"
+#include "variant.hpp"
 
 namespace {
 
-// Each is a bug a real decode or append kernel has shipped with, or an attack on the verdict.
-enum class Fault {
-  none,
-  drops_last_token,        // tail tile off by one: never attends position L-1
-  lse_log2,                // returns lse in base 2 (FlashInfer's convention), undeclared
-  reads_unused_slot,       // dense: attends one slot past L when it lies in the same page
-  crashes,                 // zero-length sequence: reads token L-1 = -1 through the block table
-  hangs,                   // s_q == 4: waits forever for a split that never arrives
-  writes_out_of_bounds,    // s_q == 2: writes one extra output row past the end
-  mutates_input,           // pre-scales q in place and leaves it scaled
-  returns_nan,             // never writes the last head's output
-  tampers_with_goldens,    // correct results, but edits/deletes files named in $MLA_EXAMPLE_TAMPER
-  append_half_split_rope,  // append rotates pairs (i, i+32) instead of (2i, 2i+1)
-  append_no_capacity_check,  // append writes whatever the block table maps, even at max_seq_len
-  append_writes_neighbour,   // append stores two tokens' worth: also into the next slot
-  rewrites_audit,          // mutates q, writes past out, changes on call 2, then scrubs the audit
-  changes_on_later_call,   // right on calls 1 and 2, off by one ulp from call 3 on
-  state_across_processes,  // remembers the case in a file: a later process answers differently
-  reads_past_end,          // loads the token after the last one it attends (a two-token load)
-  ignores_block_table,     // assumes pages are contiguous: block = b * max_blocks + t / page_size
-  leaves_daemon,           // correct results, but leaves a setsid double-forked process behind
-  reads_catalog,           // computes nothing: returns the catalog's stored truth
-  wraps_negative_index,    // sparse: -1 is padding, other negative indices count from the end
-  refuses_unknown,         // the stored truth where it finds it, "unsupported" everywhere else
-  hides_overflow,          // the stored truth where it finds it, elsewhere exp() without the max
-  memo_by_shape,           // answers from a memo keyed by shape, lengths and block table (not q)
-  changes_q_then_refuses,  // writes into q, then says "unsupported"
-  prefill_sees_next_key,   // prefill: a causal row attends one key past its last (chunk boundary)
-  prefill_top_left,        // prefill: the causal mask aligned top-left (FlashAttention < 2.1), undeclared
-  prefill_mscale_missing,  // prefill: 192^-0.5 instead of the scale it is given (YaRN's mscale² dropped)
-  prefill_lse_log2,        // prefill: lse in base 2, undeclared
-  prefill_skips_empty_rows,  // prefill: writes nothing for a row that attends no key
-  merge_base2_as_natural,  // merge: declares FlashInfer's base-2 lse but weighs the sides with e^x
-  merge_inf_as_number,     // merge: a +inf lse (FA2's empty row) weighed as a number: NaN
-  topk_drops_last_valid,   // top-k: drops the largest logit when it sits at the row's last valid position
-  topk_pads_with_masked,   // top-k: fewer valid positions than k: pads with a masked (causal) one
-  indexer_no_relu,         // indexer logits: sums q·k over the heads without the relu
-  indexer_scale_after_each_token,  // indexer logits: a paged key's scale read after its codes, not from the block's scale area
-  indexer_sees_next_token, // indexer logits, next_n 2: the first query token sees the second one's position
-  indexer_append_scale_after_each_token,  // indexer append: each token as [128 codes | scale], not the block's scale area
-  indexer_append_clamp_after_divide,      // indexer append: max(amax / 448, 1e-4) instead of max(amax, 1e-4) / 448
-  indexer_append_writes_skipped_slots,    // indexer append: a negative slot written from the cache's end
-  sparse_prefill_minus_one_as_zero,       // sparse prefill: a -1 entry gathered as position 0
-  sparse_prefill_lse_log2,                // sparse prefill: lse in base 2, undeclared
-};
+using mla_variant::Fault;
+using mla_variant::Variant;
+const Variant& kV = mla_variant::kVariant;
 
-struct Variant {
-  const char* name;
-  Fault fault;
-  bool out_bf16;          // bf16 output (out_dtype)
-  bool underclaim;        // claims bf16 cache, dense, up to 64 heads: less than it implements
-  bool append;            // exports the append entry point
-  int poses_as_minor;     // 0, or 0/1 of ABI 1.0/1.1 (10, 11): the descriptor ends there
-  uint32_t writes_recipe;     // 0: the FP8 recipe asked for; else always this one
-  uint32_t declares_recipes;  // append_fp8_recipes
-  bool bf16_operands;     // FP8 dequantized into bf16, P rounded to bf16 before P·V
-  int precision;          // declares 0 nothing, 1 bf16 operands / fp32 accum, 2 fp32 / fp32
-  bool flashinfer;        // lse base 2, [b, s_q, h], -inf empty rows; sparse global slots
-  bool declares_conventions;  // says so in the descriptor
-  bool flashmla_shaped;   // refuses what FlashMLA's decode refuses
-  bool can_implement;     // exports that refusal (or the broken predicate) as can_implement
-  bool broken_can_implement;  // can_implement errs on sparse shapes and crashes on 128 heads
-  bool device_memory;     // sets the device-memory flag with no unavailable() of its own
-  bool prefill;           // a prefill-only library (ABI 1.4): no decode, the prefill entry under its name
-  bool merge;             // a merge-only library (ABI 1.4): no decode, the merge entry under its name
-  bool topk;              // a top-k-only library (ABI 1.4): no decode, the top-k entry under its name
-  bool relative;          // top-k: indices relative to the row's start, declared
-  bool indexer_logits;    // an indexer-logits-only library (ABI 1.5): no decode, the entry under its name
-  bool indexer_append;    // an indexer-append-only library (ABI 1.5): the same
-  bool sparse_prefill;    // a sparse-prefill-only library (ABI 1.5): the same
-};
-
-constexpr Variant kV{MLA_VARIANT_NAME,         Fault::MLA_VARIANT_FAULT,      MLA_VARIANT_OUT_BF16,
-                     MLA_VARIANT_UNDERCLAIM,   MLA_VARIANT_APPEND,            MLA_VARIANT_POSES_AS_MINOR,
-                     MLA_VARIANT_WRITES_RECIPE, MLA_VARIANT_DECLARES_RECIPES, MLA_VARIANT_BF16_OPERANDS,
-                     MLA_VARIANT_PRECISION,    MLA_VARIANT_FLASHINFER,        MLA_VARIANT_DECLARES_CONVENTIONS,
-                     MLA_VARIANT_FLASHMLA_SHAPED, MLA_VARIANT_CAN_IMPLEMENT, MLA_VARIANT_BROKEN_CAN_IMPLEMENT,
-                     MLA_VARIANT_DEVICE_MEMORY,  MLA_VARIANT_PREFILL,           MLA_VARIANT_MERGE,
-                     MLA_VARIANT_TOPK,         MLA_VARIANT_RELATIVE,          MLA_VARIANT_INDEXER_LOGITS,
-                     MLA_VARIANT_INDEXER_APPEND,    MLA_VARIANT_SPARSE_PREFILL};
-constexpr bool is(Fault f) { return kV.fault == f; }
-constexpr bool kSteals = is(Fault::reads_catalog) || is(Fault::refuses_unknown) || is(Fault::hides_overflow);
+// An entry's description with the variant's name, kept for the library's lifetime (a deque never
+// moves the strings it holds when it grows).
+const char* described(const char* what) {
+  static std::deque<std::string> kept;
+  return kept.emplace_back(std::string(what) + kV.name).c_str();
+}
+bool is(Fault f) { return kV.fault == f; }
+const bool kSteals = is(Fault::reads_catalog) || is(Fault::refuses_unknown) || is(Fault::hides_overflow);
 
 // What FlashMLA's decode accepts, as one predicate: decode and can_implement both ask it.
 const char* flashmla_refusal(int32_t topk, uint32_t cache_format, int32_t heads, int32_t page_size) {
@@ -115,7 +50,7 @@ const char* flashmla_refusal(int32_t topk, uint32_t cache_format, int32_t heads,
 }
 
 int32_t can_implement(const mla_plugin_shape* shape, char* reason, size_t reason_size) {
-  if constexpr (kV.broken_can_implement) {
+  if (kV.broken_can_implement) {
     if (shape->topk > 0) {
       std::snprintf(reason, reason_size, "sparse metadata table not initialized");
       return MLA_PLUGIN_ERROR;
@@ -151,8 +86,8 @@ void positions_of(const mla_plugin_decode_args& a, int64_t b, int64_t s, std::ve
   } else {
     attended(a, b, s, positions);
   }
-  if constexpr (is(Fault::drops_last_token)) std::erase(positions, L - 1);
-  if constexpr (is(Fault::reads_unused_slot)) {  // the tile reads the whole last page
+  if (is(Fault::drops_last_token)) std::erase(positions, L - 1);
+  if (is(Fault::reads_unused_slot)) {  // the tile reads the whole last page
     if (a.topk == 0 && !positions.empty() && positions.back() == L - 1 && L % a.page_size != 0) positions.push_back(L);
   }
 }
@@ -161,7 +96,7 @@ void positions_of(const mla_plugin_decode_args& a, int64_t b, int64_t s, std::ve
 void load(const mla_plugin_decode_args& a, int64_t b, int64_t t, double* k) {
   if (kV.flashinfer && a.topk > 0) {
     load_slot(a, t, k);  // a global slot already
-  } else if constexpr (is(Fault::ignores_block_table)) {
+  } else if (is(Fault::ignores_block_table)) {
     load_slot(a, (b * a.max_blocks + t / a.page_size) * a.page_size + t % a.page_size, k);
   } else {
     load_slot(a, slot_of(a, b, t), k);
@@ -199,25 +134,25 @@ void attend_row(const mla_plugin_decode_args& a, int64_t b, int64_t s, const std
   for (int64_t h = 0; h < H; ++h) {
     double m = -std::numeric_limits<double>::infinity();
     for (std::size_t j = 0; j < n; ++j) m = std::max(m, scores[h * n + j]);
-    if constexpr (is(Fault::hides_overflow)) {  // exp(score) in float, nothing subtracted
+    if (is(Fault::hides_overflow)) {  // exp(score) in float, nothing subtracted
       if (n > 0) m = 0;
       for (std::size_t j = 0; j < n; ++j) scores[h * n + j] = static_cast<float>(std::exp(static_cast<float>(scores[h * n + j])));
       for (std::size_t j = 0; j < n; ++j) scores[h * n + j] = std::log(scores[h * n + j]);
     }
     mx[h] = m;
     sum[h] = 0;
-    if constexpr (kV.bf16_operands) {  // P normalized before P·V, so that it can be rounded as a tile
+    if (kV.bf16_operands) {  // P normalized before P·V, so that it can be rounded as a tile
       for (std::size_t j = 0; j < n; ++j) sum[h] += std::exp(scores[h * n + j] - m);
     }
   }
   for (std::size_t j = 0; j < n; ++j) {
     load(a, b, positions[j], k.data());
-    if constexpr (is(Fault::reads_past_end)) {
+    if (is(Fault::reads_past_end)) {
       if (j + 1 == n) k[0] += next_token_masked(a, b, positions[j]);
     }
     for (int64_t h = 0; h < H; ++h) {
       double w = std::exp(scores[h * n + j] - mx[h]);
-      if constexpr (kV.bf16_operands) {
+      if (kV.bf16_operands) {
         w = bf16_to_float(bf16_from_float(static_cast<float>(w / sum[h])));
       } else {
         sum[h] += w;
@@ -230,15 +165,15 @@ void attend_row(const mla_plugin_decode_args& a, int64_t b, int64_t s, const std
     for (int d = 0; d < kDv && !(is(Fault::returns_nan) && h == H - 1); ++d) {
       double v = n == 0 ? 0.0 : kV.bf16_operands ? acc[h * kDv + d] : acc[h * kDv + d] / sum[h];
       if (perturb && d == 0) v = std::nextafter(static_cast<float>(v), 1e30f) + 1e-3 * std::fabs(v);
-      if constexpr (kV.out_bf16) {
+      if (kV.out_bf16) {
         static_cast<uint16_t*>(a.out)[row * kDv + d] = bf16_from_float(static_cast<float>(v));
       } else {
         static_cast<float*>(a.out)[row * kDv + d] = static_cast<float>(v);
       }
     }
     double lse = n == 0 ? std::numeric_limits<double>::infinity() : mx[h] + std::log(sum[h]);
-    if constexpr (is(Fault::lse_log2)) lse /= std::log(2.0);
-    if constexpr (kV.flashinfer) {
+    if (is(Fault::lse_log2)) lse /= std::log(2.0);
+    if (kV.flashinfer) {
       lse = n == 0 ? -std::numeric_limits<double>::infinity() : lse / std::log(2.0);
       a.lse[(b * S + s) * H + h] = static_cast<float>(lse);
     } else {
@@ -258,19 +193,19 @@ void read_last_of_empty(const mla_plugin_decode_args& a, int64_t b, char* error,
 
 // Everything a variant does before computing; a return code ends the call there.
 std::optional<int32_t> before(const mla_plugin_decode_args& a, bool& perturb, char* error, size_t error_size) {
-  if constexpr (kV.flashmla_shaped) {
+  if (kV.flashmla_shaped) {
     if (const char* no = flashmla_refusal(a.topk, a.cache_format, a.heads, a.page_size)) {
       std::snprintf(error, error_size, "%s", no);
       return MLA_PLUGIN_UNSUPPORTED;
     }
   }
-  if constexpr (is(Fault::tampers_with_goldens)) mla_variant::tamper();
-  if constexpr (is(Fault::leaves_daemon)) mla_variant::leave_daemon();
-  if constexpr (kSteals) {
+  if (is(Fault::tampers_with_goldens)) mla_variant::tamper();
+  if (is(Fault::leaves_daemon)) mla_variant::leave_daemon();
+  if (kSteals) {
     // Stored truth where the inputs are a catalog case's; elsewhere zeros (nothing computed), a
     // refusal, or the overflow bug.
     std::vector<double> out, lse;
-    const bool found = mla_variant::stored_truth(a, out, lse);
+    const bool found = kV.stored_truth(a, out, lse);
     if (!found && is(Fault::refuses_unknown)) {
       std::snprintf(error, error_size, "unsupported shape");
       return MLA_PLUGIN_UNSUPPORTED;
@@ -283,7 +218,7 @@ std::optional<int32_t> before(const mla_plugin_decode_args& a, bool& perturb, ch
       return MLA_PLUGIN_OK;
     }
   }
-  if constexpr (is(Fault::changes_q_then_refuses)) {
+  if (is(Fault::changes_q_then_refuses)) {
     const_cast<uint16_t*>(a.q)[0] ^= 0x0001u;
     std::snprintf(error, error_size, "unsupported shape");
     return MLA_PLUGIN_UNSUPPORTED;
@@ -292,9 +227,9 @@ std::optional<int32_t> before(const mla_plugin_decode_args& a, bool& perturb, ch
   if (is(Fault::memo_by_shape) && mla_variant::memo_recall(a)) return MLA_PLUGIN_OK;
   static int calls = 0;
   ++calls;
-  if constexpr (is(Fault::changes_on_later_call)) perturb = calls >= 3;
-  if constexpr (is(Fault::rewrites_audit)) perturb = calls >= 2;
-  if constexpr (is(Fault::state_across_processes)) {
+  if (is(Fault::changes_on_later_call)) perturb = calls >= 3;
+  if (is(Fault::rewrites_audit)) perturb = calls >= 2;
+  if (is(Fault::state_across_processes)) {
     perturb = mla_variant::seen_by_another_process(a, a.cache_format == MLA_PLUGIN_CACHE_BF16 ? kBf16TokenBytes : kFp8TokenBytes);
   }
   if (is(Fault::hangs) && a.s_q == 4) {
@@ -313,15 +248,15 @@ void after(const mla_plugin_decode_args& a) {
     float* past = static_cast<float*>(a.out) + rows * kDv;  // multi-token decode indexes one row past
     for (int d = 0; d < kDv; ++d) past[d] = 0.0f;
   }
-  if constexpr (is(Fault::mutates_input) || is(Fault::rewrites_audit)) {
+  if (is(Fault::mutates_input) || is(Fault::rewrites_audit)) {
     // Pre-scaling q in place "to save a multiply", left behind for the caller.
     uint16_t* q_in = const_cast<uint16_t*>(a.q);
     for (int64_t i = 0; i < rows * kDqk; ++i) {
       q_in[i] = bf16_from_float(static_cast<float>(bf16_to_float(q_in[i]) * a.softmax_scale));
     }
   }
-  if constexpr (is(Fault::rewrites_audit)) mla_variant::scrub_audit();
-  if constexpr (is(Fault::memo_by_shape)) {
+  if (is(Fault::rewrites_audit)) mla_variant::scrub_audit();
+  if (is(Fault::memo_by_shape)) {
     mla_variant::memo_store(a, static_cast<std::size_t>(rows * kDv) * (kV.out_bf16 ? 2 : 4), static_cast<std::size_t>(rows) * 4);
   }
 }
@@ -413,7 +348,7 @@ int32_t append_variant(const mla_plugin_append_args* args, char* error, size_t e
   const int64_t bytes = a.cache_format == MLA_PLUGIN_CACHE_FP8 ? kFp8TokenBytes : kBf16TokenBytes;
   std::vector<uint8_t> token(static_cast<std::size_t>(bytes));
   for (int32_t i = 0; i < a.num_tokens; ++i) {
-    if constexpr (is(Fault::append_half_split_rope)) {
+    if (is(Fault::append_half_split_rope)) {
       encode_half_split(a, i, recipe, token.data());
     } else {
       encode_token(a, a.latent + int64_t{i} * kLatent, a.k_pe + int64_t{i} * kRope, a.positions[i], recipe, token.data());
@@ -429,7 +364,7 @@ int32_t append_variant(const mla_plugin_append_args* args, char* error, size_t e
 
 // ---- prefill ----------------------------------------------------------------------------------
 // The template's prefill with the variant's departure (prefill_with's hooks).
-constexpr PrefillDeparture kPrefillDeparture{is(Fault::prefill_sees_next_key) ? 1 : 0, is(Fault::prefill_top_left),
+const PrefillDeparture kPrefillDeparture{is(Fault::prefill_sees_next_key) ? 1 : 0, is(Fault::prefill_top_left),
                                              is(Fault::prefill_mscale_missing), is(Fault::prefill_lse_log2),
                                              kV.flashinfer, is(Fault::prefill_skips_empty_rows)};
 
@@ -440,7 +375,7 @@ int32_t prefill_variant(const mla_plugin_prefill_args* args, char* error, size_t
 mla_plugin_prefill_entry variant_prefill_entry() {
   mla_plugin_prefill_entry e = make_prefill_entry();
   e.name = kV.name;
-  e.description = "example plug-in prefill: float64 accumulation, " MLA_VARIANT_NAME;
+  e.description = described("example plug-in prefill: float64 accumulation, ");
   e.prefill = prefill_variant;
   if (kV.flashinfer && kV.declares_conventions) {
     e.lse_base = MLA_PLUGIN_LSE_BASE_2;
@@ -454,7 +389,7 @@ const mla_plugin_prefill_entry kVariantPrefill = variant_prefill_entry();
 // ---- merge ------------------------------------------------------------------------------------
 // The template's merge with the variant's departure (merge_with's hooks); FLASHINFER: base-2 lse
 // laid out [n, h], declared.
-constexpr MergeDeparture kMergeDeparture{kV.flashinfer || is(Fault::merge_base2_as_natural),
+const MergeDeparture kMergeDeparture{kV.flashinfer || is(Fault::merge_base2_as_natural),
                                          is(Fault::merge_base2_as_natural), is(Fault::merge_inf_as_number)};
 
 int32_t merge_variant(const mla_plugin_merge_args* args, char* error, size_t error_size) {
@@ -464,7 +399,7 @@ int32_t merge_variant(const mla_plugin_merge_args* args, char* error, size_t err
 mla_plugin_merge_entry variant_merge_entry() {
   mla_plugin_merge_entry e = make_merge_entry();
   e.name = kV.name;
-  e.description = "example plug-in merge: float64 weights, " MLA_VARIANT_NAME;
+  e.description = described("example plug-in merge: float64 weights, ");
   e.merge = merge_variant;
   if (kMergeDeparture.base2) {  // the declaration is FlashInfer's; the bug is in the arithmetic
     e.lse_base = MLA_PLUGIN_LSE_BASE_2;
@@ -475,7 +410,7 @@ mla_plugin_merge_entry variant_merge_entry() {
 const mla_plugin_merge_entry kVariantMerge = variant_merge_entry();
 
 // ---- top-k ------------------------------------------------------------------------------------
-constexpr TopkDeparture kTopkDeparture{kV.relative, is(Fault::topk_drops_last_valid), is(Fault::topk_pads_with_masked)};
+const TopkDeparture kTopkDeparture{kV.relative, is(Fault::topk_drops_last_valid), is(Fault::topk_pads_with_masked)};
 
 int32_t topk_variant(const mla_plugin_topk_args* args, char* error, size_t error_size) {
   return topk_with(args, kTopkDeparture, error, error_size);
@@ -484,7 +419,7 @@ int32_t topk_variant(const mla_plugin_topk_args* args, char* error, size_t error
 mla_plugin_topk_entry variant_topk_entry() {
   mla_plugin_topk_entry e = make_topk_entry();
   e.name = kV.name;
-  e.description = "example plug-in top-k: exact, " MLA_VARIANT_NAME;
+  e.description = described("example plug-in top-k: exact, ");
   e.topk = topk_variant;
   e.index_base = kV.relative ? MLA_PLUGIN_INDEX_RELATIVE : MLA_PLUGIN_INDEX_ABSOLUTE;
   return e;
@@ -492,7 +427,7 @@ mla_plugin_topk_entry variant_topk_entry() {
 const mla_plugin_topk_entry kVariantTopk = variant_topk_entry();
 
 // ---- indexer logits -----------------------------------------------------------------------------
-constexpr IndexerDeparture kIndexerDeparture{is(Fault::indexer_no_relu), is(Fault::indexer_scale_after_each_token),
+const IndexerDeparture kIndexerDeparture{is(Fault::indexer_no_relu), is(Fault::indexer_scale_after_each_token),
                                              is(Fault::indexer_sees_next_token)};
 
 int32_t indexer_logits_variant(const mla_plugin_indexer_logits_args* args, char* error, size_t error_size) {
@@ -502,14 +437,14 @@ int32_t indexer_logits_variant(const mla_plugin_indexer_logits_args* args, char*
 mla_plugin_indexer_logits_entry variant_indexer_logits_entry() {
   mla_plugin_indexer_logits_entry e = make_indexer_logits_entry();
   e.name = kV.name;
-  e.description = "example plug-in indexer logits: float64, " MLA_VARIANT_NAME;
+  e.description = described("example plug-in indexer logits: float64, ");
   e.indexer_logits = indexer_logits_variant;
   return e;
 }
 const mla_plugin_indexer_logits_entry kVariantIndexerLogits = variant_indexer_logits_entry();
 
 // ---- sparse prefill -----------------------------------------------------------------------------
-constexpr SparsePrefillDeparture kSparseDeparture{is(Fault::sparse_prefill_minus_one_as_zero),
+const SparsePrefillDeparture kSparseDeparture{is(Fault::sparse_prefill_minus_one_as_zero),
                                                   is(Fault::sparse_prefill_lse_log2)};
 
 int32_t sparse_prefill_variant(const mla_plugin_sparse_prefill_args* args, char* error, size_t error_size) {
@@ -519,14 +454,14 @@ int32_t sparse_prefill_variant(const mla_plugin_sparse_prefill_args* args, char*
 mla_plugin_sparse_prefill_entry variant_sparse_prefill_entry() {
   mla_plugin_sparse_prefill_entry e = make_sparse_prefill_entry();
   e.name = kV.name;
-  e.description = "example plug-in sparse prefill: float64, " MLA_VARIANT_NAME;
+  e.description = described("example plug-in sparse prefill: float64, ");
   e.sparse_prefill = sparse_prefill_variant;
   return e;
 }
 const mla_plugin_sparse_prefill_entry kVariantSparsePrefill = variant_sparse_prefill_entry();
 
 // ---- indexer append -----------------------------------------------------------------------------
-constexpr IndexerAppendDeparture kIndexerAppendDeparture{is(Fault::indexer_append_scale_after_each_token),
+const IndexerAppendDeparture kIndexerAppendDeparture{is(Fault::indexer_append_scale_after_each_token),
                                                          is(Fault::indexer_append_clamp_after_divide),
                                                          is(Fault::indexer_append_writes_skipped_slots)};
 
@@ -537,7 +472,7 @@ int32_t indexer_append_variant(const mla_plugin_indexer_append_args* args, char*
 mla_plugin_indexer_append_entry variant_indexer_append_entry() {
   mla_plugin_indexer_append_entry e = make_indexer_append_entry();
   e.name = kV.name;
-  e.description = "example plug-in indexer append: vLLM's recipe, " MLA_VARIANT_NAME;
+  e.description = described("example plug-in indexer append: vLLM's recipe, ");
   e.indexer_append = indexer_append_variant;
   return e;
 }
@@ -548,7 +483,7 @@ const mla_plugin_indexer_append_entry kVariantIndexerAppend = variant_indexer_ap
 mla_plugin_descriptor variant_descriptor() {
   mla_plugin_descriptor d = make_descriptor();
   d.name = kV.name;
-  d.description = "example plug-in: float64 accumulation, " MLA_VARIANT_NAME;
+  d.description = described("example plug-in: float64 accumulation, ");
   d.decode = decode_variant;
   d.out_dtype = kV.out_bf16 ? MLA_PLUGIN_OUT_BF16 : MLA_PLUGIN_OUT_F32;
   if (kV.underclaim) {

@@ -160,6 +160,9 @@ struct CertifyCommand {
     cmd->add_option("--max-tokens", o.max_tokens,
                     "skip (as SKIPPED) cases whose cache holds more tokens, e.g. 32768 leaves out the 128K case")
         ->check(kPositive);
+    cmd->add_flag("--long", o.long_cases,
+                  "also the long drawn cases: per prefill implementation a varlen batch of 16K+ tokens and a chunk "
+                  "over 32K+ keys at the fewest heads it claims, judged against the C++ oracles");
     cmd->add_option("--seed", o.seed,
                     "the run's seed (drawn at run time when absent; the certificate records it and --seed with it "
                     "reproduces the run)")

@@ -63,6 +63,7 @@ json options_json(const Options& o) {
   j["case_regex"] = o.case_regex ? json(*o.case_regex) : json();
   j["seed"] = o.seed ? json(*o.seed) : json();
   j["max_tokens"] = o.max_tokens ? json(*o.max_tokens) : json();
+  j["long_cases"] = o.long_cases;
   return j;
 }
 

@@ -44,6 +44,10 @@ struct Options {
   std::vector<std::string> faults;    // fault kernels (mla/faults/faults.hpp) by name (--fault)
   std::optional<std::string> case_regex;  // ECMAScript, searched in "<family>/<case>"
   std::optional<int64_t> max_tokens;      // skip cases whose cache holds more tokens
+  // --long: the drawn cases include the long prefill cases (a varlen batch of 16K+ tokens, a chunk
+  // over 32K+ keys; prefill/fresh.cpp): seconds per prefill implementation at one head, the
+  // oracles' cost growing with the heads a kernel claims at least.
+  bool long_cases = false;
   int repeats = 2;  // runs per case of a registered kernel; bitwise identical across them (plug-ins: drawn, >= 3)
   std::optional<uint64_t> seed;  // the run's seed; drawn at run time when absent (recorded either way)
   double timeout_s = 600;  // per (kernel, case) child process

@@ -1,7 +1,9 @@
 // The prefill cases drawn at run time (family fresh, rows of file fresh_prefill): from the run's
 // seed, per implementation, inside its claims, so no stored answer can stand in for a computed
 // one. Each is a few hundred tokens at most (well under a tenth of a second on one core for the
-// oracles and two calls): the CI runs the certifier many times.
+// oracles and two calls): the CI runs the certifier many times. With --long, two long cases
+// besides (draw_prefill_cases says which): on the 2-core VM, 2 s for the fp64 prefill and 18 s
+// for the naive fp32 one, oracles included, at one head.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -52,7 +54,7 @@ std::string lengths(const std::vector<Seq>& seqs) {
 
 }  // namespace
 
-std::vector<DrawnPrefill> draw_prefill_cases(uint64_t seed, const PrefillCapabilities& caps) {
+std::vector<DrawnPrefill> draw_prefill_cases(uint64_t seed, const PrefillCapabilities& caps, bool long_cases) {
   Draw d(hash_text(seed, "prefill"));
   const int hmin = std::max(1, caps.min_heads), hmax = std::max(hmin, std::min(caps.max_heads, 128));
   const auto odd_heads = [&] { return std::clamp(d.in(hmin, std::min(hmax, 7)) | 1, hmin, hmax); };
@@ -100,6 +102,40 @@ std::vector<DrawnPrefill> draw_prefill_cases(uint64_t seed, const PrefillCapabil
     const int n = d.in(16, 40);
     add("q_std", "q with standard deviation 100", causal, {{n, n}}, 100.0, plain_scale());
   }
+  if (long_cases && (caps.causal || caps.non_causal)) {
+    // What the short cases cannot show: running maxima and sums over tens of thousands of keys
+    // (a kernel that loses precision as it accumulates, or whose tile loop overflows an index,
+    // drifts only there), at the lengths a deployment prefills. Drawn after every short case, so
+    // --long leaves the short cases of a seed as they were. The fewest heads claimed: the cost is
+    // the oracles' (fp64 and the bf16 pipeline), proportional to the heads.
+    const int h = hmin;
+    const auto add_long = [&](const std::string& what, const std::string& about, bool is_causal,
+                              const std::vector<Seq>& seqs) {
+      DrawnPrefill c;
+      c.name = fmt::format("prefill_long_{}_h{}", what, h);
+      c.description = fmt::format("{} ({}, {} heads, sequences s_q x s_k: {}, softmax scale {:.10f}; drawn from seed "
+                                  "{}, truth from the C++ oracles; --long)",
+                                  about, is_causal ? "causal, bottom-right" : "non-causal", h, lengths(seqs),
+                                  yarn_scale(), seed);
+      c.inputs = build(d.next(), h, is_causal, seqs, 1.0, yarn_scale());
+      cases.push_back(std::move(c));
+    };
+    // A varlen batch of 16 385 query tokens: one sequence of 8192 (a power of two), the tile
+    // edges around it and the empty and one-token sequences; fixed-length kernels get four
+    // sequences of 4097 (16 388 tokens).
+    std::vector<Seq> batch;
+    if (caps.varlen) {
+      for (const int n : {8192, 4097, 2048, 1024, 511, 256, 129, 64, 63, 1, 0}) batch.push_back({n, n});
+      std::rotate(batch.begin(), batch.begin() + d.in(0, static_cast<int>(batch.size()) - 1), batch.end());
+    } else {
+      batch.assign(4, Seq{4097, 4097});
+    }
+    add_long("varlen", "a batch of 16K+ tokens", causal, batch);
+    // Chunked prefill at the end of a long prompt: a chunk of 257 queries over 32K+ keys, so the
+    // last query attends every one of them (causal, bottom-right; else the context-chunk call).
+    const int prefix = 32768 + d.in(0, 63);
+    add_long("chunk", "a 257-query chunk over a prefix of 32K+ keys", causal, {{257, prefix + 257}});
+  }
   return cases;
 }
 
@@ -107,7 +143,7 @@ void certify_fresh_prefill(Session& s, const Implementation& k, uint64_t seed) {
   if (!k.prefill || k.unavailable) return;
   std::vector<DrawnPrefill> cases;
   try {
-    cases = draw_prefill_cases(seed, k.prefill->info().caps);
+    cases = draw_prefill_cases(seed, k.prefill->info().caps, s.options.long_cases);
   } catch (const std::exception& e) {
     auto r = s.base_result({kFresh, kFreshPrefillFile, "prefill"});
     r.verdict = tol::Verdict::error;

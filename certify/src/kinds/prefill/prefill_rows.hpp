@@ -46,8 +46,9 @@ struct DrawnPrefill {
 };
 // prefill/fresh.cpp: varlen lengths 0, 1, 63, 64, 65; a chunk with fewer queries than keys; a
 // non-causal context chunk with a sequence of no key; q with a large std. Odd head counts inside
-// [min_heads, max_heads]; the kinds of call it does not claim are left out.
-std::vector<DrawnPrefill> draw_prefill_cases(uint64_t seed, const PrefillCapabilities& caps);
+// [min_heads, max_heads]; the kinds of call it does not claim are left out. `long_cases`
+// (--long): also a varlen batch of 16K+ tokens and a chunk over a prefix of 32K+ keys.
+std::vector<DrawnPrefill> draw_prefill_cases(uint64_t seed, const PrefillCapabilities& caps, bool long_cases);
 
 // prefill/fresh.cpp: the drawn cases of `k`, run and judged like the stored ones.
 void certify_fresh_prefill(Session& s, const Implementation& k, uint64_t seed);

@@ -17,7 +17,8 @@
 # processes, default 2 or fewer cores), MLA_FUZZ_WORK (keep the grown corpus and the artifacts
 # there instead of a temporary folder), MLA_FUZZ_TOOL (the `mla` a golden that crashes libhdf5
 # is replayed through, default build/ci/tools/mla/mla, which `./mla.sh test` builds; without
-# it such an artifact counts as ours).
+# it such an artifact counts as ours), MLA_FUZZ_KEEP (where the artifacts of a failing triage are
+# copied, default reports/out/fuzz-findings).
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")/../.."
 
@@ -26,6 +27,7 @@ build=${MLA_FUZZ_BUILD_DIR:-build/fuzz}
 jobs=${MLA_FUZZ_JOBS:-$(( $(nproc) < 2 ? 1 : 2 ))}
 here=suites/fuzz
 mla_tool=${MLA_FUZZ_TOOL:-build/ci/tools/mla/mla}
+keep=${MLA_FUZZ_KEEP:-reports/out/fuzz-findings}
 log() { echo "[fuzz] $*" >&2; }
 
 cmake --preset fuzz -B "$build" >&2
@@ -101,7 +103,22 @@ for target in golden_loader golden_schema catalog_manifest; do
     else
       log "$target: $mla_tool not built: a crash inside libhdf5 cannot be shown harmless to the tool and counts as ours"
     fi
-    /usr/bin/python3 $here/triage.py "$bin" "${artifacts[@]}" "${tool[@]}" -- "${limits[@]}" >&2 || status=1
+    if ! /usr/bin/python3 $here/triage.py "$bin" "${artifacts[@]}" "${tool[@]}" -- "${limits[@]}" >&2; then
+      status=1
+      # The inputs that reproduce a finding outlive the temporary work folder: copied to
+      # $keep/<target>/ and, when small, printed in base64, so that a CI log alone is enough to
+      # replay one and commit it under regressions/ (a finding once lost with its folder was
+      # not found again in minutes of fuzzing).
+      mkdir -p "$keep/$target"
+      cp "${artifacts[@]}" "$keep/$target/"
+      log "$target: the artifacts are kept in $keep/$target/"
+      for a in "${artifacts[@]}"; do
+        if [ "$(stat -c %s "$a")" -le 16384 ]; then
+          log "$target: $(basename "$a") in base64 (base64 -d > FILE):"
+          base64 -w 120 "$a" >&2
+        fi
+      done
+    fi
   else
     log "$target: no artifact"
   fi

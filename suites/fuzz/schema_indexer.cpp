@@ -54,8 +54,15 @@ void Builder::indexer_case(hid_t cases, const std::string& family) {
     const auto ks = values<float>(rows, 0.25f, {0.3f, NAN, -1.0f, 0.0f});
     const auto w = values<float>(smul(rows, h), 1.0f, {NAN, INFINITY});
     std::vector<int32_t> nv(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) nv[static_cast<size_t>(r)] = static_cast<int32_t>(start + r % std::max<int64_t>(sl, 1) + 1);
-    if (!nv.empty() && odd()) nv[in.ConsumeIntegralInRange<size_t>(0, nv.size() - 1)] += in.PickValueInArray<int32_t>({-1, 1, 100});
+    // start may be a wild value (num): saturating sums, then the int32 the schema stores (a wild
+    // position wraps, which the loader must refuse like any other lie).
+    for (int64_t r = 0; r < rows; ++r) {
+      nv[static_cast<size_t>(r)] = static_cast<int32_t>(sadd(sadd(start, r % std::max<int64_t>(sl, 1)), 1));
+    }
+    if (!nv.empty() && odd()) {
+      int32_t& v = nv[in.ConsumeIntegralInRange<size_t>(0, nv.size() - 1)];
+      v = static_cast<int32_t>(int64_t{v} + in.PickValueInArray<int32_t>({-1, 1, 100}));
+    }
     std::vector<double> lt(static_cast<size_t>(ln));
     std::vector<int32_t> top(static_cast<size_t>(rows * K), -1);
     for (int64_t r = 0; r < rows; ++r) {

@@ -86,8 +86,9 @@ void Builder::prefill_case(hid_t cases, const std::string& family) {
   if (odd(4)) str(g, "layer_preset", "v3-tp8");
 
   const auto cu_q = cu_seqlens(sq), cu_k = cu_seqlens(sk);
-  dataset<int32_t>(g, "inputs/cu_seqlens_q", "int32", {b + 1}, &cu_q);
-  dataset<int32_t>(g, "inputs/cu_seqlens_k", "int32", {b + 1}, &cu_k);
+  // b may be a wild value (num): the extent saturates like every other computed one.
+  dataset<int32_t>(g, "inputs/cu_seqlens_q", "int32", {sadd(b, 1)}, &cu_q);
+  dataset<int32_t>(g, "inputs/cu_seqlens_k", "int32", {sadd(b, 1)}, &cu_k);
   // Finite bf16 inputs (1.0), sometimes one NaN or infinity; needle keys carry alpha (2.0).
   const uint16_t one = 0x3F80, alpha = 0x4000;
   auto k = values<uint16_t>(smul(smul(tk, h), dqk), one, {0x7FC0, 0x7F80, 0xFF80});

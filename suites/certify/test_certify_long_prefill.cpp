@@ -5,14 +5,14 @@
 // fails the chunk (queries and keys differ in number) and passes the batch (they do not: both
 // alignments are the same mask there); a scale without YaRN's mscale² fails both. Without --long
 // the run draws neither, and the short drawn cases are the same with and without it.
-#include <set>
+#include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "mla/core/prefill_kernel.hpp"
 #include "mla/faults/faults.hpp"
 #include "mla/registry/registry.hpp"
 #include "test_util.hpp"

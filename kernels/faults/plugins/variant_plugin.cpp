@@ -365,8 +365,8 @@ int32_t append_variant(const mla_plugin_append_args* args, char* error, size_t e
 // ---- prefill ----------------------------------------------------------------------------------
 // The template's prefill with the variant's departure (prefill_with's hooks).
 const PrefillDeparture kPrefillDeparture{is(Fault::prefill_sees_next_key) ? 1 : 0, is(Fault::prefill_top_left),
-                                             is(Fault::prefill_mscale_missing), is(Fault::prefill_lse_log2),
-                                             kV.flashinfer, is(Fault::prefill_skips_empty_rows)};
+                                         is(Fault::prefill_mscale_missing), is(Fault::prefill_lse_log2),
+                                         kV.flashinfer, is(Fault::prefill_skips_empty_rows)};
 
 int32_t prefill_variant(const mla_plugin_prefill_args* args, char* error, size_t error_size) {
   return prefill_with(args, kPrefillDeparture, error, error_size);
@@ -390,7 +390,7 @@ const mla_plugin_prefill_entry kVariantPrefill = variant_prefill_entry();
 // The template's merge with the variant's departure (merge_with's hooks); FLASHINFER: base-2 lse
 // laid out [n, h], declared.
 const MergeDeparture kMergeDeparture{kV.flashinfer || is(Fault::merge_base2_as_natural),
-                                         is(Fault::merge_base2_as_natural), is(Fault::merge_inf_as_number)};
+                                     is(Fault::merge_base2_as_natural), is(Fault::merge_inf_as_number)};
 
 int32_t merge_variant(const mla_plugin_merge_args* args, char* error, size_t error_size) {
   return merge_with(args, kMergeDeparture, error, error_size);
@@ -428,7 +428,7 @@ const mla_plugin_topk_entry kVariantTopk = variant_topk_entry();
 
 // ---- indexer logits -----------------------------------------------------------------------------
 const IndexerDeparture kIndexerDeparture{is(Fault::indexer_no_relu), is(Fault::indexer_scale_after_each_token),
-                                             is(Fault::indexer_sees_next_token)};
+                                         is(Fault::indexer_sees_next_token)};
 
 int32_t indexer_logits_variant(const mla_plugin_indexer_logits_args* args, char* error, size_t error_size) {
   return indexer_logits_with(args, kIndexerDeparture, error, error_size);
@@ -445,7 +445,7 @@ const mla_plugin_indexer_logits_entry kVariantIndexerLogits = variant_indexer_lo
 
 // ---- sparse prefill -----------------------------------------------------------------------------
 const SparsePrefillDeparture kSparseDeparture{is(Fault::sparse_prefill_minus_one_as_zero),
-                                                  is(Fault::sparse_prefill_lse_log2)};
+                                              is(Fault::sparse_prefill_lse_log2)};
 
 int32_t sparse_prefill_variant(const mla_plugin_sparse_prefill_args* args, char* error, size_t error_size) {
   return sparse_prefill_with(args, kSparseDeparture, error, error_size);
@@ -462,8 +462,8 @@ const mla_plugin_sparse_prefill_entry kVariantSparsePrefill = variant_sparse_pre
 
 // ---- indexer append -----------------------------------------------------------------------------
 const IndexerAppendDeparture kIndexerAppendDeparture{is(Fault::indexer_append_scale_after_each_token),
-                                                         is(Fault::indexer_append_clamp_after_divide),
-                                                         is(Fault::indexer_append_writes_skipped_slots)};
+                                                     is(Fault::indexer_append_clamp_after_divide),
+                                                     is(Fault::indexer_append_writes_skipped_slots)};
 
 int32_t indexer_append_variant(const mla_plugin_indexer_append_args* args, char* error, size_t error_size) {
   return indexer_append_with(args, kIndexerAppendDeparture, error, error_size);

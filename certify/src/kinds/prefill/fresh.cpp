@@ -64,9 +64,10 @@ std::vector<DrawnPrefill> draw_prefill_cases(uint64_t seed, const PrefillCapabil
     return seqs;
   };
   std::vector<DrawnPrefill> cases;
-  const auto add = [&](const std::string& what, const std::string& about, bool causal, const std::vector<Seq>& seqs,
-                       double q_std, double scale) {
-    const int h = odd_heads();
+  // One case at `h` heads; `add` draws an odd head count first (the order of the draws is the
+  // seed's meaning: it stays the same).
+  const auto add_at = [&](int h, const std::string& what, const std::string& about, bool causal,
+                          const std::vector<Seq>& seqs, double q_std, double scale) {
     DrawnPrefill c;
     c.name = fmt::format("prefill_{}_h{}", what, h);
     c.description = fmt::format("{} ({}, {} heads, sequences s_q x s_k: {}, softmax scale {:.10f}; drawn from seed "
@@ -74,6 +75,11 @@ std::vector<DrawnPrefill> draw_prefill_cases(uint64_t seed, const PrefillCapabil
                                 about, causal ? "causal, bottom-right" : "non-causal", h, lengths(seqs), scale, seed);
     c.inputs = build(d.next(), h, causal, seqs, q_std, scale);
     cases.push_back(std::move(c));
+  };
+  const auto add = [&](const std::string& what, const std::string& about, bool causal, const std::vector<Seq>& seqs,
+                       double q_std, double scale) {
+    const int h = odd_heads();
+    add_at(h, what, about, causal, seqs, q_std, scale);
   };
   // Causal where it claims causal calls, else the context-chunk call (the same lengths).
   const bool causal = caps.causal;
@@ -109,17 +115,6 @@ std::vector<DrawnPrefill> draw_prefill_cases(uint64_t seed, const PrefillCapabil
     // --long leaves the short cases of a seed as they were. The fewest heads claimed: the cost is
     // the oracles' (fp64 and the bf16 pipeline), proportional to the heads.
     const int h = hmin;
-    const auto add_long = [&](const std::string& what, const std::string& about, bool is_causal,
-                              const std::vector<Seq>& seqs) {
-      DrawnPrefill c;
-      c.name = fmt::format("prefill_long_{}_h{}", what, h);
-      c.description = fmt::format("{} ({}, {} heads, sequences s_q x s_k: {}, softmax scale {:.10f}; drawn from seed "
-                                  "{}, truth from the C++ oracles; --long)",
-                                  about, is_causal ? "causal, bottom-right" : "non-causal", h, lengths(seqs),
-                                  yarn_scale(), seed);
-      c.inputs = build(d.next(), h, is_causal, seqs, 1.0, yarn_scale());
-      cases.push_back(std::move(c));
-    };
     // A varlen batch of 16 385 query tokens: one sequence of 8192 (a power of two), the tile
     // edges around it and the empty and one-token sequences; fixed-length kernels get four
     // sequences of 4097 (16 388 tokens).
@@ -130,11 +125,12 @@ std::vector<DrawnPrefill> draw_prefill_cases(uint64_t seed, const PrefillCapabil
     } else {
       batch.assign(4, Seq{4097, 4097});
     }
-    add_long("varlen", "a batch of 16K+ tokens", causal, batch);
+    add_at(h, "long_varlen", "a batch of 16K+ tokens, --long", causal, batch, 1.0, yarn_scale());
     // Chunked prefill at the end of a long prompt: a chunk of 257 queries over 32K+ keys, so the
     // last query attends every one of them (causal, bottom-right; else the context-chunk call).
     const int prefix = 32768 + d.in(0, 63);
-    add_long("chunk", "a 257-query chunk over a prefix of 32K+ keys", causal, {{257, prefix + 257}});
+    add_at(h, "long_chunk", "a 257-query chunk over a prefix of 32K+ keys, --long", causal, {{257, prefix + 257}}, 1.0,
+           yarn_scale());
   }
   return cases;
 }

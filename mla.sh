@@ -35,7 +35,7 @@ JOBS=${MLA_JOBS:-$(nproc)}
 
 # Debian 12 packages; python3-torch is the reference's torch 1.13.
 APT_PACKAGES=(
-  build-essential cmake pkg-config git ccache
+  build-essential cmake pkg-config git ccache lld
   libhdf5-dev hdf5-tools libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev libssl-dev
   python3 python3-torch python3-h5py python3-numpy python3-scipy python3-pytest python3-matplotlib

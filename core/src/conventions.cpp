@@ -26,7 +26,7 @@ constexpr LseLayout kLayouts[] = {LseLayout::b_h_sq, LseLayout::b_sq_h};
 constexpr EmptyRowLse kEmpties[] = {EmptyRowLse::pos_inf, EmptyRowLse::neg_inf};
 constexpr IndexNumbering kNumberings[] = {IndexNumbering::positions, IndexNumbering::global_slots};
 
-void need(const char* what, std::size_t have, int64_t want) {
+void need_exactly(const char* what, std::size_t have, int64_t want) {
   if (want < 0 || static_cast<int64_t>(have) != want) {
     throw Error(fmt::format("conventions: {} has {} elements, the shape needs {}", what, have, want));
   }
@@ -87,10 +87,10 @@ Conventions conventions_from_json(const nlohmann::json& j) {
 static std::optional<std::vector<int32_t>> decided_without_translation(IndexNumbering n, const AttnInputs& in) {
   const AttnShape& s = in.shape;
   if (s.topk == 0) return std::vector<int32_t>{};
-  need("indices", in.indices.size(), int64_t{s.batch} * s.s_q * s.topk);
+  need_exactly("indices", in.indices.size(), int64_t{s.batch} * s.s_q * s.topk);
   if (n == IndexNumbering::positions) return std::vector<int32_t>(in.indices.begin(), in.indices.end());
-  need("cache_seqlens", in.cache_seqlens.size(), s.batch);
-  need("block_table", in.block_table.size(), int64_t{s.batch} * s.max_blocks);
+  need_exactly("cache_seqlens", in.cache_seqlens.size(), s.batch);
+  need_exactly("block_table", in.block_table.size(), int64_t{s.batch} * s.max_blocks);
   return std::nullopt;
 }
 
@@ -148,7 +148,7 @@ namespace {
 // One element at a time between the two layouts, each value converted; `to_canonical` picks the
 // direction (the loops are the same both ways, only which index reads and which writes swaps).
 std::vector<double> convert_lse(const Conventions& c, const AttnShape& s, std::span<const double> lse, bool to_canonical) {
-  need("lse", lse.size(), lse_count(s));
+  need_exactly("lse", lse.size(), lse_count(s));
   std::vector<double> out(lse.size());
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.heads; ++h)

@@ -12,7 +12,6 @@
 namespace mla {
 namespace {
 
-constexpr int64_t kDim = kIndexerHeadDim;
 constexpr int64_t kTokenBytes = kIndexerTokenBytes;
 
 // The smallest power of two >= s, exactly (frexp, not log2/exp2, which can round): s is a
@@ -58,12 +57,12 @@ std::string indexer_recipe_formula(ScaleFmt fmt, IndexerScaleOp op) {
 std::vector<std::vector<uint16_t>> indexer_edge_keys() {
   // O(1) values of both signs, a fixed pattern (the edges are what matter here).
   const auto ordinary = [] {
-    std::vector<uint16_t> k(static_cast<std::size_t>(kDim));
-    for (int64_t d = 0; d < kDim; ++d) k[static_cast<std::size_t>(d)] = bf16_from_float(static_cast<float>((d * 37) % 17 - 8) / 8.0f);
+    std::vector<uint16_t> k(static_cast<std::size_t>(kIndexerHeadDim));
+    for (int64_t d = 0; d < kIndexerHeadDim; ++d) k[static_cast<std::size_t>(d)] = bf16_from_float(static_cast<float>((d * 37) % 17 - 8) / 8.0f);
     return k;
   };
   std::vector<std::vector<uint16_t>> keys;
-  keys.emplace_back(static_cast<std::size_t>(kDim), bf16_from_float(0.0f));
+  keys.emplace_back(static_cast<std::size_t>(kIndexerHeadDim), bf16_from_float(0.0f));
   auto big = ordinary();
   big[0] = 0x7F7F, big[1] = 0xFF7F, big[2] = bf16_from_float(-1e37f);
   keys.push_back(big);
@@ -76,8 +75,8 @@ std::vector<std::vector<uint16_t>> indexer_edge_keys() {
     }
   }
   keys.push_back(saturating);
-  std::vector<uint16_t> tiny(static_cast<std::size_t>(kDim));
-  for (int64_t d = 0; d < kDim; ++d) tiny[static_cast<std::size_t>(d)] = bf16_from_float((d % 2 ? -1e-6f : 1e-5f) * static_cast<float>(d % 7));
+  std::vector<uint16_t> tiny(static_cast<std::size_t>(kIndexerHeadDim));
+  for (int64_t d = 0; d < kIndexerHeadDim; ++d) tiny[static_cast<std::size_t>(d)] = bf16_from_float((d % 2 ? -1e-6f : 1e-5f) * static_cast<float>(d % 7));
   keys.push_back(tiny);
   auto neg_zero = ordinary();
   neg_zero[5] = 0x8000;
@@ -86,11 +85,11 @@ std::vector<std::vector<uint16_t>> indexer_edge_keys() {
 }
 
 int64_t indexer_code_offset(int64_t block_size, int64_t slot) {
-  return (slot / block_size) * block_size * kTokenBytes + (slot % block_size) * kDim;
+  return (slot / block_size) * block_size * kTokenBytes + (slot % block_size) * kIndexerHeadDim;
 }
 
 int64_t indexer_scale_offset(int64_t block_size, int64_t slot) {
-  return (slot / block_size) * block_size * kTokenBytes + block_size * kDim + (slot % block_size) * kIndexerScaleBytes;
+  return (slot / block_size) * block_size * kTokenBytes + block_size * kIndexerHeadDim + (slot % block_size) * kIndexerScaleBytes;
 }
 
 int64_t indexer_cache_bytes(const IndexerAppendShape& s) { return s.num_blocks * s.block_size * kTokenBytes; }
@@ -98,13 +97,13 @@ int64_t indexer_cache_bytes(const IndexerAppendShape& s) { return s.num_blocks *
 IndexerByte indexer_byte_at(int64_t block_size, int64_t offset) {
   const int64_t block = offset / (block_size * kTokenBytes), in = offset % (block_size * kTokenBytes);
   IndexerByte b;
-  if (in < block_size * kDim) {
-    b.slot = block * block_size + in / kDim;
-    b.dim = in % kDim;
+  if (in < block_size * kIndexerHeadDim) {
+    b.slot = block * block_size + in / kIndexerHeadDim;
+    b.dim = in % kIndexerHeadDim;
   } else {
-    b.slot = block * block_size + (in - block_size * kDim) / kIndexerScaleBytes;
+    b.slot = block * block_size + (in - block_size * kIndexerHeadDim) / kIndexerScaleBytes;
     b.scale = true;
-    b.dim = (in - block_size * kDim) % kIndexerScaleBytes;
+    b.dim = (in - block_size * kIndexerHeadDim) % kIndexerScaleBytes;
   }
   return b;
 }
@@ -131,7 +130,7 @@ void validate_indexer_append_inputs(const IndexerAppendInputs& in, std::string_v
       throw Error(fmt::format("{}{} has {} elements, the shape needs {}", prefix, what, got, want));
     }
   };
-  expect("keys", in.keys.size(), s.num_tokens * kDim);
+  expect("keys", in.keys.size(), s.num_tokens * kIndexerHeadDim);
   expect("slot_mapping", in.slot_mapping.size(), s.num_tokens);
   expect("cache (bytes)", in.cache.size(), indexer_cache_bytes(s));
   const int64_t slots = s.num_blocks * s.block_size;
@@ -147,8 +146,8 @@ void validate_indexer_append_inputs(const IndexerAppendInputs& in, std::string_v
       throw Error(fmt::format("{}slot_mapping[{}] and slot_mapping[{}] are both slot {}: duplicate slots", prefix,
                               it->second, t, slot));
     }
-    for (int64_t d = 0; d < kDim; ++d) {
-      const float k = bf16_to_float(in.keys[static_cast<std::size_t>(t * kDim + d)]);
+    for (int64_t d = 0; d < kIndexerHeadDim; ++d) {
+      const float k = bf16_to_float(in.keys[static_cast<std::size_t>(t * kIndexerHeadDim + d)]);
       if (!std::isfinite(k)) {
         throw Error(fmt::format("{}keys[{}, {}] is {}: a written key must be finite (its scale would not be)", prefix,
                                 t, d, k));
@@ -161,8 +160,8 @@ CostModel indexer_append_cost_model(const IndexerAppendInputs& in) {
   const int64_t written = std::count_if(in.slot_mapping.begin(), in.slot_mapping.end(), [](int64_t s) { return s >= 0; });
   const double n = static_cast<double>(in.shape.num_tokens);
   CostModel c;
-  c.bytes = n * kDim * 2.0 + n * 8.0 + static_cast<double>(written) * kTokenBytes;
-  c.flops = 3.0 * static_cast<double>(written) * kDim;
+  c.bytes = n * kIndexerHeadDim * 2.0 + n * 8.0 + static_cast<double>(written) * kTokenBytes;
+  c.flops = 3.0 * static_cast<double>(written) * kIndexerHeadDim;
   return c;
 }
 

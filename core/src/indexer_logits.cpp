@@ -12,7 +12,6 @@
 namespace mla {
 namespace {
 
-constexpr int64_t kDim = kIndexerHeadDim;
 using Layout = IndexerLogitsLayout;
 
 bool e4m3_nan(uint8_t c) { return (c & 0x7F) == 0x7F; }
@@ -44,7 +43,7 @@ void validate_shape(const IndexerLogitsShape& s, const std::string& prefix) {
 void validate_keys(const IndexerLogitsInputs& in, const std::string& prefix) {
   const auto& s = in.shape;
   const auto check_key = [&](const IndexerKeyRef& k, const std::string& where) {
-    for (int64_t d = 0; d < kDim; ++d) {
+    for (int64_t d = 0; d < kIndexerHeadDim; ++d) {
       if (e4m3_nan(k.codes[d])) {
         throw Error(fmt::format("{}{} dim {} holds the e4m3 NaN code 0x{:02x} (a quantizer never writes it)", prefix,
                                 where, d, k.codes[d]));
@@ -177,7 +176,7 @@ IndexerRange indexer_logits_range(const IndexerLogitsInputs& in, int64_t row) {
 IndexerKeyRef indexer_logits_key(const IndexerLogitsInputs& in, int64_t row, int64_t p) {
   const auto& s = in.shape;
   if (s.layout == Layout::ragged) {
-    return {in.k_codes.data() + p * kDim, in.k_scales[static_cast<std::size_t>(p)], -1};
+    return {in.k_codes.data() + p * kIndexerHeadDim, in.k_scales[static_cast<std::size_t>(p)], -1};
   }
   const int64_t b = row / s.next_n;
   const int64_t block = in.block_table[static_cast<std::size_t>(b * s.max_blocks + p / s.block_size)];
@@ -198,19 +197,19 @@ void validate_indexer_logits_inputs(const IndexerLogitsInputs& in, std::string_v
     }
   };
   const int64_t rows = s.rows();
-  expect("q (codes)", in.q.size(), rows * s.heads * kDim);
+  expect("q (codes)", in.q.size(), rows * s.heads * kIndexerHeadDim);
   expect("weights", in.weights.size(), rows * s.heads);
   expect("cache (bytes)", in.cache.size(), paged ? s.num_blocks * s.block_size * kIndexerTokenBytes : 0);
   expect("context_lens", in.context_lens.size(), paged ? s.batch : 0);
   expect("block_table", in.block_table.size(), paged ? s.batch * s.max_blocks : 0);
-  expect("k_codes", in.k_codes.size(), paged ? 0 : s.num_keys * kDim);
+  expect("k_codes", in.k_codes.size(), paged ? 0 : s.num_keys * kIndexerHeadDim);
   expect("k_scales", in.k_scales.size(), paged ? 0 : s.num_keys);
   expect("ks", in.ks.size(), paged ? 0 : rows);
   expect("ke", in.ke.size(), paged ? 0 : rows);
-  for (int64_t i = 0; i < rows * s.heads * kDim; ++i) {
+  for (int64_t i = 0; i < rows * s.heads * kIndexerHeadDim; ++i) {
     if (e4m3_nan(in.q[static_cast<std::size_t>(i)])) {
-      throw Error(fmt::format("{}q[{}, {}, {}] is the e4m3 NaN code 0x{:02x}", prefix, i / (s.heads * kDim),
-                              i / kDim % s.heads, i % kDim, in.q[static_cast<std::size_t>(i)]));
+      throw Error(fmt::format("{}q[{}, {}, {}] is the e4m3 NaN code 0x{:02x}", prefix, i / (s.heads * kIndexerHeadDim),
+                              i / kIndexerHeadDim % s.heads, i % kIndexerHeadDim, in.q[static_cast<std::size_t>(i)]));
     }
   }
   for (int64_t i = 0; i < rows * s.heads; ++i) {
@@ -279,9 +278,9 @@ CostModel indexer_logits_cost_model(const IndexerLogitsInputs& in) {
     pairs += static_cast<double>(range.end - range.begin);
   }
   CostModel c;
-  c.bytes = keys_read * kIndexerTokenBytes + index_bytes + rows * heads * kDim + rows * heads * 4.0 +
+  c.bytes = keys_read * kIndexerTokenBytes + index_bytes + rows * heads * kIndexerHeadDim + rows * heads * 4.0 +
             rows * static_cast<double>(s.cols()) * 4.0;
-  c.flops = pairs * (2.0 * heads * kDim + 3.0 * heads + 1.0);
+  c.flops = pairs * (2.0 * heads * kIndexerHeadDim + 3.0 * heads + 1.0);
   return c;
 }
 

@@ -92,7 +92,7 @@ Capabilities capabilities_from_json(const nlohmann::json& j) {
 
 namespace {
 
-void need(const char* what, std::size_t have, int64_t want) {
+void need_at_least(const char* what, std::size_t have, int64_t want) {
   if (want < 0 || static_cast<int64_t>(have) < want) {
     throw Error(fmt::format("cost model: {} has {} elements, the shape needs {}", what, have, want));
   }
@@ -102,8 +102,8 @@ void need(const char* what, std::size_t have, int64_t want) {
 
 AttnTraffic attention_traffic(const AttnInputs& in) {
   const AttnShape& sh = in.shape;
-  need("cache_seqlens", in.cache_seqlens.size(), sh.batch);
-  if (sh.topk > 0) need("indices", in.indices.size(), int64_t{sh.batch} * sh.s_q * sh.topk);
+  need_at_least("cache_seqlens", in.cache_seqlens.size(), sh.batch);
+  if (sh.topk > 0) need_at_least("indices", in.indices.size(), int64_t{sh.batch} * sh.s_q * sh.topk);
   AttnTraffic t;
   t.per_sequence_tokens.resize(static_cast<std::size_t>(std::max(sh.batch, 0)));
   std::unordered_set<int32_t> seen;

@@ -15,18 +15,14 @@ using detail::Reader;
 
 namespace {
 
-constexpr int64_t kMaxBatch = int64_t{1} << 20;
-constexpr int64_t kMaxHeads = 1024;
+constexpr int64_t kMaxPrefillBatch = int64_t{1} << 20;
+constexpr int64_t kMaxPrefillHeads = 1024;
 constexpr int64_t kMaxWidth = 4096;
 
-std::string from_attrs(const std::vector<std::pair<const char*, int64_t>>& attrs) {
-  std::string s;
-  for (const auto& [name, v] : attrs) s += fmt::format("{}{}={}", s.empty() ? "" : ", ", name, v);
-  return s + " of the case attributes";
-}
 
 using detail::bf16_finite;
 using detail::require_finite_bf16;
+using detail::from_attrs;
 
 // cu_seqlens: batch + 1 entries, 0 first, never decreasing, `total` last.
 void check_cu(const Reader& r, const std::string& ds, const std::vector<int32_t>& cu, int64_t total,
@@ -130,8 +126,8 @@ void read_prefill_needles(const Reader& r, const std::string& p, PrefillCase& c)
 }
 
 void read_prefill_attrs(const Reader& r, const std::string& p, PrefillCase& c) {
-  c.shape.batch = static_cast<int>(r.attr_int(p, "batch", 1, kMaxBatch));
-  c.shape.heads = static_cast<int>(r.attr_int(p, "heads", 1, kMaxHeads));
+  c.shape.batch = static_cast<int>(r.attr_int(p, "batch", 1, kMaxPrefillBatch));
+  c.shape.heads = static_cast<int>(r.attr_int(p, "heads", 1, kMaxPrefillHeads));
   c.shape.d_qk = static_cast<int>(r.attr_int(p, "d_qk", 1, kMaxWidth));
   c.shape.d_v = static_cast<int>(r.attr_int(p, "d_v", 1, kMaxWidth));
   c.shape.total_q = r.attr_int(p, "total_q", 0, kMaxElements);
@@ -272,7 +268,7 @@ MergeCase load_merge_case(const std::filesystem::path& file, const std::string& 
   c.family = h.family;
   detail::case_family(r, h, FamilyKind::merge, p, c.description);
   c.tokens = r.attr_int(p, "tokens", 0, kMaxElements);
-  c.heads = r.attr_int(p, "heads", 1, kMaxHeads);
+  c.heads = r.attr_int(p, "heads", 1, kMaxPrefillHeads);
   c.head_dim = r.attr_int(p, "head_dim", 1, kMaxWidth);
   c.out_dtype = r.attr_str(p, "out_dtype");
   if (c.out_dtype != "bfloat16" && c.out_dtype != "float16" && c.out_dtype != "float32") {

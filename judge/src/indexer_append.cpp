@@ -16,7 +16,6 @@ namespace mla {
 namespace {
 
 using tol::Verdict;
-constexpr int64_t kDim = kIndexerHeadDim;
 
 float read_f32(const uint8_t* p) {
   float x;
@@ -37,7 +36,7 @@ struct Ctx {
     return fmt::format("slot {} (block {}, offset {})", slot, slot / bs, slot % bs);
   }
   std::span<const uint16_t> key(int64_t t) const {
-    return in.keys.subspan(static_cast<std::size_t>(t * kDim), static_cast<std::size_t>(kDim));
+    return in.keys.subspan(static_cast<std::size_t>(t * kIndexerHeadDim), static_cast<std::size_t>(kIndexerHeadDim));
   }
   double amax(int64_t t) const {
     double a = 0;
@@ -54,7 +53,7 @@ std::vector<uint8_t> interleaved_image(const Ctx& c) {
     if (slot < 0) continue;
     const auto q = ref::indexer_quantize_key(c.key(t), c.in.shape.scale_fmt, c.op);
     std::memcpy(img.data() + slot * kIndexerTokenBytes, q.codes.data(), q.codes.size());
-    std::memcpy(img.data() + slot * kIndexerTokenBytes + kDim, &q.scale, sizeof(float));
+    std::memcpy(img.data() + slot * kIndexerTokenBytes + kIndexerHeadDim, &q.scale, sizeof(float));
   }
   return img;
 }
@@ -121,7 +120,7 @@ void judge_codes(const Ctx& c, IndexerAppendJudgement& j) {
     const int64_t base = indexer_code_offset(c.bs, slot), s_at = indexer_scale_offset(c.bs, slot);
     const bool scale_right = std::memcmp(c.after.data() + s_at, c.expected.data() + s_at, sizeof(float)) == 0;
     const float scale = read_f32(c.expected.data() + s_at);
-    for (int64_t d = 0; d < kDim; ++d) {
+    for (int64_t d = 0; d < kIndexerHeadDim; ++d) {
       const uint8_t got = c.after[static_cast<std::size_t>(base + d)], want = c.expected[static_cast<std::size_t>(base + d)];
       if (got == want) continue;
       const float k = bf16_to_float(c.key(t)[static_cast<std::size_t>(d)]);
@@ -211,7 +210,7 @@ void compare_values(const Ctx& c, IndexerAppendJudgement& j) {
     const int64_t slot = c.in.slot_mapping[static_cast<std::size_t>(t)];
     if (slot < 0) continue;
     const int64_t base = indexer_code_offset(c.bs, slot), s_at = indexer_scale_offset(c.bs, slot);
-    for (int64_t d = 0; d < kDim; ++d) {
+    for (int64_t d = 0; d < kIndexerHeadDim; ++d) {
       got_codes.push_back(e4m3_to_double(c.after[static_cast<std::size_t>(base + d)]));
       want_codes.push_back(e4m3_to_double(c.expected[static_cast<std::size_t>(base + d)]));
     }
@@ -219,7 +218,7 @@ void compare_values(const Ctx& c, IndexerAppendJudgement& j) {
     want_scales.push_back(read_f32(c.expected.data() + s_at));
   }
   const int64_t w = static_cast<int64_t>(got_scales.size());
-  const std::vector<int64_t> code_shape{w, kDim}, scale_shape{w};
+  const std::vector<int64_t> code_shape{w, kIndexerHeadDim}, scale_shape{w};
   j.codes = tol::judge("codes", got_codes, want_codes, code_shape, tol::lookup("indexer.append.codes"));
   j.scales = tol::judge("scales", got_scales, want_scales, scale_shape, tol::lookup("indexer.append.scales"));
 }

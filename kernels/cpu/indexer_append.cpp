@@ -17,7 +17,6 @@
 namespace mla::cpu {
 namespace {
 
-constexpr int64_t kDim = kIndexerHeadDim;
 
 class IndexerAppendPrepared final : public PreparedIndexerAppend {
  public:
@@ -31,21 +30,21 @@ class IndexerAppendPrepared final : public PreparedIndexerAppend {
     const int64_t block_bytes = s.block_size * kIndexerTokenBytes;
     // Tokens own distinct slots (validated), so threads never write the same bytes.
     parallel_for(static_cast<std::size_t>(s.num_tokens), 64, [&](std::size_t t0, std::size_t t1) {
-      float k[kDim];
+      float k[kIndexerHeadDim];
       for (std::size_t t = t0; t < t1; ++t) {
         const int64_t slot = in_.slot_mapping[t];
         if (slot < 0) continue;
         float amax = 0.0f;
-        for (int64_t d = 0; d < kDim; ++d) {
-          k[d] = bf16_to_float(in_.keys[t * kDim + static_cast<std::size_t>(d)]);
+        for (int64_t d = 0; d < kIndexerHeadDim; ++d) {
+          k[d] = bf16_to_float(in_.keys[t * kIndexerHeadDim + static_cast<std::size_t>(d)]);
           amax = std::max(amax, std::fabs(k[d]));
         }
         const float scale = indexer_key_scale(amax, s.scale_fmt, op_);
         uint8_t* block = cache_.data() + (slot / s.block_size) * block_bytes;
         const int64_t offset = slot % s.block_size;
-        uint8_t* codes = block + offset * kDim;
-        for (int64_t d = 0; d < kDim; ++d) codes[d] = e4m3_from_double(k[d] / scale);
-        std::memcpy(block + s.block_size * kDim + offset * kIndexerScaleBytes, &scale, sizeof(float));
+        uint8_t* codes = block + offset * kIndexerHeadDim;
+        for (int64_t d = 0; d < kIndexerHeadDim; ++d) codes[d] = e4m3_from_double(k[d] / scale);
+        std::memcpy(block + s.block_size * kIndexerHeadDim + offset * kIndexerScaleBytes, &scale, sizeof(float));
       }
     });
   }

@@ -16,7 +16,6 @@
 namespace mla::cpu {
 namespace {
 
-constexpr int64_t kDim = kIndexerHeadDim;
 
 class IndexerLogitsPrepared final : public PreparedIndexerLogits {
  public:
@@ -28,7 +27,7 @@ class IndexerLogitsPrepared final : public PreparedIndexerLogits {
     const auto in = in_.view();
     const int64_t cols = in.shape.cols(), heads = in.shape.heads;
     parallel_for(static_cast<std::size_t>(in.shape.rows()), 1, [&](std::size_t r0, std::size_t r1) {
-      std::vector<float> q(static_cast<std::size_t>(heads * kDim));
+      std::vector<float> q(static_cast<std::size_t>(heads * kIndexerHeadDim));
       for (std::size_t r = r0; r < r1; ++r) {
         for (std::size_t i = 0; i < q.size(); ++i) q[i] = value_[in.q[r * q.size() + i]];
         const float* w = in.weights.data() + r * static_cast<std::size_t>(heads);
@@ -37,13 +36,13 @@ class IndexerLogitsPrepared final : public PreparedIndexerLogits {
         std::fill(row, row + cols, -std::numeric_limits<float>::infinity());
         for (int64_t p = range.begin; p < range.end; ++p) {
           const auto key = indexer_logits_key(in, static_cast<int64_t>(r), p);
-          float k[kDim];
-          for (int64_t d = 0; d < kDim; ++d) k[d] = value_[key.codes[d]];
+          float k[kIndexerHeadDim];
+          for (int64_t d = 0; d < kIndexerHeadDim; ++d) k[d] = value_[key.codes[d]];
           float sum = 0.0f;
           for (int64_t h = 0; h < heads; ++h) {
-            const float* qh = q.data() + h * kDim;
+            const float* qh = q.data() + h * kIndexerHeadDim;
             float dot = 0.0f;
-            for (int64_t d = 0; d < kDim; ++d) dot += qh[d] * k[d];
+            for (int64_t d = 0; d < kIndexerHeadDim; ++d) dot += qh[d] * k[d];
             sum += std::max(dot, 0.0f) * w[h];
           }
           row[p] = sum * key.scale;

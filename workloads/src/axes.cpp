@@ -78,9 +78,6 @@ void derive_paging(AxisPoint& p) {
 
 namespace {
 
-constexpr unsigned kQuick = cpu_quick | cpu_full;  // the quick run is a subset of the full one
-constexpr unsigned kFull = cpu_full;
-constexpr unsigned kGpu = gpu;
 
 int64_t pages(int64_t len, int ps) { return (len + ps - 1) / ps; }
 

@@ -18,9 +18,6 @@
 namespace mla::axes {
 namespace {
 
-constexpr unsigned kQuick = cpu_quick | cpu_full;  // the quick run is a subset of the full one
-constexpr unsigned kFull = cpu_full;
-constexpr unsigned kGpu = gpu;
 
 PrefillPoint prefill(std::string name, unsigned tiers, int heads, std::vector<PrefillSeq> seqs, uint64_t seed,
                      std::string why, std::string scaled_from = {}) {

@@ -254,7 +254,6 @@ void BenchChild::wait_answer(double timeout_s, const char* during) {
 }
 
 // The child's words in the control block, bounded and made printable (they are the kernel's bytes).
-std::string bounded(const char* s) { return printable(std::string_view(s, strnlen(s, kArenaMessage - 1))); }
 
 // Throws for a record in the arena's call slot 0 that is not a returned call of `name`'s: its
 // refusal (UnsupportedError) or its error, in its words, or a request answered without a record.

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <span>
 #include <string>
@@ -24,11 +25,14 @@
 
 #include "mla/core/attention.hpp"
 #include "mla/core/kernel.hpp"
+#include "mla/core/text.hpp"
 
 namespace mla::certify {
 
 inline constexpr int kArenaMaxCalls = 32;
 inline constexpr std::size_t kArenaMessage = 1024;
+// A message a child wrote into the arena, read only up to its bound and printable.
+inline std::string bounded(const char* s) { return printable(std::string_view(s, strnlen(s, kArenaMessage - 1))); }
 
 // A call's (and the setup's) state in the control block. The values are the wire's: the Python
 // door's child writes them as STATE_OK, STATE_UNSUPPORTED, STATE_ERROR (child.py), and 0, the

@@ -21,7 +21,6 @@ namespace {
 namespace fs = std::filesystem;
 
 // A child's words, bounded and made printable (they are the plug-in's bytes).
-std::string bounded(const char* s) { return printable(std::string_view(s, strnlen(s, kArenaMessage - 1))); }
 
 void note(std::vector<std::string>& v, std::string why) {
   if (std::find(v.begin(), v.end(), why) == v.end()) v.push_back(std::move(why));

@@ -11,7 +11,6 @@ namespace mla::certify {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 const std::vector<CaseRef>& cases_of(const Session& s, const CaseKind& kind) {
   static const std::vector<CaseRef> none;

@@ -46,7 +46,6 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 json options_json(const Options& o) {
   std::vector<std::string> plugins;

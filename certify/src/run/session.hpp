@@ -36,6 +36,11 @@
 
 namespace mla::certify {
 
+// Seconds of the steady clock since t0: a row's run time, a phase's, a run's.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // The words of the reason an informational run adds to a NOT_CLAIMED case, for a reader; the
 // kernel notes are derived from the row's typed `probe`, never from these words.
 inline constexpr const char* kProbePass =

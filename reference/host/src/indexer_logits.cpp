@@ -10,7 +10,6 @@
 namespace mla::ref {
 namespace {
 
-constexpr int64_t kDim = kIndexerHeadDim;
 
 }  // namespace
 
@@ -50,15 +49,15 @@ double exact_sum(std::vector<double> x) {
 IndexerLogitSum indexer_logit_sum(const IndexerLogitsInputs& in, int64_t row, const uint8_t* key, bool relu) {
   const int64_t heads = in.shape.heads;
   const auto& val = e4m3_table();
-  const uint8_t* q = in.q.data() + row * heads * kDim;
+  const uint8_t* q = in.q.data() + row * heads * kIndexerHeadDim;
   const float* w = in.weights.data() + row * heads;
   std::vector<double> parts;
   parts.reserve(static_cast<std::size_t>(2 * heads));
   IndexerLogitSum out;
   for (int64_t h = 0; h < heads; ++h) {
     double dot = 0, abs_dot = 0;  // exact (the header's argument)
-    for (int64_t d = 0; d < kDim; ++d) {
-      const double x = val[q[h * kDim + d]] * val[key[d]];
+    for (int64_t d = 0; d < kIndexerHeadDim; ++d) {
+      const double x = val[q[h * kIndexerHeadDim + d]] * val[key[d]];
       dot += x;
       abs_dot += std::fabs(x);
     }

@@ -16,14 +16,14 @@ namespace mla::ref {
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kPosInf = std::numeric_limits<double>::infinity();
 // Query rows per task and keys per online-softmax step. A 256 x 256 block of scores (512 KB) and
 // the block's output rows stay in a core's L2 while the next chunk of K and V streams through;
 // 256 rows make the products' packing of each key chunk cheap beside its use (on this project's
 // 2-core AVX-512 VM: ~31 GFLOP/s per core at s = 2048, against ~45 for a square 512 GEMM; 128 rows
 // gave ~27), and a long sequence still yields a task per 256 rows and head for the workers.
 constexpr int64_t kRowBlock = 256;
-constexpr int64_t kChunk = 256;
+constexpr int64_t kKeyChunk = 256;
 
 std::vector<double> widen(std::span<const uint16_t> bits) {
   std::vector<double> out(bits.size());
@@ -39,7 +39,7 @@ struct Task {
   int64_t head, r0, rows;
 };
 
-struct Workspace {
+struct PrefillWorkspace {
   std::vector<double> s, o, m, l;
 };
 
@@ -54,7 +54,7 @@ int64_t last_key(const PrefillInputs& in, CausalAlignment alignment, const Prefi
 // maximum of the same values in any order is the same value).
 double scale_mask_max(double* s, int64_t cn, int64_t lim, double scale) {
   const int64_t vis = std::min(cn, lim + 1);
-  double m[4] = {-kInf, -kInf, -kInf, -kInf};
+  double m[4] = {-kPosInf, -kPosInf, -kPosInf, -kPosInf};
   int64_t j = 0;
   for (; j + 4 <= vis; j += 4) {
     for (int u = 0; u < 4; ++u) {
@@ -66,7 +66,7 @@ double scale_mask_max(double* s, int64_t cn, int64_t lim, double scale) {
     s[j] *= scale;
     m[0] = s[j] > m[0] ? s[j] : m[0];
   }
-  for (; j < cn; ++j) s[j] = -kInf;
+  for (; j < cn; ++j) s[j] = -kPosInf;
   return std::max(std::max(m[0], m[1]), std::max(m[2], m[3]));
 }
 
@@ -76,31 +76,31 @@ struct Operands {
   const double *q, *k, *v;
 };
 
-// Online softmax over the task's keys in chunks of kChunk, in key order: S = Q·Kᵀ (scaled,
+// Online softmax over the task's keys in chunks of kKeyChunk, in key order: S = Q·Kᵀ (scaled,
 // masked), running max and sum per row, O += P·V; then out = O / sum and lse = max + log(sum).
-void run_task(const Operands& op, const Task& t, Workspace& w, PrefillOutputs& res) {
+void run_task(const Operands& op, const Task& t, PrefillWorkspace& w, PrefillOutputs& res) {
   const PrefillInputs& in = op.in;
   const int64_t H = in.shape.heads, dqk = in.shape.d_qk, dv = in.shape.d_v;
   const PrefillSequence& sq = t.seq;
   auto last = [&](int64_t row) { return last_key(in, op.alignment, sq, t.r0 + row); };
-  w.s.resize(static_cast<std::size_t>(kRowBlock * kChunk));
+  w.s.resize(static_cast<std::size_t>(kRowBlock * kKeyChunk));
   w.o.assign(static_cast<std::size_t>(t.rows * dv), 0.0);
-  w.m.assign(static_cast<std::size_t>(t.rows), -kInf);
+  w.m.assign(static_cast<std::size_t>(t.rows), -kPosInf);
   w.l.assign(static_cast<std::size_t>(t.rows), 0.0);
   const double* Q = op.q + ((sq.q_begin + t.r0) * H + t.head) * dqk;
   // Limits never decrease with the row under every mask, so the last row's bounds the keys.
   const int64_t end = last(t.rows - 1) + 1;
-  for (int64_t c0 = 0; c0 < end; c0 += kChunk) {
-    const int64_t cn = std::min(kChunk, end - c0);
+  for (int64_t c0 = 0; c0 < end; c0 += kKeyChunk) {
+    const int64_t cn = std::min(kKeyChunk, end - c0);
     int64_t rs = 0;  // rows before rs see no key of this chunk
     while (rs < t.rows && last(rs) < c0) ++rs;
     const int64_t rn = t.rows - rs;
     const double* K = op.k + ((sq.k_begin + c0) * H + t.head) * dqk;
     const double* V = op.v + ((sq.k_begin + c0) * H + t.head) * dv;
-    gemm_abt(rn, cn, dqk, Q + rs * H * dqk, H * dqk, K, H * dqk, w.s.data(), kChunk, false);
+    gemm_abt(rn, cn, dqk, Q + rs * H * dqk, H * dqk, K, H * dqk, w.s.data(), kKeyChunk, false);
     for (int64_t rr = 0; rr < rn; ++rr) {
       const int64_t r = rs + rr;
-      double* srow = w.s.data() + rr * kChunk;
+      double* srow = w.s.data() + rr * kKeyChunk;
       const double mx = scale_mask_max(srow, cn, last(r) - c0, in.softmax_scale);  // row r sees key c0
       const double m_new = std::max(w.m[static_cast<std::size_t>(r)], mx);
       const double alpha = std::exp(w.m[static_cast<std::size_t>(r)] - m_new);  // 0 on the first chunk
@@ -114,7 +114,7 @@ void run_task(const Operands& op, const Task& t, Workspace& w, PrefillOutputs& r
       }
       w.m[static_cast<std::size_t>(r)] = m_new;
     }
-    gemm_ab(rn, dv, cn, w.s.data(), kChunk, V, H * dv, w.o.data() + rs * dv, dv, true);
+    gemm_ab(rn, dv, cn, w.s.data(), kKeyChunk, V, H * dv, w.o.data() + rs * dv, dv, true);
   }
   for (int64_t r = 0; r < t.rows; ++r) {
     const int64_t row = sq.q_begin + t.r0 + r;
@@ -135,7 +135,7 @@ PrefillOutputs prefill_attention(const PrefillInputs& in, CausalAlignment alignm
   PrefillOutputs res;
   res.dtype = OutDType::f64;
   res.out.assign(static_cast<std::size_t>(sh.total_q * sh.heads * sh.d_v), 0.0);
-  res.lse.assign(static_cast<std::size_t>(sh.heads * sh.total_q), kInf);
+  res.lse.assign(static_cast<std::size_t>(sh.heads * sh.total_q), kPosInf);
   std::vector<Task> tasks;
   for (const PrefillSequence& seq : prefill_sequences(in)) {
     for (int64_t h = 0; h < sh.heads; ++h) {
@@ -144,7 +144,7 @@ PrefillOutputs prefill_attention(const PrefillInputs& in, CausalAlignment alignm
   }
   const Operands op{in, alignment, q.data(), k.data(), v.data()};
   const int workers = task_workers(tasks.size(), 0);
-  std::vector<Workspace> ws(static_cast<std::size_t>(workers));
+  std::vector<PrefillWorkspace> ws(static_cast<std::size_t>(workers));
   parallel_tasks(tasks.size(), workers, [&](std::size_t ti, int worker) {
     run_task(op, tasks[ti], ws[static_cast<std::size_t>(worker)], res);
   });
@@ -161,7 +161,7 @@ MergeResult merge_states(int64_t tokens, int64_t heads, int64_t head_dim, std::s
   }
   MergeResult r;
   r.out.assign(n_out, 0.0);
-  r.lse.assign(n_lse, -kInf);
+  r.lse.assign(n_lse, -kPosInf);
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t t = 0; t < tokens; ++t) {
       const std::size_t li = static_cast<std::size_t>(h * tokens + t);

@@ -35,9 +35,9 @@ using tol::Verdict;
 // The generator's own mixer (one definition of splitmix64 in the suite).
 uint64_t mix(uint64_t z) { return gen::mix64(z + 0x9E3779B97F4A7C15ull); }
 
-class Draw {
+class DecodeDraw {
  public:
-  explicit Draw(uint64_t seed) : state_(seed) {}
+  explicit DecodeDraw(uint64_t seed) : state_(seed) {}
   uint64_t next() { return mix(state_++); }
   int in(int lo, int hi) { return hi <= lo ? lo : lo + static_cast<int>(next() % static_cast<uint64_t>(hi - lo + 1)); }
 
@@ -74,7 +74,7 @@ void add_unique(std::vector<T>& v, T x) {
 // steps share are drawn between the edges and the head range.
 struct SlotDrawer {
   const Capabilities& caps;
-  Draw d;
+  DecodeDraw d;
   std::vector<FreshSlot> slots;
   std::vector<int> pages;
   std::vector<CacheFormat> formats;

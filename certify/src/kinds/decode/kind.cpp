@@ -16,7 +16,6 @@ namespace mla::certify {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 void progress_line(Session& s, std::size_t i, std::size_t n, const CaseRef& ref, double secs) {
   std::string verdicts;

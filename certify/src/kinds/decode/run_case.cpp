@@ -34,7 +34,6 @@ uint64_t mix(uint64_t z) { return gen::mix64(z + 0x9E3779B97F4A7C15ull); }
 
 // A child's words, bounded and made printable: they are the kernel's bytes (a control sequence
 // must not reach a terminal, invalid UTF-8 would make the JSON certificate unwritable).
-std::string bounded(const char* s) { return printable(std::string_view(s, strnlen(s, kArenaMessage - 1))); }
 
 void note(std::vector<std::string>& v, std::string why) {
   if (std::find(v.begin(), v.end(), why) == v.end()) v.push_back(std::move(why));

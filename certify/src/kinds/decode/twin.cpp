@@ -18,9 +18,9 @@ namespace {
 constexpr int kBlocks = static_cast<int>(kLatentDim / kFp8BlockSize);
 constexpr int kBlock = static_cast<int>(kFp8BlockSize);
 
-class Draw {
+class TwinDraw {
  public:
-  explicit Draw(uint64_t seed) : state_(seed) {}
+  explicit TwinDraw(uint64_t seed) : state_(seed) {}
   uint64_t next() { return gen::mix64(state_++ + 0x9E3779B97F4A7C15ull); }
   // Fisher-Yates: a uniformly drawn permutation of 0..n-1.
   std::vector<int> permutation(int n) {
@@ -48,7 +48,7 @@ struct DimMap {
   std::vector<int> block;  // latent: new block nb holds old block block[nb] (and its FP8 scale)
 };
 
-DimMap latent_map(Draw& d) {
+DimMap latent_map(TwinDraw& d) {
   DimMap m;
   m.block = d.permutation(kBlocks);
   m.from.resize(kLatentDim);
@@ -62,7 +62,7 @@ DimMap latent_map(Draw& d) {
   return m;
 }
 
-DimMap rope_map(Draw& d) {
+DimMap rope_map(TwinDraw& d) {
   DimMap m;
   m.from = d.permutation(static_cast<int>(kRopeDim));
   m.flip = d.signs(static_cast<int>(kRopeDim));
@@ -109,7 +109,7 @@ AttnBuffers make_twin(const AttnInputs& in, uint64_t seed, double q_noise, TwinM
     throw Error(fmt::format("a twin needs a 576-wide case whose buffers match its shape (q {} values, cache {} bytes, "
                             "block table {} entries)", in.q.size(), in.kv_cache.size(), in.block_table.size()));
   }
-  Draw d(seed);
+  TwinDraw d(seed);
   const auto lat = latent_map(d);
   const auto rope = rope_map(d);
   const auto heads = d.permutation(s.heads);

@@ -20,7 +20,6 @@
 namespace mla::certify {
 namespace {
 
-constexpr int64_t kD = kIndexerHeadDim;
 
 DrawnIndexerAppend draw_case(uint64_t key, ScaleFmt fmt, int64_t block_size, uint64_t seed) {
   DrawnIndexerAppend c;
@@ -30,17 +29,17 @@ DrawnIndexerAppend draw_case(uint64_t key, ScaleFmt fmt, int64_t block_size, uin
   const int64_t slots_total = num_blocks * block_size;
   const int64_t n = std::max<int64_t>(1, std::min<int64_t>(slots_total - 1, std::max<int64_t>(40, slots_total * 5 / 6)));
   b.shape = {n, num_blocks, block_size, fmt};
-  b.keys.resize(static_cast<std::size_t>(n * kD));
+  b.keys.resize(static_cast<std::size_t>(n * kIndexerHeadDim));
   for (int64_t t = 0; t < n; ++t) {
     const double mag = std::pow(10.0, -3 + 6 * gen::uniform01(key, 0, static_cast<uint64_t>(t)));
-    for (int64_t d = 0; d < kD; ++d) {
-      const auto i = static_cast<uint64_t>(t * kD + d);
+    for (int64_t d = 0; d < kIndexerHeadDim; ++d) {
+      const auto i = static_cast<uint64_t>(t * kIndexerHeadDim + d);
       b.keys[i] = bf16_from_float(static_cast<float>(gen::value(key, 1, i, 0, mag)));
     }
   }
   const auto edges = indexer_edge_keys();
   for (std::size_t t = 0; t < edges.size() && static_cast<int64_t>(t) < n; ++t) {
-    std::copy(edges[t].begin(), edges[t].end(), b.keys.begin() + static_cast<std::ptrdiff_t>(t) * kD);
+    std::copy(edges[t].begin(), edges[t].end(), b.keys.begin() + static_cast<std::ptrdiff_t>(t) * kIndexerHeadDim);
   }
   // Every slot but the last, shuffled; the first n of them.
   const auto perm = gen::permutation(key, 2, slots_total - 1);

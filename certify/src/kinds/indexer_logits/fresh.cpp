@@ -24,10 +24,9 @@
 namespace mla::certify {
 namespace {
 
-constexpr int64_t kD = kIndexerHeadDim;
 
 // Draws from one key: stream `stream`, the i-th value.
-struct Draw {
+struct LogitsDraw {
   uint64_t key;
   uint64_t next = 0;
   double normal(uint64_t stream) { return gen::value(key, stream, next++, 0, 1); }
@@ -35,27 +34,27 @@ struct Draw {
   uint64_t bits(uint64_t stream) { return gen::bits(key, stream, next++); }
 };
 
-std::vector<uint8_t> q_codes(int64_t n, Draw& d) {
+std::vector<uint8_t> q_codes(int64_t n, LogitsDraw& d) {
   std::vector<uint8_t> c(static_cast<std::size_t>(n));
   for (auto& x : c) x = e4m3_from_double(std::clamp(d.normal(1) * 100.0, -448.0, 448.0));
   return c;
 }
 
-std::vector<float> head_weights(int64_t n, Draw& d) {
+std::vector<float> head_weights(int64_t n, LogitsDraw& d) {
   std::vector<float> w(static_cast<std::size_t>(n));
   for (auto& x : w) x = static_cast<float>(d.normal(2) * 0.125 * 3e-3);
   return w;
 }
 
-ref::IndexerKeyQuant drawn_key(Draw& d) {
+ref::IndexerKeyQuant drawn_key(LogitsDraw& d) {
   const double mag = std::pow(10.0, -2 + 4 * d.uniform(3));
-  std::vector<uint16_t> key(static_cast<std::size_t>(kD));
+  std::vector<uint16_t> key(static_cast<std::size_t>(kIndexerHeadDim));
   for (auto& k : key) k = bf16_from_float(static_cast<float>(mag * d.normal(3)));
   return ref::indexer_quantize_key(key, ScaleFmt::ue8m0, IndexerScaleOp::divide);
 }
 
 DrawnIndexerLogits paged(uint64_t key, int next_n, int64_t heads, int64_t block_size, uint64_t seed) {
-  Draw d{key};
+  LogitsDraw d{key};
   const std::vector<int32_t> ctx{0, 1, static_cast<int32_t>(block_size - 1), static_cast<int32_t>(block_size),
                                  static_cast<int32_t>(block_size + 1), static_cast<int32_t>(2 * block_size + 3)};
   IndexerLogitsShape s;
@@ -73,7 +72,7 @@ DrawnIndexerLogits paged(uint64_t key, int next_n, int64_t heads, int64_t block_
   DrawnIndexerLogits c;
   auto& b = c.inputs;
   b.shape = s;
-  b.q = q_codes(s.rows() * heads * kD, d);
+  b.q = q_codes(s.rows() * heads * kIndexerHeadDim, d);
   b.weights = head_weights(s.rows() * heads, d);
   b.cache.resize(static_cast<std::size_t>(s.num_blocks * block_size * kIndexerTokenBytes));
   for (std::size_t i = 0; i < b.cache.size(); ++i) b.cache[i] = i % 3 == 0 ? 0x7F : static_cast<uint8_t>(d.bits(4));
@@ -81,7 +80,7 @@ DrawnIndexerLogits paged(uint64_t key, int next_n, int64_t heads, int64_t block_
   b.block_table.assign(static_cast<std::size_t>(s.batch * s.max_blocks), -7);
   place_paged_keys(b, gen::permutation(key, 5, s.num_blocks), [&](int64_t, int64_t, uint8_t* codes, float& scale) {
     const auto k = drawn_key(d);
-    std::memcpy(codes, k.codes.data(), kD);
+    std::memcpy(codes, k.codes.data(), kIndexerHeadDim);
     scale = k.scale;
   });
   c.name = fmt::format("indexer_logits_paged_next_n{}_bs{}_h{}", next_n, block_size, heads);
@@ -94,7 +93,7 @@ DrawnIndexerLogits paged(uint64_t key, int next_n, int64_t heads, int64_t block_
 }
 
 DrawnIndexerLogits ragged(uint64_t key, int64_t heads, uint64_t seed) {
-  Draw d{key};
+  LogitsDraw d{key};
   std::vector<int32_t> ks, ke;
   for (int32_t i = 0; i < 12; ++i) ks.push_back(0), ke.push_back(41 + i);
   for (int32_t i = 0; i < 5; ++i) ks.push_back(52), ke.push_back(53 + i);
@@ -107,7 +106,7 @@ DrawnIndexerLogits ragged(uint64_t key, int64_t heads, uint64_t seed) {
   b.shape.batch = static_cast<int64_t>(ks.size());
   b.shape.heads = heads;
   b.shape.num_keys = 64;
-  b.q = q_codes(b.shape.rows() * heads * kD, d);
+  b.q = q_codes(b.shape.rows() * heads * kIndexerHeadDim, d);
   b.weights = head_weights(b.shape.rows() * heads, d);
   for (int64_t t = 0; t < b.shape.num_keys; ++t) {
     const auto k = drawn_key(d);

@@ -16,10 +16,9 @@
 namespace mla::certify {
 namespace {
 
-constexpr int64_t kD = kIndexerHeadDim;
 
 // Every stored query row, by sequence and position: its q codes [H, 128] and head weights [H].
-struct Row {
+struct LogitsRow {
   const uint8_t* q = nullptr;
   const float* w = nullptr;
 };
@@ -33,19 +32,19 @@ IndexerLogitsBuffers stored_indexer_call(const golden::IndexerCase& c, const Ind
   const int64_t b = c.batch, H = c.heads, T = keys.positions;
   auto& codes = keys.codes;
   auto& scales = keys.scales;
-  std::vector<Row> rows(static_cast<std::size_t>(b * T));
+  std::vector<LogitsRow> rows(static_cast<std::size_t>(b * T));
   for (const auto& s : c.steps) {
     for (int64_t q = 0; q < b; ++q) {
       for (int64_t i = 0; i < s.seqlen; ++i) {
         const auto src = static_cast<std::size_t>(q * s.seqlen + i);
-        rows[static_cast<std::size_t>(q * T + s.start_pos + i)] = {s.q_codes.data() + src * static_cast<std::size_t>(H * kD),
+        rows[static_cast<std::size_t>(q * T + s.start_pos + i)] = {s.q_codes.data() + src * static_cast<std::size_t>(H * kIndexerHeadDim),
                                                                    s.weights.data() + src * static_cast<std::size_t>(H)};
       }
     }
   }
   const auto take_row = [&](IndexerLogitsBuffers& out, int64_t q, int64_t pos) {
-    const Row& r = rows[static_cast<std::size_t>(q * T + pos)];
-    out.q.insert(out.q.end(), r.q, r.q + H * kD);
+    const LogitsRow& r = rows[static_cast<std::size_t>(q * T + pos)];
+    out.q.insert(out.q.end(), r.q, r.q + H * kIndexerHeadDim);
     out.weights.insert(out.weights.end(), r.w, r.w + H);
   };
   IndexerLogitsBuffers out;
@@ -93,7 +92,7 @@ IndexerLogitsBuffers stored_indexer_call(const golden::IndexerCase& c, const Ind
   place_paged_keys(out, gen::permutation(static_cast<uint64_t>(c.seed), 5, s.num_blocks),
                    [&](int64_t q, int64_t pos, uint8_t* dst, float& scale) {
                      const auto at = static_cast<std::size_t>(q * T + pos);
-                     std::memcpy(dst, codes.data() + at * kD, kD);
+                     std::memcpy(dst, codes.data() + at * kIndexerHeadDim, kIndexerHeadDim);
                      scale = scales[at];
                    });
   return out;

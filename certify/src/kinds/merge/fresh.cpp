@@ -22,12 +22,12 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // The token rows of a drawn merge, in order: what each holds on side a and side b (a NaN lse
 // stands for a finite one drawn from the seed).
-struct Row {
+struct MergeRow {
   double lse_a, lse_b;
   const char* what;
 };
 constexpr double kDrawn = std::numeric_limits<double>::quiet_NaN();
-const Row kRows[] = {
+const MergeRow kRows[] = {
     {kInf, kDrawn, "a empty (+inf)"},        {kDrawn, -kInf, "b empty (-inf)"},
     {-kInf, kDrawn, "a empty (-inf)"},       {kInf, -kInf, "both empty (+inf, -inf)"},
     {-kInf, -kInf, "both empty (-inf)"},     {kInf, kInf, "both empty (+inf)"},

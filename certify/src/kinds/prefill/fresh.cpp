@@ -22,9 +22,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-class Draw {
+class PrefillDraw {
  public:
-  explicit Draw(uint64_t seed) : state_(seed) {}
+  explicit PrefillDraw(uint64_t seed) : state_(seed) {}
   uint64_t next() { return gen::mix64(state_++ + 0x9E3779B97F4A7C15ull); }
   int in(int lo, int hi) { return hi <= lo ? lo : lo + static_cast<int>(next() % static_cast<uint64_t>(hi - lo + 1)); }
 
@@ -55,7 +55,7 @@ std::string lengths(const std::vector<Seq>& seqs) {
 }  // namespace
 
 std::vector<DrawnPrefill> draw_prefill_cases(uint64_t seed, const PrefillCapabilities& caps, bool long_cases) {
-  Draw d(hash_text(seed, "prefill"));
+  PrefillDraw d(hash_text(seed, "prefill"));
   const int hmin = std::max(1, caps.min_heads), hmax = std::max(hmin, std::min(caps.max_heads, 128));
   const auto odd_heads = [&] { return std::clamp(d.in(hmin, std::min(hmax, 7)) | 1, hmin, hmax); };
   // A kernel that claims fixed-length batches only gets every sequence of a case as its `keep`-th.

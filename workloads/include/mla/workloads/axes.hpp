@@ -33,6 +33,10 @@ const char* to_string(Axis a);
 // Which runs include a point (bit mask). `cpu_quick` is the subset a 2-core CI machine runs for
 // a full report in a few minutes; `cpu_full` adds the long and large CPU points.
 enum Tier : unsigned { cpu_quick = 1u, cpu_full = 2u, gpu = 4u };
+// The tier sets the axis tables use: the quick run is a subset of the full one.
+inline constexpr unsigned kQuick = cpu_quick | cpu_full;
+inline constexpr unsigned kFull = cpu_full;
+inline constexpr unsigned kGpu = gpu;
 // Parses "cpu_quick", "cpu_full" or "gpu"; throws mla::Error otherwise.
 Tier tier_from_string(std::string_view s);
 const char* to_string(Tier t);

@@ -30,7 +30,7 @@
 namespace mla::cuda {
 namespace {
 
-constexpr const char* kName = "cuda_naive_mha_cublas";
+constexpr const char* kMhaName = "cuda_naive_mha_cublas";
 
 // Device bytes prepare() keeps: per-head K and V (bf16) of every token, and S (fp32) and P
 // (bf16) for the longest sequence, reused by each sequence in turn.
@@ -64,7 +64,7 @@ class PreparedNaive final : public PreparedAttention, public StreamBound {
       throw UnsupportedError(fmt::format(
           "{}: per-head K/V of {} tokens x {} heads and the S/P of the longest sequence ({} tokens), "
           "{:.2f} GB, plus {:.2f} GB of inputs exceed 90% of the {:.2f} GB free on the device",
-          kName, tokens, s.heads, max_len_, resident / 1e9, inputs / 1e9, free_b / 1e9));
+          kMhaName, tokens, s.heads, max_len_, resident / 1e9, inputs / 1e9, free_b / 1e9));
 
     MLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     q_ = DeviceBuffer(in.q.size_bytes());
@@ -155,14 +155,14 @@ class PreparedNaive final : public PreparedAttention, public StreamBound {
   cudaStream_t stream() const override { return stream_; }
 
   AttnOutputs results() override {
-    if (!ran_) throw Error(fmt::format("{}: results() before run()", kName));
+    if (!ran_) throw Error(fmt::format("{}: results() before run()", kMhaName));
     synchronize();
     std::vector<uint16_t> out(n_out_);
     std::vector<float> lse(n_lse_);
     out_.download(out.data(), out.size() * sizeof(uint16_t));
     lse_.download(lse.data(), lse.size() * sizeof(float));
-    if (auto d = out_.guard_damage("out")) throw Error(fmt::format("{}: out-of-bounds write: {}", kName, *d));
-    if (auto d = lse_.guard_damage("lse")) throw Error(fmt::format("{}: out-of-bounds write: {}", kName, *d));
+    if (auto d = out_.guard_damage("out")) throw Error(fmt::format("{}: out-of-bounds write: {}", kMhaName, *d));
+    if (auto d = lse_.guard_damage("lse")) throw Error(fmt::format("{}: out-of-bounds write: {}", kMhaName, *d));
     AttnOutputs r;
     r.dtype = OutDType::bf16;
     r.out = detail::widen_bf16(out);
@@ -186,7 +186,7 @@ class PreparedNaive final : public PreparedAttention, public StreamBound {
 class CudaNaiveMha final : public AttentionImpl {
  public:
   CudaNaiveMha() {
-    info_.name = kName;
+    info_.name = kMhaName;
     info_.backend = "cuda";
     info_.description =
         "naive MHA baseline: per-head K/V materialised from the paged cache in prepare, cuBLAS bf16 "

@@ -33,7 +33,7 @@
 namespace mla::cuda {
 namespace {
 
-constexpr const char* kName = "cuda_naive_prefill_cublas";
+constexpr const char* kPrefillName = "cuda_naive_prefill_cublas";
 
 std::vector<detail::PrefillSeq> plan_sequences(const PrefillInputs& in) {
   std::vector<detail::PrefillSeq> v;
@@ -61,7 +61,7 @@ class PreparedNaivePrefill final : public PreparedPrefill, public StreamBound {
     if (workspace + inputs + outputs > static_cast<int64_t>(free_b) * 9 / 10)
       throw UnsupportedError(fmt::format("{}: q, k and v ({:.2f} GB), out and lse ({:.2f} GB) and the S/P workspace "
                                          "({:.2f} GB) exceed 90% of the {:.2f} GB free on the device",
-                                         kName, inputs / 1e9, outputs / 1e9, workspace / 1e9, free_b / 1e9));
+                                         kPrefillName, inputs / 1e9, outputs / 1e9, workspace / 1e9, free_b / 1e9));
     MLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     const auto upload = [](DeviceBuffer& b, const void* host, std::size_t bytes) {
       b = DeviceBuffer(bytes);
@@ -118,14 +118,14 @@ class PreparedNaivePrefill final : public PreparedPrefill, public StreamBound {
   cudaStream_t stream() const override { return stream_; }
 
   PrefillOutputs results() override {
-    if (!ran_) throw Error(fmt::format("{}: results() before run()", kName));
+    if (!ran_) throw Error(fmt::format("{}: results() before run()", kPrefillName));
     synchronize();
     std::vector<uint16_t> out(n_out_);
     std::vector<float> lse(n_lse_);
     if (!out.empty()) out_.download(out.data(), out.size() * sizeof(uint16_t));
     if (!lse.empty()) lse_.download(lse.data(), lse.size() * sizeof(float));
-    if (auto d = out_.guard_damage("out")) throw Error(fmt::format("{}: out-of-bounds write: {}", kName, *d));
-    if (auto d = lse_.guard_damage("lse")) throw Error(fmt::format("{}: out-of-bounds write: {}", kName, *d));
+    if (auto d = out_.guard_damage("out")) throw Error(fmt::format("{}: out-of-bounds write: {}", kPrefillName, *d));
+    if (auto d = lse_.guard_damage("lse")) throw Error(fmt::format("{}: out-of-bounds write: {}", kPrefillName, *d));
     PrefillOutputs r;
     r.dtype = OutDType::bf16;
     r.out = detail::widen_bf16(out);
@@ -148,7 +148,7 @@ class PreparedNaivePrefill final : public PreparedPrefill, public StreamBound {
 class CudaNaivePrefill final : public PrefillImpl {
  public:
   CudaNaivePrefill() {
-    info_.name = kName;
+    info_.name = kPrefillName;
     info_.backend = "cuda";
     info_.description =
         "naive MHA-form prefill: per sequence and chunk of query rows, cuBLAS bf16 Q·Kᵀ (fp32 accumulate), "

@@ -72,7 +72,7 @@ struct SparsePrefillState {
   std::unique_ptr<PreparedSparsePrefill> prepared;
 };
 
-struct Cache {
+struct PhaseCache {
   PrefillState prefill;
   MergeState merge;
   IndexerLogitsState indexer_logits;
@@ -83,8 +83,8 @@ struct Cache {
   double truth_seconds = 0;
 };
 
-Cache& cache() {
-  static Cache c;
+PhaseCache& phase_cache() {
+  static PhaseCache c;
   return c;
 }
 
@@ -94,8 +94,8 @@ auto timed_truth(const std::string& point, const char* what, F f) {
   const auto t0 = Clock::now();
   auto r = f();
   const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-  ++cache().truths;
-  cache().truth_seconds += dt;
+  ++phase_cache().truths;
+  phase_cache().truth_seconds += dt;
   std::cerr << fmt::format("[mla-bench] truth of {} ({}) in {:.2f} s\n", point, what, dt);
   return r;
 }
@@ -105,11 +105,11 @@ auto timed_truth(const std::string& point, const char* what, F f) {
 template <class State, class Point>
 State& point_state(State& s, const Point& p) {
   if (s.point == p.name && s.in) return s;
-  cache().prefill = PrefillState{};
-  cache().merge = MergeState{};
-  cache().indexer_logits = IndexerLogitsState{};
-  cache().topk = TopkState{};
-  cache().sparse_prefill = SparsePrefillState{};
+  phase_cache().prefill = PrefillState{};
+  phase_cache().merge = MergeState{};
+  phase_cache().indexer_logits = IndexerLogitsState{};
+  phase_cache().topk = TopkState{};
+  phase_cache().sparse_prefill = SparsePrefillState{};
   const auto t0 = Clock::now();
   s.in.emplace(axes::build_inputs(p));
   s.point = p.name;
@@ -269,7 +269,7 @@ void prepare_once(State& s, const std::string& key, Make make) {
 // The verdict of the kernel of `key` at its point, judged once (Google Benchmark calls a row's
 // body once per repetition).
 std::optional<std::string> verdict(const std::string& key, const std::function<std::optional<std::string>()>& judge) {
-  auto& v = cache().verdicts;
+  auto& v = phase_cache().verdicts;
   if (const auto it = v.find(key); it != v.end()) return it->second;
   return v[key] = judge();
 }
@@ -391,7 +391,7 @@ RowResult time_prefill_row(benchmark::State& st, const PrefillRowCase& rc, Phase
   const PrefillImpl& impl = *rc.impl;
   const axes::PrefillPoint& p = *rc.point;
   return phase_row(st, with_process(facts_of(impl), rc.out_of_process), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
-    PrefillState& s = point_state(cache().prefill, p);
+    PrefillState& s = point_state(phase_cache().prefill, p);
     const PrefillInputs in = s.in->view();
     if (auto no = impl.check(in)) return "unsupported: " + *no;
     const std::string key = impl.info().name + "/" + p.name;
@@ -410,7 +410,7 @@ RowResult time_merge_row(benchmark::State& st, const MergeRowCase& rc, PhaseSide
   const axes::MergePoint& p = *rc.point;
   return phase_row(st, with_process(facts_of(impl), rc.out_of_process), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
     if (auto no = impl.check(p.shape)) return "unsupported: " + *no;
-    MergeState& s = point_state(cache().merge, p);
+    MergeState& s = point_state(phase_cache().merge, p);
     const MergeInputs in = s.in->view();
     const std::string key = impl.info().name + "/" + p.name;
     prepare_once(s, key, [&] { return impl.prepare(inputs_to_kernel(impl.info().conventions, in, s.lse_a, s.lse_b)); });
@@ -425,7 +425,7 @@ RowResult time_indexer_logits_row(benchmark::State& st, const IndexerLogitsRowCa
   const IndexerLogitsImpl& impl = *rc.impl;
   const axes::IndexerLogitsPoint& p = *rc.point;
   return phase_row(st, with_process(facts_of(impl), rc.out_of_process), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
-    IndexerLogitsState& s = point_state(cache().indexer_logits, p);
+    IndexerLogitsState& s = point_state(phase_cache().indexer_logits, p);
     const IndexerLogitsInputs in = s.in->view();
     if (auto no = impl.check(in.shape)) return "unsupported: " + *no;
     const std::string key = impl.info().name + "/" + p.name;
@@ -442,7 +442,7 @@ RowResult time_topk_row(benchmark::State& st, const TopkRowCase& rc, PhaseSide& 
   const axes::TopkPoint& p = *rc.point;
   return phase_row(st, with_process(facts_of(impl), rc.out_of_process), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
     if (auto no = impl.check(p.shape)) return "unsupported: " + *no;
-    TopkState& s = point_state(cache().topk, p);
+    TopkState& s = point_state(phase_cache().topk, p);
     const TopkInputs in = s.in->view();
     const std::string key = impl.info().name + "/" + p.name;
     prepare_once(s, key, [&] { return impl.prepare(in); });
@@ -457,7 +457,7 @@ RowResult time_sparse_prefill_row(benchmark::State& st, const SparsePrefillRowCa
   const SparsePrefillImpl& impl = *rc.impl;
   const axes::SparsePrefillPoint& p = *rc.point;
   return phase_row(st, with_process(facts_of(impl), rc.out_of_process), impl.unavailable(), axes::input_bytes(p), rc.mem_budget, [&]() -> Setup {
-    SparsePrefillState& s = point_state(cache().sparse_prefill, p);
+    SparsePrefillState& s = point_state(phase_cache().sparse_prefill, p);
     const SparsePrefillInputs in = s.in->view();
     if (auto no = impl.check(in.shape)) return "unsupported: " + *no;
     const std::string key = impl.info().name + "/" + p.name;
@@ -471,11 +471,11 @@ RowResult time_sparse_prefill_row(benchmark::State& st, const SparsePrefillRowCa
   }, side);
 }
 
-int phase_truths() { return cache().truths; }
-double phase_truth_seconds() { return cache().truth_seconds; }
+int phase_truths() { return phase_cache().truths; }
+double phase_truth_seconds() { return phase_cache().truth_seconds; }
 
 void release_phase_cache() {
-  Cache& c = cache();
+  PhaseCache& c = phase_cache();
   c.prefill = PrefillState{};
   c.merge = MergeState{};
   c.indexer_logits = IndexerLogitsState{};

@@ -17,29 +17,6 @@ static_assert(std::endian::native == std::endian::little, "the golden byte layou
 
 namespace mla {
 
-uint16_t bf16_from_float(float x) {
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  if (std::isnan(x)) {
-    // Keep sign and the top payload bits, force the quiet bit: a signalling NaN truncated to
-    // 16 bits could otherwise become an infinity.
-    return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  }
-  // Round to nearest even on the 16 discarded bits; a carry into the exponent is the correct
-  // result (including overflow to infinity).
-  const uint32_t rounding = 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>((u + rounding) >> 16);
-}
-
-uint16_t bf16_from_double(double x) {
-  // The schema rounds twice on purpose (double -> float32 -> bf16, each nearest-even), as torch
-  // does when a float64 tensor is cast through float32; a direct double -> bf16 rounding differs
-  // on rare double-rounding ties. A NaN goes through float32 too, keeping its sign and top
-  // payload bits as numpy's astype does, so the Python reference and this agree bit for bit.
-  return bf16_from_float(static_cast<float>(x));
-}
-
-float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
-
 uint16_t f16_from_float(float x) {
   const uint32_t f = std::bit_cast<uint32_t>(x);
   const auto sign = static_cast<uint16_t>((f >> 16) & 0x8000u);

@@ -33,12 +33,14 @@ BUILD_DIR=build/${PRESET}
 PY=/usr/bin/python3
 JOBS=${MLA_JOBS:-$(nproc)}
 
-# Debian 12 packages; python3-torch is the reference's torch 1.13.
+# Debian 12 packages; python3-torch is the reference's torch 1.13. libopenblas0-serial: the BLAS
+# of the golden check (with_fast_blas below).
 APT_PACKAGES=(
   build-essential cmake pkg-config git ccache lld
   libhdf5-dev hdf5-tools libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev libssl-dev
   python3 python3-torch python3-h5py python3-numpy python3-scipy python3-pytest python3-matplotlib
+  libopenblas0-serial
 )
 
 log() { echo "[mla] $*" >&2; }
@@ -59,6 +61,18 @@ use_ccache() {
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
   # The tests' precompiled header (suites/CMakeLists.txt) is cacheable only with these two.
   export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros}
+}
+
+# The golden check's Python: single-threaded OpenBLAS in front of the reference BLAS that Debian's
+# torch would otherwise call, when it is installed (suites/python/CMakeLists.txt says why). Writing
+# the goldens keeps the system's BLAS: the committed files are that BLAS's bytes.
+with_fast_blas() {
+  local blas=/usr/lib/$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)/openblas-serial
+  if [ -e "$blas/libblas.so.3" ]; then
+    LD_LIBRARY_PATH=$blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"
+  else
+    "$@"
+  fi
 }
 
 deps() {
@@ -188,6 +202,6 @@ case "${1:-help}" in
     ;;
   preflight) suites/device/preflight.sh "${@:2}" ;;
   goldens) deps; PYTHONPATH=reference/python $PY -m mla_ref.goldens write --out fixtures/goldens ;;
-  check-goldens) deps; PYTHONPATH=reference/python $PY -m mla_ref.goldens check --dir fixtures/goldens ;;
-  *) sed -n '2,27p' "$0"; exit 2 ;;
+  check-goldens) deps; PYTHONPATH=reference/python with_fast_blas $PY -m mla_ref.goldens check --dir fixtures/goldens ;;
+  *) sed -n '2,/^set -euo pipefail$/{/^set /!p}' "$0"; exit 2 ;;
 esac

@@ -8,7 +8,6 @@ import os
 import h5py
 import numpy as np
 import pytest
-import torch
 
 from catalog_dir import GOLDENS
 from mla_ref import indexer, indexer_cases, numerics
@@ -34,9 +33,9 @@ def _spec(c):
 @pytest.mark.parametrize("name", _cases())
 def test_each_stage_follows_from_the_previous_one(name):
     with h5py.File(INDEXER, "r") as f:
-        # The deployed logits are float32 sums in torch's order: bit for bit under the torch that
-        # wrote the file, within a few float32 ulps of each row's largest logit under another.
-        same_torch = f.attrs["torch_version"] == str(torch.__version__)
+        # The deployed logits are float32 sums in the order of torch's build and of the BLAS it
+        # calls (Debian's torch takes whatever libblas.so.3 the system provides), which the file
+        # does not record: within a few float32 ulps of each row's largest logit, wherever it runs.
         c = f["cases"][name]
         spec = _spec(c)
         codes, scales = [], []
@@ -56,16 +55,13 @@ def test_each_stage_follows_from_the_previous_one(name):
             dep = indexer.logits_deployed(st["q_codes"][()], st["weights"][()], cache_codes, cache_scales)
             assert np.array_equal(indexer_cases.masked(truth, mask), st["logits_truth"][()])
             dep = indexer_cases.masked(dep, mask).astype(np.float32)
-            if same_torch:
-                assert np.array_equal(dep, st["logits_deployed"][()])
-            else:
-                stored = st["logits_deployed"][()].astype(np.float64)
-                fin = np.isfinite(stored)
-                assert np.array_equal(fin, np.isfinite(dep))
-                scale = np.max(np.where(fin, np.abs(stored), 0), axis=-1, keepdims=True)
-                diff = np.zeros_like(stored)
-                diff[fin] = dep[fin] - stored[fin]
-                assert np.all(np.abs(diff) <= 2.0 ** -20 * scale)
+            stored = st["logits_deployed"][()].astype(np.float64)
+            fin = np.isfinite(stored)
+            assert np.array_equal(fin, np.isfinite(dep))
+            scale = np.max(np.where(fin, np.abs(stored), 0), axis=-1, keepdims=True)
+            diff = np.zeros_like(stored)
+            diff[fin] = dep[fin] - stored[fin]
+            assert np.all(np.abs(diff) <= 2.0 ** -20 * scale)
             top = indexer.topk(truth, int(c.attrs["index_topk"]), mask)
             assert np.array_equal(indexer_cases.padded_indices(top), st["topk_truth"][()])
             assert np.array_equal(top.n_valid, st["n_valid"][()])
@@ -82,20 +78,19 @@ def test_each_stage_follows_from_the_previous_one(name):
 def test_the_stored_steps_are_what_the_reference_computes_from_the_seed(name):
     with h5py.File(INDEXER, "r") as f:
         # The bf16 projections go through float32 BLAS products, whose last bits depend on the
-        # library's summation order: bit for bit under the torch that wrote the file, within one
-        # bf16 ulp (2^-7 relative) under another (`goldens check` says the same of the files).
-        same_torch = f.attrs["torch_version"] == str(torch.__version__)
+        # summation order of torch's build and of the BLAS it calls (not recorded in the file):
+        # within one bf16 ulp (2^-7 relative), and the float32 weights within a few float32 ulps of
+        # each row's largest (`goldens check` says the same of the files).
         c = f["cases"][name]
         _, _, steps = indexer_cases.run_case(_spec(c))
         for k, (_, _, pos, s, st) in enumerate(steps):
             node = c["steps"][str(k)]
             assert (node.attrs["start_pos"], node.attrs["seqlen"]) == (pos, s)
             stored = numerics.bf16_bits_to_f64(node["q"][()])
-            if same_torch:
-                assert np.array_equal(numerics.bf16_bits_from_f64(st.projected.q), node["q"][()])
-                assert np.array_equal(st.quantized.weights.astype(np.float32), node["weights"][()])
-            else:
-                assert np.all(np.abs(st.projected.q - stored) <= 2.0 ** -7 * np.abs(stored))
+            assert np.all(np.abs(st.projected.q - stored) <= 2.0 ** -7 * np.abs(stored))
+            w, w_stored = st.quantized.weights.astype(np.float64), node["weights"][()].astype(np.float64)
+            assert w.shape == w_stored.shape
+            assert np.all(np.abs(w - w_stored) <= 2.0 ** -20 * np.max(np.abs(w_stored), axis=-1, keepdims=True))
 
 
 def test_layouts_and_formats_change_the_selection():

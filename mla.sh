@@ -12,8 +12,9 @@
 #   ./mla.sh gate BASELINE.json RUN.json   regression gate (exit 1 on a significant slowdown)
 #   ./mla.sh sanitize  build every host target with ASan+UBSan (preset asan), run the CPU tests
 #                      of its test preset (README, "Hardening")
-#   ./mla.sh repeat [P] the tests labelled tempstate (they write temp files or run certifiers)
-#                      three times in a row under ctest -j, in the build of preset P (default ci)
+#   ./mla.sh repeat [P] [N]  the tests labelled tempstate (they write temp files or run
+#                      certifiers) N times more (default 3) under ctest -j in a random order, in
+#                      the build of preset P (default ci); .ci/run: twice
 #   ./mla.sh fuzz [S]  build the libFuzzer targets (preset fuzz, clang), replay suites/fuzz/corpus,
 #                      fuzz the golden loader for S seconds (default 90); suites/fuzz/README.md
 #   ./mla.sh device    build the GPU bundle (preset device, bundle targets only), then rehearse the
@@ -105,7 +106,8 @@ case "${1:-help}" in
   repeat)
     # Proves every test owns its temp state: run together and again, none may see another's
     # files (suites/CMakeLists.txt, the tempstate label). The build must exist (test/sanitize).
-    ctest --preset "${2:-$PRESET}" -j "$JOBS" -L tempstate --repeat until-fail:3
+    # A random order pairs each test with other neighbours than the test step's run did.
+    ctest --preset "${2:-$PRESET}" -j "$JOBS" -L tempstate --schedule-random --repeat "until-fail:${3:-3}"
     ;;
   door-overhead)
     # The Python door's cost per certificate row, with and without its fork server

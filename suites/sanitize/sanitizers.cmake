@@ -9,6 +9,10 @@
 #                 -fsanitize=fuzzer-no-link so the fuzzer sees coverage of the loader and of
 #                 mla_core, not only of the fuzz driver. Implies address,undefined.
 #
+# One exception: the plug-in template's bug variants (kernels/faults) are loaded as kernels from
+# outside and are built as those arrive, optimized and uninstrumented; they share no C++ object
+# with the host, only the C ABI's plain buffers (kernels/faults/CMakeLists.txt says why).
+#
 # Debian's libhdf5 (and every other prebuilt library) stays uninstrumented: ASan still checks
 # what it allocates (malloc is intercepted) and the memcpy/strlen family it calls, but not its
 # own loads and stores.

@@ -14,7 +14,7 @@
 #                      of its test preset (README, "Hardening")
 #   ./mla.sh repeat [P] [N]  the tests labelled tempstate (they write temp files or run
 #                      certifiers) N times more (default 3) under ctest -j in a random order, in
-#                      the build of preset P (default ci); .ci/run: twice
+#                      the build of preset P (default ci); .ci/run: once
 #   ./mla.sh fuzz [S]  build the libFuzzer targets (preset fuzz, clang), replay suites/fuzz/corpus,
 #                      fuzz the golden loader for S seconds (default 90); suites/fuzz/README.md
 #   ./mla.sh device    build the GPU bundle (preset device, bundle targets only), then rehearse the

@@ -92,7 +92,8 @@ std::set<std::string> stored_where(const std::vector<std::string>& families,
   return where;
 }
 
-// The certifier's --case regex for those cases, their twins and the fresh family.
+// The certifier's --case regex for those cases and the fresh family (a stored case selected
+// brings its twin: the regex is matched against stored cases only).
 std::string case_regex(const std::set<std::string>& where) {
   std::string alt = t::kFresh + "/.*";
   for (const auto& c : where) {
@@ -101,7 +102,6 @@ std::string case_regex(const std::set<std::string>& where) {
       if (std::string_view("\\^$.|?*+()[]{}").find(ch) != std::string_view::npos) alt += '\\';
       alt += ch;
     }
-    alt += "(~twin)?";
   }
   return "^(" + alt + ")$";
 }

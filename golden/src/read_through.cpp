@@ -1,6 +1,9 @@
 // read_through: every byte of a golden file that a loader could make libhdf5 read, read once.
 #include <H5Cpp.h>
 
+#include <dlfcn.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -151,6 +154,19 @@ void read_through(const std::filesystem::path& file) {
   H5Eclear2(H5E_DEFAULT);
   if (!w.failure.empty()) throw FixtureError(w.file, "", "every object readable by HDF5", w.failure);
   if (rc < 0) throw FixtureError(w.file, "", "every object readable by HDF5", "HDF5 cannot walk its objects");
+}
+
+std::string hdf5_identity() {
+  unsigned major = 0, minor = 0, release = 0;
+  H5get_libversion(&major, &minor, &release);
+  std::string id = fmt::format("HDF5 {}.{}.{}", major, minor, release);
+  Dl_info info{};
+  struct stat st {};
+  if (dladdr(reinterpret_cast<void*>(&H5get_libversion), &info) != 0 && info.dli_fname &&
+      ::stat(info.dli_fname, &st) == 0) {
+    id += fmt::format(" {} {} {}.{:09}", info.dli_fname, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+  }
+  return id;
 }
 
 }  // namespace mla::golden

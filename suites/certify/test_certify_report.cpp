@@ -659,12 +659,79 @@ TEST(GoldenGate, AFileThatKillsOrHangsTheReaderIsRefusedAndCachedByDigest) {
   EXPECT_NE(h.problem.find("timed out"), std::string::npos) << h.problem;
 
   // The real reader on a real golden: read through, its cases listed.
-  mla::certify::GoldenGate real(MLA_CLI_EXE);
+  mla::certify::GoldenGate real(MLA_CLI_EXE, mla::certify::GoldenGate::kDefaultTimeout, /*memory=*/{});
   const auto good = fs::path(MLA_SOURCE_DIR) / "fixtures" / "bad" / "good" / "attn_core.h5";
   const auto& g = real.check(good, mla::sha256_file(good), mla::certify::GoldenDepth::read_through);
   EXPECT_EQ(g.kind, mla::certify::GoldenCheck::Kind::ok) << g.problem;
   EXPECT_EQ(g.family, "attn_core");
   EXPECT_FALSE(g.cases.empty());
+}
+
+// The memory across runs (golden_check.hpp): bytes that survived a read-through by this
+// executable are not read through again by a later gate with the same memory; it holds nothing
+// but that (no family, no case list), never a refusal, and other bytes or another executable
+// are read through as if it were empty.
+TEST(GoldenGate, TheMemoryAcrossRunsHoldsOnlyWhatSurvivedThisExecutable) {
+  TempDir tmp;
+  const auto memory = tmp.path() / "memory";
+  const auto count = tmp.path() / "runs";
+  auto runs = [&] {
+    std::ifstream in(count);
+    return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+  };
+  // The real child, behind a script that counts its runs.
+  const auto reader = tmp.path() / "reader.sh";
+  std::ofstream(reader) << "#!/bin/sh\necho run >> '" << count.string() << "'\nexec '" << MLA_CLI_EXE << "' \"$@\"\n";
+  fs::permissions(reader, fs::perms::owner_all);
+  const auto good = fs::path(MLA_SOURCE_DIR) / "fixtures" / "bad" / "good" / "attn_core.h5";
+  const auto digest = mla::sha256_file(good);
+  using mla::certify::GoldenDepth;
+  using mla::certify::GoldenGate;
+  {
+    GoldenGate first(reader, GoldenGate::kDefaultTimeout, memory);
+    const auto& c = first.check(good, digest, GoldenDepth::read_through);
+    ASSERT_EQ(c.kind, mla::certify::GoldenCheck::Kind::ok) << c.problem;
+    EXPECT_EQ(c.family, "attn_core") << "read through by the child";
+    EXPECT_FALSE(c.remembered);
+  }
+  EXPECT_EQ(runs(), 1);
+  {
+    GoldenGate later(reader, GoldenGate::kDefaultTimeout, memory);
+    const auto& c = later.check(good, digest, GoldenDepth::read_through);
+    EXPECT_EQ(c.kind, mla::certify::GoldenCheck::Kind::ok);
+    EXPECT_TRUE(c.remembered);
+    EXPECT_TRUE(c.family.empty() && c.cases.empty()) << "the memory holds no fact about the file's contents";
+    EXPECT_EQ(runs(), 1) << "remembered: not read through again";
+    // The full check is never taken from the memory: its callers read its case problems.
+    (void)later.check(good, digest, GoldenDepth::full);
+    EXPECT_EQ(runs(), 2);
+  }
+  {
+    GoldenGate without(reader, GoldenGate::kDefaultTimeout, /*memory=*/{});
+    (void)without.check(good, digest, GoldenDepth::read_through);
+    EXPECT_EQ(runs(), 3) << "no memory, no remembering";
+  }
+  {
+    // Another executable (here: the same script, rewritten) is not taken for this one.
+    fs::remove(reader);
+    std::ofstream(reader) << "#!/bin/sh\necho run >> '" << count.string() << "'\nexec '" << MLA_CLI_EXE << "' \"$@\"\n\n";
+    fs::permissions(reader, fs::perms::owner_all);
+    GoldenGate rebuilt(reader, GoldenGate::kDefaultTimeout, memory);
+    (void)rebuilt.check(good, digest, GoldenDepth::read_through);
+    EXPECT_EQ(runs(), 4) << "another executable reads it through again";
+  }
+  // A refusal is never remembered: a file that kills the reader is read through on every run.
+  const auto segv = tmp.path() / "segv.sh";
+  std::ofstream(segv) << "#!/bin/sh\necho run >> '" << count.string() << "'\nkill -SEGV $$\n";
+  fs::permissions(segv, fs::perms::owner_all);
+  const auto corrupt = tmp.path() / "corrupt.h5";
+  std::ofstream(corrupt) << "bytes";
+  for (int i = 0; i < 2; ++i) {
+    GoldenGate gate(segv, GoldenGate::kDefaultTimeout, memory);
+    EXPECT_EQ(gate.check(corrupt, std::string(64, 'd'), GoldenDepth::read_through).kind,
+              mla::certify::GoldenCheck::Kind::crashed);
+  }
+  EXPECT_EQ(runs(), 6);
 }
 
 // An unreadable certificate in the report folder is kept under another name, never overwritten;

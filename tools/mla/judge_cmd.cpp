@@ -43,7 +43,9 @@ fx::AttnCase load_case(const std::filesystem::path& dir, const std::string& key)
   }
   fx::verify_file(cat, f->file());
   const auto path = cat.file(f->file());
-  certify::GoldenGate gate(certify::self_executable());
+  // Without the memory across runs: the child's case list and case problems are read below,
+  // and the memory holds neither (golden_check.hpp).
+  certify::GoldenGate gate(certify::self_executable(), certify::GoldenGate::kDefaultTimeout, /*memory=*/{});
   const auto& chk = gate.check(path, cat.sha256.at(f->file()), certify::GoldenDepth::read_through);
   if (chk.kind != certify::GoldenCheck::Kind::ok) {
     throw Error(chk.kind == certify::GoldenCheck::Kind::crashed ? certify::GoldenGate::refusal(path, chk) : chk.problem);

@@ -3,8 +3,14 @@
 // or allocate what a lying header claims.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <chrono>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <thread>
 
 #include "loader_test_util.hpp"
 
@@ -163,6 +169,52 @@ TEST(BadManifests, DuplicateEntriesAreRefused) {
     FAIL() << "accepted a duplicate entry";
   } catch (const FixtureError& e) {
     EXPECT_EQ(e.dataset(), "line 2");
+  }
+}
+
+// The loader remembers, per process, a file whose global heap collections it walked (h5io.cpp),
+// by its identity: device, inode, size, modification and status-change times. A file rewritten
+// in place with the same size and its modification time set back is the same inode and size:
+// only the status-change time moves, and the loader must walk it again and refuse what is now
+// there (a collection claiming more bytes than the file has: libhdf5 would read past them).
+TEST(BadFiles, AFileRewrittenInPlaceAfterItWasReadIsWalkedAgain) {
+  testing::TempDir tmp;
+  const auto file = tmp.path() / "attn_core.h5";
+  std::filesystem::copy_file(corpus_dir() / "good" / "attn_core.h5", file);
+  std::string bytes;
+  {
+    std::ifstream in(file, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const auto at = bytes.find("GCOL");
+  ASSERT_NE(at, std::string::npos) << "the good file holds a global heap collection";
+  // A status change younger than 2 s is never remembered (the kernel's clock for it is coarse):
+  // wait that out, so that the first read below is remembered.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  EXPECT_NO_THROW(read_file_info(file));
+  EXPECT_NO_THROW(read_file_info(file)) << "remembered: the same file reads as before";
+  struct stat before {};
+  ASSERT_EQ(::stat(file.c_str(), &before), 0);
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at + 8));
+    const char huge[8] = {0, 0, 0, 0, 0, 0, 0, 0x40};
+    f.write(huge, sizeof huge);
+  }
+  const timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, file.c_str(), times, 0), 0);
+  struct stat after {};
+  ASSERT_EQ(::stat(file.c_str(), &after), 0);
+  ASSERT_EQ(after.st_ino, before.st_ino);
+  ASSERT_EQ(after.st_size, before.st_size);
+  // Read when the rewrite is old enough to be remembered itself: only the status-change time
+  // tells the two files apart.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  try {
+    read_file_info(file);
+    FAIL() << "the rewritten file was taken for the one read before";
+  } catch (const FixtureError& e) {
+    EXPECT_NE(std::string(e.what()).find("well-formed global heap collections"), std::string::npos) << e.what();
   }
 }
 

@@ -156,15 +156,19 @@ void read_through(const std::filesystem::path& file) {
   if (rc < 0) throw FixtureError(w.file, "", "every object readable by HDF5", "HDF5 cannot walk its objects");
 }
 
+std::string file_identity(const std::filesystem::path& file) {
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) return {};
+  return fmt::format("{} {} {} {}.{:09}", file.string(), st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+}
+
 std::string hdf5_identity() {
   unsigned major = 0, minor = 0, release = 0;
   H5get_libversion(&major, &minor, &release);
   std::string id = fmt::format("HDF5 {}.{}.{}", major, minor, release);
   Dl_info info{};
-  struct stat st {};
-  if (dladdr(reinterpret_cast<void*>(&H5get_libversion), &info) != 0 && info.dli_fname &&
-      ::stat(info.dli_fname, &st) == 0) {
-    id += fmt::format(" {} {} {}.{:09}", info.dli_fname, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+  if (dladdr(reinterpret_cast<void*>(&H5get_libversion), &info) != 0 && info.dli_fname) {
+    id += " " + file_identity(info.dli_fname);
   }
   return id;
 }

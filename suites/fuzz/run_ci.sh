@@ -58,22 +58,22 @@ limits=(-rss_limit_mb=3072 -malloc_limit_mb=2048 -timeout=25)
 # those, one by one, and logs "Executed <input>" for each; a process that ends without having
 # executed its share is a failure as much as a report is.
 replay() {
-  local bin=$1 log=$2
+  local bin=$1 prefix=$2
   shift 2
   local inputs=("$@") n=$# share=$(( ($# + jobs - 1) / jobs )) i ok=0
   local pids=() parts=()
   for ((i = 0; i * share < n; ++i)); do
-    "$bin" "${limits[@]}" "${inputs[@]:i * share:share}" > "$log.$i.log" 2>&1 &
+    "$bin" "${limits[@]}" "${inputs[@]:i * share:share}" > "$prefix.$i.log" 2>&1 &
     pids+=($!)
     parts+=($(( n - i * share < share ? n - i * share : share )))
   done
   for i in "${!pids[@]}"; do
     if ! wait "${pids[$i]}"; then
-      tail -n 80 "$log.$i.log" >&2
+      tail -n 80 "$prefix.$i.log" >&2
       ok=1
-    elif [ "$(grep -c '^Executed ' "$log.$i.log")" != "${parts[$i]}" ]; then
-      tail -n 20 "$log.$i.log" >&2
-      log "replay process $i executed $(grep -c '^Executed ' "$log.$i.log") of its ${parts[$i]} inputs"
+    elif [ "$(grep -c '^Executed ' "$prefix.$i.log")" != "${parts[$i]}" ]; then
+      tail -n 20 "$prefix.$i.log" >&2
+      log "replay process $i executed $(grep -c '^Executed ' "$prefix.$i.log") of its ${parts[$i]} inputs"
       ok=1
     fi
   done

@@ -1,6 +1,5 @@
 #include "mla/certify/golden_check.hpp"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -44,17 +43,16 @@ fs::path GoldenGate::memory_from_environment() {
   return dir && *dir ? fs::path(dir) : fs::path();
 }
 
-// The memory's file for `digest` at `depth` (golden_check.hpp), or empty when there is no memory
-// or this executable cannot be told apart from another build.
-fs::path GoldenGate::remembered(const std::string& digest, GoldenDepth depth) {
+// The memory's file for a read-through of `digest` (golden_check.hpp), or empty when there is no
+// memory or this executable cannot be told apart from another build.
+fs::path GoldenGate::remembered(const std::string& digest) {
   if (memory_.empty()) return {};
   if (identity_.empty()) {
-    struct stat st {};
-    if (::stat(self_.c_str(), &st) != 0) return {};
-    identity_ = fmt::format("{} {} {} {}.{:09} | {}", self_.string(), st.st_ino, st.st_size, st.st_mtim.tv_sec,
-                            st.st_mtim.tv_nsec, golden::hdf5_identity());
+    const std::string self = golden::file_identity(self_);
+    if (self.empty()) return {};
+    identity_ = self + " | " + golden::hdf5_identity();
   }
-  const std::string key = fmt::format("golden gate 1 | {} | {} | {}", digest, depth == GoldenDepth::full ? "full" : "read_through", identity_);
+  const std::string key = fmt::format("golden gate 1 | {} | read_through | {}", digest, identity_);
   return memory_ / sha256_hex({reinterpret_cast<const uint8_t*>(key.data()), key.size()});
 }
 
@@ -66,7 +64,7 @@ const GoldenCheck& GoldenGate::check(const fs::path& file, const std::string& di
   }
   // Only a read-through is remembered across runs: the full check's callers read its case
   // problems (`mla goldens validate`), which the memory does not hold.
-  const fs::path memory = depth == GoldenDepth::read_through ? remembered(digest, depth) : fs::path();
+  const fs::path memory = depth == GoldenDepth::read_through ? remembered(digest) : fs::path();
   std::error_code ec;
   if (!memory.empty() && fs::is_regular_file(memory, ec)) {
     GoldenCheck c;

@@ -82,7 +82,7 @@ class GoldenGate {
   std::optional<WorkDir> work_;  // created on the first check
   std::filesystem::path memory_;  // empty: no memory across runs
   std::string identity_;          // this executable and its HDF5 library (computed on first use)
-  std::filesystem::path remembered(const std::string& digest, GoldenDepth depth);
+  std::filesystem::path remembered(const std::string& digest);
   std::map<std::pair<std::string, GoldenDepth>, GoldenCheck> cache_;
   int runs_ = 0;
 };

@@ -560,31 +560,49 @@ std::shared_ptr<Library> Library::open(const std::filesystem::path& path) {
     lib->prefill_info_ = prefill_info_from(*pre);
     lib->prefill_info_->backend = d.backend;
     lib->prefill_ = pre->prefill;
+    if (MLA_PLUGIN_HAS_FIELD(mla_plugin_prefill_entry, can_implement, pre->struct_size)) {
+      lib->prefill_can_implement_ = pre->can_implement;
+    }
   }
   if (const auto* mer = merge_entry(d)) {
     lib->merge_info_ = merge_info_from(*mer);
     lib->merge_info_->backend = d.backend;
     lib->merge_ = mer->merge;
+    if (MLA_PLUGIN_HAS_FIELD(mla_plugin_merge_entry, can_implement, mer->struct_size)) {
+      lib->merge_can_implement_ = mer->can_implement;
+    }
   }
   if (const auto* top = topk_entry(d)) {
     lib->topk_info_ = topk_info_from(*top);
     lib->topk_info_->backend = d.backend;
     lib->topk_ = top->topk;
+    if (MLA_PLUGIN_HAS_FIELD(mla_plugin_topk_entry, can_implement, top->struct_size)) {
+      lib->topk_can_implement_ = top->can_implement;
+    }
   }
   if (const auto* idx = indexer_logits_entry(d)) {
     lib->indexer_logits_info_ = indexer_logits_info_from(*idx);
     lib->indexer_logits_info_->backend = d.backend;
     lib->indexer_logits_ = idx->indexer_logits;
+    if (MLA_PLUGIN_HAS_FIELD(mla_plugin_indexer_logits_entry, can_implement, idx->struct_size)) {
+      lib->indexer_logits_can_implement_ = idx->can_implement;
+    }
   }
   if (const auto* ida = indexer_append_entry(d)) {
     lib->indexer_append_info_ = indexer_append_info_from(*ida);
     lib->indexer_append_info_->backend = d.backend;
     lib->indexer_append_ = ida->indexer_append;
+    if (MLA_PLUGIN_HAS_FIELD(mla_plugin_indexer_append_entry, can_implement, ida->struct_size)) {
+      lib->indexer_append_can_implement_ = ida->can_implement;
+    }
   }
   if (const auto* spf = sparse_prefill_entry(d)) {
     lib->sparse_prefill_info_ = sparse_prefill_info_from(*spf);
     lib->sparse_prefill_info_->backend = d.backend;
     lib->sparse_prefill_ = spf->sparse_prefill;
+    if (MLA_PLUGIN_HAS_FIELD(mla_plugin_sparse_prefill_entry, can_implement, spf->struct_size)) {
+      lib->sparse_prefill_can_implement_ = spf->can_implement;
+    }
   }
   return lib;
 }
@@ -620,6 +638,177 @@ void put_shape(Args& a, const AttnShape& shape) {
 }
 }  // namespace
 
+namespace {
+// A predicate's return code and words as a Claim.
+template <class Fn, class Args>
+Library::Claim ask_predicate(Fn fn, const Args& a) {
+  Library::Claim c;
+  char reason[1024] = {};
+  const int32_t rc = fn(&a, reason, sizeof reason);
+  reason[sizeof reason - 1] = '\0';
+  c.rc = rc;
+  c.reason = reason;
+  c.answer = rc == MLA_PLUGIN_OK            ? Library::Claim::Answer::ok
+             : rc == MLA_PLUGIN_UNSUPPORTED ? Library::Claim::Answer::unsupported
+                                            : Library::Claim::Answer::error;
+  if (c.answer == Library::Claim::Answer::unsupported && c.reason.empty()) c.reason = "(no reason given)";
+  return c;
+}
+
+// The scalars of a prefill, merge or sparse prefill call, as both the call and its entry's
+// can_implement (which sees them before any data) get them.
+void put_scalars(mla_plugin_prefill_args& a, const PrefillInputs& in) {
+  const auto& s = in.shape;
+  a.struct_size = sizeof a;
+  a.batch = s.batch;
+  a.heads = s.heads;
+  a.total_q = s.total_q;
+  a.total_k = s.total_k;
+  a.d_qk = s.d_qk;
+  a.d_v = s.d_v;
+  a.causal = s.causal ? 1 : 0;
+  a.softmax_scale = in.softmax_scale;
+}
+void put_scalars(mla_plugin_merge_args& a, const MergeShape& s) {
+  a.struct_size = sizeof a;
+  a.tokens = s.tokens;
+  a.heads = s.heads;
+  a.head_dim = s.head_dim;
+  a.dtype = s.dtype == StateDType::bf16 ? MLA_PLUGIN_STATE_BF16 : s.dtype == StateDType::f16 ? MLA_PLUGIN_STATE_F16
+                                                                                             : MLA_PLUGIN_STATE_F32;
+}
+void put_scalars(mla_plugin_topk_args& a, const TopkShape& s) {
+  a.struct_size = sizeof a;
+  a.rows = s.rows;
+  a.n = s.n;
+  a.k = s.k;
+}
+void put_scalars(mla_plugin_indexer_logits_args& a, const IndexerLogitsShape& sh) {
+  a.struct_size = sizeof a;
+  a.layout = sh.layout == IndexerLogitsLayout::paged ? MLA_PLUGIN_INDEXER_PAGED : MLA_PLUGIN_INDEXER_RAGGED;
+  a.batch = sh.batch;
+  a.next_n = sh.next_n;
+  a.heads = static_cast<int32_t>(sh.heads);
+  a.rows = sh.rows();
+  a.cols = sh.cols();
+  if (sh.layout == IndexerLogitsLayout::paged) {
+    a.num_blocks = sh.num_blocks, a.block_size = sh.block_size, a.max_blocks = sh.max_blocks;
+    a.max_context = sh.max_context;
+  } else {
+    a.num_keys = sh.num_keys;
+  }
+}
+void put_scalars(mla_plugin_indexer_append_args& a, const IndexerAppendShape& shape) {
+  a.struct_size = sizeof a;
+  a.scale_fmt = shape.scale_fmt == ScaleFmt::ue8m0 ? MLA_PLUGIN_SCALE_UE8M0 : MLA_PLUGIN_SCALE_FP32;
+  a.num_tokens = shape.num_tokens;
+  a.num_blocks = shape.num_blocks;
+  a.block_size = shape.block_size;
+}
+void put_scalars(mla_plugin_sparse_prefill_args& a, const SparsePrefillInputs& in) {
+  const auto& s = in.shape;
+  a.struct_size = sizeof a;
+  a.s_q = s.s_q;
+  a.s_kv = s.s_kv;
+  a.heads = s.heads;
+  a.d_qk = s.d_qk;
+  a.d_v = static_cast<int32_t>(kSparsePrefillDv);
+  a.topk = s.topk;
+  a.softmax_scale = in.sm_scale;
+}
+}  // namespace
+
+Library::Claim Library::can_implement(const PrefillInputs& call) const {
+  if (!prefill_can_implement_) return {};
+  mla_plugin_prefill_args a{};
+  put_scalars(a, call);
+  const auto n = static_cast<std::size_t>(call.shape.batch) + 1;
+  if (call.cu_seqlens_q.size() != n || call.cu_seqlens_k.size() != n) {
+    throw PluginError(fmt::format("prefill can_implement: cu_seqlens of {} and {} entries for a batch of {}",
+                                  call.cu_seqlens_q.size(), call.cu_seqlens_k.size(), call.shape.batch));
+  }
+  a.cu_seqlens_q = call.cu_seqlens_q.data();
+  a.cu_seqlens_k = call.cu_seqlens_k.data();
+  return ask_predicate(prefill_can_implement_, a);
+}
+
+Library::Claim Library::can_implement(const MergeShape& shape) const {
+  if (!merge_can_implement_) return {};
+  mla_plugin_merge_args a{};
+  put_scalars(a, shape);
+  return ask_predicate(merge_can_implement_, a);
+}
+
+Library::Claim Library::can_implement(const SparsePrefillInputs& call) const {
+  if (!sparse_prefill_can_implement_) return {};
+  mla_plugin_sparse_prefill_args a{};
+  put_scalars(a, call);
+  const std::vector<float> zero_sink(static_cast<std::size_t>(std::max(call.shape.heads, 1)), 0.0f);
+  if (call.shape.sink) a.attn_sink = zero_sink.data();
+  if (call.shape.topk_length) {
+    if (static_cast<int64_t>(call.topk_length.size()) != call.shape.s_q) {
+      throw PluginError(fmt::format("sparse prefill can_implement: {} topk_length entries for {} rows",
+                                    call.topk_length.size(), call.shape.s_q));
+    }
+    a.topk_length = call.topk_length.data();
+  }
+  return ask_predicate(sparse_prefill_can_implement_, a);
+}
+
+std::vector<std::string> Library::entries_with_can_implement() const {
+  std::vector<std::string> e;
+  if (prefill_can_implement_) e.push_back("prefill");
+  if (merge_can_implement_) e.push_back("merge");
+  if (topk_can_implement_) e.push_back("topk");
+  if (indexer_logits_can_implement_) e.push_back("indexer_logits");
+  if (indexer_append_can_implement_) e.push_back("indexer_append");
+  if (sparse_prefill_can_implement_) e.push_back("sparse_prefill");
+  return e;
+}
+
+Library::Claim Library::can_implement(const TopkInputs& call) const {
+  if (!topk_can_implement_) return {};
+  mla_plugin_topk_args a{};
+  put_scalars(a, call.shape);
+  const auto rows = static_cast<std::size_t>(call.shape.rows);
+  if (call.starts.size() != rows || call.ends.size() != rows) {
+    throw PluginError(fmt::format("top-k can_implement: {} starts and {} ends for {} rows", call.starts.size(),
+                                  call.ends.size(), rows));
+  }
+  a.starts = call.starts.data();
+  a.ends = call.ends.data();
+  return ask_predicate(topk_can_implement_, a);
+}
+
+Library::Claim Library::can_implement(const IndexerLogitsInputs& call) const {
+  if (!indexer_logits_can_implement_) return {};
+  mla_plugin_indexer_logits_args a{};
+  put_scalars(a, call.shape);
+  const auto& sh = call.shape;
+  if (sh.layout == IndexerLogitsLayout::paged) {
+    if (static_cast<int64_t>(call.context_lens.size()) != sh.batch) {
+      throw PluginError(fmt::format("indexer logits can_implement: {} context lengths for a batch of {}",
+                                    call.context_lens.size(), sh.batch));
+    }
+    a.context_lens = call.context_lens.data();
+  } else {
+    if (static_cast<int64_t>(call.ks.size()) != sh.batch || static_cast<int64_t>(call.ke.size()) != sh.batch) {
+      throw PluginError(fmt::format("indexer logits can_implement: {} ks and {} ke for {} rows", call.ks.size(),
+                                    call.ke.size(), sh.batch));
+    }
+    a.ks = call.ks.data();
+    a.ke = call.ke.data();
+  }
+  return ask_predicate(indexer_logits_can_implement_, a);
+}
+
+Library::Claim Library::can_implement(const IndexerAppendShape& shape) const {
+  if (!indexer_append_can_implement_) return {};
+  mla_plugin_indexer_append_args a{};
+  put_scalars(a, shape);
+  return ask_predicate(indexer_append_can_implement_, a);
+}
+
 Library::Claim Library::can_implement(const AttnShape& shape, std::optional<ScaleFmt> scale_fmt,
                                       std::span<const int32_t> cache_seqlens) const {
   Claim c;
@@ -634,15 +823,7 @@ Library::Claim Library::can_implement(const AttnShape& shape, std::optional<Scal
   if (shape.cache_format == CacheFormat::fp8) {
     a.scale_fmt = scale_fmt.value_or(ScaleFmt::fp32) == ScaleFmt::ue8m0 ? MLA_PLUGIN_SCALE_UE8M0 : MLA_PLUGIN_SCALE_FP32;
   }
-  char reason[1024] = {};
-  const int32_t rc = can_implement_(&a, reason, sizeof reason);
-  reason[sizeof reason - 1] = '\0';
-  c.rc = rc;
-  c.reason = reason;
-  c.answer = rc == MLA_PLUGIN_OK ? Claim::Answer::ok : rc == MLA_PLUGIN_UNSUPPORTED ? Claim::Answer::unsupported
-                                                                                    : Claim::Answer::error;
-  if (c.answer == Claim::Answer::unsupported && c.reason.empty()) c.reason = "(no reason given)";
-  return c;
+  return ask_predicate(can_implement_, a);
 }
 
 uint8_t canary_byte(std::size_t i) {
@@ -767,18 +948,9 @@ int32_t call_prefill(const Library& lib, const PrefillInputs& in, void* out, std
                      std::size_t lse_bytes, char* error, std::size_t error_size, std::vector<std::string>* device_findings,
                      mla_plugin_prefill_fn prefill) {
   if (!lib.prefill()) throw PluginError(fmt::format("plug-in {} has no prefill entry point", lib.info().name));
-  const auto& s = in.shape;
   EntryCall c(lib);
   mla_plugin_prefill_args a{};
-  a.struct_size = sizeof a;
-  a.batch = s.batch;
-  a.heads = s.heads;
-  a.total_q = s.total_q;
-  a.total_k = s.total_k;
-  a.d_qk = s.d_qk;
-  a.d_v = s.d_v;
-  a.causal = s.causal ? 1 : 0;
-  a.softmax_scale = in.softmax_scale;
+  put_scalars(a, in);
   a.q = c.input("q", in.q);
   a.k = c.input("k", in.k);
   a.v = c.input("v", in.v);
@@ -794,15 +966,9 @@ int32_t call_merge(const Library& lib, const MergeInputs& in, void* out, std::si
                    std::size_t lse_bytes, char* error, std::size_t error_size, std::vector<std::string>* device_findings,
                    mla_plugin_merge_fn merge) {
   if (!lib.merge()) throw PluginError(fmt::format("plug-in {} has no merge entry point", lib.info().name));
-  const auto& s = in.shape;
   EntryCall c(lib);
   mla_plugin_merge_args a{};
-  a.struct_size = sizeof a;
-  a.tokens = s.tokens;
-  a.heads = s.heads;
-  a.head_dim = s.head_dim;
-  a.dtype = s.dtype == StateDType::bf16 ? MLA_PLUGIN_STATE_BF16 : s.dtype == StateDType::f16 ? MLA_PLUGIN_STATE_F16
-                                                                                             : MLA_PLUGIN_STATE_F32;
+  put_scalars(a, in.shape);
   a.out_a = c.input("out_a", in.out_a);
   a.lse_a = c.input("lse_a", in.lse_a);
   a.out_b = c.input("out_b", in.out_b);
@@ -818,10 +984,7 @@ int32_t call_topk(const Library& lib, const TopkInputs& in, int32_t* indices, st
   if (!lib.topk()) throw PluginError(fmt::format("plug-in {} has no top-k entry point", lib.info().name));
   EntryCall c(lib);
   mla_plugin_topk_args a{};
-  a.struct_size = sizeof a;
-  a.rows = in.shape.rows;
-  a.n = in.shape.n;
-  a.k = in.shape.k;
+  put_scalars(a, in.shape);
   a.logits = c.input("logits", in.logits);
   a.starts = c.input("starts", in.starts);
   a.ends = c.input("ends", in.ends);
@@ -841,21 +1004,8 @@ int32_t call_indexer_logits(const Library& lib, const IndexerLogitsInputs& in, f
   const auto given = [&]<class T>(const char* name, std::span<const T> host) -> const T* {
     return host.empty() ? nullptr : c.input(name, host);
   };
-  const auto& sh = in.shape;
   mla_plugin_indexer_logits_args a{};
-  a.struct_size = sizeof a;
-  a.layout = sh.layout == IndexerLogitsLayout::paged ? MLA_PLUGIN_INDEXER_PAGED : MLA_PLUGIN_INDEXER_RAGGED;
-  a.batch = sh.batch;
-  a.next_n = sh.next_n;
-  a.heads = static_cast<int32_t>(sh.heads);
-  a.rows = sh.rows();
-  a.cols = sh.cols();
-  if (sh.layout == IndexerLogitsLayout::paged) {
-    a.num_blocks = sh.num_blocks, a.block_size = sh.block_size, a.max_blocks = sh.max_blocks;
-    a.max_context = sh.max_context;
-  } else {
-    a.num_keys = sh.num_keys;
-  }
+  put_scalars(a, in.shape);
   a.q = given("q", in.q);
   a.weights = given("weights", in.weights);
   a.kv_cache = given("kv_cache", in.cache);
@@ -879,11 +1029,7 @@ int32_t call_indexer_append(const Library& lib, const IndexerAppendShape& shape,
   }
   EntryCall c(lib);
   mla_plugin_indexer_append_args a{};
-  a.struct_size = sizeof a;
-  a.scale_fmt = shape.scale_fmt == ScaleFmt::ue8m0 ? MLA_PLUGIN_SCALE_UE8M0 : MLA_PLUGIN_SCALE_FP32;
-  a.num_tokens = shape.num_tokens;
-  a.num_blocks = shape.num_blocks;
-  a.block_size = shape.block_size;
+  put_scalars(a, shape);
   a.keys = keys.empty() ? nullptr : c.input("keys", keys);
   a.slot_mapping = slot_mapping.empty() ? nullptr : c.input("slot_mapping", slot_mapping);
   // In place: a device-memory plug-in gets a device copy of the cache as it was, copied back after.
@@ -903,16 +1049,8 @@ int32_t call_sparse_prefill(const Library& lib, const SparsePrefillInputs& in, v
   const auto given = [&]<class T>(const char* name, std::span<const T> host) -> const T* {
     return host.empty() ? nullptr : c.input(name, host);
   };
-  const auto& s = in.shape;
   mla_plugin_sparse_prefill_args a{};
-  a.struct_size = sizeof a;
-  a.s_q = s.s_q;
-  a.s_kv = s.s_kv;
-  a.heads = s.heads;
-  a.d_qk = s.d_qk;
-  a.d_v = kSparsePrefillDv;
-  a.topk = s.topk;
-  a.softmax_scale = in.sm_scale;
+  put_scalars(a, in);
   a.q = given("q", in.q);
   a.kv = given("kv", in.kv);
   a.indices = given("indices", in.indices);

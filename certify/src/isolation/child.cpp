@@ -28,6 +28,7 @@ namespace mla::certify {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
 
 template <class T>
 std::string digest(std::span<const T> v) {
@@ -195,6 +196,51 @@ uint8_t* map_arena(const wire::Message& plan, const ArenaLayout& l) {
 // The calls of an entry-calls plan (isolation/entry_calls.hpp): the plug-in's append or prefill,
 // each call on its own buffers, stopping after each so the parent can audit it. Any return code
 // is a returned call (ArenaState::ok, the code in rc): the parent judges it.
+// The scalars of a prefill, merge or sparse prefill call from its plan's `args` (entry_plans.hpp),
+// its arrays empty: what the call's child fills in from the arena, and what can_implement sees.
+PrefillInputs prefill_call(const json& a) {
+  PrefillInputs in;
+  in.shape = prefill_shape_from_json(a.at("shape"));
+  in.softmax_scale = a.at("softmax_scale").get<double>();
+  return in;
+}
+MergeInputs merge_call(const json& a) {
+  MergeInputs in;
+  in.shape.tokens = a.at("tokens").get<int64_t>();
+  in.shape.heads = a.at("heads").get<int>();
+  in.shape.head_dim = a.at("head_dim").get<int>();
+  in.shape.dtype = state_dtype_from_string(a.at("dtype").get<std::string>());
+  return in;
+}
+TopkInputs topk_call(const json& a) {
+  TopkInputs in;
+  in.shape.rows = a.at("rows").get<int64_t>();
+  in.shape.n = a.at("n").get<int64_t>();
+  in.shape.k = a.at("k").get<int>();
+  return in;
+}
+IndexerAppendShape indexer_append_call(const json& a) {
+  IndexerAppendShape shape;
+  shape.num_tokens = a.at("num_tokens").get<int64_t>();
+  shape.num_blocks = a.at("num_blocks").get<int64_t>();
+  shape.block_size = a.at("block_size").get<int64_t>();
+  shape.scale_fmt = scale_fmt_from_string(a.at("scale_fmt").get<std::string>());
+  return shape;
+}
+SparsePrefillInputs sparse_prefill_call(const json& a) {
+  SparsePrefillInputs in;
+  const auto& sh = a.at("shape");
+  in.shape.s_q = sh.at("s_q").get<int64_t>();
+  in.shape.s_kv = sh.at("s_kv").get<int64_t>();
+  in.shape.heads = sh.at("heads").get<int>();
+  in.shape.d_qk = sh.at("d_qk").get<int>();
+  in.shape.topk = sh.at("topk").get<int>();
+  in.shape.sink = sh.at("sink").get<bool>();
+  in.shape.topk_length = sh.at("topk_length").get<bool>();
+  in.sm_scale = a.at("sm_scale").get<double>();
+  return in;
+}
+
 int child_entry_calls(const KernelRef& kernel, const wire::Message& plan) {
   const ArenaLayout l = ArenaLayout::from_json(plan.fields().at("layout"));
   uint8_t* base = map_arena(plan, l);
@@ -242,9 +288,7 @@ int child_entry_calls(const KernelRef& kernel, const wire::Message& plan) {
         return plugin::call_append(*lib, shape, b, err, n, device);
       };
     } else if (entry == kEntryPrefill) {
-      PrefillInputs in;
-      in.shape = prefill_shape_from_json(a.at("shape"));
-      in.softmax_scale = a.at("softmax_scale").get<double>();
+      PrefillInputs in = prefill_call(a);
       in.q = input("q", static_cast<uint16_t*>(nullptr));
       in.k = input("k", static_cast<uint16_t*>(nullptr));
       in.v = input("v", static_cast<uint16_t*>(nullptr));
@@ -255,11 +299,7 @@ int child_entry_calls(const KernelRef& kernel, const wire::Message& plan) {
         return plugin::call_prefill(*lib, in, out.data(), out.size(), lse.data(), lse.size(), err, n, device);
       };
     } else if (entry == kEntryMerge) {
-      MergeInputs in;
-      in.shape.tokens = a.at("tokens").get<int64_t>();
-      in.shape.heads = a.at("heads").get<int>();
-      in.shape.head_dim = a.at("head_dim").get<int>();
-      in.shape.dtype = state_dtype_from_string(a.at("dtype").get<std::string>());
+      MergeInputs in = merge_call(a);
       in.out_a = input("out_a", static_cast<uint8_t*>(nullptr));
       in.out_b = input("out_b", static_cast<uint8_t*>(nullptr));
       in.lse_a = input("lse_a", static_cast<float*>(nullptr));
@@ -269,10 +309,7 @@ int child_entry_calls(const KernelRef& kernel, const wire::Message& plan) {
         return plugin::call_merge(*lib, in, out.data(), out.size(), lse.data(), lse.size(), err, n, device);
       };
     } else if (entry == kEntryTopk) {
-      TopkInputs in;
-      in.shape.rows = a.at("rows").get<int64_t>();
-      in.shape.n = a.at("n").get<int64_t>();
-      in.shape.k = a.at("k").get<int>();
+      TopkInputs in = topk_call(a);
       in.logits = input("logits", static_cast<float*>(nullptr));
       in.starts = input("starts", static_cast<int32_t*>(nullptr));
       in.ends = input("ends", static_cast<int32_t*>(nullptr));
@@ -301,11 +338,7 @@ int child_entry_calls(const KernelRef& kernel, const wire::Message& plan) {
         return plugin::call_indexer_logits(*lib, in, reinterpret_cast<float*>(out.data()), out.size(), err, n, device);
       };
     } else if (entry == kEntryIndexerAppend) {
-      IndexerAppendShape shape;
-      shape.num_tokens = a.at("num_tokens").get<int64_t>();
-      shape.num_blocks = a.at("num_blocks").get<int64_t>();
-      shape.block_size = a.at("block_size").get<int64_t>();
-      shape.scale_fmt = scale_fmt_from_string(a.at("scale_fmt").get<std::string>());
+      const IndexerAppendShape shape = indexer_append_call(a);
       const auto keys = input("keys", static_cast<uint16_t*>(nullptr));
       const auto slots = input("slot_mapping", static_cast<int64_t*>(nullptr));
       make = [&, shape, keys, slots](const std::vector<ArenaRegion>& mine, char* err, std::size_t n,
@@ -313,16 +346,7 @@ int child_entry_calls(const KernelRef& kernel, const wire::Message& plan) {
         return plugin::call_indexer_append(*lib, shape, keys, slots, own(mine.at(0)), err, n, device);
       };
     } else if (entry == kEntrySparsePrefill) {
-      SparsePrefillInputs in;
-      const auto& sh = a.at("shape");
-      in.shape.s_q = sh.at("s_q").get<int64_t>();
-      in.shape.s_kv = sh.at("s_kv").get<int64_t>();
-      in.shape.heads = sh.at("heads").get<int>();
-      in.shape.d_qk = sh.at("d_qk").get<int>();
-      in.shape.topk = sh.at("topk").get<int>();
-      in.shape.sink = sh.at("sink").get<bool>();
-      in.shape.topk_length = sh.at("topk_length").get<bool>();
-      in.sm_scale = a.at("sm_scale").get<double>();
+      SparsePrefillInputs in = sparse_prefill_call(a);
       in.q = input("q", static_cast<uint16_t*>(nullptr));
       in.kv = input("kv", static_cast<uint16_t*>(nullptr));
       in.indices = input("indices", static_cast<int32_t*>(nullptr));
@@ -518,9 +542,47 @@ int child_describe(const std::filesystem::path& plugin_path, const std::filesyst
   d.append_scale_fmts = lib->append_scale_fmts();
   d.append_fp8_recipes = lib->append_fp8_recipes();
   d.can_implement = lib->has_can_implement();
+  d.entry_can_implement = lib->entries_with_can_implement();
   wire::write(result, encode(d));
   return 0;
 }
+
+namespace {
+// An entry's can_implement (1.6) on the call a question describes: its scalars, and the lengths
+// it carries (the arrays the predicate may read).
+plugin::Library::Claim entry_claim(const plugin::Library& lib, const ClaimQuestion& q) {
+  const auto& c = q.call;
+  if (q.entry == kEntryPrefill) {
+    auto in = prefill_call(c);
+    const auto cu_q = c.at("cu_seqlens_q").get<std::vector<int32_t>>(), cu_k = c.at("cu_seqlens_k").get<std::vector<int32_t>>();
+    in.cu_seqlens_q = cu_q, in.cu_seqlens_k = cu_k;
+    return lib.can_implement(in);
+  }
+  if (q.entry == kEntryMerge) return lib.can_implement(merge_call(c).shape);
+  if (q.entry == kEntryTopk) {
+    auto in = topk_call(c);
+    const auto starts = c.at("starts").get<std::vector<int32_t>>(), ends = c.at("ends").get<std::vector<int32_t>>();
+    in.starts = starts, in.ends = ends;
+    return lib.can_implement(in);
+  }
+  if (q.entry == kEntryIndexerLogits) {
+    IndexerLogitsInputs in;
+    in.shape = indexer_logits_shape_from_json(c.at("shape"));
+    const auto lens = c.value("context_lens", std::vector<int32_t>{}), ks = c.value("ks", std::vector<int32_t>{}),
+               ke = c.value("ke", std::vector<int32_t>{});
+    in.context_lens = lens, in.ks = ks, in.ke = ke;
+    return lib.can_implement(in);
+  }
+  if (q.entry == kEntryIndexerAppend) return lib.can_implement(indexer_append_call(c));
+  if (q.entry == kEntrySparsePrefill) {
+    auto in = sparse_prefill_call(c);
+    const auto lengths = c.value("topk_length_values", std::vector<int32_t>{});
+    in.topk_length = lengths;
+    return lib.can_implement(in);
+  }
+  throw Error(fmt::format("a claim question about entry '{}', which has no can_implement", q.entry));
+}
+}  // namespace
 
 int child_claims(const std::filesystem::path& plugin_path, const std::filesystem::path& query,
                  const std::filesystem::path& result) {
@@ -530,7 +592,7 @@ int child_claims(const std::filesystem::path& plugin_path, const std::filesystem
   for (const auto& q : questions) {
     ClaimAnswer a;
     try {
-      const auto c = lib->can_implement(q.shape, q.scale_fmt, q.cache_seqlens);
+      const auto c = q.entry.empty() ? lib->can_implement(q.shape, q.scale_fmt, q.cache_seqlens) : entry_claim(*lib, q);
       switch (c.answer) {
         case plugin::Library::Claim::Answer::ok: a.kind = ClaimAnswer::Kind::ok; break;
         case plugin::Library::Claim::Answer::unsupported:

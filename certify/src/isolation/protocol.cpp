@@ -179,6 +179,7 @@ wire::Message encode(const PluginDescription& d) {
                 {"append_scale_fmts", d.append_scale_fmts},
                 {"append_fp8_recipes", d.append_fp8_recipes},
                 {"can_implement", d.can_implement},
+                {"entry_can_implement", d.entry_can_implement},
                 {"capabilities", to_json(d.info.caps)},
                 {"conventions", to_json(d.info.conventions)},
                 {"compute", compute_json(d.info.compute)},
@@ -211,6 +212,7 @@ PluginDescription decode_plugin_description(const wire::Message& m) {
     d.append_scale_fmts = f.at("append_scale_fmts");
     d.append_fp8_recipes = f.at("append_fp8_recipes");
     d.can_implement = f.at("can_implement");
+    d.entry_can_implement = f.at("entry_can_implement").get<std::vector<std::string>>();
     d.info.conventions = conventions_from_json(f.at("conventions"));
     d.info.compute = compute_from_json(f.at("compute"));
     d.decodes = f.at("decodes").get<bool>();
@@ -228,6 +230,10 @@ wire::Message encode(const std::vector<ClaimQuestion>& q) {
   wire::Message m(kClaimQuery);
   json shapes = json::array();
   for (const auto& x : q) {
+    if (!x.entry.empty()) {
+      shapes.push_back({{"entry", x.entry}, {"call", x.call}});
+      continue;
+    }
     shapes.push_back({{"shape", to_json(x.shape)},
                       {"scale_fmt", x.scale_fmt ? json(to_string(*x.scale_fmt)) : json()},
                       {"cache_seqlens", x.cache_seqlens}});
@@ -241,6 +247,12 @@ std::vector<ClaimQuestion> decode_claim_query(const wire::Message& m) {
     std::vector<ClaimQuestion> q;
     for (const auto& x : f.at("questions")) {
       ClaimQuestion c;
+      if (x.contains("entry")) {
+        c.entry = x.at("entry").get<std::string>();
+        c.call = x.at("call");
+        q.push_back(std::move(c));
+        continue;
+      }
       c.shape = attn_shape_from_json(x.at("shape"));
       if (!x.at("scale_fmt").is_null()) c.scale_fmt = scale_fmt_from_string(x.at("scale_fmt").get<std::string>());
       c.cache_seqlens = x.at("cache_seqlens").get<std::vector<int32_t>>();

@@ -490,6 +490,12 @@ PythonDeclaration validate_python_declaration(const json& d) {
         validate_python_indexer_append(field(d, "", "indexer_append", json::value_t::object, "an object or null"));
     out.indexer_append->backend = k.backend;
   }
+  // The entries with a can_implement of their own (a door of an earlier version declares none).
+  for (const char* entry :
+       {kEntryPrefill, kEntryMerge, kEntryTopk, kEntryIndexerLogits, kEntryIndexerAppend, kEntrySparsePrefill}) {
+    if (!d.contains(entry) || d.at(entry).is_null() || !d.at(entry).contains("can_implement")) continue;
+    if (bool_field(d.at(entry), fmt::format("{}.", entry), "can_implement")) out.entry_can_implement.push_back(entry);
+  }
   // Every implementation the kernel gives has its own name.
   std::vector<std::string> names;
   if (out.decodes) names.push_back(k.name);
@@ -657,7 +663,8 @@ std::vector<std::pair<Implementation, reports::KernelReport>> describe_python(Se
   base.info.backend = e.info.backend;
   base.unavailable = e.unavailable;
   auto others =
-      external_entries(base, r, d.prefill, d.merge, d.topk, d.indexer_logits, d.indexer_append, d.sparse_prefill);
+      external_entries(base, r, d.prefill, d.merge, d.topk, d.indexer_logits, d.indexer_append, d.sparse_prefill,
+                       d.entry_can_implement);
   std::vector<std::pair<Implementation, reports::KernelReport>> out;
   if (d.decodes) out.emplace_back(std::move(e), std::move(r));
   for (auto& o : others) out.push_back(std::move(o));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "isolation/entry_calls.hpp"
+#include "mla/core/indexer_cache.hpp"
 #include "mla/core/indexer_logits.hpp"
 #include "mla/core/merge.hpp"
 #include "mla/core/prefill_kernel.hpp"
@@ -37,5 +38,18 @@ EntryPlan<TopkOutputs> topk_entry_plan(const TopkKernelInfo& info, const TopkInp
 EntryPlan<std::vector<float>> indexer_logits_entry_plan(const IndexerLogitsInputs& in);
 // out [s_q, h, 512] in the entry's out dtype, max_logits and lse [s_q, h] float32.
 EntryPlan<SparsePrefillOutputs> sparse_prefill_entry_plan(const SparsePrefillKernelInfo& info, const SparsePrefillInputs& in);
+
+// What an entry's own can_implement (ABI 1.6, or a Python kernel's) is asked before its call on
+// these inputs (in the entry's conventions): the call's scalars as its plan gives them to the
+// child, with the lengths (the prefill's cu_seqlens, the sparse prefill's topk_length values);
+// never its data.
+ClaimQuestion prefill_claim_question(const PrefillInputs& kin);
+ClaimQuestion merge_claim_question(const MergeInputs& kin);
+ClaimQuestion sparse_prefill_claim_question(const SparsePrefillInputs& in);
+ClaimQuestion topk_claim_question(const TopkInputs& in);                  // with starts and ends
+ClaimQuestion indexer_logits_claim_question(const IndexerLogitsInputs& in);  // context_lens, or ks and ke
+ClaimQuestion indexer_append_claim_question(const IndexerAppendShape& shape);
+// The scalars the indexer append's child reads (its plan is laid out by its kind).
+nlohmann::json indexer_append_args(const IndexerAppendShape& shape);
 
 }  // namespace mla::certify

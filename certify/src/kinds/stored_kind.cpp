@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <set>
 
+#include "mla/certify/twin.hpp"
 #include "mla/golden/golden.hpp"
+#include "run/claims.hpp"
 
 namespace mla::certify {
 namespace {
@@ -69,9 +71,15 @@ void StoredCasesKind::cut_to_shard(Session& s) const {
                             s.options.shard_count, it->second.size(), before, name());
 }
 
+CaseRef twin_ref(const CaseRef& ref) { return {ref.family, ref.file, ref.name + kTwinSuffix}; }
+
+uint64_t twin_seed(const Session& s, std::string_view kind, const CaseRef& ref) {
+  return hash_text(hash_text(s.seed ^ 0x7317ull, fmt::format("{} twin", kind)), ref.key());
+}
+
 std::function<bool(const reports::CaseResult&)> StoredCasesKind::reruns(const Session& s) const {
   std::set<std::string> selected;
-  for (const auto& ref : cases_of(s, *this)) selected.insert(ref.key());
+  for (const auto& ref : cases_of(s, *this)) selected.insert(ref.key()), selected.insert(twin_ref(ref).key());
   return [selected = std::move(selected)](const reports::CaseResult& r) {
     return selected.count(r.file + "/" + r.name) > 0;
   };
@@ -94,8 +102,17 @@ bool StoredCasesKind::certify_stored(Session& s) const {
     const auto& ref = cases[i];
     std::vector<const Implementation*> pending;
     for (const auto* k : served) {
-      if (auto kept = s.kept(*k, ref)) s.record(*k, std::move(*kept));
-      else pending.push_back(k);
+      // A case and its twin are decided together: both kept, or both run again.
+      const bool twin = twins() && k->external;
+      auto kept = s.kept(*k, ref);
+      auto kept_twin = kept && twin ? s.kept(*k, twin_ref(ref)) : std::nullopt;
+      if (kept && (!twin || kept_twin)) {
+        s.record(*k, std::move(*kept));
+        if (kept_twin) s.record(*k, std::move(*kept_twin));
+      } else {
+        if (kept) --s.resume.kept;  // counted by kept(), then run again with its twin after all
+        pending.push_back(k);
+      }
     }
     if (!pending.empty()) {
       // Checked again right before it is read, as every stored case is: a golden file changed
@@ -111,7 +128,12 @@ bool StoredCasesKind::certify_stored(Session& s) const {
         auto r = s.base_result(ref);
         r.verdict = tol::Verdict::error;
         r.reasons.push_back(fmt::format("golden file {} failed re-verification before loading: {}", ref.file, *changed));
+        auto t = r;
         s.record(*k, std::move(r));
+        if (twins() && k->external) {
+          t.name = twin_ref(ref).name;
+          s.record(*k, std::move(t));
+        }
       }
     }
     update_notes(s.cert);
@@ -125,6 +147,22 @@ bool StoredCasesKind::certify_stored(Session& s) const {
                               seconds_since(t0), verdicts);
   }
   return true;
+}
+
+bool entry_claimed(Session& s, reports::CaseResult& r, const Implementation& k,
+                   const std::function<ClaimQuestion()>& question) {
+  if (!k.external || !k.can_implement) return true;
+  try {
+    const auto c = claim_entry(s, k, question());
+    if (c.claimed) return true;
+    r.verdict = tol::Verdict::not_claimed;
+    r.reasons.push_back(c.reason);
+  } catch (const std::exception& e) {
+    // A predicate that fails is a defect of the kernel: the case is its ERROR, not a refusal.
+    r.verdict = tol::Verdict::error;
+    r.reasons.push_back(fmt::format("the claim could not be decided (can_implement): {}", e.what()));
+  }
+  return false;
 }
 
 Drawn drawn_case(Session& s, const Implementation& k, const std::string& file, const std::string& name) {

@@ -40,9 +40,19 @@ class StoredCasesKind : public CaseKind {
 
  protected:
   // One stored case for the implementations of `pending` (those --resume did not keep), after
-  // its golden file was verified again; records one row for each.
+  // its golden file was verified again; records one row for each, and for a kind with twins()
+  // the twin's row right after it for each kernel from outside.
   virtual void certify_case(Session& s, const CaseRef& ref, const std::vector<const Implementation*>& pending) const = 0;
+  // Whether a kernel from outside the suite is also certified on each stored case's fresh twin
+  // (mla/certify/twin.hpp), the row `<case>~twin` (twin_ref): what makes refusing, through its
+  // can_implement, every shape but the stored ones gain nothing.
+  virtual bool twins() const { return false; }
 };
+
+// The row of a stored case's fresh twin.
+CaseRef twin_ref(const CaseRef& ref);
+// The seed of a stored case's twin in this run: from the run's seed, the kind and the case.
+uint64_t twin_seed(const Session& s, std::string_view kind, const CaseRef& ref);
 
 // One kernel's calls on one case in this process: its outputs (of the first call, in its declared
 // conventions), the fastest call, and what went wrong around them.
@@ -259,6 +269,13 @@ bool claimed_with_cost(reports::CaseResult& r, const Impl& impl, const Shape& sh
   }
   return true;
 }
+
+// For a kernel from outside whose entry has its own can_implement (ABI 1.6, or a Python kernel's):
+// whether it claims the call `question()` describes (asked in a child, run/claims.hpp); false when
+// that decides the row: NOT_CLAIMED with the kernel's words, or ERROR when the predicate failed.
+// True, asking nothing, for every other implementation.
+bool entry_claimed(Session& s, reports::CaseResult& r, const Implementation& k,
+                   const std::function<ClaimQuestion()>& question);
 
 // The calls of a case: --repeat, at least two (the second must repeat the first bitwise).
 inline int in_process_calls(const Session& s) { return std::max(2, s.options.repeats); }

@@ -17,6 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string question_key(const Implementation& k, const ClaimQuestion& q) {
+  if (!q.entry.empty()) return fmt::format("{}|{}|{}", k.report_index, q.entry, q.call.dump());
   return fmt::format("{}|{}|{}|{}", k.report_index, to_json(q.shape).dump(), q.scale_fmt ? to_string(*q.scale_fmt) : "",
                      fmt::join(q.cache_seqlens, ","));
 }
@@ -72,7 +73,30 @@ std::vector<ClaimAnswer> ask(Session& s, const Implementation& k, const std::vec
 }
 
 ClaimQuestion question(const AttnShape& shape, std::optional<ScaleFmt> scale_fmt, const std::vector<int32_t>& seqlens) {
-  return {shape, shape.cache_format == CacheFormat::fp8 ? scale_fmt : std::nullopt, seqlens};
+  return {shape, shape.cache_format == CacheFormat::fp8 ? scale_fmt : std::nullopt, seqlens, {}, {}};
+}
+// A question as asked: the decode's normalized (no scale format for a bf16 cache), an entry's as given.
+ClaimQuestion normalized(const ClaimQuestion& q) {
+  return q.entry.empty() ? question(q.shape, q.scale_fmt, q.cache_seqlens) : q;
+}
+
+// The kernel's answer to `q`, asked now if it was not before: a Claim, or mla::Error when the
+// predicate failed (another return code, a crash): an ERROR of the kernel, never a refusal.
+Claim answer(Session& s, const Implementation& k, const ClaimQuestion& q) {
+  Claim c;
+  const auto key = question_key(k, q);
+  if (!s.claim_answers.count(key)) ask_claims(s, k, {q});
+  const ClaimAnswer& a = s.claim_answers.at(key);
+  switch (a.kind) {
+    case ClaimAnswer::Kind::ok: return c;
+    case ClaimAnswer::Kind::unsupported:
+      c.claimed = false;
+      c.by_kernel = true;
+      c.reason = fmt::format("{} (the kernel's can_implement)", a.reason);
+      return c;
+    case ClaimAnswer::Kind::error: break;
+  }
+  throw Error(a.reason);
 }
 
 }  // namespace
@@ -92,7 +116,7 @@ void ask_claims(Session& s, const Implementation& k, const std::vector<ClaimQues
   std::vector<ClaimQuestion> open;
   std::vector<std::string> keys;
   for (const auto& q0 : questions) {
-    const auto q = question(q0.shape, q0.scale_fmt, q0.cache_seqlens);
+    const auto q = normalized(q0);
     auto key = question_key(k, q);
     if (s.claim_answers.count(key) || std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
     open.push_back(q);
@@ -118,21 +142,13 @@ Claim claim(Session& s, const Implementation& k, const AttnShape& shape, std::op
     return c;
   }
   if (!k.can_implement) return c;
-  const auto q = question(shape, scale_fmt, seqlens);
-  const auto key = question_key(k, q);
-  if (!s.claim_answers.count(key)) ask_claims(s, k, {q});
-  const ClaimAnswer& a = s.claim_answers.at(key);
-  switch (a.kind) {
-    case ClaimAnswer::Kind::ok: return c;
-    case ClaimAnswer::Kind::unsupported:
-      c.claimed = false;
-      c.by_kernel = true;
-      c.reason = fmt::format("{} (the kernel's can_implement)", a.reason);
-      return c;
-    case ClaimAnswer::Kind::error: break;
-  }
   // A predicate that fails is a defect of the kernel: the case is its ERROR, not a refusal.
-  throw Error(a.reason);
+  return answer(s, k, question(shape, scale_fmt, seqlens));
+}
+
+Claim claim_entry(Session& s, const Implementation& k, const ClaimQuestion& q) {
+  if (!k.can_implement || !k.external) return {};
+  return answer(s, k, q);
 }
 
 }  // namespace mla::certify

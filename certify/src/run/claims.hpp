@@ -44,6 +44,14 @@ struct Claim {
 Claim claim(Session& s, const Implementation& k, const AttnShape& shape, std::optional<ScaleFmt> scale_fmt,
             const std::vector<int32_t>& seqlens);
 
+// For an implementation of one other entry (prefill, merge, top-k, indexer logits or append,
+// sparse prefill) from outside the
+// suite, after its declared claims accepted the call: the entry's own can_implement (ABI 1.6, or
+// the Python kernel's) on the call `q` describes (an entry question: kinds/entry_plans.hpp's
+// *_claim_question), asked in a child once per distinct call. Claimed when it has none. Throws
+// mla::Error when the predicate failed, as claim() does.
+Claim claim_entry(Session& s, const Implementation& k, const ClaimQuestion& q);
+
 // Asks `k`'s can_implement every question it has not answered yet in one child, so that the
 // claim() calls that follow find their answers (the cases drawn for a kernel: one process, not
 // one per case).

@@ -212,7 +212,7 @@ void add_plugin(Session& s, const fs::path& path, std::size_t i) {
   report.version = d.version;
   report.origin = origin;
   for (auto& [e, r] : external_entries(base, report, d.prefill, d.merge, d.topk, d.indexer_logits,
-                                         d.indexer_append, d.sparse_prefill)) {
+                                         d.indexer_append, d.sparse_prefill, d.entry_can_implement)) {
     add_implementation(s, std::move(e), std::move(r));
   }
 }
@@ -521,12 +521,15 @@ std::vector<std::pair<Implementation, reports::KernelReport>> external_entries(
     const std::optional<MergeKernelInfo>& merge, const std::optional<TopkKernelInfo>& topk,
     const std::optional<IndexerLogitsKernelInfo>& indexer_logits,
     const std::optional<IndexerAppendKernelInfo>& indexer_append,
-    const std::optional<SparsePrefillKernelInfo>& sparse_prefill) {
+    const std::optional<SparsePrefillKernelInfo>& sparse_prefill, const std::vector<std::string>& entry_can_implement) {
   std::vector<std::pair<Implementation, reports::KernelReport>> out;
   const auto entry = [&](const std::string& name, const std::string& description, const char* kind) -> auto& {
     auto& [e, r] = out.emplace_back(base, report);
     e.info.name = printable(name), e.info.description = printable(description);
     r.origin["entry"] = kind;
+    // The entry's own predicate (1.6), asked before each of its calls (claims.hpp, claim_entry).
+    e.can_implement = std::find(entry_can_implement.begin(), entry_can_implement.end(), kind) != entry_can_implement.end();
+    if (e.can_implement) r.origin["can_implement"] = true;
     return out.back();
   };
   if (prefill) {

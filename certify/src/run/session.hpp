@@ -57,7 +57,9 @@ struct Implementation {
   // in child processes, with a drawn number of calls, another case between them and a second
   // process that must agree bitwise.
   bool external = false;
-  bool can_implement = false;  // a plug-in whose can_implement (ABI 1.2) is asked about each shape
+  // A kernel from outside whose can_implement is asked about each shape: the decode's (ABI 1.2),
+  // or for an implementation of one other entry, that entry's own (1.6).
+  bool can_implement = false;
   uint32_t append_formats = 0, append_scale_fmts = 0;  // plug-ins with an append entry (ABI 1.1)
   uint32_t append_fp8_recipes = 0;                     // MLA_PLUGIN_RECIPE_* its FP8 append writes
   std::size_t report_index = 0;                         // its KernelReport in the certificate
@@ -93,7 +95,7 @@ std::vector<std::pair<Implementation, reports::KernelReport>> external_entries(
     const std::optional<MergeKernelInfo>& merge, const std::optional<TopkKernelInfo>& topk,
     const std::optional<IndexerLogitsKernelInfo>& indexer_logits,
     const std::optional<IndexerAppendKernelInfo>& indexer_append,
-    const std::optional<SparsePrefillKernelInfo>& sparse_prefill);
+    const std::optional<SparsePrefillKernelInfo>& sparse_prefill, const std::vector<std::string>& entry_can_implement);
 
 // A case of the plan: the family as the certificate names it, the catalog file, the case.
 struct CaseRef {

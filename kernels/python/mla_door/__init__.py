@@ -168,6 +168,9 @@ class PrefillCall:
     d_v: int               # 128, or 192 when the conventions say v_padded
     causal: bool
     softmax_scale: float   # 192^-0.5 · mscale²: use it as given
+    # The sequence boundaries (can_implement sees them; () in a call, whose tensors hold them).
+    cu_seqlens_q: Tuple[int, ...] = ()
+    cu_seqlens_k: Tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,10 @@ class Prefill:
     caps: PrefillCaps = field(default_factory=PrefillCaps)
     conventions: PrefillConventions = field(default_factory=PrefillConventions)
     precision: Optional[Precision] = None       # None: the class out_dtype implies
+    # Optional: PrefillCall (with its cu_seqlens, before any data) -> None (implemented) or a
+    # reason string (not claimed, never counted); a call it accepts and prefill then refuses is
+    # a broken claim: FAIL. Each stored case is also run on its fresh twin of the same shape.
+    can_implement: Optional[Callable[[PrefillCall], Optional[str]]] = None
 
 
 @dataclass(frozen=True)
@@ -241,6 +248,8 @@ class Merge:
     dtypes: Tuple[str, ...] = ("bf16", "f16", "f32")
     head_dims: Tuple[int, ...] = ()             # empty: any
     conventions: MergeConventions = field(default_factory=MergeConventions)
+    # Optional: MergeCall -> None (implemented) or a reason string, as Prefill's.
+    can_implement: Optional[Callable[[MergeCall], Optional[str]]] = None
 
 
 @dataclass(frozen=True)
@@ -250,6 +259,9 @@ class TopkCall:
     rows: int
     n: int
     k: int
+    # Each row's range (can_implement sees them; () in a call, whose tensors hold them).
+    starts: Tuple[int, ...] = ()
+    ends: Tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -277,6 +289,8 @@ class Topk:
     # causal horizon, as V3.2's sparse attention calls it); it is then given no masked position
     # inside a range. False: masked positions in range, never to be selected.
     range_all_valid: bool = False
+    # Optional: TopkCall (with starts and ends) -> None (implemented) or a reason, as Prefill's.
+    can_implement: Optional[Callable[[TopkCall], Optional[str]]] = None
 
 
 @dataclass(frozen=True)
@@ -292,6 +306,11 @@ class IndexerLogitsCall:
     block_size: int   # paged; 0 for ragged
     max_context: int  # paged; 0 for ragged
     num_keys: int     # ragged; 0 for paged
+    # The lengths (can_implement sees them; () in a call, whose tensors hold them): context_lens
+    # for paged, ks and ke for ragged.
+    context_lens: Tuple[int, ...] = ()
+    ks: Tuple[int, ...] = ()
+    ke: Tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -331,6 +350,8 @@ class IndexerLogits:
     heads: Tuple[int, ...] = ()                 # empty: any
     block_sizes: Tuple[int, ...] = ()           # paged; empty: any
     max_context: int = 0                        # the widest logits row; 0: any
+    # Optional: IndexerLogitsCall (with its lengths) -> None (implemented) or a reason, as Prefill's.
+    can_implement: Optional[Callable[[IndexerLogitsCall], Optional[str]]] = None
 
 
 @dataclass(frozen=True)
@@ -367,6 +388,8 @@ class IndexerAppend:
     scale_fmts: Tuple[str, ...] = ("fp32", "ue8m0")
     block_sizes: Tuple[int, ...] = ()           # empty: any
     fp32_scale_op: str = "divide"               # "divide" | "times_reciprocal"
+    # Optional: IndexerAppendCall -> None (implemented) or a reason, as Prefill's.
+    can_implement: Optional[Callable[[IndexerAppendCall], Optional[str]]] = None
 
 
 @dataclass(frozen=True)
@@ -380,6 +403,10 @@ class SparsePrefillCall:
     topk: int
     sm_scale: float
     d_v: int = 512
+    sink: bool = False             # the call has an attention sink
+    has_topk_length: bool = False  # the call has topk_length
+    # Its values (can_implement sees them when the call has one; () in a call, whose tensor holds them).
+    topk_length: Tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -411,6 +438,8 @@ class SparsePrefill:
     d_qks: Tuple[int, ...] = ()                 # empty: 576 and 512
     sink: bool = True                           # takes attn_sink
     topk_length: bool = True                    # takes topk_length
+    # Optional: SparsePrefillCall -> None (implemented) or a reason string, as Prefill's.
+    can_implement: Optional[Callable[[SparsePrefillCall], Optional[str]]] = None
 
 
 def e4m3(t):
@@ -513,6 +542,7 @@ def describe(k: Kernel) -> dict:
             "dtypes": list(k.merge.dtypes),
             "head_dims": list(k.merge.head_dims),
             "conventions": dataclasses.asdict(k.merge.conventions),
+            "can_implement": k.merge.can_implement is not None,
         },
         "topk": None if k.topk is None else {
             "name": k.topk.name,
@@ -523,6 +553,7 @@ def describe(k: Kernel) -> dict:
             "sorted": k.topk.sorted,
             "precision": k.topk.precision,
             "range_all_valid": k.topk.range_all_valid,
+            "can_implement": k.topk.can_implement is not None,
         },
         "indexer_logits": None if k.indexer_logits is None else {
             "name": k.indexer_logits.name,
@@ -532,6 +563,7 @@ def describe(k: Kernel) -> dict:
             "heads": list(k.indexer_logits.heads),
             "block_sizes": list(k.indexer_logits.block_sizes),
             "max_context": k.indexer_logits.max_context,
+            "can_implement": k.indexer_logits.can_implement is not None,
         },
         "indexer_append": None if k.indexer_append is None else {
             "name": k.indexer_append.name,
@@ -539,6 +571,7 @@ def describe(k: Kernel) -> dict:
             "scale_fmts": list(k.indexer_append.scale_fmts),
             "block_sizes": list(k.indexer_append.block_sizes),
             "fp32_scale_op": k.indexer_append.fp32_scale_op,
+            "can_implement": k.indexer_append.can_implement is not None,
         },
         "sparse_prefill": None if k.sparse_prefill is None else {
             "name": k.sparse_prefill.name,
@@ -550,6 +583,7 @@ def describe(k: Kernel) -> dict:
             "d_qks": list(k.sparse_prefill.d_qks),
             "sink": k.sparse_prefill.sink,
             "topk_length": k.sparse_prefill.topk_length,
+            "can_implement": k.sparse_prefill.can_implement is not None,
         },
     }
 
@@ -569,6 +603,7 @@ def describe_prefill(p: Prefill) -> dict:
         },
         "conventions": dataclasses.asdict(p.conventions),
         "precision": None if p.precision is None else dataclasses.asdict(p.precision),
+        "can_implement": p.can_implement is not None,
     }
 
 

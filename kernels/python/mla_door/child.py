@@ -212,14 +212,46 @@ def shape_of(j, scale_fmt, cls=mla_door.Shape, **extra):
                scale_fmt=scale_fmt or "", **extra)
 
 
+def entry_question(k, entry, c):
+    """An entry's predicate and what it is asked (the entry's call before any data, with its lengths)."""
+    if entry == "prefill":
+        s = c["shape"]
+        return k.prefill.can_implement, mla_door.PrefillCall(
+            batch=s["batch"], heads=s["heads"], total_q=s["total_q"], total_k=s["total_k"], d_qk=s.get("d_qk", 192),
+            d_v=s.get("d_v", 128), causal=s["causal"], softmax_scale=c["softmax_scale"],
+            cu_seqlens_q=tuple(c["cu_seqlens_q"]), cu_seqlens_k=tuple(c["cu_seqlens_k"]))
+    if entry == "merge":
+        return k.merge.can_implement, mla_door.MergeCall(tokens=c["tokens"], heads=c["heads"], head_dim=c["head_dim"],
+                                                         dtype=c["dtype"])
+    if entry == "sparse_prefill":
+        s = c["shape"]
+        return k.sparse_prefill.can_implement, mla_door.SparsePrefillCall(
+            s_q=s["s_q"], s_kv=s["s_kv"], heads=s["heads"], d_qk=s["d_qk"], topk=s["topk"], sm_scale=c["sm_scale"],
+            sink=s["sink"], has_topk_length=s["topk_length"], topk_length=tuple(c.get("topk_length_values", ())))
+    if entry == "topk":
+        return k.topk.can_implement, mla_door.TopkCall(rows=c["rows"], n=c["n"], k=c["k"], starts=tuple(c["starts"]),
+                                                       ends=tuple(c["ends"]))
+    if entry == "indexer_logits":
+        lengths = {w: tuple(c[w]) for w in ("context_lens", "ks", "ke") if w in c}
+        return k.indexer_logits.can_implement, indexer_logits_info(c["shape"], **lengths)
+    if entry == "indexer_append":
+        return k.indexer_append.can_implement, mla_door.IndexerAppendCall(
+            num_tokens=c["num_tokens"], num_blocks=c["num_blocks"], block_size=c["block_size"], scale_fmt=c["scale_fmt"])
+    raise ValueError(f"a claim question about entry '{entry}', which has no can_implement")
+
+
 def claims(args):
     questions = read_wire(args.inputs, "claim-query")["questions"]
     _, k = load_kernel(args.spec)
     answers = []
     for q in questions:
-        shape = shape_of(q["shape"], q.get("scale_fmt"), cache_seqlens=tuple(q.get("cache_seqlens", ())))
         try:
-            r = k.can_implement(shape) if k.can_implement is not None else None
+            if "entry" in q:
+                predicate, shape = entry_question(k, q["entry"], q["call"])
+            else:
+                predicate = k.can_implement
+                shape = shape_of(q["shape"], q.get("scale_fmt"), cache_seqlens=tuple(q.get("cache_seqlens", ())))
+            r = predicate(shape) if predicate is not None else None
             if r is None:
                 answers.append({"answer": "ok", "reason": ""})
             elif isinstance(r, str):
@@ -452,7 +484,8 @@ def entry_call(torch, ctl, plan, k, view):
         sp = k.sparse_prefill
         s = a["shape"]
         sq, skv, h, d, tk = s["s_q"], s["s_kv"], s["heads"], s["d_qk"], s["topk"]
-        info = mla_door.SparsePrefillCall(s_q=sq, s_kv=skv, heads=h, d_qk=d, topk=tk, sm_scale=a["sm_scale"])
+        info = mla_door.SparsePrefillCall(s_q=sq, s_kv=skv, heads=h, d_qk=d, topk=tk, sm_scale=a["sm_scale"],
+                                          sink=s["sink"], has_topk_length=s["topk_length"])
         inputs = [view(inp["q"], torch.bfloat16, (sq, h, d)), view(inp["kv"], torch.bfloat16, (skv, d)),
                   view(inp["indices"], torch.int32, (sq, tk)),
                   view(inp["attn_sink"], torch.float32, (h,)) if s["sink"] else None,
@@ -504,18 +537,25 @@ def entry_call(torch, ctl, plan, k, view):
                                              view(regions[1], torch.float32, lse_shape)])
 
 
+def indexer_logits_info(s, **lengths):
+    """The IndexerLogitsCall of a call's shape (its plan's args["shape"]), with `lengths` for can_implement."""
+    paged = s["layout"] == "paged"
+    b, nn = s["batch"], s["next_n"]
+    return mla_door.IndexerLogitsCall(layout=s["layout"], batch=b, next_n=nn, heads=s["heads"],
+                                      rows=b * nn if paged else b, cols=s["max_context"] if paged else s["num_keys"],
+                                      block_size=s["block_size"] if paged else 0,
+                                      max_context=s["max_context"] if paged else 0,
+                                      num_keys=0 if paged else s["num_keys"], **lengths)
+
+
 def indexer_logits_call(torch, ctl, plan, il, view):
     """An indexer logits plan's call (entry_call's triple): the entry's paged or ragged callable,
     by the call's layout."""
     s, inp = plan["args"]["shape"], plan["inputs"]
     paged = s["layout"] == "paged"
     b, nn, h = s["batch"], s["next_n"], s["heads"]
-    rows = b * nn if paged else b
-    cols = s["max_context"] if paged else s["num_keys"]
-    info = mla_door.IndexerLogitsCall(layout=s["layout"], batch=b, next_n=nn, heads=h, rows=rows, cols=cols,
-                                      block_size=s["block_size"] if paged else 0,
-                                      max_context=s["max_context"] if paged else 0,
-                                      num_keys=0 if paged else s["num_keys"])
+    info = indexer_logits_info(s)
+    rows, cols = info.rows, info.cols
     fn = il.paged if paged else il.ragged
     if fn is None:
         ctl.setup(STATE_ERROR, f"the certifier asks for the kernel's {s['layout']} indexer logits, which it does not have")
@@ -548,7 +588,9 @@ def make_entry_calls(torch, ctl, plan, cuda, fn, inputs, outputs_of):
             state, message = STATE_ERROR, f"exception: {error_words(e)}"
         ctl.call(c, state, seconds, message)
         os.kill(os.getpid(), signal.SIGSTOP)
-        if state != STATE_OK:
+        # A refusal is a returned call (as a plug-in's MLA_PLUGIN_UNSUPPORTED): the next must say
+        # the same. Only a call that raised ends the calls.
+        if state == STATE_ERROR:
             break
     return 0
 

@@ -80,6 +80,9 @@ struct PluginDescription {
   std::optional<IndexerLogitsKernelInfo> indexer_logits;  // the 1.5 indexer logits entry, as validated
   std::optional<IndexerAppendKernelInfo> indexer_append;  // the 1.5 indexer append entry, as validated
   std::optional<SparsePrefillKernelInfo> sparse_prefill;  // the 1.5 sparse prefill entry, as validated
+  // The entries (kEntry* names) with a can_implement of their own (1.6; a Python kernel's
+  // declarations likewise).
+  std::vector<std::string> entry_can_implement;
 };
 wire::Message encode(const PluginDescription& d);
 PluginDescription decode_plugin_description(const wire::Message& m);
@@ -90,6 +93,12 @@ struct ClaimQuestion {
   AttnShape shape;
   std::optional<ScaleFmt> scale_fmt;  // FP8 shapes
   std::vector<int32_t> cache_seqlens;  // [batch]: the lengths the call would have
+  // Empty: the decode's question above. Else the entry asked (a kEntry* name but kEntryAppend)
+  // and `call`, the call as its entry plan's scalars say it (the `args` of
+  // kinds/entry_plans.hpp) with the lengths the call would have (`lengths`); the fields above are
+  // then unused.
+  std::string entry;
+  nlohmann::json call;
 };
 struct ClaimAnswer {
   enum class Kind { ok, unsupported, error };

@@ -42,6 +42,9 @@ struct PythonDeclaration {
   // Its sparse prefill entry ("sparse_prefill": null or an object), the same way
   // (plugin::sparse_prefill_info_from).
   std::optional<SparsePrefillKernelInfo> sparse_prefill;
+  // The entries whose object says "can_implement": true (protocol.hpp's kEntry* names): their
+  // calls are asked of the kernel's predicate before they are made.
+  std::vector<std::string> entry_can_implement;
 };
 
 // Throws mla::Error naming the field and its value ("declaration field 'caps.heads' range [0, 128]

@@ -11,35 +11,13 @@
 #include "mla/core/error.hpp"
 #include "mla/core/generator.hpp"
 #include "mla/core/numeric.hpp"
+#include "kinds/twin_draw.hpp"
 
 namespace mla::certify {
 namespace {
 
 constexpr int kBlocks = static_cast<int>(kLatentDim / kFp8BlockSize);
 constexpr int kBlock = static_cast<int>(kFp8BlockSize);
-
-class TwinDraw {
- public:
-  explicit TwinDraw(uint64_t seed) : state_(seed) {}
-  uint64_t next() { return gen::mix64(state_++ + 0x9E3779B97F4A7C15ull); }
-  // Fisher-Yates: a uniformly drawn permutation of 0..n-1.
-  std::vector<int> permutation(int n) {
-    std::vector<int> p(static_cast<std::size_t>(n));
-    std::iota(p.begin(), p.end(), 0);
-    for (int i = n - 1; i > 0; --i) {
-      std::swap(p[static_cast<std::size_t>(i)], p[static_cast<std::size_t>(next() % static_cast<uint64_t>(i + 1))]);
-    }
-    return p;
-  }
-  std::vector<uint8_t> signs(int n) {
-    std::vector<uint8_t> s(static_cast<std::size_t>(n));
-    for (auto& x : s) x = static_cast<uint8_t>(next() & 1u);
-    return s;
-  }
-
- private:
-  uint64_t state_;
-};
 
 // New dimension i holds old dimension from[i], negated when flip[i].
 struct DimMap {
@@ -68,8 +46,6 @@ DimMap rope_map(TwinDraw& d) {
   m.flip = d.signs(static_cast<int>(kRopeDim));
   return m;
 }
-
-uint16_t bf16_signed(uint16_t x, bool flip) { return flip ? static_cast<uint16_t>(x ^ 0x8000u) : x; }
 
 // One 576-value bf16 vector (a q row or a bf16 cache token): latent then rope.
 void map_bf16_row(const uint16_t* src, uint16_t* dst, const DimMap& lat, const DimMap& rope) {

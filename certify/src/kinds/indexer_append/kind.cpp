@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include "kinds/drawn_kind.hpp"
+#include "kinds/entry_plans.hpp"
+#include "kinds/stored_kind.hpp"
 #include "kinds/indexer_append/indexer_append_rows.hpp"
 #include "kinds/kinds.hpp"
 #include "mla/core/sha256.hpp"
@@ -25,10 +27,7 @@ InProcessRun<std::vector<uint8_t>> run_append_in_child(Session& s, const Impleme
   plan.entry = kEntryIndexerAppend;
   plan.inputs = {{"keys", raw_bytes(in.keys), false, 2}, {"slot_mapping", raw_bytes(in.slot_mapping), false, 8}};
   plan.per_call = {{"kv_cache", in.cache, true, 1}};
-  plan.args = {{"num_tokens", in.shape.num_tokens},
-               {"num_blocks", in.shape.num_blocks},
-               {"block_size", in.shape.block_size},
-               {"scale_fmt", to_string(in.shape.scale_fmt)}};
+  plan.args = indexer_append_args(in.shape);
   return external_run<std::vector<uint8_t>>(run_entry_in_child(s, k, plan, tag), host_caused,
                                             [](const auto& b) { return b[0]; });
 }
@@ -42,6 +41,7 @@ reports::CaseResult append_row(Session& s, const Implementation& k, const DrawnI
              {"scale_fmt", to_string(in.shape.scale_fmt)}};
   const IndexerAppendImpl& impl = *k.indexer_append;
   if (!claimed_with_cost(r, impl, in.shape, in)) return r;
+  if (!entry_claimed(s, r, k, [&] { return indexer_append_claim_question(in.shape); })) return r;
   bool host_caused = false;
   auto run = k.external
                  ? run_append_in_child(s, k, in,

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "kinds/drawn_kind.hpp"
+#include "mla/certify/twin.hpp"
 #include "kinds/indexer_logits/indexer_logits_rows.hpp"
 #include "kinds/entry_plans.hpp"
 #include "kinds/kinds.hpp"
@@ -42,6 +43,7 @@ reports::CaseResult logits_row(Session& s, const Implementation& k, reports::Cas
     return r;
   }
   if (!claimed_with_cost(r, impl, sh, in)) return r;
+  if (!entry_claimed(s, r, k, [&] { return indexer_logits_claim_question(in); })) return r;
   bool host_caused = false;
   auto run = k.external
                  ? run_logits_in_child(s, k, in,
@@ -76,6 +78,7 @@ class IndexerLogitsKind final : public StoredCasesKind {
   std::string_view families_are() const override { return "indexer families"; }
   std::optional<golden::FamilyKind> loads() const override { return golden::FamilyKind::indexer; }
   std::vector<std::string> drawn_files() const override { return {kFreshIndexerLogitsFile}; }
+  bool twins() const override { return true; }
   bool serves(const Implementation& k) const override { return k.indexer_logits != nullptr; }
   void certify_fresh(Session& s, const Implementation& k, uint64_t seed) const override {
     if (!serves(k)) return;
@@ -86,11 +89,14 @@ class IndexerLogitsKind final : public StoredCasesKind {
 
  protected:
   void certify_case(Session& s, const CaseRef& ref, const std::vector<const Implementation*>& pending) const override {
+    // A case that cannot be run is an ERROR row, and so is its twin for a kernel from outside.
     const auto failed = [&](const Implementation& k, const std::string& why) {
-      auto r = s.base_result(ref);
-      r.verdict = tol::Verdict::error;
-      r.reasons.push_back(why);
-      s.record(k, std::move(r));
+      for (const auto& row : k.external ? std::vector{ref, twin_ref(ref)} : std::vector{ref}) {
+        auto r = s.base_result(row);
+        r.verdict = tol::Verdict::error;
+        r.reasons.push_back(why);
+        s.record(k, std::move(r));
+      }
     };
     golden::IndexerCase c;
     try {
@@ -110,6 +116,23 @@ class IndexerLogitsKind final : public StoredCasesKind {
       auto r = s.base_result(ref);
       r.description = c.description;
       s.record(*k, logits_row(s, *k, std::move(r), call.view()));
+      if (!k->external) continue;
+      // The call's twin (its layout is the kernel's, so each kernel gets its own).
+      const auto seed = twin_seed(s, name(), ref);
+      auto t = s.base_result(twin_ref(ref));
+      t.description = fmt::format("fresh twin of {} (drawn from seed {}: index heads, and the dimensions of every q "
+                                  "and key vector, permuted and sign-flipped; the weights moved by noise of 1/32 "
+                                  "of their RMS)", ref.key(), seed);
+      IndexerLogitsBuffers twin;
+      try {
+        twin = make_indexer_logits_twin(call.view(), seed);
+      } catch (const std::exception& e) {
+        t.verdict = tol::Verdict::error;
+        t.reasons.push_back(fmt::format("the twin could not be built: {}", e.what()));
+        s.record(*k, std::move(t));
+        continue;
+      }
+      s.record(*k, logits_row(s, *k, std::move(t), twin.view()));
     }
   }
 };

@@ -10,6 +10,7 @@
 #include "kinds/kinds.hpp"
 #include "kinds/merge/merge_rows.hpp"
 #include "kinds/stored_kind.hpp"
+#include "mla/certify/twin.hpp"
 #include "mla/core/sha256.hpp"
 #include "mla/golden/golden.hpp"
 #include "isolation/arena.hpp"
@@ -30,6 +31,7 @@ class MergeKind final : public StoredCasesKind {
   std::string_view families_are() const override { return "merge families"; }
   std::optional<golden::FamilyKind> loads() const override { return golden::FamilyKind::merge; }
   std::vector<std::string> drawn_files() const override { return {kFreshMergeFile}; }
+  bool twins() const override { return true; }
   bool serves(const Implementation& k) const override { return k.merge != nullptr; }
   void certify_fresh(Session& s, const Implementation& k, uint64_t seed) const override {
     certify_fresh_merge(s, k, seed);
@@ -46,14 +48,44 @@ class MergeKind final : public StoredCasesKind {
       truth = merge_truth(in.view());
     } catch (const std::exception& e) {
       for (const auto* k : pending) {
-        auto r = s.base_result(ref);
-        r.verdict = Verdict::error;
-        r.reasons.push_back(fmt::format("case failed to load: {}", e.what()));
-        s.record(*k, std::move(r));
+        for (const auto& row : k->external ? std::vector{ref, twin_ref(ref)} : std::vector{ref}) {
+          auto r = s.base_result(row);
+          r.verdict = Verdict::error;
+          r.reasons.push_back(fmt::format("case failed to load: {}", e.what()));
+          s.record(*k, std::move(r));
+        }
       }
       return;
     }
-    for (const auto* k : pending) s.record(*k, merge_row(s, *k, ref, c.description, in.view(), truth));
+    // The twin, built once for every kernel from outside, its truth from the oracle too.
+    std::optional<MergeBuffers> twin;
+    ref::MergeResult twin_truth;
+    std::optional<std::string> twin_failed;
+    for (const auto* k : pending) {
+      s.record(*k, merge_row(s, *k, ref, c.description, in.view(), truth));
+      if (!k->external) continue;
+      const auto seed = twin_seed(s, name(), ref);
+      const auto description = fmt::format("fresh twin of {} (drawn from seed {}: heads and head dimensions permuted "
+                                            "and sign-flipped, both lse shifted alike, out moved by noise of 1/32 of "
+                                            "its RMS)", ref.key(), seed);
+      if (!twin && !twin_failed) {
+        try {
+          twin = make_merge_twin(in.view(), seed);
+          twin_truth = merge_truth(twin->view());
+        } catch (const std::exception& e) {
+          twin_failed = e.what();
+        }
+      }
+      if (twin_failed) {
+        auto r = s.base_result(twin_ref(ref));
+        r.description = description;
+        r.verdict = Verdict::error;
+        r.reasons.push_back(fmt::format("the twin could not be built: {}", *twin_failed));
+        s.record(*k, std::move(r));
+        continue;
+      }
+      s.record(*k, merge_row(s, *k, twin_ref(ref), description, twin->view(), twin_truth));
+    }
   }
 };
 
@@ -89,6 +121,7 @@ reports::CaseResult merge_row(Session& s, const Implementation& k, const CaseRef
   const auto& conv = impl.info().conventions;
   std::vector<float> lse_a, lse_b;
   const MergeInputs kin = inputs_to_kernel(conv, in, lse_a, lse_b);
+  if (!entry_claimed(s, r, k, [&] { return merge_claim_question(kin); })) return r;
   bool host_caused = false;
   auto run = k.external ? run_merge_in_child(s, k, kin, fmt::format("merge-{}-{:x}", k.info.name, hash_text(0, ref.key())),
                                              host_caused)

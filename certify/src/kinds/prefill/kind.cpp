@@ -11,6 +11,7 @@
 #include "kinds/kinds.hpp"
 #include "kinds/prefill/prefill_rows.hpp"
 #include "kinds/stored_kind.hpp"
+#include "mla/certify/twin.hpp"
 #include "mla/core/sha256.hpp"
 #include "mla/plugin/host.hpp"
 #include "mla/golden/golden.hpp"
@@ -37,6 +38,7 @@ class PrefillKind final : public StoredCasesKind {
   std::string_view families_are() const override { return "prefill families"; }
   std::optional<golden::FamilyKind> loads() const override { return golden::FamilyKind::prefill; }
   std::vector<std::string> drawn_files() const override { return {kFreshPrefillFile}; }
+  bool twins() const override { return true; }
   bool serves(const Implementation& k) const override { return k.prefill != nullptr; }
   void certify_fresh(Session& s, const Implementation& k, uint64_t seed) const override {
     certify_fresh_prefill(s, k, seed);
@@ -49,16 +51,48 @@ class PrefillKind final : public StoredCasesKind {
       c = golden::load_prefill_case(s.catalog.file(ref.file), ref.name);
     } catch (const std::exception& e) {
       for (const auto* k : pending) {
-        auto r = s.base_result(ref);
-        r.verdict = Verdict::error;
-        r.reasons.push_back(fmt::format("case failed to load: {}", e.what()));
-        s.record(*k, std::move(r));
+        for (const auto& row : k->external ? std::vector{ref, twin_ref(ref)} : std::vector{ref}) {
+          auto r = s.base_result(row);
+          r.verdict = Verdict::error;
+          r.reasons.push_back(fmt::format("case failed to load: {}", e.what()));
+          s.record(*k, std::move(r));
+        }
       }
       return;
     }
     const auto in = c.inputs();
     PrefillReference reference(in);
-    for (const auto* k : pending) s.record(*k, prefill_row(s, *k, ref, c.description, in, reference));
+    // The twin, built once for every kernel from outside, its truth from the oracles too.
+    std::optional<PrefillBuffers> twin;
+    std::optional<PrefillInputs> twin_in;  // the view PrefillReference keeps a reference to
+    std::optional<PrefillReference> twin_reference;
+    std::optional<std::string> twin_failed;
+    for (const auto* k : pending) {
+      s.record(*k, prefill_row(s, *k, ref, c.description, in, reference));
+      if (!k->external) continue;
+      const auto seed = twin_seed(s, name(), ref);
+      const auto description = fmt::format("fresh twin of {} (drawn from seed {}: heads, q/k and V dimensions "
+                                            "permuted and sign-flipped, q moved by noise of 1/32 of its RMS)",
+                                            ref.key(), seed);
+      if (!twin && !twin_failed) {
+        try {
+          twin = make_prefill_twin(in, seed);
+          twin_in = twin->view();
+          twin_reference.emplace(*twin_in);
+        } catch (const std::exception& e) {
+          twin_failed = e.what();
+        }
+      }
+      if (twin_failed) {
+        auto r = s.base_result(twin_ref(ref));
+        r.description = description;
+        r.verdict = Verdict::error;
+        r.reasons.push_back(fmt::format("the twin could not be built: {}", *twin_failed));
+        s.record(*k, std::move(r));
+        continue;
+      }
+      s.record(*k, prefill_row(s, *k, twin_ref(ref), description, *twin_in, *twin_reference));
+    }
   }
 };
 
@@ -102,6 +136,9 @@ reports::CaseResult prefill_row(Session& s, const Implementation& k, const CaseR
   const auto& conv = impl.info().conventions;
   std::vector<uint16_t> v_storage;
   const PrefillInputs kin = inputs_to_kernel(conv, in, v_storage);
+  // The kernel's own can_implement on the call as it would be made (its conventions: V padded or
+  // not): the claim's last word, after the declared one (claimed_with_cost).
+  if (!entry_claimed(s, r, k, [&] { return prefill_claim_question(kin); })) return r;
   bool host_caused = false;
   auto run = k.external ? run_prefill_in_child(s, k, kin, fmt::format("prefill-{}-{:x}", k.info.name, hash_text(0, ref.key())), host_caused)
                         : call_in_process<PreparedPrefill, PrefillOutputs>(

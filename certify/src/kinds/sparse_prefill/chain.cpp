@@ -224,6 +224,20 @@ reports::CaseResult chain_row(Session& s, const Implementation& k, const DrawnCh
     r.reasons.push_back(fmt::format("the claim could not be decided (check()): {}", e.what()));
     return r;
   }
+  // The attention's own can_implement (a kernel from outside) on its call's shape, which the
+  // selection does not change: asked before any link runs, a refusal in the kernel's words.
+  if (!entry_claimed(s, r, k, [&] { return sparse_prefill_claim_question(c.attention.view()); })) return r;
+  // And a stack's own links' (the suite's reference links have none).
+  if (indexer.external && !entry_claimed(s, r, *indexer.external, [&] { return indexer_logits_claim_question(iin); })) {
+    return r;
+  }
+  if (topk.external) {
+    TopkInputs question_of;
+    question_of.shape = tsh;
+    question_of.starts = c.indexer.ks;
+    question_of.ends = c.indexer.ke;
+    if (!entry_claimed(s, r, *topk.external, [&] { return topk_claim_question(question_of); })) return r;
+  }
   const std::string tag = fmt::format("{}-{:x}", k.info.name, hash_text(0, c.name));
   bool host_caused = false;
 

@@ -130,6 +130,7 @@ reports::CaseResult sparse_row(Session& s, const Implementation& k, const DrawnS
     return r;
   }
   if (!claimed_with_cost(r, impl, sh, in)) return r;
+  if (!entry_claimed(s, r, k, [&] { return sparse_prefill_claim_question(in); })) return r;
   bool host_caused = false;
   auto run = k.external
                  ? run_in_child(s, k, in, fmt::format("sparse-prefill-{}-{:x}", k.info.name, hash_text(0, c.name)),

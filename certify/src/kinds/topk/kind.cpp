@@ -35,6 +35,7 @@ reports::CaseResult topk_row(Session& s, const Implementation& k, const DrawnTop
   r.shape = {{"rows", in.shape.rows}, {"n", in.shape.n}, {"k", in.shape.k}};
   const TopkImpl& impl = *k.topk;
   if (!claimed_with_cost(r, impl, in.shape, in)) return r;
+  if (!entry_claimed(s, r, k, [&] { return topk_claim_question(in); })) return r;
   bool host_caused = false;
   auto run = k.external ? run_topk_in_child(s, k, in, fmt::format("topk-{}-{:x}", k.info.name, hash_text(0, c.name)),
                                             host_caused)

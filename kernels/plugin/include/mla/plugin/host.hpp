@@ -107,6 +107,20 @@ class Library {
   };
   Claim can_implement(const AttnShape& shape, std::optional<ScaleFmt> scale_fmt,
                       std::span<const int32_t> cache_seqlens) const;
+  // The same for the prefill, merge and sparse prefill entries (1.6): each entry's own predicate
+  // on the call's scalars and lengths, its data arrays never read (a PrefillInputs with only
+  // cu_seqlens_q/_k, a SparsePrefillInputs with only topk_length when the call has one). Ok for an
+  // entry without one.
+  Claim can_implement(const PrefillInputs& call) const;
+  Claim can_implement(const MergeShape& shape) const;
+  Claim can_implement(const SparsePrefillInputs& call) const;
+  // The top-k's (starts and ends given), the indexer logits' (context_lens, or ks and ke) and the
+  // indexer append's (no array) the same way.
+  Claim can_implement(const TopkInputs& call) const;
+  Claim can_implement(const IndexerLogitsInputs& call) const;
+  Claim can_implement(const IndexerAppendShape& shape) const;
+  // The entries (protocol.hpp's kEntry* names: "prefill", "merge", ...) with a predicate of their own.
+  std::vector<std::string> entries_with_can_implement() const;
 
  private:
   Library() = default;
@@ -118,6 +132,12 @@ class Library {
   uint32_t abi_minor_ = 0, flags_ = 0, append_formats_ = 0, append_scale_fmts_ = 0, append_fp8_recipes_ = 0;
   mla_plugin_append_fn append_ = nullptr;
   mla_plugin_can_implement_fn can_implement_ = nullptr;
+  mla_plugin_prefill_can_implement_fn prefill_can_implement_ = nullptr;
+  mla_plugin_merge_can_implement_fn merge_can_implement_ = nullptr;
+  mla_plugin_sparse_prefill_can_implement_fn sparse_prefill_can_implement_ = nullptr;
+  mla_plugin_topk_can_implement_fn topk_can_implement_ = nullptr;
+  mla_plugin_indexer_logits_can_implement_fn indexer_logits_can_implement_ = nullptr;
+  mla_plugin_indexer_append_can_implement_fn indexer_append_can_implement_ = nullptr;
   std::optional<PrefillKernelInfo> prefill_info_;
   mla_plugin_prefill_fn prefill_ = nullptr;
   std::optional<MergeKernelInfo> merge_info_;

@@ -69,6 +69,18 @@
  * PREFILL (mla/core/sparse_prefill.hpp; flash_mla_sparse_fwd): an `mla_plugin_sparse_prefill_entry`.
  * Entries of the same kind as 1.4's, any of which may also be a library's only one.
  *
+ * Revision 1.6 gives every entry of 1.4 and 1.5 a `can_implement` of its own, the decode's
+ * predicate (1.2) for its kind: it sees the call's argument struct before any data exists (every
+ * data pointer NULL but the lengths: the prefill's cu_seqlens_q/_k, the sparse prefill's
+ * topk_length, the top-k's starts/ends, the indexer logits' context_lens or ks/ke; a sparse call
+ * with an attention sink gets attn_sink pointing at `heads` zeros, since only its presence is part
+ * of the shape), is asked in the certifier's child before the entry is called, and answers as the
+ * decode's does: MLA_PLUGIN_OK claims the call, MLA_PLUGIN_UNSUPPORTED with a reason does not
+ * (NOT_CLAIMED, never counted against the kernel), any other code is the kernel's ERROR; a call it
+ * accepted and the entry then refuses is a broken claim (FAIL). Refusing what it cannot look up
+ * gains a kernel nothing: every stored prefill, merge and indexer case is also certified, for a
+ * kernel from outside, on its fresh twin of the same shape.
+ *
  * Data layouts are those of fixtures/SCHEMA.md and of mla::AttnInputs: a bf16 absorbed query, a
  * paged latent cache (bf16: 576 bf16 values per token; fp8: the 656-byte V3.2 token), a block
  * table and per-sequence lengths. Positions at or past cache_seqlens[b] and block-table entries
@@ -86,11 +98,11 @@ extern "C" {
 #endif
 
 #define MLA_PLUGIN_ABI_VERSION 1u
-#define MLA_PLUGIN_ABI_MINOR 5u /* 1.1: append entry point, device memory flag; 1.2: conventions,
+#define MLA_PLUGIN_ABI_MINOR 6u /* 1.1: append entry point, device memory flag; 1.2: conventions,
                                    precision class, FP8 recipes, can_implement; 1.3: lengths in
                                    can_implement's shape; 1.4: the prefill, merge and top-k entries;
                                    1.5: the indexer logits, indexer append and sparse prefill
-                                   entries */
+                                   entries; 1.6: can_implement for each of those entries */
 #define MLA_PLUGIN_ENTRY_SYMBOL "mla_plugin_get_descriptor"
 
 /* Cache formats (bit mask in capabilities, a single bit in decode arguments). */
@@ -304,6 +316,13 @@ typedef struct mla_plugin_prefill_args {
  * (MLA_PLUGIN_UNSUPPORTED for a call inside its claims is a broken claim: FAIL). */
 typedef int32_t (*mla_plugin_prefill_fn)(const mla_plugin_prefill_args* args, char* error, size_t error_size);
 
+/* Optional (1.6): whether the prefill implements the call `shape` describes (its data pointers
+ * NULL, cu_seqlens_q/_k given), which already lies inside the entry's claims. Returns as the
+ * decode's can_implement (mla_plugin_can_implement_fn): MLA_PLUGIN_OK, or MLA_PLUGIN_UNSUPPORTED
+ * with a reason; pure. */
+typedef int32_t (*mla_plugin_prefill_can_implement_fn)(const mla_plugin_prefill_args* shape, char* reason,
+                                                       size_t reason_size);
+
 /* The prefill entry (1.4): its own implementation in the certificate. The conventions and the
  * precision class mean what the descriptor's do for decode (zero: the canonical / the class
  * out_dtype implies); lse layout MLA_PLUGIN_LSE_B_H_SQ is [heads, total_q] (FlashAttention's),
@@ -324,6 +343,8 @@ typedef struct mla_plugin_prefill_entry {
   uint32_t operand_precision; /* MLA_PLUGIN_PRECISION_*; UNDECLARED in both or in neither */
   uint32_t accum_precision;
   mla_plugin_prefill_fn prefill; /* required */
+  /* ---- 1.6 (read only when struct_size covers it) ---- */
+  mla_plugin_prefill_can_implement_fn can_implement; /* optional, may be NULL */
 } mla_plugin_prefill_entry;
 
 /* ---- 1.4: merging two partial attention states ----------------------------------------------
@@ -360,6 +381,10 @@ typedef struct mla_plugin_merge_args {
 
 typedef int32_t (*mla_plugin_merge_fn)(const mla_plugin_merge_args* args, char* error, size_t error_size);
 
+/* Optional (1.6): whether the merge implements the call `shape` describes (every pointer NULL). */
+typedef int32_t (*mla_plugin_merge_can_implement_fn)(const mla_plugin_merge_args* shape, char* reason,
+                                                     size_t reason_size);
+
 /* What a merge writes as lse when both sides are empty (zero the canonical, as everywhere). */
 #define MLA_PLUGIN_MERGE_EMPTY_NEG_INF 0u /* -inf: log 0 (vLLM's CUDA kernel, FlashInfer) */
 #define MLA_PLUGIN_MERGE_EMPTY_POS_INF 1u /* +inf */
@@ -378,6 +403,8 @@ typedef struct mla_plugin_merge_entry {
   uint32_t lse_layout;     /* MLA_PLUGIN_LSE_B_H_SQ or _B_SQ_H */
   uint32_t both_empty_lse; /* MLA_PLUGIN_MERGE_EMPTY_NEG_INF or _POS_INF */
   mla_plugin_merge_fn merge; /* required */
+  /* ---- 1.6 (read only when struct_size covers it) ---- */
+  mla_plugin_merge_can_implement_fn can_implement; /* optional, may be NULL */
 } mla_plugin_merge_entry;
 
 /* ---- 1.4: top-k over the indexer's logits -------------------------------------------------------
@@ -410,6 +437,11 @@ typedef struct mla_plugin_topk_args {
 
 typedef int32_t (*mla_plugin_topk_fn)(const mla_plugin_topk_args* args, char* error, size_t error_size);
 
+/* Optional (1.6): whether the top-k implements the call `shape` describes (logits and indices NULL,
+ * starts and ends given). */
+typedef int32_t (*mla_plugin_topk_can_implement_fn)(const mla_plugin_topk_args* shape, char* reason,
+                                                    size_t reason_size);
+
 /* The top-k entry (1.4): its own implementation in the certificate. */
 typedef struct mla_plugin_topk_entry {
   uint32_t struct_size; /* sizeof(mla_plugin_topk_entry) as the plug-in compiled it */
@@ -426,6 +458,8 @@ typedef struct mla_plugin_topk_entry {
                                 the range is the causal horizon (V3.2's sparse attention): a kernel
                                 that fills a short selection with in-range positions, masked or not */
   mla_plugin_topk_fn topk; /* required */
+  /* ---- 1.6 (read only when struct_size covers it) ---- */
+  mla_plugin_topk_can_implement_fn can_implement; /* optional, may be NULL */
 } mla_plugin_topk_entry;
 
 /* ---- 1.5: the V3.2 lightning indexer's logits ---------------------------------------------------
@@ -481,6 +515,11 @@ typedef struct mla_plugin_indexer_logits_args {
 typedef int32_t (*mla_plugin_indexer_logits_fn)(const mla_plugin_indexer_logits_args* args, char* error,
                                                 size_t error_size);
 
+/* Optional (1.6): whether the indexer logits implement the call `shape` describes (data NULL;
+ * context_lens given for a paged call, ks and ke for a ragged one). */
+typedef int32_t (*mla_plugin_indexer_logits_can_implement_fn)(const mla_plugin_indexer_logits_args* shape,
+                                                              char* reason, size_t reason_size);
+
 /* The indexer logits entry (1.5): its own implementation in the certificate. */
 typedef struct mla_plugin_indexer_logits_entry {
   uint32_t struct_size; /* sizeof(mla_plugin_indexer_logits_entry) as the plug-in compiled it */
@@ -494,6 +533,8 @@ typedef struct mla_plugin_indexer_logits_entry {
   int32_t block_sizes[MLA_PLUGIN_MAX_PAGE_SIZES];
   int64_t max_context;  /* the widest logits row it takes; 0: any */
   mla_plugin_indexer_logits_fn indexer_logits; /* required */
+  /* ---- 1.6 (read only when struct_size covers it) ---- */
+  mla_plugin_indexer_logits_can_implement_fn can_implement; /* optional, may be NULL */
 } mla_plugin_indexer_logits_entry;
 
 /* ---- 1.5: the V3.2 indexer's keys into their paged 132-byte cache ------------------------------
@@ -523,6 +564,10 @@ typedef struct mla_plugin_indexer_append_args {
 typedef int32_t (*mla_plugin_indexer_append_fn)(const mla_plugin_indexer_append_args* args, char* error,
                                                 size_t error_size);
 
+/* Optional (1.6): whether the indexer append implements the call `shape` describes (every pointer NULL). */
+typedef int32_t (*mla_plugin_indexer_append_can_implement_fn)(const mla_plugin_indexer_append_args* shape,
+                                                              char* reason, size_t reason_size);
+
 /* The indexer append entry (1.5): its own implementation in the certificate. */
 typedef struct mla_plugin_indexer_append_entry {
   uint32_t struct_size; /* sizeof(mla_plugin_indexer_append_entry) as the plug-in compiled it */
@@ -533,6 +578,8 @@ typedef struct mla_plugin_indexer_append_entry {
   int32_t num_block_sizes; /* 0: any block size; else the first num_block_sizes entries */
   int32_t block_sizes[MLA_PLUGIN_MAX_PAGE_SIZES];
   mla_plugin_indexer_append_fn indexer_append; /* required */
+  /* ---- 1.6 (read only when struct_size covers it) ---- */
+  mla_plugin_indexer_append_can_implement_fn can_implement; /* optional, may be NULL */
 } mla_plugin_indexer_append_entry;
 
 /* ---- 1.5: FlashMLA's sparse prefill (flash_mla_sparse_fwd) ----------------------------------------
@@ -567,6 +614,11 @@ typedef struct mla_plugin_sparse_prefill_args {
 typedef int32_t (*mla_plugin_sparse_prefill_fn)(const mla_plugin_sparse_prefill_args* args, char* error,
                                                 size_t error_size);
 
+/* Optional (1.6): whether the sparse prefill implements the call `shape` describes (data pointers
+ * NULL; topk_length given when the call has one; attn_sink, when it has one, pointing at zeros). */
+typedef int32_t (*mla_plugin_sparse_prefill_can_implement_fn)(const mla_plugin_sparse_prefill_args* shape,
+                                                              char* reason, size_t reason_size);
+
 /* The sparse prefill entry (1.5): its own implementation in the certificate. */
 typedef struct mla_plugin_sparse_prefill_entry {
   uint32_t struct_size; /* sizeof(mla_plugin_sparse_prefill_entry) as the plug-in compiled it */
@@ -582,6 +634,8 @@ typedef struct mla_plugin_sparse_prefill_entry {
   uint32_t takes_sink;        /* 0 or 1 */
   uint32_t takes_topk_length; /* 0 or 1 */
   mla_plugin_sparse_prefill_fn sparse_prefill; /* required */
+  /* ---- 1.6 (read only when struct_size covers it) ---- */
+  mla_plugin_sparse_prefill_can_implement_fn can_implement; /* optional, may be NULL */
 } mla_plugin_sparse_prefill_entry;
 
 /* Returns MLA_PLUGIN_OK, or another code with a NUL-terminated message in error[0..error_size). */

@@ -186,7 +186,7 @@ TEST(PluginPrefill, EachPlantedPrefillBugIsRedWhereTheJudgeSeesItAndGreenWhereIt
     SCOPED_TRACE(bug.name);
     TempDir tmp;
     const auto cert = certify_plugins(tmp, {bug.plugin});
-    int red_stored = 0, red_drawn = 0;
+    int red_stored = 0, red_drawn = 0, red_twins = 0;
     for (const auto& row : kernel(cert, bug.name).at("cases")) {
       SCOPED_TRACE(row.at("case").get<std::string>());
       const auto verdict = row.at("verdict").get<std::string>();
@@ -194,6 +194,10 @@ TEST(PluginPrefill, EachPlantedPrefillBugIsRedWhereTheJudgeSeesItAndGreenWhereIt
       if (row.at("family") == "fresh") {
         EXPECT_TRUE(verdict == "PASS" || verdict == "FAIL") << reasons(row);
         red_drawn += verdict == "FAIL";
+      } else if (row.at("case").get<std::string>().ends_with("~twin")) {
+        // A stored case's twin (a plug-in is a kernel from outside): its shape, fresh values.
+        EXPECT_TRUE(verdict == "PASS" || verdict == "FAIL") << reasons(row);
+        red_twins += verdict == "FAIL";
       } else {
         EXPECT_EQ(verdict, direct_verdict(bug.plugin, file, row.at("case"))) << reasons(row);
         red_stored += verdict == "FAIL";
@@ -201,6 +205,7 @@ TEST(PluginPrefill, EachPlantedPrefillBugIsRedWhereTheJudgeSeesItAndGreenWhereIt
     }
     EXPECT_GT(red_stored, 0) << "a planted bug no stored case catches";
     EXPECT_GT(red_drawn, 0) << "a planted bug no drawn case catches";
+    EXPECT_GT(red_twins, 0) << "a planted bug no twin catches";
   }
 }
 
@@ -261,6 +266,137 @@ class DirectMerge final : public mla::MergeImpl {
   mla::MergeKernelInfo info_;
 };
 
+// ABI 1.6: each entry's own can_implement, asked in a child before its calls. The prefill that
+// claims odd head counts only is NOT_CLAIMED in its words on even ones (stored, twin and drawn),
+// green on the odd ones, and red (a broken claim) where it then refuses one head; a stored case's
+// twin is certified beside it. The merge of 128-wide states only and the sparse prefill without a
+// sink are green where they claim and NOT_CLAIMED elsewhere. Each predicate is shown its call's
+// scalars and lengths and no data (it errs otherwise).
+TEST(PluginEntryClaims, EachEntrysCanImplementDecidesItsClaimAndABrokenOneIsRed) {
+  TempDir tmp;
+  {
+    const auto cert = certify_plugins(tmp, {MLA_PLUGIN_PREFILL_ODD_HEADS_CLAIMED});
+    const auto& k = kernel(cert, "prefill_odd_heads_claimed");
+    EXPECT_EQ(k.at("origin").at("can_implement"), true);
+    int refused = 0, broken = 0, passed = 0, twins = 0;
+    for (const auto& row : k.at("cases")) {
+      SCOPED_TRACE(row.at("case").get<std::string>());
+      const int heads = row.at("shape").at("heads");
+      if (row.at("case").get<std::string>().ends_with("~twin")) ++twins;
+      if (heads % 2 == 0) {
+        ++refused;
+        EXPECT_EQ(row.at("verdict"), "NOT_CLAIMED") << reasons(row);
+        EXPECT_TRUE(has_reason(row, "odd head counts only")) << reasons(row);
+        EXPECT_TRUE(has_reason(row, "(the kernel's can_implement)")) << reasons(row);
+      } else if (heads == 1) {
+        ++broken;
+        EXPECT_EQ(row.at("verdict"), "FAIL") << reasons(row);
+        EXPECT_TRUE(has_reason(row, "one head is not a tile of this prefill")) << reasons(row);
+      } else {
+        ++passed;
+        EXPECT_EQ(row.at("verdict"), "PASS") << reasons(row);
+      }
+    }
+    EXPECT_GT(refused, 0);
+    EXPECT_GT(broken, 0);
+    EXPECT_GT(passed, 0);
+    EXPECT_GT(twins, 0);
+  }
+  {
+    TempDir tmp2;
+    const auto cert = certify_plugins(tmp2, {MLA_PLUGIN_MERGE_CLAIMS_HEAD_DIM_128}, "merge");
+    int claimed = 0, refused = 0;
+    for (const auto& row : kernel(cert, "merge_claims_head_dim_128").at("cases")) {
+      SCOPED_TRACE(row.at("case").get<std::string>());
+      if (row.at("shape").at("head_dim") == 128) {
+        ++claimed;
+        EXPECT_EQ(row.at("verdict"), "PASS") << reasons(row);
+      } else {
+        ++refused;
+        EXPECT_EQ(row.at("verdict"), "NOT_CLAIMED") << reasons(row);
+        EXPECT_TRUE(has_reason(row, "128-wide states only")) << reasons(row);
+      }
+    }
+    EXPECT_GT(claimed, 0);
+    EXPECT_GT(refused, 0);
+  }
+  {
+    TempDir tmp3;
+    auto o = in_process_options(tmp3.path() / "out", {}, {"fresh"});
+    o.plugins.emplace_back(MLA_PLUGIN_SPARSE_PREFILL_CLAIMS_NO_SINK);
+    const auto cert = certify_here(o);
+    int claimed = 0, refused = 0;
+    for (const auto& row : kernel(cert, "sparse_prefill_claims_no_sink").at("cases")) {
+      SCOPED_TRACE(row.at("case").get<std::string>());
+      if (row.at("shape").value("sink", false)) {
+        ++refused;
+        EXPECT_EQ(row.at("verdict"), "NOT_CLAIMED") << reasons(row);
+        EXPECT_TRUE(has_reason(row, "no attention sink")) << reasons(row);
+      } else {
+        ++claimed;
+        EXPECT_EQ(row.at("verdict"), "PASS") << reasons(row);
+      }
+    }
+    EXPECT_GT(claimed, 0);
+    EXPECT_GT(refused, 0);
+  }
+}
+
+// The same for the top-k, indexer logits and indexer append entries (drawn and, for the indexer
+// logits, stored cases and their twins): green where each predicate claims, NOT_CLAIMED in its
+// words elsewhere; each predicate errs if it is shown data or not its lengths.
+TEST(PluginEntryClaims, TheTopkAndIndexerEntriesCanImplementDecideTheirClaims) {
+  TempDir tmp;
+  auto o = in_process_options(tmp.path() / "out", {}, {mla::golden::family_names_certified_by("indexer_logits").at(0), "fresh"});
+  for (const auto* p : {MLA_PLUGIN_TOPK_CLAIMS_LONG_ROWS, MLA_PLUGIN_INDEXER_LOGITS_CLAIMS_NEXT_N_2,
+                        MLA_PLUGIN_INDEXER_APPEND_CLAIMS_UE8M0}) {
+    o.plugins.emplace_back(p);
+  }
+  const auto cert = certify_here(o);
+  struct Expect {
+    const char* kernel;
+    std::function<bool(const json&)> claimed;  // from the row's recorded shape and name
+    const char* words;
+  };
+  const std::vector<Expect> expects = {
+      {"topk_claims_long_rows",
+       [](const json& r) { return r.at("case").get<std::string>().find("rows_longer_than_k") != std::string::npos; },
+       "needs a row of at least k"},
+      {"indexer_logits_claims_next_n_2",
+       [](const json& r) { return !(r.at("shape").at("layout") == "paged" && r.at("shape").at("next_n") == 1); },
+       "speculative step's only"},
+      {"indexer_append_claims_ue8m0", [](const json& r) { return r.at("shape").at("scale_fmt") == "ue8m0"; },
+       "ue8m0 scales only"},
+  };
+  for (const auto& e : expects) {
+    SCOPED_TRACE(e.kernel);
+    const auto& k = kernel(cert, e.kernel);
+    EXPECT_EQ(k.at("origin").at("can_implement"), true);
+    int claimed = 0, refused = 0;
+    for (const auto& row : k.at("cases")) {
+      SCOPED_TRACE(row.at("case").get<std::string>());
+      // Outside its declared claims: never asked.
+      if (row.at("verdict") == "NOT_CLAIMED" && !has_reason(row, "(the kernel's can_implement)")) continue;
+      if (e.claimed(row)) {
+        ++claimed;
+        EXPECT_EQ(row.at("verdict"), "PASS") << reasons(row);
+      } else {
+        ++refused;
+        EXPECT_EQ(row.at("verdict"), "NOT_CLAIMED") << reasons(row);
+        EXPECT_TRUE(has_reason(row, e.words)) << reasons(row);
+      }
+    }
+    EXPECT_GT(claimed, 0);
+    EXPECT_GT(refused, 0);
+  }
+  // The stored indexer cases have twins beside them, for a kernel from outside.
+  int twins = 0;
+  for (const auto& row : kernel(cert, "indexer_logits_claims_next_n_2").at("cases")) {
+    twins += row.at("case").get<std::string>().ends_with("~twin");
+  }
+  EXPECT_GT(twins, 0);
+}
+
 TEST(PluginMerge, TheTemplatesMergeAndFlashInfersDeclaredConventionsAreGreen) {
   TempDir tmp;
   const auto cert = certify_plugins(tmp, {MLA_PLUGIN_GOOD_MERGE, MLA_PLUGIN_MERGE_FLASHINFER_DECLARED}, "merge");
@@ -298,13 +434,18 @@ TEST(PluginMerge, EachPlantedMergeBugIsRedWhereTheJudgeSeesIt) {
     TempDir tmp;
     const auto cert = certify_plugins(tmp, {plugin}, "merge");
     const DirectMerge direct(mla::plugin::Library::open(plugin));
-    int red_stored = 0, red_drawn = 0;
+    int red_stored = 0, red_drawn = 0, red_twins = 0;
     for (const auto& row : kernel(cert, name).at("cases")) {
       SCOPED_TRACE(row.at("case").get<std::string>());
       const auto verdict = row.at("verdict").get<std::string>();
       if (row.at("family") == "fresh") {
         EXPECT_TRUE(verdict == "PASS" || verdict == "FAIL") << reasons(row);
         red_drawn += verdict == "FAIL";
+        continue;
+      }
+      if (row.at("case").get<std::string>().ends_with("~twin")) {
+        EXPECT_TRUE(verdict == "PASS" || verdict == "FAIL") << reasons(row);
+        red_twins += verdict == "FAIL";
         continue;
       }
       const auto c = mla::golden::load_merge_case(file, row.at("case"));
@@ -316,6 +457,7 @@ TEST(PluginMerge, EachPlantedMergeBugIsRedWhereTheJudgeSeesIt) {
     }
     EXPECT_GT(red_stored, 0) << "a planted bug no stored case catches";
     EXPECT_GT(red_drawn, 0) << "a planted bug no drawn case catches";
+    EXPECT_GT(red_twins, 0) << "a planted bug no twin catches";
   }
 }
 

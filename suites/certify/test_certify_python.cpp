@@ -11,9 +11,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <fstream>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -854,6 +856,114 @@ TEST_F(CertifyPython, ResumeKeepsAResultOnlyWhileTheKernelsCodeIsTheSame) {
   std::ofstream(copy, std::ios::app) << "\n# changed\n";
   r = certify(args + " --resume", torch_path(), out);
   EXPECT_NE(r.output.find("resume: kept 0 of 2 results"), std::string::npos) << r.output;
+}
+
+// The entries' own can_implement through the door. A prefill that claims exactly the stored
+// shapes and returns their stored truth is green on what it finds, red on every twin (the same
+// shape, so claimed) and never called on a drawn case. A merge and a sparse prefill whose
+// predicates claim less than their declared ranges are green where they claim, and NOT_CLAIMED in
+// their own words where they do not (the sparse one also checks that it is shown the lengths).
+TEST_F(CertifyPython, EachEntrysCanImplementIsAskedAndRefusingTheUnknownGainsNothing) {
+  const auto r = certify("--family prefill --family merge --family " + kFresh + spec("PREFILL_THIEF") +
+                             spec("MERGE_128_ONLY") + spec("SPARSE_NO_SINK"),
+                         torch_path());
+  ASSERT_EQ(r.status, 1) << r.output;
+  const auto twin = [](const json& c) { return c.at("case").get<std::string>().ends_with("~twin"); };
+  const auto says = [](const json& c, const std::string& words) { return reasons(c).find(words) != std::string::npos; };
+  {
+    const auto& k = kernel(r, "door_prefill_thief");
+    EXPECT_EQ(k.at("origin").at("can_implement"), true);
+    int stored_pass = 0, twins = 0, drawn = 0;
+    for (const auto& c : k.at("cases")) {
+      SCOPED_TRACE(c.at("case").get<std::string>());
+      if (c.at("family") == kFresh) {
+        ++drawn;
+        EXPECT_EQ(c.at("verdict"), "NOT_CLAIMED") << reasons(c);
+        EXPECT_TRUE(says(c, "only the shapes of the catalog's cases (the kernel's can_implement)")) << reasons(c);
+      } else if (twin(c)) {
+        ++twins;
+        EXPECT_EQ(c.at("verdict"), "FAIL") << reasons(c);
+      } else if (c.at("verdict") == "PASS") {
+        ++stored_pass;
+      }
+    }
+    EXPECT_GT(stored_pass, 0) << "it returns the stored truth where it finds it";
+    EXPECT_GT(twins, 0);
+    EXPECT_GT(drawn, 0);
+  }
+  {
+    const auto& k = kernel(r, "door_merge_128_only");
+    int claimed = 0, refused = 0;
+    for (const auto& c : k.at("cases")) {
+      SCOPED_TRACE(c.at("case").get<std::string>());
+      if (c.at("shape").at("head_dim") == 128) {
+        ++claimed;
+        EXPECT_EQ(c.at("verdict"), "PASS") << reasons(c);
+      } else {
+        ++refused;
+        EXPECT_EQ(c.at("verdict"), "NOT_CLAIMED") << reasons(c);
+        EXPECT_TRUE(says(c, "128-wide states only")) << reasons(c);
+      }
+    }
+    EXPECT_GT(claimed, 0);
+    EXPECT_GT(refused, 0);
+  }
+  {
+    const auto& k = kernel(r, "door_sparse_no_sink");
+    int claimed = 0, refused = 0;
+    for (const auto& c : k.at("cases")) {
+      SCOPED_TRACE(c.at("case").get<std::string>());
+      if (c.at("shape").value("sink", false)) {
+        ++refused;
+        EXPECT_EQ(c.at("verdict"), "NOT_CLAIMED") << reasons(c);
+        EXPECT_TRUE(says(c, "no attention sink")) << reasons(c);
+      } else {
+        ++claimed;
+        EXPECT_EQ(c.at("verdict"), "PASS") << reasons(c);
+      }
+    }
+    EXPECT_GT(claimed, 0);
+    EXPECT_GT(refused, 0);
+  }
+}
+
+// The top-k, indexer logits and indexer append entries' can_implement through the door: green
+// where each claims (the stored indexer cases and their twins included), NOT_CLAIMED in its words
+// elsewhere; each predicate raises if it is not shown its lengths.
+TEST_F(CertifyPython, TheIndexerEntriesCanImplementAreAskedThroughTheDoor) {
+  const auto r = certify("--family indexer --family " + kFresh + spec("TOPK_LONG_ROWS") + spec("LOGITS_NEXT_N_2") +
+                             spec("APPEND_BLOCKS_OF_64"),
+                         torch_path());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::vector<std::tuple<std::string, std::function<bool(const json&)>, std::string>> expects = {
+      {"door_topk_long_rows",
+       [](const json& c) { return c.at("case").get<std::string>().find("rows_longer_than_k") != std::string::npos; },
+       "needs a row of at least k"},
+      {"door_logits_next_n_2",
+       [](const json& c) { return !(c.at("shape").at("layout") == "paged" && c.at("shape").at("next_n") == 1); },
+       "speculative step only"},
+      {"door_append_blocks_of_64", [](const json& c) { return c.at("shape").at("block_size") == 64; },
+       "blocks of 64 tokens only"},
+  };
+  for (const auto& [name, claimed, words] : expects) {
+    SCOPED_TRACE(name);
+    int yes = 0, no = 0;
+    for (const auto& c : kernel(r, name).at("cases")) {
+      SCOPED_TRACE(c.at("case").get<std::string>());
+      // Outside its declared claims (the stored cases' head counts): never asked.
+      if (c.at("verdict") == "NOT_CLAIMED" && reasons(c).find("(the kernel's can_implement)") == std::string::npos) continue;
+      if (claimed(c)) {
+        ++yes;
+        EXPECT_EQ(c.at("verdict"), "PASS") << reasons(c);
+      } else {
+        ++no;
+        EXPECT_EQ(c.at("verdict"), "NOT_CLAIMED") << reasons(c);
+        EXPECT_NE(reasons(c).find(words), std::string::npos) << reasons(c);
+      }
+    }
+    EXPECT_GT(yes, 0);
+    EXPECT_GT(no, 0);
+  }
 }
 
 // The routes to a green certificate without computing, through the door: the stored q-std-100

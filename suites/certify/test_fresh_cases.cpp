@@ -29,6 +29,8 @@
 #include "mla/judge/attention.hpp"
 #include "mla/ref/append.hpp"
 #include "mla/ref/attention.hpp"
+#include "mla/ref/prefill.hpp"
+#include "mla/ref/indexer_logits.hpp"
 #include "mla/ref/same_dtype.hpp"
 #include "mla/reports/certificate.hpp"
 #include "test_util.hpp"
@@ -552,6 +554,157 @@ TEST(FreshTwin, IsTheStoredCaseUnderExactSymmetriesPlusNoiseOnQ) {
     const auto n = mla::ref::attention_fp64(noisy.view());
     // (A row over one key has the same out whatever q is: lse still moves.)
     EXPECT_TRUE(n.out != b.out || n.lse != b.lse) << "so the twin's truth is not the moved stored truth";
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The prefill and merge twins (mla/certify/twin.hpp), held to their symmetries: without noise, the
+// fp64 truth of every stored prefill case's twin is the stored case's truth moved by the maps (to
+// rounding of the oracle's sums); with it, q moves and so does the truth. A merge's twin without
+// noise on out merges to the stored merge moved by the maps, its empty sides where they were and
+// its merged lse moved by the shift alone (to the float32 rounding of the shifted lse).
+TEST(FreshTwins, PrefillAndMergeTwinsAreTheStoredCasesMovedBySymmetries) {
+  const auto catalog = mla::golden::open_catalog(kGoldens, /*verify_files=*/false);
+  int prefills = 0, shared_rope = 0;
+  for (const auto& s : mla::golden::summarize_cases(catalog.file("prefill.h5"))) {
+    const auto c = mla::golden::load_prefill_case(catalog.file("prefill.h5"), s.name);
+    if (c.shape.total_q > 1024 || c.shape.total_k > 4096) continue;  // the long ones add time, not coverage
+    SCOPED_TRACE(s.name);
+    ++prefills;
+    mla::certify::PrefillTwinMap m;
+    const auto in = c.inputs();
+    const auto twin = mla::certify::make_prefill_twin(in, 99, /*q_noise=*/0.0, &m);
+    EXPECT_EQ(twin.cu_seqlens_q, c.cu_seqlens_q);
+    EXPECT_EQ(twin.cu_seqlens_k, c.cu_seqlens_k);
+    const auto a = mla::ref::prefill_attention(in);
+    const auto b = mla::ref::prefill_attention(twin.view());
+    const auto& sh = c.shape;
+    double scale = 0, worst = 0;
+    for (const double x : a.out) scale = std::max(scale, std::fabs(x));
+    for (int64_t t = 0; t < sh.total_q; ++t) {
+      for (int h = 0; h < sh.heads; ++h) {
+        for (int i = 0; i < sh.d_v; ++i) {
+          const double got = b.out[(t * sh.heads + h) * sh.d_v + i];
+          const double want = (m.v_flip[i] ? -1 : 1) * a.out[(t * sh.heads + m.heads[h]) * sh.d_v + m.v_from[i]];
+          worst = std::max(worst, std::fabs(got - want));
+        }
+        const double got = b.lse[h * sh.total_q + t], want = a.lse[m.heads[h] * sh.total_q + t];
+        if (std::isinf(want)) EXPECT_EQ(got, want);
+        else EXPECT_NEAR(got, want, 1e-12 * std::max(1.0, std::fabs(want)));
+      }
+    }
+    EXPECT_LE(worst, 1e-12 * std::max(1.0, scale)) << "out moves with the maps";
+    // A k_pe shared by every head (a layer-derived case's, as MLA's) stays shared: the dimensions
+    // map alike in every head.
+    const auto rope_shared = [&](std::span<const uint16_t> k) {
+      for (int64_t t = 0; t < sh.total_k; ++t) {
+        for (int h = 1; h < sh.heads; ++h) {
+          for (int i = mla::kMhaNope; i < mla::kMhaDqk; ++i) {
+            if (k[(t * sh.heads + h) * sh.d_qk + i] != k[(t * sh.heads) * sh.d_qk + i]) return false;
+          }
+        }
+      }
+      return true;
+    };
+    if (rope_shared(in.k)) {
+      ++shared_rope;
+      EXPECT_TRUE(rope_shared(twin.k));
+    }
+    const auto noisy = mla::certify::make_prefill_twin(in, 99);
+    int64_t moved = 0;
+    for (std::size_t i = 0; i < twin.q.size(); ++i) moved += twin.q[i] != noisy.q[i];
+    EXPECT_GT(moved, static_cast<int64_t>(twin.q.size()) / 2) << "the noise moves most q values";
+  }
+  EXPECT_GT(prefills, 5);
+  EXPECT_GT(shared_rope, 0) << "a case whose k_pe every head shares";
+
+  int merges = 0;
+  for (const auto& s : mla::golden::summarize_cases(catalog.file("merge.h5"))) {
+    SCOPED_TRACE(s.name);
+    ++merges;
+    const auto c = mla::golden::load_merge_case(catalog.file("merge.h5"), s.name);
+    const auto in = c.inputs();
+    mla::certify::MergeTwinMap m;
+    const auto twin = mla::certify::make_merge_twin(in.view(), 7, /*out_noise=*/0.0, &m);
+    const auto a = mla::ref::merge_states(in.view());
+    const auto b = mla::ref::merge_states(twin.view());
+    const auto& sh = in.shape;
+    for (int64_t t = 0; t < sh.tokens; ++t) {
+      for (int h = 0; h < sh.heads; ++h) {
+        const double la = a.lse[m.heads[h] * sh.tokens + t], lb = b.lse[h * sh.tokens + t];
+        ASSERT_FALSE(std::isnan(lb));
+        EXPECT_EQ(std::isinf(la), std::isinf(lb)) << "an empty side stays empty";
+        const double weight_slack = 1e-6 * std::max(1.0, std::fabs(la));  // the shifted lse's float32 rounding
+        for (int i = 0; i < sh.head_dim; ++i) {
+          const double want = (m.dim_flip[i] ? -1 : 1) * a.out[(t * sh.heads + m.heads[h]) * sh.head_dim + m.dim_from[i]];
+          const double got = b.out[(t * sh.heads + h) * sh.head_dim + i];
+          EXPECT_NEAR(got, want, weight_slack * std::max(1.0, std::fabs(want)) + 1e-12);
+        }
+      }
+    }
+    const auto noisy = mla::certify::make_merge_twin(in.view(), 7);
+    const bool some_side = std::any_of(in.lse_a.begin(), in.lse_a.end(), [](float x) { return std::isfinite(x); }) ||
+                           std::any_of(in.lse_b.begin(), in.lse_b.end(), [](float x) { return std::isfinite(x); });
+    if (some_side) EXPECT_TRUE(noisy.out_a != twin.out_a || noisy.out_b != twin.out_b) << "the noise moves out";
+  }
+  EXPECT_GT(merges, 5);
+}
+
+}  // namespace
+
+namespace {
+
+// The indexer logits twin: without noise on the weights, every logit is the stored call's (a
+// joint permutation and sign flip of q and key dimensions leaves each q8·k8, so each relu, as it
+// was; the heads move with their weights); with it, the logits move. Paged and ragged alike.
+TEST(FreshTwins, AnIndexerLogitsTwinKeepsEveryDotProductAndItsNoiseMovesTheLogits) {
+  for (const auto layout : {mla::IndexerLogitsLayout::ragged, mla::IndexerLogitsLayout::paged}) {
+    SCOPED_TRACE(mla::to_string(layout));
+    mla::IndexerLogitsBuffers b;
+    auto& s = b.shape;
+    s.layout = layout;
+    s.heads = 4;
+    const auto code = [](uint64_t i) {  // any finite e4m3 code (0x7F and 0xFF are NaN)
+      const auto c = static_cast<uint8_t>(mla::gen::bits(5, 1, i) % 0x7F);
+      return static_cast<uint8_t>(c | ((mla::gen::bits(5, 2, i) & 1u) << 7));
+    };
+    if (layout == mla::IndexerLogitsLayout::ragged) {
+      s.batch = 5, s.next_n = 1, s.num_keys = 9;
+      for (int64_t i = 0; i < s.num_keys * 128; ++i) b.k_codes.push_back(code(1000 + static_cast<uint64_t>(i)));
+      for (int64_t i = 0; i < s.num_keys; ++i) b.k_scales.push_back(0.01f * static_cast<float>(i + 1));
+      for (int64_t r = 0; r < s.batch; ++r) b.ks.push_back(static_cast<int32_t>(r)), b.ke.push_back(static_cast<int32_t>(r + 4));
+    } else {
+      s.batch = 2, s.next_n = 2, s.block_size = 4, s.max_blocks = 3, s.num_blocks = 6, s.max_context = 10;
+      b.context_lens = {10, 5};
+      b.block_table = {4, 0, 2, 1, 3, 5};
+      b.cache.resize(static_cast<std::size_t>(s.num_blocks * s.block_size * 132));
+      for (std::size_t i = 0; i < b.cache.size(); ++i) b.cache[i] = code(i);
+      for (int64_t blk = 0; blk < s.num_blocks; ++blk) {  // the scale area: positive float32 scales
+        for (int64_t t = 0; t < s.block_size; ++t) {
+          const float scale = 0.02f * static_cast<float>(t + 1);
+          std::memcpy(b.cache.data() + blk * s.block_size * 132 + s.block_size * 128 + t * 4, &scale, 4);
+        }
+      }
+    }
+    for (int64_t i = 0; i < s.rows() * s.heads * 128; ++i) b.q.push_back(code(static_cast<uint64_t>(i)));
+    for (int64_t i = 0; i < s.rows() * s.heads; ++i) b.weights.push_back(static_cast<float>(mla::gen::value(5, 3, static_cast<uint64_t>(i), 0, 1)));
+    const auto a = mla::ref::indexer_logits_reference(b.view());
+    const auto twin = mla::certify::make_indexer_logits_twin(b.view(), 31, /*w_noise=*/0.0);
+    const auto t = mla::ref::indexer_logits_reference(twin.view());
+    ASSERT_EQ(a.logits.size(), t.logits.size());
+    for (std::size_t i = 0; i < a.logits.size(); ++i) {
+      if (std::isinf(a.logits[i])) EXPECT_EQ(t.logits[i], a.logits[i]) << i;
+      else EXPECT_NEAR(t.logits[i], a.logits[i], 1e-12 * std::max(1.0, a.magnitude[i])) << i;
+    }
+    EXPECT_NE(twin.q, b.q) << "the dimensions and heads moved";
+    const auto noisy = mla::certify::make_indexer_logits_twin(b.view(), 31);
+    const auto n = mla::ref::indexer_logits_reference(noisy.view());
+    int moved = 0;
+    for (std::size_t i = 0; i < a.logits.size(); ++i) moved += std::isfinite(a.logits[i]) && n.logits[i] != a.logits[i];
+    EXPECT_GT(moved, 0) << "the noise on the weights moves the logits";
   }
 }
 

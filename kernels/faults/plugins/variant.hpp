@@ -57,6 +57,7 @@ enum class Fault {
   indexer_append_writes_skipped_slots,    // indexer append: a negative slot written from the cache's end
   sparse_prefill_minus_one_as_zero,       // sparse prefill: a -1 entry gathered as position 0
   sparse_prefill_lse_log2,                // sparse prefill: lse in base 2, undeclared
+  prefill_refuses_one_head,  // prefill: refuses one head when called, after its can_implement accepted it
 };
 
 struct Variant {

@@ -369,7 +369,25 @@ const PrefillDeparture kPrefillDeparture{is(Fault::prefill_sees_next_key) ? 1 : 
                                          kV.flashinfer, is(Fault::prefill_skips_empty_rows)};
 
 int32_t prefill_variant(const mla_plugin_prefill_args* args, char* error, size_t error_size) {
+  if (is(Fault::prefill_refuses_one_head) && args->heads == 1) {
+    std::snprintf(error, error_size, "one head is not a tile of this prefill");
+    return MLA_PLUGIN_UNSUPPORTED;
+  }
   return prefill_with(args, kPrefillDeparture, error, error_size);
+}
+
+// CAN_IMPLEMENT (1.6): the entries' own claims, finer than their declared ranges. The prefill
+// runs odd head counts only; it reads the lengths it is shown, so a call without them is an error.
+int32_t prefill_can_implement(const mla_plugin_prefill_args* shape, char* reason, size_t reason_size) {
+  if (!shape->cu_seqlens_q || !shape->cu_seqlens_k || shape->q || shape->out) {
+    std::snprintf(reason, reason_size, "can_implement was shown data, or no lengths");
+    return MLA_PLUGIN_ERROR;
+  }
+  if (shape->heads % 2 == 0) {
+    std::snprintf(reason, reason_size, "this prefill runs odd head counts only (%d)", shape->heads);
+    return MLA_PLUGIN_UNSUPPORTED;
+  }
+  return MLA_PLUGIN_OK;
 }
 
 mla_plugin_prefill_entry variant_prefill_entry() {
@@ -377,6 +395,7 @@ mla_plugin_prefill_entry variant_prefill_entry() {
   e.name = kV.name;
   e.description = described("example plug-in prefill: float64 accumulation, ");
   e.prefill = prefill_variant;
+  if (kV.can_implement) e.can_implement = prefill_can_implement;
   if (kV.flashinfer && kV.declares_conventions) {
     e.lse_base = MLA_PLUGIN_LSE_BASE_2;
     e.lse_layout = MLA_PLUGIN_LSE_B_SQ_H;
@@ -396,11 +415,25 @@ int32_t merge_variant(const mla_plugin_merge_args* args, char* error, size_t err
   return merge_with(args, kMergeDeparture, error, error_size);
 }
 
+// CAN_IMPLEMENT (1.6): a merge of a prefill's states only (V 128 wide), never of MLA's latent.
+int32_t merge_can_implement(const mla_plugin_merge_args* shape, char* reason, size_t reason_size) {
+  if (shape->out_a || shape->out) {
+    std::snprintf(reason, reason_size, "can_implement was shown data");
+    return MLA_PLUGIN_ERROR;
+  }
+  if (shape->head_dim != 128) {
+    std::snprintf(reason, reason_size, "this merge joins 128-wide states only (%d)", shape->head_dim);
+    return MLA_PLUGIN_UNSUPPORTED;
+  }
+  return MLA_PLUGIN_OK;
+}
+
 mla_plugin_merge_entry variant_merge_entry() {
   mla_plugin_merge_entry e = make_merge_entry();
   e.name = kV.name;
   e.description = described("example plug-in merge: float64 weights, ");
   e.merge = merge_variant;
+  if (kV.can_implement) e.can_implement = merge_can_implement;
   if (kMergeDeparture.base2) {  // the declaration is FlashInfer's; the bug is in the arithmetic
     e.lse_base = MLA_PLUGIN_LSE_BASE_2;
     e.lse_layout = MLA_PLUGIN_LSE_B_SQ_H;
@@ -416,11 +449,26 @@ int32_t topk_variant(const mla_plugin_topk_args* args, char* error, size_t error
   return topk_with(args, kTopkDeparture, error, error_size);
 }
 
+// CAN_IMPLEMENT (1.6): a top-k whose pass needs some row of at least k positions (it reads the
+// ranges it is shown).
+int32_t topk_can_implement(const mla_plugin_topk_args* shape, char* reason, size_t reason_size) {
+  if (!shape->starts || !shape->ends || shape->logits || shape->indices) {
+    std::snprintf(reason, reason_size, "can_implement was shown data, or no ranges");
+    return MLA_PLUGIN_ERROR;
+  }
+  for (int64_t r = 0; r < shape->rows; ++r) {
+    if (shape->ends[r] - shape->starts[r] >= shape->k) return MLA_PLUGIN_OK;
+  }
+  std::snprintf(reason, reason_size, "this top-k needs a row of at least k = %d positions", shape->k);
+  return MLA_PLUGIN_UNSUPPORTED;
+}
+
 mla_plugin_topk_entry variant_topk_entry() {
   mla_plugin_topk_entry e = make_topk_entry();
   e.name = kV.name;
   e.description = described("example plug-in top-k: exact, ");
   e.topk = topk_variant;
+  if (kV.can_implement) e.can_implement = topk_can_implement;
   e.index_base = kV.relative ? MLA_PLUGIN_INDEX_RELATIVE : MLA_PLUGIN_INDEX_ABSOLUTE;
   return e;
 }
@@ -434,11 +482,28 @@ int32_t indexer_logits_variant(const mla_plugin_indexer_logits_args* args, char*
   return indexer_logits_with(args, kIndexerDeparture, error, error_size);
 }
 
+// CAN_IMPLEMENT (1.6): paged calls of the speculative step only (next_n 2); it is shown the
+// lengths of its layout.
+int32_t indexer_logits_can_implement(const mla_plugin_indexer_logits_args* shape, char* reason, size_t reason_size) {
+  const bool paged = shape->layout == MLA_PLUGIN_INDEXER_PAGED;
+  if (shape->q || shape->weights || shape->logits || shape->kv_cache || shape->k_codes ||
+      (paged ? !shape->context_lens : (!shape->ks || !shape->ke))) {
+    std::snprintf(reason, reason_size, "can_implement was shown data, or not its lengths");
+    return MLA_PLUGIN_ERROR;
+  }
+  if (paged && shape->next_n == 1) {
+    std::snprintf(reason, reason_size, "this build's paged logits are the speculative step's only (next_n 2)");
+    return MLA_PLUGIN_UNSUPPORTED;
+  }
+  return MLA_PLUGIN_OK;
+}
+
 mla_plugin_indexer_logits_entry variant_indexer_logits_entry() {
   mla_plugin_indexer_logits_entry e = make_indexer_logits_entry();
   e.name = kV.name;
   e.description = described("example plug-in indexer logits: float64, ");
   e.indexer_logits = indexer_logits_variant;
+  if (kV.can_implement) e.can_implement = indexer_logits_can_implement;
   return e;
 }
 const mla_plugin_indexer_logits_entry kVariantIndexerLogits = variant_indexer_logits_entry();
@@ -451,11 +516,26 @@ int32_t sparse_prefill_variant(const mla_plugin_sparse_prefill_args* args, char*
   return sparse_prefill_with(args, kSparseDeparture, error, error_size);
 }
 
+// CAN_IMPLEMENT (1.6): no attention sink in this build, though the entry takes one (a kernel
+// whose sink path is compiled per head count, say): claimed per call, not per entry.
+int32_t sparse_prefill_can_implement(const mla_plugin_sparse_prefill_args* shape, char* reason, size_t reason_size) {
+  if (shape->q || shape->kv || shape->indices || shape->out) {
+    std::snprintf(reason, reason_size, "can_implement was shown data");
+    return MLA_PLUGIN_ERROR;
+  }
+  if (shape->attn_sink) {
+    std::snprintf(reason, reason_size, "this build has no attention sink (%d heads)", shape->heads);
+    return MLA_PLUGIN_UNSUPPORTED;
+  }
+  return MLA_PLUGIN_OK;
+}
+
 mla_plugin_sparse_prefill_entry variant_sparse_prefill_entry() {
   mla_plugin_sparse_prefill_entry e = make_sparse_prefill_entry();
   e.name = kV.name;
   e.description = described("example plug-in sparse prefill: float64, ");
   e.sparse_prefill = sparse_prefill_variant;
+  if (kV.can_implement) e.can_implement = sparse_prefill_can_implement;
   return e;
 }
 const mla_plugin_sparse_prefill_entry kVariantSparsePrefill = variant_sparse_prefill_entry();
@@ -464,6 +544,19 @@ const mla_plugin_sparse_prefill_entry kVariantSparsePrefill = variant_sparse_pre
 const IndexerAppendDeparture kIndexerAppendDeparture{is(Fault::indexer_append_scale_after_each_token),
                                                      is(Fault::indexer_append_clamp_after_divide),
                                                      is(Fault::indexer_append_writes_skipped_slots)};
+
+// CAN_IMPLEMENT (1.6): ue8m0 scales only, though the entry declares both.
+int32_t indexer_append_can_implement(const mla_plugin_indexer_append_args* shape, char* reason, size_t reason_size) {
+  if (shape->keys || shape->slot_mapping || shape->kv_cache) {
+    std::snprintf(reason, reason_size, "can_implement was shown data");
+    return MLA_PLUGIN_ERROR;
+  }
+  if (shape->scale_fmt != MLA_PLUGIN_SCALE_UE8M0) {
+    std::snprintf(reason, reason_size, "this build writes ue8m0 scales only");
+    return MLA_PLUGIN_UNSUPPORTED;
+  }
+  return MLA_PLUGIN_OK;
+}
 
 int32_t indexer_append_variant(const mla_plugin_indexer_append_args* args, char* error, size_t error_size) {
   return indexer_append_with(args, kIndexerAppendDeparture, error, error_size);
@@ -474,6 +567,7 @@ mla_plugin_indexer_append_entry variant_indexer_append_entry() {
   e.name = kV.name;
   e.description = described("example plug-in indexer append: vLLM's recipe, ");
   e.indexer_append = indexer_append_variant;
+  if (kV.can_implement) e.can_implement = indexer_append_can_implement;
   return e;
 }
 const mla_plugin_indexer_append_entry kVariantIndexerAppend = variant_indexer_append_entry();

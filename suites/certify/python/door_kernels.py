@@ -234,3 +234,98 @@ def _kills_server(*args):
 
 
 KILLS_SERVER = _variant("door_kills_server", _kills_server)
+
+
+# ---- the entries' own claims (can_implement on the prefill, merge and sparse prefill) ----------------
+import dataclasses  # noqa: E402
+
+import flashmla_sparse_cpu  # noqa: E402  (kernels/python/examples, on the path above)
+import merge_cpu  # noqa: E402
+
+
+def _stored_prefill_shapes():
+    """(heads, cu_seqlens_q, cu_seqlens_k) of every stored prefill case of the catalog."""
+    import h5py
+    shapes = set()
+    d = _catalog_dir()
+    for name in sorted(os.listdir(d)):
+        if not name.endswith(".h5"):
+            continue
+        with h5py.File(os.path.join(d, name), "r") as f:
+            for case in f.get("cases", {}).values():
+                kind = case.attrs.get("kind")
+                if (kind.decode() if isinstance(kind, bytes) else kind) != "prefill":
+                    continue
+                shapes.add((int(case.attrs["heads"]), tuple(int(x) for x in case["inputs/cu_seqlens_q"][()]),
+                            tuple(int(x) for x in case["inputs/cu_seqlens_k"][()])))
+    return shapes
+
+
+def _prefill_thief_claims(call):
+    if (call.heads, call.cu_seqlens_q, call.cu_seqlens_k) in _stored_prefill_shapes():
+        return None
+    return "only the shapes of the catalog's cases"
+
+
+def _prefill_thief(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, call):
+    found = _stored_truth(q)
+    if found is None:
+        raise mla_door.Unsupported("unsupported shape")
+    _write_stored(found, out, lse)
+
+
+# Claims exactly the stored prefill shapes and returns their stored truth: green on every stored
+# case it finds, red on each one's fresh twin (the same shape, so claimed), never asked the rest.
+PREFILL_THIEF = Kernel(name="door_prefill_thief", version="1", description="door test: stored prefill answers",
+                       prefill=mla_door.Prefill(name="door_prefill_thief", description="stored prefill answers",
+                                                prefill=_prefill_thief, can_implement=_prefill_thief_claims))
+
+
+def _merge_128_only(call):
+    return None if call.head_dim == 128 else f"this merge joins 128-wide states only ({call.head_dim})"
+
+
+def _sparse_no_sink(call):
+    if call.has_topk_length and len(call.topk_length) != call.s_q:
+        raise ValueError(f"shown {len(call.topk_length)} topk_length values for {call.s_q} rows")
+    return f"this build has no attention sink ({call.heads} heads)" if call.sink else None
+
+
+def _entry_with(kernel, entry, name, predicate):
+    """`kernel` with its `entry` renamed and given `predicate` as its can_implement."""
+    return dataclasses.replace(kernel, name=name, **{entry: dataclasses.replace(getattr(kernel, entry), name=name,
+                                                                              can_implement=predicate)})
+
+
+# Correct kernels whose own can_implement claims less than their declared ranges.
+MERGE_128_ONLY = _entry_with(merge_cpu.VLLM, "merge", "door_merge_128_only", _merge_128_only)
+SPARSE_NO_SINK = _entry_with(flashmla_sparse_cpu.KERNEL, "sparse_prefill", "door_sparse_no_sink", _sparse_no_sink)
+
+import deepgemm_cpu  # noqa: E402
+import vllm_indexer_cache_cpu  # noqa: E402
+import vllm_topk_cpu  # noqa: E402
+
+
+def _topk_long_rows(call):
+    if len(call.starts) != call.rows or len(call.ends) != call.rows:
+        raise ValueError(f"shown {len(call.starts)} starts and {len(call.ends)} ends for {call.rows} rows")
+    if any(e - s >= call.k for s, e in zip(call.starts, call.ends)):
+        return None
+    return f"this top-k needs a row of at least k = {call.k} positions"
+
+
+def _logits_next_n_2(call):
+    shown = call.context_lens if call.layout == "paged" else call.ks
+    if len(shown) != call.batch:
+        raise ValueError(f"shown {len(shown)} lengths for a batch of {call.batch}")
+    return "paged logits of the speculative step only" if call.layout == "paged" and call.next_n == 1 else None
+
+
+def _append_blocks_of_64(call):
+    return None if call.block_size == 64 else f"blocks of 64 tokens only ({call.block_size})"
+
+
+TOPK_LONG_ROWS = _entry_with(vllm_topk_cpu.KERNEL, "topk", "door_topk_long_rows", _topk_long_rows)
+LOGITS_NEXT_N_2 = _entry_with(deepgemm_cpu.KERNEL, "indexer_logits", "door_logits_next_n_2", _logits_next_n_2)
+APPEND_BLOCKS_OF_64 = _entry_with(vllm_indexer_cache_cpu.KERNEL, "indexer_append", "door_append_blocks_of_64",
+                                  _append_blocks_of_64)

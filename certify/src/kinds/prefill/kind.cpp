@@ -50,50 +50,34 @@ class PrefillKind final : public StoredCasesKind {
     try {
       c = golden::load_prefill_case(s.catalog.file(ref.file), ref.name);
     } catch (const std::exception& e) {
-      for (const auto* k : pending) {
-        for (const auto& row : k->external ? std::vector{ref, twin_ref(ref)} : std::vector{ref}) {
-          auto r = s.base_result(row);
-          r.verdict = Verdict::error;
-          r.reasons.push_back(fmt::format("case failed to load: {}", e.what()));
-          s.record(*k, std::move(r));
-        }
-      }
+      for (const auto* k : pending) record_error(s, *k, ref, fmt::format("case failed to load: {}", e.what()));
       return;
     }
     const auto in = c.inputs();
     PrefillReference reference(in);
-    // The twin, built once for every kernel from outside, its truth from the oracles too.
-    std::optional<PrefillBuffers> twin;
-    std::optional<PrefillInputs> twin_in;  // the view PrefillReference keeps a reference to
-    std::optional<PrefillReference> twin_reference;
-    std::optional<std::string> twin_failed;
+    const auto seed = twin_seed(s, name(), ref);
+    const auto description = fmt::format("fresh twin of {} (drawn from seed {}: heads, q/k and V dimensions permuted "
+                                         "and sign-flipped, q moved by noise of 1/32 of its RMS)", ref.key(), seed);
+    CaseTwin<TwinCase> twin;
     for (const auto* k : pending) {
       s.record(*k, prefill_row(s, *k, ref, c.description, in, reference));
       if (!k->external) continue;
-      const auto seed = twin_seed(s, name(), ref);
-      const auto description = fmt::format("fresh twin of {} (drawn from seed {}: heads, q/k and V dimensions "
-                                            "permuted and sign-flipped, q moved by noise of 1/32 of its RMS)",
-                                            ref.key(), seed);
-      if (!twin && !twin_failed) {
-        try {
-          twin = make_prefill_twin(in, seed);
-          twin_in = twin->view();
-          twin_reference.emplace(*twin_in);
-        } catch (const std::exception& e) {
-          twin_failed = e.what();
-        }
-      }
-      if (twin_failed) {
-        auto r = s.base_result(twin_ref(ref));
-        r.description = description;
-        r.verdict = Verdict::error;
-        r.reasons.push_back(fmt::format("the twin could not be built: {}", *twin_failed));
-        s.record(*k, std::move(r));
-        continue;
-      }
-      s.record(*k, prefill_row(s, *k, twin_ref(ref), description, *twin_in, *twin_reference));
+      twin.record(
+          s, *k, ref, description, [&] { return std::make_unique<TwinCase>(make_prefill_twin(in, seed)); },
+          [&](const TwinCase& t, const std::string& about) {
+            return prefill_row(s, *k, twin_ref(ref), about, t.in, t.reference);
+          });
     }
   }
+
+ private:
+  // A twin's inputs and their references (which keep a reference to the view).
+  struct TwinCase {
+    explicit TwinCase(PrefillBuffers buffers) : b(std::move(buffers)), in(b.view()), reference(in) {}
+    PrefillBuffers b;
+    PrefillInputs in;
+    mutable PrefillReference reference;
+  };
 };
 
 // The calls of an external kernel's prefill on `kin` (in its conventions) in a child: call 1's out

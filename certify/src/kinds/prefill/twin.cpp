@@ -57,14 +57,8 @@ PrefillBuffers make_prefill_twin(const PrefillInputs& in, uint64_t seed, double 
   map_rows(in.q, t.q, s.total_q, heads, kMhaDqk, qk_from, qk_flip);
   map_rows(in.k, t.k, s.total_k, heads, kMhaDqk, qk_from, qk_flip);
   map_rows(in.v, t.v, s.total_k, heads, kMhaDv, v_from, v_flip);
-  // q moved by noise of q_noise of its RMS: new logits, the case's scale (a q of std 100 stays one).
-  double sum2 = 0;
-  std::size_t finite = 0;
-  for (const uint16_t x : t.q) {
-    const double v = bf16_to_float(x);
-    if (std::isfinite(v)) sum2 += v * v, ++finite;
-  }
-  const double noise = finite ? q_noise * std::sqrt(sum2 / static_cast<double>(finite)) : 0.0;
+  // q moved by noise: new logits.
+  const double noise = bf16_noise_sd(t.q, q_noise);
   const uint64_t noise_seed = d.next();
   if (noise > 0) {
     for (std::size_t i = 0; i < t.q.size(); ++i) {

@@ -33,6 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using mla::certify::testing::certify_here;
+using mla::certify::testing::expect_predicate_claims;
 using mla::certify::testing::in_process_options;
 using mla::certify::testing::kernel;
 using mla::certify::testing::TempDir;
@@ -305,40 +306,16 @@ TEST(PluginEntryClaims, EachEntrysCanImplementDecidesItsClaimAndABrokenOneIsRed)
   {
     TempDir tmp2;
     const auto cert = certify_plugins(tmp2, {MLA_PLUGIN_MERGE_CLAIMS_HEAD_DIM_128}, "merge");
-    int claimed = 0, refused = 0;
-    for (const auto& row : kernel(cert, "merge_claims_head_dim_128").at("cases")) {
-      SCOPED_TRACE(row.at("case").get<std::string>());
-      if (row.at("shape").at("head_dim") == 128) {
-        ++claimed;
-        EXPECT_EQ(row.at("verdict"), "PASS") << reasons(row);
-      } else {
-        ++refused;
-        EXPECT_EQ(row.at("verdict"), "NOT_CLAIMED") << reasons(row);
-        EXPECT_TRUE(has_reason(row, "128-wide states only")) << reasons(row);
-      }
-    }
-    EXPECT_GT(claimed, 0);
-    EXPECT_GT(refused, 0);
+    expect_predicate_claims(kernel(cert, "merge_claims_head_dim_128"),
+                            [](const json& row) { return row.at("shape").at("head_dim") == 128; }, "128-wide states only");
   }
   {
     TempDir tmp3;
     auto o = in_process_options(tmp3.path() / "out", {}, {"fresh"});
     o.plugins.emplace_back(MLA_PLUGIN_SPARSE_PREFILL_CLAIMS_NO_SINK);
     const auto cert = certify_here(o);
-    int claimed = 0, refused = 0;
-    for (const auto& row : kernel(cert, "sparse_prefill_claims_no_sink").at("cases")) {
-      SCOPED_TRACE(row.at("case").get<std::string>());
-      if (row.at("shape").value("sink", false)) {
-        ++refused;
-        EXPECT_EQ(row.at("verdict"), "NOT_CLAIMED") << reasons(row);
-        EXPECT_TRUE(has_reason(row, "no attention sink")) << reasons(row);
-      } else {
-        ++claimed;
-        EXPECT_EQ(row.at("verdict"), "PASS") << reasons(row);
-      }
-    }
-    EXPECT_GT(claimed, 0);
-    EXPECT_GT(refused, 0);
+    expect_predicate_claims(kernel(cert, "sparse_prefill_claims_no_sink"),
+                            [](const json& row) { return !row.at("shape").value("sink", false); }, "no attention sink");
   }
 }
 
@@ -372,22 +349,7 @@ TEST(PluginEntryClaims, TheTopkAndIndexerEntriesCanImplementDecideTheirClaims) {
     SCOPED_TRACE(e.kernel);
     const auto& k = kernel(cert, e.kernel);
     EXPECT_EQ(k.at("origin").at("can_implement"), true);
-    int claimed = 0, refused = 0;
-    for (const auto& row : k.at("cases")) {
-      SCOPED_TRACE(row.at("case").get<std::string>());
-      // Outside its declared claims: never asked.
-      if (row.at("verdict") == "NOT_CLAIMED" && !has_reason(row, "(the kernel's can_implement)")) continue;
-      if (e.claimed(row)) {
-        ++claimed;
-        EXPECT_EQ(row.at("verdict"), "PASS") << reasons(row);
-      } else {
-        ++refused;
-        EXPECT_EQ(row.at("verdict"), "NOT_CLAIMED") << reasons(row);
-        EXPECT_TRUE(has_reason(row, e.words)) << reasons(row);
-      }
-    }
-    EXPECT_GT(claimed, 0);
-    EXPECT_GT(refused, 0);
+    expect_predicate_claims(k, e.claimed, e.words);
   }
   // The stored indexer cases have twins beside them, for a kernel from outside.
   int twins = 0;

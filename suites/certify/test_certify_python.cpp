@@ -30,6 +30,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using mla::certify::testing::expect_predicate_claims;
 using mla::certify::testing::kFresh;
 using mla::certify::testing::quote;
 using mla::certify::testing::run_command;
@@ -891,40 +892,10 @@ TEST_F(CertifyPython, EachEntrysCanImplementIsAskedAndRefusingTheUnknownGainsNot
     EXPECT_GT(twins, 0);
     EXPECT_GT(drawn, 0);
   }
-  {
-    const auto& k = kernel(r, "door_merge_128_only");
-    int claimed = 0, refused = 0;
-    for (const auto& c : k.at("cases")) {
-      SCOPED_TRACE(c.at("case").get<std::string>());
-      if (c.at("shape").at("head_dim") == 128) {
-        ++claimed;
-        EXPECT_EQ(c.at("verdict"), "PASS") << reasons(c);
-      } else {
-        ++refused;
-        EXPECT_EQ(c.at("verdict"), "NOT_CLAIMED") << reasons(c);
-        EXPECT_TRUE(says(c, "128-wide states only")) << reasons(c);
-      }
-    }
-    EXPECT_GT(claimed, 0);
-    EXPECT_GT(refused, 0);
-  }
-  {
-    const auto& k = kernel(r, "door_sparse_no_sink");
-    int claimed = 0, refused = 0;
-    for (const auto& c : k.at("cases")) {
-      SCOPED_TRACE(c.at("case").get<std::string>());
-      if (c.at("shape").value("sink", false)) {
-        ++refused;
-        EXPECT_EQ(c.at("verdict"), "NOT_CLAIMED") << reasons(c);
-        EXPECT_TRUE(says(c, "no attention sink")) << reasons(c);
-      } else {
-        ++claimed;
-        EXPECT_EQ(c.at("verdict"), "PASS") << reasons(c);
-      }
-    }
-    EXPECT_GT(claimed, 0);
-    EXPECT_GT(refused, 0);
-  }
+  expect_predicate_claims(kernel(r, "door_merge_128_only"),
+                          [](const json& c) { return c.at("shape").at("head_dim") == 128; }, "128-wide states only");
+  expect_predicate_claims(kernel(r, "door_sparse_no_sink"),
+                          [](const json& c) { return !c.at("shape").value("sink", false); }, "no attention sink");
 }
 
 // The top-k, indexer logits and indexer append entries' can_implement through the door: green
@@ -947,22 +918,7 @@ TEST_F(CertifyPython, TheIndexerEntriesCanImplementAreAskedThroughTheDoor) {
   };
   for (const auto& [name, claimed, words] : expects) {
     SCOPED_TRACE(name);
-    int yes = 0, no = 0;
-    for (const auto& c : kernel(r, name).at("cases")) {
-      SCOPED_TRACE(c.at("case").get<std::string>());
-      // Outside its declared claims (the stored cases' head counts): never asked.
-      if (c.at("verdict") == "NOT_CLAIMED" && reasons(c).find("(the kernel's can_implement)") == std::string::npos) continue;
-      if (claimed(c)) {
-        ++yes;
-        EXPECT_EQ(c.at("verdict"), "PASS") << reasons(c);
-      } else {
-        ++no;
-        EXPECT_EQ(c.at("verdict"), "NOT_CLAIMED") << reasons(c);
-        EXPECT_NE(reasons(c).find(words), std::string::npos) << reasons(c);
-      }
-    }
-    EXPECT_GT(yes, 0);
-    EXPECT_GT(no, 0);
+    expect_predicate_claims(kernel(r, name), claimed, words);
   }
 }
 

@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "mla/certify/certify.hpp"
@@ -175,6 +177,29 @@ inline std::string plugin_path(const std::string& name) {
   MLA_P(MLA_PLUGIN_WRAPS_NEGATIVE_INDEX, wraps_negative_index)
 #undef MLA_P
   throw std::runtime_error("no example plug-in named " + name);
+}
+
+// The rows of `k`, a kernel whose own can_implement claims less than its declared ranges: each row
+// its predicate claims (`claimed`, read from the row) PASS, each other one NOT_CLAIMED in the
+// predicate's `words`; rows outside its declared claims (never asked) are left out. Both occur.
+inline void expect_predicate_claims(const nlohmann::json& k, const std::function<bool(const nlohmann::json&)>& claimed,
+                                    const std::string& words) {
+  int yes = 0, no = 0;
+  for (const auto& row : k.at("cases")) {
+    SCOPED_TRACE(row.at("case").get<std::string>());
+    const auto why = row.at("reasons").dump();
+    if (row.at("verdict") == "NOT_CLAIMED" && why.find("(the kernel's can_implement)") == std::string::npos) continue;
+    if (claimed(row)) {
+      ++yes;
+      EXPECT_EQ(row.at("verdict"), "PASS") << why;
+    } else {
+      ++no;
+      EXPECT_EQ(row.at("verdict"), "NOT_CLAIMED") << why;
+      EXPECT_NE(why.find(words), std::string::npos) << why;
+    }
+  }
+  EXPECT_GT(yes, 0) << "no row its predicate claims";
+  EXPECT_GT(no, 0) << "no row its predicate refuses";
 }
 
 }  // namespace mla::certify::testing

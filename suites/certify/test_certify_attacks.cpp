@@ -75,7 +75,7 @@ bool any_reason(const mla::reports::CaseResult& r, const std::string& words) {
                      [&](const std::string& why) { return why.find(words) != std::string::npos; });
 }
 std::string reasons(const mla::reports::CaseResult& r) { return fmt::format("{}", fmt::join(r.reasons, " | ")); }
-bool is_twin(const mla::reports::CaseResult& r) { return r.name.size() > 5 && r.name.substr(r.name.size() - 5) == "~twin"; }
+bool is_twin(const mla::reports::CaseResult& r) { return mla::certify::testing::is_twin(r.name); }
 
 class Attacks : public ::testing::Test {
  protected:

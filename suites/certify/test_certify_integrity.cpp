@@ -127,7 +127,7 @@ TEST_F(Integrity, AttacksOnTheAuditAndStatefulKernelsAreRedForTheirFault) {
   for (const auto& c : kernel(r, "state_across_processes").cases) {
     SCOPED_TRACE("state_across_processes " + c.name);
     // A twin runs in one process (its stored case is the one run in a second): nothing to see.
-    if (c.name.ends_with("~twin")) {
+    if (mla::certify::testing::is_twin(c.name)) {
       EXPECT_EQ(c.verdict, Verdict::pass) << reasons(c);
       continue;
     }
@@ -296,7 +296,7 @@ TEST_F(Integrity, StoredTruthPassesTheCatalogAndFailsTheFreshCases) {
     if (c.family == kFresh) {
       ++fresh;
       fresh_fail += c.verdict == Verdict::fail;
-    } else if (c.name.find("~twin") == std::string::npos) {
+    } else if (!mla::certify::testing::is_twin(c.name)) {
       // The case's own calls judged right (no out/lse reason of its own): only the call in
       // between gave it away.
       const bool only_between = std::all_of(c.reasons.begin(), c.reasons.end(), [](const std::string& w) {

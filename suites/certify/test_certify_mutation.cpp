@@ -132,14 +132,13 @@ TEST_P(MutationScore, CaughtWhereverItsBugChangesTheResult) {
   std::vector<std::string> where, missed;
   std::set<std::string> certified;
   int drawn = 0, drawn_red = 0;
-  const std::string twin = "~twin";
   for (const auto& r : cert.kernels.front().cases) {
-    const bool is_twin = r.name.size() > twin.size() && r.name.compare(r.name.size() - twin.size(), twin.size(), twin) == 0;
+    const bool is_twin = t::is_twin(r.name);
     if (r.family != t::kFresh && !is_twin) certified.insert(r.family + "/" + r.name);
     if (r.verdict == Verdict::skipped || r.verdict == Verdict::unsupported) continue;
     if (r.family == t::kFresh || is_twin) {
       // Drawn per run: where a bug shows depends on drawn values, so these are scored, not predicted.
-      const auto stored = is_twin ? r.name.substr(0, r.name.size() - twin.size()) : std::string();
+      const auto stored = is_twin ? r.name.substr(0, r.name.size() - std::string_view(mla::certify::kTwinSuffix).size()) : std::string();
       EXPECT_TRUE(!is_twin || shows.contains(r.family + "/" + stored)) << r.family << "/" << r.name << " was not selected";
       ++drawn;
       drawn_red += r.verdict == Verdict::fail || r.verdict == Verdict::error;

@@ -195,7 +195,7 @@ TEST(PluginPrefill, EachPlantedPrefillBugIsRedWhereTheJudgeSeesItAndGreenWhereIt
       if (row.at("family") == "fresh") {
         EXPECT_TRUE(verdict == "PASS" || verdict == "FAIL") << reasons(row);
         red_drawn += verdict == "FAIL";
-      } else if (row.at("case").get<std::string>().ends_with("~twin")) {
+      } else if (mla::certify::testing::is_twin(row.at("case").get<std::string>())) {
         // A stored case's twin (a plug-in is a kernel from outside): its shape, fresh values.
         EXPECT_TRUE(verdict == "PASS" || verdict == "FAIL") << reasons(row);
         red_twins += verdict == "FAIL";
@@ -283,7 +283,7 @@ TEST(PluginEntryClaims, EachEntrysCanImplementDecidesItsClaimAndABrokenOneIsRed)
     for (const auto& row : k.at("cases")) {
       SCOPED_TRACE(row.at("case").get<std::string>());
       const int heads = row.at("shape").at("heads");
-      if (row.at("case").get<std::string>().ends_with("~twin")) ++twins;
+      if (mla::certify::testing::is_twin(row.at("case").get<std::string>())) ++twins;
       if (heads % 2 == 0) {
         ++refused;
         EXPECT_EQ(row.at("verdict"), "NOT_CLAIMED") << reasons(row);
@@ -354,7 +354,7 @@ TEST(PluginEntryClaims, TheTopkAndIndexerEntriesCanImplementDecideTheirClaims) {
   // The stored indexer cases have twins beside them, for a kernel from outside.
   int twins = 0;
   for (const auto& row : kernel(cert, "indexer_logits_claims_next_n_2").at("cases")) {
-    twins += row.at("case").get<std::string>().ends_with("~twin");
+    twins += mla::certify::testing::is_twin(row.at("case").get<std::string>());
   }
   EXPECT_GT(twins, 0);
 }
@@ -405,7 +405,7 @@ TEST(PluginMerge, EachPlantedMergeBugIsRedWhereTheJudgeSeesIt) {
         red_drawn += verdict == "FAIL";
         continue;
       }
-      if (row.at("case").get<std::string>().ends_with("~twin")) {
+      if (mla::certify::testing::is_twin(row.at("case").get<std::string>())) {
         EXPECT_TRUE(verdict == "PASS" || verdict == "FAIL") << reasons(row);
         red_twins += verdict == "FAIL";
         continue;

@@ -869,7 +869,7 @@ TEST_F(CertifyPython, EachEntrysCanImplementIsAskedAndRefusingTheUnknownGainsNot
                              spec("MERGE_128_ONLY") + spec("SPARSE_NO_SINK"),
                          torch_path());
   ASSERT_EQ(r.status, 1) << r.output;
-  const auto twin = [](const json& c) { return c.at("case").get<std::string>().ends_with("~twin"); };
+  const auto twin = [](const json& c) { return mla::certify::testing::is_twin(c.at("case").get<std::string>()); };
   const auto says = [](const json& c, const std::string& words) { return reasons(c).find(words) != std::string::npos; };
   {
     const auto& k = kernel(r, "door_prefill_thief");
@@ -935,7 +935,7 @@ TEST_F(CertifyPython, AttacksOnTheVerdictAreRed) {
     std::map<std::string, const json*> m;  // "stored", "twin", "drawn" (the fresh family)
     for (const auto& c : kernel(r, k).at("cases")) {
       const std::string name = c.at("case");
-      m[c.at("family") == kFresh ? "drawn" : name.find("~twin") != std::string::npos ? "twin" : "stored"] = &c;
+      m[c.at("family") == kFresh ? "drawn" : mla::certify::testing::is_twin(name) ? "twin" : "stored"] = &c;
     }
     EXPECT_EQ(m.size(), 3u) << k << ": " << kernel(r, k).at("cases").dump();
     return m;

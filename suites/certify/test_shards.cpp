@@ -123,7 +123,7 @@ TEST(Shards, ShardsMergeIntoTheWholeSelectionAndAShardNeverReadsAsTheCatalogsPas
   // The tiny catalog's 3 cases, their twins (the kernel is a plug-in) and the fresh cases drawn
   // from the seed: all are split.
   const auto fresh = std::count_if(all.begin(), all.end(), [](const std::string& n) { return n.starts_with(kFresh + "/"); });
-  const auto twins = std::count_if(all.begin(), all.end(), [](const std::string& n) { return n.ends_with("~twin"); });
+  const auto twins = std::count_if(all.begin(), all.end(), [](const std::string& n) { return mla::certify::testing::is_twin(n); });
   ASSERT_EQ(twins, 3);
   ASSERT_EQ(all.size() - fresh - twins, 3u);
   ASSERT_GT(fresh, 0);

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mla/certify/certify.hpp"
+#include "mla/certify/twin.hpp"
 #include "mla/golden/families.hpp"
 #include "support/temp_dir.hpp"
 
@@ -130,12 +131,16 @@ inline nlohmann::json without_timings(nlohmann::json j) {
   return j;
 }
 
-// Every example plug-in path, by name (from the build: MLA_PLUGIN_<NAME>).
+// Whether a row is a stored case's fresh twin (named `<case>~twin`).
+inline bool is_twin(const std::string& case_name) {
+  const std::string_view twin = mla::certify::kTwinSuffix;
+  return case_name.size() > twin.size() && case_name.ends_with(twin);
+}
+
 // A row whose inputs were drawn at run time (the fresh family, a stored case's fresh twin): no
 // golden holds them, so a prediction made from a stored case's data does not apply to it.
 inline bool drawn_at_run_time(const std::string& family, const std::string& name) {
-  const std::string_view twin = "~twin";
-  return family == kFresh || (name.size() > twin.size() && name.ends_with(twin));
+  return family == kFresh || is_twin(name);
 }
 
 // A failed rule's words without the opening that says it was the call made between a case's

@@ -1,6 +1,7 @@
 /* mla_plugin.h — the C ABI of an external MLA kernel: attention-core decode, cache append and
  * (from 1.4) prefill in the MHA form, the merge of attention states and the indexer's top-k,
- * (from 1.5) the indexer's logits and its cache append and FlashMLA's sparse prefill; version 1.5.
+ * (from 1.5) the indexer's logits and its cache append and FlashMLA's sparse prefill, (from 1.6)
+ * each of those entries' own can_implement; version 1.6.
  *
  * A plug-in is a shared library that exports one function, mla_plugin_get_descriptor, returning
  * a descriptor: who it is (name, version), what it claims to support (cache formats, head and

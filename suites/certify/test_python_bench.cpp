@@ -228,6 +228,48 @@ TEST_F(PythonBench, ARefusalIsUnsupportedAndCanImplementIsAskedByCheck) {
   EXPECT_THROW(three.impl->prepare(in.view()), mla::UnsupportedError);
 }
 
+// A merge of `head_dim`-wide bf16 states, 3 tokens and 2 heads: the shape is what matters here.
+mla::MergeBuffers merge_case(int head_dim) {
+  mla::MergeBuffers b;
+  b.shape = {3, 2, head_dim, mla::StateDType::bf16};
+  for (int i = 0; i < 3 * 2 * head_dim; ++i) {
+    mla::append_state_value(b.shape.dtype, 0.01 * (i % 17), b.out_a);
+    mla::append_state_value(b.shape.dtype, -0.02 * (i % 13), b.out_b);
+  }
+  b.lse_a = {0.5f, 1.0f, -1.0f, 2.0f, 0.0f, 3.0f};
+  b.lse_b = {1.5f, -0.5f, 0.25f, 1.0f, 2.5f, -2.0f};
+  return b;
+}
+
+// An entry's own can_implement is asked before a benchmark point is prepared, for a Python kernel
+// (in the door's claims child) as for a C plug-in (ABI 1.6): a point it does not claim is refused
+// in its words and never called, the overhead row alike; a point it claims is prepared.
+void expect_merge_128_only(const mla::MergeImpl& merge, const std::string& words) {
+  const auto wide = merge_case(512), narrow = merge_case(128);
+  try {
+    (void)merge.prepare(wide.view());
+    ADD_FAILURE() << "a 512-wide merge it does not claim was prepared";
+  } catch (const mla::UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("can_implement"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW((void)merge.prepare(narrow.view()));
+}
+
+TEST_F(PythonBench, AnEntrysCanImplementIsAskedBeforeItsPointIsPrepared) {
+  const auto k = open(kTestKernels / "door_kernels.py", "MERGE_128_ONLY");
+  ASSERT_TRUE(k.merge && k.merge_overhead);
+  expect_merge_128_only(*k.merge, "128-wide states only");
+  expect_merge_128_only(*k.merge_overhead, "128-wide states only");
+}
+
+TEST(PluginBench, AnEntrysCanImplementIsAskedBeforeItsPointIsPrepared) {
+  const auto k = mla::certify::open_plugin_for_bench(MLA_PLUGIN_MERGE_CLAIMS_HEAD_DIM_128);
+  ASSERT_TRUE(k.merge && k.merge_overhead);
+  expect_merge_128_only(*k.merge, "128-wide states only");
+  expect_merge_128_only(*k.merge_overhead, "128-wide states only");
+}
+
 TEST_F(PythonBench, AKernelInOtherConventionsIsJudgedInTheSuitesOwn) {
   // FlashInfer's conventions (lse base 2 laid out [b, s_q, h], -inf for an empty row, sparse
   // indices as global slots) on a sparse case with an empty sequence and invalid indices: the

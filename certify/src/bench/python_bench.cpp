@@ -534,6 +534,22 @@ class PythonEntryBench final : public Impl {
   std::optional<std::string> unavailable() const override { return entry_.unavailable; }
   std::unique_ptr<Prepared> prepare(const Inputs& in) const override {
     if (const auto why = unavailable()) throw UnsupportedError(fmt::format("{} is unavailable: {}", info_.name, *why));
+    // The entry's own can_implement first, as `mla certify` asks it (in a child, once per call):
+    // a point it does not claim is skipped in its words, never called.
+    if (entry_.can_implement) {
+      std::optional<std::string> refusal;
+      {
+        std::lock_guard<std::mutex> lock(door_->mutex);
+        try {
+          const auto c = claim_entry(door_->session, entry_, claim_question(in));
+          if (!c.claimed) refusal = c.reason;
+        } catch (const std::exception& e) {
+          // A predicate that fails claims nothing: the benchmark skips the point, saying why.
+          refusal = fmt::format("can_implement failed: {}", e.what());
+        }
+      }
+      if (refusal) throw UnsupportedError(fmt::format("{}: {}", info_.name, *refusal));
+    }
     return std::make_unique<PythonEntryPrepared<Prepared, Buffers, Outputs>>(door_, entry_, Buffers(in), plan_, empty_);
   }
 

@@ -49,6 +49,12 @@ ClaimQuestion sparse_prefill_claim_question(const SparsePrefillInputs& in);
 ClaimQuestion topk_claim_question(const TopkInputs& in);                  // with starts and ends
 ClaimQuestion indexer_logits_claim_question(const IndexerLogitsInputs& in);  // context_lens, or ks and ke
 ClaimQuestion indexer_append_claim_question(const IndexerAppendShape& shape);
+// The same question by the inputs' type (the benchmarks' entry wrappers are templates over it).
+inline ClaimQuestion claim_question(const PrefillInputs& kin) { return prefill_claim_question(kin); }
+inline ClaimQuestion claim_question(const MergeInputs& kin) { return merge_claim_question(kin); }
+inline ClaimQuestion claim_question(const TopkInputs& in) { return topk_claim_question(in); }
+inline ClaimQuestion claim_question(const IndexerLogitsInputs& in) { return indexer_logits_claim_question(in); }
+inline ClaimQuestion claim_question(const SparsePrefillInputs& in) { return sparse_prefill_claim_question(in); }
 // The scalars the indexer append's child reads (its plan is laid out by its kind).
 nlohmann::json indexer_append_args(const IndexerAppendShape& shape);
 

@@ -50,7 +50,9 @@ struct ExternalBenchKernel {
   // beside it (the entry replaced by one that returns at once, or no call at all); null where it
   // has none. Their results() are in the entry's declared conventions, as a registered kernel's:
   // the benchmark makes them canonical before judging. A Python entry's prepared call clocks its
-  // own calls in its child (mla::SelfTimed), as a Python decode does.
+  // own calls in its child (mla::SelfTimed), as a Python decode does. prepare() asks the entry's
+  // own can_implement first (ABI 1.6, or the Python kernel's, in the door's claims child): a call
+  // it does not claim throws UnsupportedError in its words and is never made.
   std::unique_ptr<PrefillImpl> prefill, prefill_overhead;
   std::unique_ptr<MergeImpl> merge, merge_overhead;
   std::unique_ptr<TopkImpl> topk, topk_overhead;

@@ -395,6 +395,12 @@ const mla_plugin_indexer_append_entry* indexer_append_entry(const mla_plugin_des
 const mla_plugin_sparse_prefill_entry* sparse_prefill_entry(const mla_plugin_descriptor& d) {
   return MLA_PLUGIN_HAS_FIELD(mla_plugin_descriptor, sparse_prefill, d.struct_size) ? d.sparse_prefill : nullptr;
 }
+// An entry's own can_implement (1.6), or NULL for an entry written before it (its struct_size
+// ends earlier: the bytes after it are not the entry's).
+template <class Entry>
+auto entry_can_implement(const Entry& e) -> decltype(e.can_implement) {
+  return MLA_PLUGIN_HAS_FIELD(Entry, can_implement, e.struct_size) ? e.can_implement : nullptr;
+}
 }  // namespace
 
 void validate_descriptor(const mla_plugin_descriptor& d) {
@@ -560,49 +566,37 @@ std::shared_ptr<Library> Library::open(const std::filesystem::path& path) {
     lib->prefill_info_ = prefill_info_from(*pre);
     lib->prefill_info_->backend = d.backend;
     lib->prefill_ = pre->prefill;
-    if (MLA_PLUGIN_HAS_FIELD(mla_plugin_prefill_entry, can_implement, pre->struct_size)) {
-      lib->prefill_can_implement_ = pre->can_implement;
-    }
+    lib->prefill_can_implement_ = entry_can_implement(*pre);
   }
   if (const auto* mer = merge_entry(d)) {
     lib->merge_info_ = merge_info_from(*mer);
     lib->merge_info_->backend = d.backend;
     lib->merge_ = mer->merge;
-    if (MLA_PLUGIN_HAS_FIELD(mla_plugin_merge_entry, can_implement, mer->struct_size)) {
-      lib->merge_can_implement_ = mer->can_implement;
-    }
+    lib->merge_can_implement_ = entry_can_implement(*mer);
   }
   if (const auto* top = topk_entry(d)) {
     lib->topk_info_ = topk_info_from(*top);
     lib->topk_info_->backend = d.backend;
     lib->topk_ = top->topk;
-    if (MLA_PLUGIN_HAS_FIELD(mla_plugin_topk_entry, can_implement, top->struct_size)) {
-      lib->topk_can_implement_ = top->can_implement;
-    }
+    lib->topk_can_implement_ = entry_can_implement(*top);
   }
   if (const auto* idx = indexer_logits_entry(d)) {
     lib->indexer_logits_info_ = indexer_logits_info_from(*idx);
     lib->indexer_logits_info_->backend = d.backend;
     lib->indexer_logits_ = idx->indexer_logits;
-    if (MLA_PLUGIN_HAS_FIELD(mla_plugin_indexer_logits_entry, can_implement, idx->struct_size)) {
-      lib->indexer_logits_can_implement_ = idx->can_implement;
-    }
+    lib->indexer_logits_can_implement_ = entry_can_implement(*idx);
   }
   if (const auto* ida = indexer_append_entry(d)) {
     lib->indexer_append_info_ = indexer_append_info_from(*ida);
     lib->indexer_append_info_->backend = d.backend;
     lib->indexer_append_ = ida->indexer_append;
-    if (MLA_PLUGIN_HAS_FIELD(mla_plugin_indexer_append_entry, can_implement, ida->struct_size)) {
-      lib->indexer_append_can_implement_ = ida->can_implement;
-    }
+    lib->indexer_append_can_implement_ = entry_can_implement(*ida);
   }
   if (const auto* spf = sparse_prefill_entry(d)) {
     lib->sparse_prefill_info_ = sparse_prefill_info_from(*spf);
     lib->sparse_prefill_info_->backend = d.backend;
     lib->sparse_prefill_ = spf->sparse_prefill;
-    if (MLA_PLUGIN_HAS_FIELD(mla_plugin_sparse_prefill_entry, can_implement, spf->struct_size)) {
-      lib->sparse_prefill_can_implement_ = spf->can_implement;
-    }
+    lib->sparse_prefill_can_implement_ = entry_can_implement(*spf);
   }
   return lib;
 }
@@ -716,6 +710,15 @@ void put_scalars(mla_plugin_sparse_prefill_args& a, const SparsePrefillInputs& i
   a.topk = s.topk;
   a.softmax_scale = in.sm_scale;
 }
+
+// A predicate that reads the call's scalars alone (the merge's, the indexer append's); ok without one.
+template <class Args, class Shape>
+Library::Claim ask_on_scalars(int32_t (*fn)(const Args*, char*, size_t), const Shape& shape) {
+  if (!fn) return {};
+  Args a{};
+  put_scalars(a, shape);
+  return ask_predicate(fn, a);
+}
 }  // namespace
 
 Library::Claim Library::can_implement(const PrefillInputs& call) const {
@@ -732,11 +735,8 @@ Library::Claim Library::can_implement(const PrefillInputs& call) const {
   return ask_predicate(prefill_can_implement_, a);
 }
 
-Library::Claim Library::can_implement(const MergeShape& shape) const {
-  if (!merge_can_implement_) return {};
-  mla_plugin_merge_args a{};
-  put_scalars(a, shape);
-  return ask_predicate(merge_can_implement_, a);
+Library::Claim Library::can_implement(const MergeInputs& call) const {
+  return ask_on_scalars(merge_can_implement_, call.shape);
 }
 
 Library::Claim Library::can_implement(const SparsePrefillInputs& call) const {
@@ -803,10 +803,7 @@ Library::Claim Library::can_implement(const IndexerLogitsInputs& call) const {
 }
 
 Library::Claim Library::can_implement(const IndexerAppendShape& shape) const {
-  if (!indexer_append_can_implement_) return {};
-  mla_plugin_indexer_append_args a{};
-  put_scalars(a, shape);
-  return ask_predicate(indexer_append_can_implement_, a);
+  return ask_on_scalars(indexer_append_can_implement_, shape);
 }
 
 Library::Claim Library::can_implement(const AttnShape& shape, std::optional<ScaleFmt> scale_fmt,

@@ -119,13 +119,6 @@ class EntryPrepared final : public Prepared {
   Read read_;
 };
 
-// An entry's predicate on a call, by the call's inputs (a merge's by its shape).
-plugin::Library::Claim can_implement(const plugin::Library& lib, const MergeInputs& in) { return lib.can_implement(in.shape); }
-template <class Inputs>
-plugin::Library::Claim can_implement(const plugin::Library& lib, const Inputs& in) {
-  return lib.can_implement(in);
-}
-
 // An entry of the plug-in as an implementation of its kind: its declared info (renamed for the
 // overhead row), the kind's default claims check and cost model, prepare() copying the inputs.
 template <class Impl, class Info, class Inputs, class Prepared>
@@ -145,7 +138,7 @@ class EntryImpl final : public Impl {
   // The entry's own can_implement (1.6) first, as `mla certify` asks it: a point it does not
   // claim is skipped in its words, never called. The overhead row asks the same.
   std::unique_ptr<Prepared> prepare(const Inputs& in) const override {
-    const auto c = can_implement(*lib_, in);
+    const auto c = lib_->can_implement(in);
     if (c.answer == plugin::Library::Claim::Answer::unsupported) {
       throw UnsupportedError(fmt::format("{} (the kernel's can_implement)", printable(c.reason)));
     }

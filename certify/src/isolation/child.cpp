@@ -558,7 +558,7 @@ plugin::Library::Claim entry_claim(const plugin::Library& lib, const ClaimQuesti
     in.cu_seqlens_q = cu_q, in.cu_seqlens_k = cu_k;
     return lib.can_implement(in);
   }
-  if (q.entry == kEntryMerge) return lib.can_implement(merge_call(c).shape);
+  if (q.entry == kEntryMerge) return lib.can_implement(merge_call(c));
   if (q.entry == kEntryTopk) {
     auto in = topk_call(c);
     const auto starts = c.at("starts").get<std::vector<int32_t>>(), ends = c.at("ends").get<std::vector<int32_t>>();

@@ -212,32 +212,53 @@ def shape_of(j, scale_fmt, cls=mla_door.Shape, **extra):
                scale_fmt=scale_fmt or "", **extra)
 
 
-def entry_question(k, entry, c):
-    """An entry's predicate and what it is asked (the entry's call before any data, with its lengths)."""
+def call_info(entry, a, **lengths):
+    """The call object an entry is told, from its plan's args (certify/src/kinds/entry_plans.cpp),
+    with the lengths can_implement is shown (none for a call: its tensors hold them)."""
     if entry == "prefill":
-        s = c["shape"]
-        return k.prefill.can_implement, mla_door.PrefillCall(
-            batch=s["batch"], heads=s["heads"], total_q=s["total_q"], total_k=s["total_k"], d_qk=s.get("d_qk", 192),
-            d_v=s.get("d_v", 128), causal=s["causal"], softmax_scale=c["softmax_scale"],
-            cu_seqlens_q=tuple(c["cu_seqlens_q"]), cu_seqlens_k=tuple(c["cu_seqlens_k"]))
+        s = a["shape"]
+        return mla_door.PrefillCall(batch=s["batch"], heads=s["heads"], total_q=s["total_q"], total_k=s["total_k"],
+                                    d_qk=s.get("d_qk", 192), d_v=s.get("d_v", 128), causal=s["causal"],
+                                    softmax_scale=a["softmax_scale"], **lengths)
     if entry == "merge":
-        return k.merge.can_implement, mla_door.MergeCall(tokens=c["tokens"], heads=c["heads"], head_dim=c["head_dim"],
-                                                         dtype=c["dtype"])
-    if entry == "sparse_prefill":
-        s = c["shape"]
-        return k.sparse_prefill.can_implement, mla_door.SparsePrefillCall(
-            s_q=s["s_q"], s_kv=s["s_kv"], heads=s["heads"], d_qk=s["d_qk"], topk=s["topk"], sm_scale=c["sm_scale"],
-            sink=s["sink"], has_topk_length=s["topk_length"], topk_length=tuple(c.get("topk_length_values", ())))
+        return mla_door.MergeCall(tokens=a["tokens"], heads=a["heads"], head_dim=a["head_dim"], dtype=a["dtype"])
     if entry == "topk":
-        return k.topk.can_implement, mla_door.TopkCall(rows=c["rows"], n=c["n"], k=c["k"], starts=tuple(c["starts"]),
-                                                       ends=tuple(c["ends"]))
+        return mla_door.TopkCall(rows=a["rows"], n=a["n"], k=a["k"], **lengths)
     if entry == "indexer_logits":
-        lengths = {w: tuple(c[w]) for w in ("context_lens", "ks", "ke") if w in c}
-        return k.indexer_logits.can_implement, indexer_logits_info(c["shape"], **lengths)
+        s = a["shape"]
+        paged = s["layout"] == "paged"
+        b, nn = s["batch"], s["next_n"]
+        return mla_door.IndexerLogitsCall(layout=s["layout"], batch=b, next_n=nn, heads=s["heads"],
+                                          rows=b * nn if paged else b, cols=s["max_context"] if paged else s["num_keys"],
+                                          block_size=s["block_size"] if paged else 0,
+                                          max_context=s["max_context"] if paged else 0,
+                                          num_keys=0 if paged else s["num_keys"], **lengths)
     if entry == "indexer_append":
-        return k.indexer_append.can_implement, mla_door.IndexerAppendCall(
-            num_tokens=c["num_tokens"], num_blocks=c["num_blocks"], block_size=c["block_size"], scale_fmt=c["scale_fmt"])
-    raise ValueError(f"a claim question about entry '{entry}', which has no can_implement")
+        return mla_door.IndexerAppendCall(num_tokens=a["num_tokens"], num_blocks=a["num_blocks"],
+                                          block_size=a["block_size"], scale_fmt=a["scale_fmt"])
+    if entry == "sparse_prefill":
+        s = a["shape"]
+        return mla_door.SparsePrefillCall(s_q=s["s_q"], s_kv=s["s_kv"], heads=s["heads"], d_qk=s["d_qk"], topk=s["topk"],
+                                          sm_scale=a["sm_scale"], sink=s["sink"], has_topk_length=s["topk_length"],
+                                          **lengths)
+    raise ValueError(f"no entry '{entry}'")
+
+
+def entry_question(k, entry, c):
+    """An entry's predicate and what it is asked: its call before any data, with the lengths the
+    question carries (the plan's args and those arrays: entry_plans.cpp's *_claim_question)."""
+    if entry == "prefill":
+        lengths = {"cu_seqlens_q": tuple(c["cu_seqlens_q"]), "cu_seqlens_k": tuple(c["cu_seqlens_k"])}
+    elif entry == "topk":
+        lengths = {"starts": tuple(c["starts"]), "ends": tuple(c["ends"])}
+    elif entry == "indexer_logits":
+        lengths = {w: tuple(c[w]) for w in ("context_lens", "ks", "ke") if w in c}
+    elif entry == "sparse_prefill":
+        lengths = {"topk_length": tuple(c.get("topk_length_values", ()))}
+    else:
+        lengths = {}
+    info = call_info(entry, c, **lengths)
+    return getattr(k, entry).can_implement, info
 
 
 def claims(args):
@@ -484,8 +505,7 @@ def entry_call(torch, ctl, plan, k, view):
         sp = k.sparse_prefill
         s = a["shape"]
         sq, skv, h, d, tk = s["s_q"], s["s_kv"], s["heads"], s["d_qk"], s["topk"]
-        info = mla_door.SparsePrefillCall(s_q=sq, s_kv=skv, heads=h, d_qk=d, topk=tk, sm_scale=a["sm_scale"],
-                                          sink=s["sink"], has_topk_length=s["topk_length"])
+        info = call_info(entry, a)
         inputs = [view(inp["q"], torch.bfloat16, (sq, h, d)), view(inp["kv"], torch.bfloat16, (skv, d)),
                   view(inp["indices"], torch.int32, (sq, tk)),
                   view(inp["attn_sink"], torch.float32, (h,)) if s["sink"] else None,
@@ -498,7 +518,7 @@ def entry_call(torch, ctl, plan, k, view):
     if entry == "indexer_append":
         ia = k.indexer_append
         nt, nb, bs = a["num_tokens"], a["num_blocks"], a["block_size"]
-        info = mla_door.IndexerAppendCall(num_tokens=nt, num_blocks=nb, block_size=bs, scale_fmt=a["scale_fmt"])
+        info = call_info(entry, a)
         inputs = [view(inp["keys"], torch.bfloat16, (nt, 128)), view(inp["slot_mapping"], torch.int64, (nt,))]
         # The cache is the call's own copy, written in place.
         return (lambda *t: ia.append(*t, info), inputs,
@@ -508,7 +528,7 @@ def entry_call(torch, ctl, plan, k, view):
         rows, n, kk = a["rows"], a["n"], a["k"]
         inputs = [view(inp["logits"], torch.float32, (rows, n)), view(inp["starts"], torch.int32, (rows,)),
                   view(inp["ends"], torch.int32, (rows,))]
-        info = mla_door.TopkCall(rows=rows, n=n, k=kk)
+        info = call_info(entry, a)
         return (lambda *x: t.topk(*x, info), inputs,
                                 lambda regions: [view(regions[0], torch.int32, (rows, kk))])
     if entry == "merge":
@@ -518,7 +538,7 @@ def entry_call(torch, ctl, plan, k, view):
         lse_shape = (n, h) if m.conventions.lse_layout == "[n,h]" else (h, n)
         inputs = [view(inp["out_a"], dt, (n, h, d)), view(inp["lse_a"], torch.float32, lse_shape),
                   view(inp["out_b"], dt, (n, h, d)), view(inp["lse_b"], torch.float32, lse_shape)]
-        info = mla_door.MergeCall(tokens=n, heads=h, head_dim=d, dtype=a["dtype"])
+        info = call_info(entry, a)
         return (lambda *t: m.merge(*t, info), inputs,
                                 lambda regions: [view(regions[0], dt, (n, h, d)), view(regions[1], torch.float32, lse_shape)])
     p = k.prefill
@@ -530,22 +550,10 @@ def entry_call(torch, ctl, plan, k, view):
               view(inp["cu_seqlens_k"], torch.int32, (b + 1,))]
     out_dtype = torch.bfloat16 if p.out_dtype == "bf16" else torch.float32
     lse_shape = (tq, h) if p.conventions.lse_layout == "[b,s_q,h]" else (h, tq)
-    info = mla_door.PrefillCall(batch=b, heads=h, total_q=tq, total_k=tk, d_qk=d_qk, d_v=d_v, causal=s["causal"],
-                                softmax_scale=a["softmax_scale"])
+    info = call_info(entry, a)
     return (lambda *t: p.prefill(*t, info), inputs,
                             lambda regions: [view(regions[0], out_dtype, (tq, h, d_v)),
                                              view(regions[1], torch.float32, lse_shape)])
-
-
-def indexer_logits_info(s, **lengths):
-    """The IndexerLogitsCall of a call's shape (its plan's args["shape"]), with `lengths` for can_implement."""
-    paged = s["layout"] == "paged"
-    b, nn = s["batch"], s["next_n"]
-    return mla_door.IndexerLogitsCall(layout=s["layout"], batch=b, next_n=nn, heads=s["heads"],
-                                      rows=b * nn if paged else b, cols=s["max_context"] if paged else s["num_keys"],
-                                      block_size=s["block_size"] if paged else 0,
-                                      max_context=s["max_context"] if paged else 0,
-                                      num_keys=0 if paged else s["num_keys"], **lengths)
 
 
 def indexer_logits_call(torch, ctl, plan, il, view):
@@ -554,7 +562,7 @@ def indexer_logits_call(torch, ctl, plan, il, view):
     s, inp = plan["args"]["shape"], plan["inputs"]
     paged = s["layout"] == "paged"
     b, nn, h = s["batch"], s["next_n"], s["heads"]
-    info = indexer_logits_info(s)
+    info = call_info("indexer_logits", plan["args"])
     rows, cols = info.rows, info.cols
     fn = il.paged if paged else il.ragged
     if fn is None:

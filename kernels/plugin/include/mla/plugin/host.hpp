@@ -109,10 +109,10 @@ class Library {
                       std::span<const int32_t> cache_seqlens) const;
   // The same for the prefill, merge and sparse prefill entries (1.6): each entry's own predicate
   // on the call's scalars and lengths, its data arrays never read (a PrefillInputs with only
-  // cu_seqlens_q/_k, a SparsePrefillInputs with only topk_length when the call has one). Ok for an
-  // entry without one.
+  // cu_seqlens_q/_k, a MergeInputs with only its shape, a SparsePrefillInputs with only
+  // topk_length when the call has one). Ok for an entry without one.
   Claim can_implement(const PrefillInputs& call) const;
-  Claim can_implement(const MergeShape& shape) const;
+  Claim can_implement(const MergeInputs& call) const;
   Claim can_implement(const SparsePrefillInputs& call) const;
   // The top-k's (starts and ends given), the indexer logits' (context_lens, or ks and ke) and the
   // indexer append's (no array) the same way.

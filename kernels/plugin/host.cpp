@@ -649,7 +649,7 @@ Library::Claim ask_predicate(Fn fn, const Args& a) {
   return c;
 }
 
-// The scalars of a prefill, merge or sparse prefill call, as both the call and its entry's
+// The scalars of each entry's call, as both the call and the entry's
 // can_implement (which sees them before any data) get them.
 void put_scalars(mla_plugin_prefill_args& a, const PrefillInputs& in) {
   const auto& s = in.shape;

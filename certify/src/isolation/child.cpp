@@ -193,10 +193,7 @@ uint8_t* map_arena(const wire::Message& plan, const ArenaLayout& l) {
   return base;
 }
 
-// The calls of an entry-calls plan (isolation/entry_calls.hpp): the plug-in's append or prefill,
-// each call on its own buffers, stopping after each so the parent can audit it. Any return code
-// is a returned call (ArenaState::ok, the code in rc): the parent judges it.
-// The scalars of a prefill, merge or sparse prefill call from its plan's `args` (entry_plans.hpp),
+// The scalars of an entry's call from its plan's `args` (entry_plans.hpp),
 // its arrays empty: what the call's child fills in from the arena, and what can_implement sees.
 PrefillInputs prefill_call(const json& a) {
   PrefillInputs in;
@@ -241,6 +238,9 @@ SparsePrefillInputs sparse_prefill_call(const json& a) {
   return in;
 }
 
+// The calls of an entry-calls plan (isolation/entry_calls.hpp): the plug-in's append or prefill,
+// each call on its own buffers, stopping after each so the parent can audit it. Any return code
+// is a returned call (ArenaState::ok, the code in rc): the parent judges it.
 int child_entry_calls(const KernelRef& kernel, const wire::Message& plan) {
   const ArenaLayout l = ArenaLayout::from_json(plan.fields().at("layout"));
   uint8_t* base = map_arena(plan, l);
